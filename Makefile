@@ -1,0 +1,30 @@
+# minipy: `make test` is what CI runs (through .ci/run); `make bench` prints our numbers
+# beside the anchors' (shared/bench/anchors.py) in one run.
+GO ?= go
+PYTHON ?= /usr/bin/python3
+ANCHORS ?= ../shared/bench/anchors.py
+export CGO_ENABLED := 1
+
+# Every module in the tree: the core one and the examples/commands that carry SDKs.
+MODULES := $(sort $(patsubst %/go.mod,%,$(shell find . -name go.mod -not -path './.git/*')))
+
+.PHONY: test vet bench build soak
+
+test: vet
+	@set -e; for m in $(MODULES); do echo "== go test -race $$m"; (cd $$m && $(GO) test -race -count=1 -timeout 20m ./...); done
+
+vet:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	@set -e; for m in $(MODULES); do (cd $$m && $(GO) vet ./...); done
+
+build:
+	$(GO) build -o bin/minipy ./cmd/minipy
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -count 1 .
+	@if [ -f $(ANCHORS) ]; then echo "== anchors ($(ANCHORS), $(PYTHON))"; $(PYTHON) $(ANCHORS) || echo "(anchors need python3-ipython python3-ipykernel python3-jupyter-client)"; fi
+
+# The 100k-run memory soak (about a minute).
+soak:
+	MINIPY_SOAK=1 $(GO) test -run TestSoak -count=1 -v -timeout 30m .

@@ -1,0 +1,294 @@
+package minipy
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/big"
+	"reflect"
+	"unicode/utf8"
+)
+
+// The value codec shared with runtime.py (see its header for the format): how Go values
+// cross into Python (Namespace.Set) and Python values come back (Result.Value,
+// Namespace.Get). Both engines use it unchanged.
+
+// opaque stands for a Python value with no Go equivalent (tag X); it never leaves the package.
+type opaque struct{}
+
+type decoder struct {
+	buf []byte
+	pos int
+}
+
+var errTruncated = fmt.Errorf("minipy: malformed response from the Python runtime")
+
+func (d *decoder) u32() (int, error) {
+	if d.pos+4 > len(d.buf) {
+		return 0, errTruncated
+	}
+	n := binary.LittleEndian.Uint32(d.buf[d.pos:])
+	d.pos += 4
+	return int(n), nil
+}
+
+func (d *decoder) raw(n int) ([]byte, error) {
+	if n < 0 || d.pos+n > len(d.buf) {
+		return nil, errTruncated
+	}
+	b := d.buf[d.pos : d.pos+n]
+	d.pos += n
+	return b, nil
+}
+
+func (d *decoder) str() (string, error) {
+	n, err := d.u32()
+	if err != nil {
+		return "", err
+	}
+	b, err := d.raw(n)
+	return string(b), err
+}
+
+// value decodes the next value.
+func (d *decoder) value() (any, error) {
+	if d.pos >= len(d.buf) {
+		return nil, errTruncated
+	}
+	tag := d.buf[d.pos]
+	d.pos++
+	switch tag {
+	case 'N':
+		return nil, nil
+	case 'T':
+		return true, nil
+	case 'F':
+		return false, nil
+	case 'X':
+		return opaque{}, nil
+	case 'i':
+		b, err := d.raw(8)
+		if err != nil {
+			return nil, err
+		}
+		return int64(binary.LittleEndian.Uint64(b)), nil
+	case 'f':
+		b, err := d.raw(8)
+		if err != nil {
+			return nil, err
+		}
+		return math.Float64frombits(binary.LittleEndian.Uint64(b)), nil
+	case 's':
+		return d.str()
+	case 'b':
+		n, err := d.u32()
+		if err != nil {
+			return nil, err
+		}
+		b, err := d.raw(n)
+		return append([]byte(nil), b...), err
+	case 'I':
+		sign, err := d.raw(1)
+		if err != nil {
+			return nil, err
+		}
+		n, err := d.u32()
+		if err != nil {
+			return nil, err
+		}
+		mag, err := d.raw(n)
+		if err != nil {
+			return nil, err
+		}
+		v := new(big.Int).SetBytes(mag)
+		if sign[0] == '-' {
+			v.Neg(v)
+		}
+		return v, nil
+	case 'l':
+		n, err := d.u32()
+		if err != nil {
+			return nil, err
+		}
+		if n > len(d.buf)-d.pos {
+			return nil, errTruncated
+		}
+		items := make([]any, n)
+		for i := range items {
+			if items[i], err = d.value(); err != nil {
+				return nil, err
+			}
+		}
+		return items, nil
+	case 'd':
+		n, err := d.u32()
+		if err != nil {
+			return nil, err
+		}
+		if n > len(d.buf)-d.pos {
+			return nil, errTruncated
+		}
+		m := make(map[string]any, n)
+		for i := 0; i < n; i++ {
+			k, err := d.str()
+			if err != nil {
+				return nil, err
+			}
+			if m[k], err = d.value(); err != nil {
+				return nil, err
+			}
+		}
+		return m, nil
+	}
+	return nil, fmt.Errorf("minipy: unknown value tag %q from the Python runtime", tag)
+}
+
+// UnsupportedTypeError is returned by Namespace.Set for a Go value with no Python
+// equivalent in the type table of the package doc.
+type UnsupportedTypeError struct {
+	Type reflect.Type
+}
+
+func (e *UnsupportedTypeError) Error() string {
+	return fmt.Sprintf("minipy: a Go value of type %v has no Python equivalent (see the type table in the package doc)", e.Type)
+}
+
+func appendU32(b []byte, n int) []byte { return binary.LittleEndian.AppendUint32(b, uint32(n)) }
+
+func appendStr(b []byte, tag byte, s string) []byte {
+	if tag != 0 {
+		b = append(b, tag)
+	}
+	if !utf8.ValidString(s) {
+		s = string([]rune(s)) // Python str is text: invalid bytes become U+FFFD
+	}
+	b = appendU32(b, len(s))
+	return append(b, s...)
+}
+
+func appendBig(b []byte, v *big.Int) []byte {
+	if v.IsInt64() {
+		return binary.LittleEndian.AppendUint64(append(b, 'i'), uint64(v.Int64()))
+	}
+	sign := byte('+')
+	if v.Sign() < 0 {
+		sign = '-'
+	}
+	mag := new(big.Int).Abs(v).Bytes()
+	b = appendU32(append(b, 'I', sign), len(mag))
+	return append(b, mag...)
+}
+
+// appendValue encodes v (the Go side of the type table) for runtime.py's decode.
+func appendValue(b []byte, v any, depth int) ([]byte, error) {
+	if depth > 100 {
+		return nil, fmt.Errorf("minipy: value nested more than 100 levels deep")
+	}
+	switch x := v.(type) {
+	case nil:
+		return append(b, 'N'), nil
+	case bool:
+		if x {
+			return append(b, 'T'), nil
+		}
+		return append(b, 'F'), nil
+	case string:
+		return appendStr(b, 's', x), nil
+	case []byte:
+		b = appendU32(append(b, 'b'), len(x))
+		return append(b, x...), nil
+	case int:
+		return binary.LittleEndian.AppendUint64(append(b, 'i'), uint64(x)), nil
+	case int64:
+		return binary.LittleEndian.AppendUint64(append(b, 'i'), uint64(x)), nil
+	case float64:
+		return binary.LittleEndian.AppendUint64(append(b, 'f'), math.Float64bits(x)), nil
+	case *big.Int:
+		if x == nil {
+			return append(b, 'N'), nil
+		}
+		return appendBig(b, x), nil
+	case big.Int:
+		return appendBig(b, &x), nil
+	case []any:
+		b = appendU32(append(b, 'l'), len(x))
+		var err error
+		for _, item := range x {
+			if b, err = appendValue(b, item, depth+1); err != nil {
+				return nil, err
+			}
+		}
+		return b, nil
+	case map[string]any:
+		b = appendU32(append(b, 'd'), len(x))
+		var err error
+		for k, item := range x {
+			b = appendStr(b, 0, k)
+			if b, err = appendValue(b, item, depth+1); err != nil {
+				return nil, err
+			}
+		}
+		return b, nil
+	}
+	return appendReflect(b, reflect.ValueOf(v), depth)
+}
+
+// appendReflect covers the other integer, float, slice, array, map and pointer types.
+func appendReflect(b []byte, rv reflect.Value, depth int) ([]byte, error) {
+	switch rv.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return binary.LittleEndian.AppendUint64(append(b, 'i'), uint64(rv.Int())), nil
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		u := rv.Uint()
+		if u > math.MaxInt64 {
+			return appendBig(b, new(big.Int).SetUint64(u)), nil
+		}
+		return binary.LittleEndian.AppendUint64(append(b, 'i'), u), nil
+	case reflect.Float32, reflect.Float64:
+		return binary.LittleEndian.AppendUint64(append(b, 'f'), math.Float64bits(rv.Float())), nil
+	case reflect.Bool:
+		return appendValue(b, rv.Bool(), depth)
+	case reflect.String:
+		return appendStr(b, 's', rv.String()), nil
+	case reflect.Slice, reflect.Array:
+		if rv.Kind() == reflect.Slice && rv.IsNil() {
+			return append(b, 'N'), nil
+		}
+		if rv.Type().Elem().Kind() == reflect.Uint8 {
+			raw := make([]byte, rv.Len())
+			reflect.Copy(reflect.ValueOf(raw), rv)
+			return appendValue(b, raw, depth)
+		}
+		b = appendU32(append(b, 'l'), rv.Len())
+		var err error
+		for i := 0; i < rv.Len(); i++ {
+			if b, err = appendValue(b, rv.Index(i).Interface(), depth+1); err != nil {
+				return nil, err
+			}
+		}
+		return b, nil
+	case reflect.Map:
+		if rv.Type().Key().Kind() != reflect.String {
+			return nil, &UnsupportedTypeError{Type: rv.Type()}
+		}
+		if rv.IsNil() {
+			return append(b, 'N'), nil
+		}
+		b = appendU32(append(b, 'd'), rv.Len())
+		var err error
+		it := rv.MapRange()
+		for it.Next() {
+			b = appendStr(b, 0, it.Key().String())
+			if b, err = appendValue(b, it.Value().Interface(), depth+1); err != nil {
+				return nil, err
+			}
+		}
+		return b, nil
+	case reflect.Pointer, reflect.Interface:
+		if rv.IsNil() {
+			return append(b, 'N'), nil
+		}
+		return appendValue(b, rv.Elem().Interface(), depth+1)
+	}
+	return nil, &UnsupportedTypeError{Type: rv.Type()}
+}

@@ -1,0 +1,175 @@
+package minipy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/minipy-go/minipy/internal/cpython"
+)
+
+// DefaultKickSignal is the signal the in-process engine uses to interrupt a run unless
+// Start says otherwise: a real-time signal (SIGRTMAX-3 on Linux) that Go and common C
+// libraries leave alone. minipy installs its own handler for it when the interpreter starts;
+// the host program must not use it (os/signal.Notify on it would break timeouts).
+const DefaultKickSignal = syscall.Signal(61)
+
+// Config configures the process's embedded interpreter (see Start).
+type Config struct {
+	// KickSignal is the signal used to interrupt runs; 0 means DefaultKickSignal.
+	KickSignal syscall.Signal
+}
+
+type inProcessEngine struct {
+	interp *cpython.Interpreter
+	// token is held while a request is in flight on the interpreter. A run that is
+	// abandoned (its code would not yield) hands the token to a goroutine that waits for
+	// the interpreter to finish, so later runs queue behind it with their own deadlines.
+	token chan struct{}
+}
+
+var process struct {
+	once   sync.Once
+	config Config
+	engine *inProcessEngine
+	err    error
+}
+
+// Start starts the in-process interpreter now with cfg instead of lazily on the first run
+// with the defaults. The interpreter lives for the rest of the process; Start returns an
+// error if it is already running with another configuration or could not start.
+func Start(cfg Config) error {
+	if cfg.KickSignal == 0 {
+		cfg.KickSignal = DefaultKickSignal
+	}
+	_, err := startInProcess(cfg)
+	if err == nil && process.config != cfg {
+		return fmt.Errorf("minipy: the in-process interpreter is already running with %+v", process.config)
+	}
+	return err
+}
+
+func startInProcess(cfg Config) (*inProcessEngine, error) {
+	process.once.Do(func() {
+		process.config = cfg
+		interp, err := cpython.Start(int(cfg.KickSignal))
+		if err != nil {
+			process.err = err
+			return
+		}
+		process.engine = &inProcessEngine{interp: interp, token: make(chan struct{}, 1)}
+	})
+	return process.engine, process.err
+}
+
+func inProcess() (*inProcessEngine, error) {
+	return startInProcess(Config{KickSignal: DefaultKickSignal})
+}
+
+func (*inProcessEngine) name() string { return "the in-process engine" }
+
+// acquire takes the interpreter, giving up when dl passes or ctx ends.
+func (e *inProcessEngine) acquire(ctx context.Context, dl deadline) error {
+	select {
+	case e.token <- struct{}{}:
+		return nil
+	default:
+	}
+	var timeout <-chan time.Time
+	if !dl.at.IsZero() {
+		t := time.NewTimer(time.Until(dl.at))
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case e.token <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timeout:
+		if dl.fromContext {
+			return context.DeadlineExceeded
+		}
+		return ErrTimeout
+	}
+}
+
+func (e *inProcessEngine) release() { <-e.token }
+
+// inProcessRun adapts a cpython.Request to runHandle.
+type inProcessRun struct {
+	e   *inProcessEngine
+	req cpython.Request
+}
+
+func (r inProcessRun) wait(d time.Duration) bool { return r.req.Wait(d) }
+func (r inProcessRun) kick(stage int)            { r.req.Kick(stage) }
+func (r inProcessRun) wake()                     { r.e.interp.Wake() }
+
+func (e *inProcessEngine) run(ctx context.Context, code string, opts *Options) (*Result, error) {
+	started := time.Now()
+	gid, lid, err := namespaceIDs(e, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("minipy: run not started: %w", err)
+	}
+	dl := runDeadline(ctx, started, timeoutOf(opts))
+	if err := e.acquire(ctx, dl); err != nil {
+		return nil, &InterruptedError{Cause: waitCause(err), After: time.Since(started), Abandoned: false,
+			deadline: errors.Is(err, context.DeadlineExceeded)}
+	}
+	h := inProcessRun{e: e, req: e.interp.Submit(runRequest(gid, lid, maxOutput(opts), code))}
+	s := supervise(ctx, h, dl)
+	res := &Result{}
+	if s.abandoned {
+		go func() {
+			h.req.Wait(-1)
+			h.req.Take()
+			e.release()
+		}()
+		res.Duration = time.Since(started)
+		return res, s.interrupted(started, nil)
+	}
+	resp, kicked := h.req.Take()
+	e.release()
+	py, err := runReply(resp, res)
+	res.Duration = time.Since(started)
+	if err != nil {
+		return res, err
+	}
+	if kicked && s.cause != nil {
+		return res, s.interrupted(started, py)
+	}
+	if py != nil {
+		return res, py
+	}
+	return res, nil
+}
+
+// waitCause is the InterruptedError cause for a run that never got the interpreter.
+func waitCause(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return context.DeadlineExceeded
+	}
+	return err
+}
+
+// do runs one namespace request. Namespace operations are quick, so they wait for the
+// interpreter without a deadline (behind an abandoned run, too).
+func (e *inProcessEngine) do(ns *Namespace, op byte, args ...any) (any, error) {
+	req, err := opRequest(op, args)
+	if err != nil {
+		return nil, err
+	}
+	e.token <- struct{}{}
+	r := e.interp.Submit(req)
+	r.Wait(-1)
+	resp, _ := r.Take()
+	e.release()
+	return opReply(resp)
+}

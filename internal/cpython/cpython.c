@@ -1,0 +1,435 @@
+// See cpython.h. Facts this file relies on are in shared/design/embedding-cpython.md:
+// CPython's "main thread" is the one that initialised it, signal-based interrupts only work
+// there, and PyErr_SetInterruptEx from another thread is not noticed by a busy loop.
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cpython.h"
+
+// How long each side busy-waits before sleeping on the futex. A run of `1+1` takes a few
+// microseconds, far less than a futex sleep/wake round trip, so a short spin saves most of
+// the hand-off cost; the bound keeps an idle interpreter from burning a core.
+#define CALLER_SPIN_NS 60000
+#define OWNER_SPIN_NS 60000
+
+static const char RUNTIME_FILE[] = "<minipy-runtime>";
+
+static struct {
+	pthread_t owner;
+	int sig;
+	PyThreadState *ts;
+	PyObject *dispatch;
+	PyObject *timeout_cls;
+	PyObject *runtime_file;
+	int hard_stop_on;
+
+	_Atomic uint32_t init_state;  // 0 starting, 1 ready, 2 failed (futex word)
+	char init_error[2048];
+
+	// The request slot. job_seq and wake_seq are futex words; *_sleeping tell the other
+	// side whether a FUTEX_WAKE is needed at all (it costs a syscall).
+	_Atomic uint32_t job_seq;
+	_Atomic uint32_t owner_sleeping;
+	_Atomic uint32_t wake_seq;
+	_Atomic uint32_t callers_sleeping;
+	_Atomic uint64_t done_gen;
+	char *req;
+	size_t req_len;
+	uint64_t req_gen;
+	char *resp;
+	size_t resp_len;
+	int resp_kicked;
+
+	// Kick state, under mu: the watchdog may interrupt only the generation it watches, and
+	// only while it runs, so a late deadline never leaks into the next request.
+	pthread_mutex_t mu;
+	uint64_t gen;
+	int running;
+	int kicked;
+	volatile sig_atomic_t stage;
+	volatile sig_atomic_t armed;
+} mp = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static int64_t now_ns(void) {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#endif
+}
+
+static void futex_wait(_Atomic uint32_t *word, uint32_t expect, int64_t timeout_ns) {
+	struct timespec ts, *tsp = NULL;
+	if (timeout_ns >= 0) {
+		ts.tv_sec = timeout_ns / 1000000000;
+		ts.tv_nsec = timeout_ns % 1000000000;
+		tsp = &ts;
+	}
+	syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_PRIVATE, expect, tsp, NULL, 0);
+}
+
+static void futex_wake_all(_Atomic uint32_t *word) {
+	syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
+}
+
+// ---- the kick ------------------------------------------------------------------------
+
+// Installed for the kick signal with SA_ONSTACK (required under Go) and without SA_RESTART,
+// so blocking calls on the owner thread return EINTR and CPython's retry loops check signals.
+static void kick_handler(int sig) {
+	int saved = errno;
+	if (mp.armed) {
+		PyErr_SetInterruptEx(sig);  // async-signal-safe; runs the runtime's _on_kick
+	}
+	errno = saved;
+}
+
+void mp_kick(uint64_t gen, int stage) {
+	pthread_mutex_lock(&mp.mu);
+	if (mp.gen == gen && mp.running) {
+		mp.kicked++;
+		if (stage > mp.stage) {
+			mp.stage = stage;
+		}
+		mp.armed = 1;
+		pthread_kill(mp.owner, mp.sig);
+	}
+	pthread_mutex_unlock(&mp.mu);
+}
+
+// ---- the _minipy_c module: what runtime.py needs from C ------------------------------
+
+static int hard_tracer(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg) {
+	(void)obj;
+	(void)arg;
+	if (what != PyTrace_LINE && what != PyTrace_CALL && what != PyTrace_RETURN) {
+		return 0;
+	}
+	PyCodeObject *code = PyFrame_GetCode(frame);
+	int ours = PyUnicode_Compare(code->co_filename, mp.runtime_file) == 0;
+	Py_DECREF(code);
+	if (ours) {
+		return 0;
+	}
+	PyErr_SetString(mp.timeout_cls, "the run was stopped: it swallowed the first interrupt");
+	return -1;
+}
+
+static PyObject *c_hard_stop(PyObject *self, PyObject *unused) {
+	// A C tracer, unlike sys.settrace's, is not removed when it raises: it keeps raising
+	// on every line until the code gives up (it only runs after the run swallowed stage 1).
+	PyEval_SetTrace(hard_tracer, NULL);
+	mp.hard_stop_on = 1;
+	Py_RETURN_NONE;
+}
+
+static PyObject *c_clear_hard_stop(PyObject *self, PyObject *unused) {
+	if (mp.hard_stop_on) {
+		PyEval_SetTrace(NULL, NULL);
+		mp.hard_stop_on = 0;
+	}
+	Py_RETURN_NONE;
+}
+
+static PyObject *c_kick_stage(PyObject *self, PyObject *unused) {
+	return PyLong_FromLong(mp.stage);
+}
+
+static PyObject *c_async_raise(PyObject *self, PyObject *args) {
+	unsigned long ident;
+	PyObject *exc;
+	if (!PyArg_ParseTuple(args, "kO", &ident, &exc)) {
+		return NULL;
+	}
+	return PyLong_FromLong(PyThreadState_SetAsyncExc(ident, exc));
+}
+
+static PyMethodDef native_methods[] = {
+    {"hard_stop", c_hard_stop, METH_NOARGS, "Raise the timeout on every line from now on."},
+    {"clear_hard_stop", c_clear_hard_stop, METH_NOARGS, "Remove hard_stop's tracer."},
+    {"kick_stage", c_kick_stage, METH_NOARGS, "The stage of the current kick."},
+    {"async_raise", c_async_raise, METH_VARARGS, "PyThreadState_SetAsyncExc(ident, exc)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef native_module = {
+    PyModuleDef_HEAD_INIT, "_minipy_c", "minipy's in-process engine helpers.", -1, native_methods,
+};
+
+// ---- initialisation ------------------------------------------------------------------
+
+static void set_init_error_from_python(const char *what) {
+	PyObject *type, *value, *tb;
+	PyErr_Fetch(&type, &value, &tb);
+	PyObject *s = value ? PyObject_Str(value) : NULL;
+	const char *msg = s ? PyUnicode_AsUTF8(s) : NULL;
+	snprintf(mp.init_error, sizeof mp.init_error, "%s: %s", what, msg ? msg : "unknown Python error");
+	Py_XDECREF(s);
+	Py_XDECREF(type);
+	Py_XDECREF(value);
+	Py_XDECREF(tb);
+	PyErr_Clear();
+}
+
+static int init_python(const char *src, int sig) {
+	PyConfig config;
+	PyConfig_InitPythonConfig(&config);
+	// Go owns SIGINT, SIGPIPE and SIGXFSZ; Python must not install or ignore handlers.
+	config.install_signal_handlers = 0;
+	config.parse_argv = 0;
+	PyStatus status = Py_InitializeFromConfig(&config);
+	PyConfig_Clear(&config);
+	if (PyStatus_Exception(status)) {
+		snprintf(mp.init_error, sizeof mp.init_error, "Py_InitializeFromConfig: %s%s%s",
+		         status.func ? status.func : "", status.func ? ": " : "",
+		         status.err_msg ? status.err_msg : "failed");
+		return -1;
+	}
+	PyObject *native = PyModule_Create(&native_module);
+	if (!native || PyDict_SetItemString(PyImport_GetModuleDict(), "_minipy_c", native) < 0) {
+		set_init_error_from_python("creating _minipy_c");
+		return -1;
+	}
+	PyObject *code = Py_CompileString(src, RUNTIME_FILE, Py_file_input);
+	if (!code) {
+		set_init_error_from_python("compiling the runtime");
+		return -1;
+	}
+	PyObject *mod = PyImport_AddModule("_minipy_runtime");  // borrowed
+	PyObject *dict = mod ? PyModule_GetDict(mod) : NULL;
+	if (!dict || PyDict_SetItemString(dict, "__builtins__", PyEval_GetBuiltins()) < 0) {
+		set_init_error_from_python("creating _minipy_runtime");
+		return -1;
+	}
+	PyObject *r = PyEval_EvalCode(code, dict, dict);
+	Py_DECREF(code);
+	if (!r) {
+		set_init_error_from_python("loading the runtime");
+		return -1;
+	}
+	Py_DECREF(r);
+	PyObject *install = PyDict_GetItemString(dict, "install");
+	mp.dispatch = install ? PyObject_CallFunction(install, "iO", sig, native) : NULL;
+	mp.timeout_cls = PyDict_GetItemString(dict, "TimeoutInterrupt");
+	if (!mp.dispatch || !mp.timeout_cls) {
+		set_init_error_from_python("installing the runtime");
+		return -1;
+	}
+	Py_INCREF(mp.timeout_cls);
+	mp.runtime_file = PyUnicode_FromString(RUNTIME_FILE);
+
+	// install() registered the Python-level handler for sig (signal.signal, which is why this
+	// must be the init thread); now take over the OS-level handler so that the signal only
+	// trips Python while a run is armed.
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = kick_handler;
+	sa.sa_flags = SA_ONSTACK;
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(sig, &sa, NULL) != 0) {
+		snprintf(mp.init_error, sizeof mp.init_error, "sigaction(%d): %s", sig, strerror(errno));
+		return -1;
+	}
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, sig);
+	pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+	return 0;
+}
+
+int mp_init_wait(void) {
+	for (;;) {
+		uint32_t s = atomic_load(&mp.init_state);
+		if (s != 0) {
+			return s == 1;
+		}
+		futex_wait(&mp.init_state, 0, -1);
+	}
+}
+
+const char *mp_init_error(void) { return mp.init_error; }
+
+// ---- serving -------------------------------------------------------------------------
+
+static void put_u32(char *p, uint32_t v) { memcpy(p, &v, 4); }
+
+// An error response in runtime.py's format: status 1, then the list [kind, message].
+static char *internal_error_response(const char *msg, size_t *len) {
+	static const char kind[] = "internal";
+	size_t kn = sizeof kind - 1, mn = strlen(msg);
+	size_t n = 1 + 1 + 4 + (1 + 4 + kn) + (1 + 4 + mn);
+	char *out = malloc(n), *p = out;
+	*p++ = 1;
+	*p++ = 'l';
+	put_u32(p, 2), p += 4;
+	*p++ = 's';
+	put_u32(p, (uint32_t)kn), p += 4;
+	memcpy(p, kind, kn), p += kn;
+	*p++ = 's';
+	put_u32(p, (uint32_t)mn), p += 4;
+	memcpy(p, msg, mn);
+	*len = n;
+	return out;
+}
+
+static void run_request(void) {
+	PyEval_RestoreThread(mp.ts);
+	PyObject *arg = PyBytes_FromStringAndSize(mp.req, (Py_ssize_t)mp.req_len);
+	free(mp.req);
+	mp.req = NULL;
+	PyObject *r = arg ? PyObject_CallOneArg(mp.dispatch, arg) : NULL;
+	Py_XDECREF(arg);
+	char *resp;
+	size_t n;
+	if (r && PyBytes_Check(r)) {
+		n = (size_t)PyBytes_GET_SIZE(r);
+		resp = malloc(n ? n : 1);
+		memcpy(resp, PyBytes_AS_STRING(r), n);
+	} else {
+		set_init_error_from_python("dispatch");
+		resp = internal_error_response(mp.init_error, &n);
+		mp.init_error[0] = 0;
+	}
+	Py_XDECREF(r);
+
+	// Disarm, then drain: a kick that landed after the run's code ended has tripped the
+	// handler, which must run now (and do nothing) rather than in the next request.
+	pthread_mutex_lock(&mp.mu);
+	mp.running = 0;
+	mp.armed = 0;
+	int kicked = mp.kicked;
+	pthread_mutex_unlock(&mp.mu);
+	if (kicked) {
+		for (int i = 0; i < 3; i++) {
+			if (PyErr_CheckSignals() < 0) {
+				PyErr_Clear();
+			}
+		}
+		if (mp.hard_stop_on) {
+			PyEval_SetTrace(NULL, NULL);
+			mp.hard_stop_on = 0;
+		}
+	}
+	PyErr_Clear();
+	mp.ts = PyEval_SaveThread();
+
+	mp.resp = resp;
+	mp.resp_len = n;
+	mp.resp_kicked = kicked;
+	atomic_store(&mp.done_gen, mp.req_gen);
+	atomic_fetch_add(&mp.wake_seq, 1);
+	if (atomic_load(&mp.callers_sleeping)) {
+		futex_wake_all(&mp.wake_seq);
+	}
+}
+
+void mp_serve(const char *src, int sig) {
+	mp.owner = pthread_self();
+	mp.sig = sig;
+	if (init_python(src, sig) != 0) {
+		atomic_store(&mp.init_state, 2);
+		futex_wake_all(&mp.init_state);
+		return;
+	}
+	// Read before announcing readiness: a request submitted right after must look new.
+	uint32_t seen = atomic_load(&mp.job_seq);
+	mp.ts = PyEval_SaveThread();  // the GIL is free between runs, so user threads run
+	atomic_store(&mp.init_state, 1);
+	futex_wake_all(&mp.init_state);
+
+	for (;;) {
+		int64_t spin_until = now_ns() + OWNER_SPIN_NS;
+		while (atomic_load(&mp.job_seq) == seen && now_ns() < spin_until) {
+			cpu_relax();
+		}
+		while (atomic_load(&mp.job_seq) == seen) {
+			atomic_store(&mp.owner_sleeping, 1);
+			if (atomic_load(&mp.job_seq) == seen) {
+				futex_wait(&mp.job_seq, seen, -1);
+			}
+			atomic_store(&mp.owner_sleeping, 0);
+		}
+		seen = atomic_load(&mp.job_seq);
+		run_request();
+	}
+}
+
+uint64_t mp_submit(char *req, size_t len) {
+	pthread_mutex_lock(&mp.mu);
+	uint64_t gen = ++mp.gen;
+	mp.running = 1;
+	mp.kicked = 0;
+	mp.stage = 0;
+	mp.armed = 0;
+	pthread_mutex_unlock(&mp.mu);
+	mp.req = req;
+	mp.req_len = len;
+	mp.req_gen = gen;
+	atomic_fetch_add(&mp.job_seq, 1);
+	if (atomic_load(&mp.owner_sleeping)) {
+		futex_wake_all(&mp.job_seq);
+	}
+	return gen;
+}
+
+int mp_wait(uint64_t gen, int64_t timeout_ns) {
+	int64_t start = now_ns();
+	int64_t deadline = timeout_ns < 0 ? INT64_MAX : start + timeout_ns;
+	uint32_t seq = atomic_load(&mp.wake_seq);
+	int64_t spin_until = start + CALLER_SPIN_NS < deadline ? start + CALLER_SPIN_NS : deadline;
+	while (atomic_load(&mp.done_gen) < gen && atomic_load(&mp.wake_seq) == seq && now_ns() < spin_until) {
+		cpu_relax();
+	}
+	for (;;) {
+		if (atomic_load(&mp.done_gen) >= gen) {
+			return 1;
+		}
+		if (atomic_load(&mp.wake_seq) != seq) {
+			return 0;  // mp_wake: let the caller look at its context
+		}
+		int64_t now = now_ns();
+		if (now >= deadline) {
+			return 0;
+		}
+		atomic_fetch_add(&mp.callers_sleeping, 1);
+		if (atomic_load(&mp.done_gen) < gen && atomic_load(&mp.wake_seq) == seq) {
+			futex_wait(&mp.wake_seq, seq, deadline == INT64_MAX ? -1 : deadline - now);
+		}
+		atomic_fetch_sub(&mp.callers_sleeping, 1);
+	}
+}
+
+void mp_wake(void) {
+	atomic_fetch_add(&mp.wake_seq, 1);
+	futex_wake_all(&mp.wake_seq);
+}
+
+char *mp_take(uint64_t gen, size_t *len, int *kicked) {
+	if (atomic_load(&mp.done_gen) != gen) {
+		return NULL;
+	}
+	char *r = mp.resp;
+	*len = mp.resp_len;
+	*kicked = mp.resp_kicked;
+	mp.resp = NULL;
+	mp.resp_len = 0;
+	return r;
+}

@@ -1,0 +1,85 @@
+//go:build cgo
+
+// Package cpython is minipy's only cgo boundary: it starts CPython on one locked OS thread
+// and hands it requests (bytes for runtime.py's dispatch) through the C slot in cpython.c.
+// Each operation is one crossing to submit and one to wait; the kick that interrupts a run
+// is one more, only when a deadline passes.
+package cpython
+
+/*
+#cgo pkg-config: python3-embed
+#cgo CFLAGS: -O2 -Wall -Wno-unused-parameter
+#include <stdlib.h>
+#include "cpython.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"runtime"
+	"time"
+	"unsafe"
+
+	"github.com/minipy-go/minipy/internal/pyrt"
+)
+
+// Interpreter is the process's embedded CPython. There is at most one; Start makes it.
+type Interpreter struct{}
+
+// Start initialises CPython on a new locked OS thread with kickSignal as the signal that
+// interrupts runs. It must be called once per process.
+func Start(kickSignal int) (*Interpreter, error) {
+	src := C.CString(pyrt.Source)
+	go func() {
+		// The owner never unlocks and never returns: CPython's main thread must stay the
+		// thread that initialised it, and only it may run Python code for us.
+		runtime.LockOSThread()
+		C.mp_serve(src, C.int(kickSignal))
+		// Reached only if initialisation failed.
+		C.free(unsafe.Pointer(src))
+	}()
+	if C.mp_init_wait() == 0 {
+		return nil, errors.New("minipy: starting CPython: " + C.GoString(C.mp_init_error()))
+	}
+	return &Interpreter{}, nil
+}
+
+// Request is one request handed to the interpreter. The caller must hold the interpreter
+// (only one request is in flight at a time) until Done reports true.
+type Request struct {
+	gen uint64
+}
+
+// Submit hands req to the interpreter.
+func (*Interpreter) Submit(req []byte) Request {
+	p := C.CBytes(req) // the slot owns a C copy: the caller may stop waiting before it is read
+	return Request{gen: uint64(C.mp_submit((*C.char)(p), C.size_t(len(req))))}
+}
+
+// Wait waits up to d (negative: no limit) for the request to finish or for Wake.
+// It reports whether the request has finished.
+func (r Request) Wait(d time.Duration) bool {
+	return C.mp_wait(C.uint64_t(r.gen), C.int64_t(d)) != 0
+}
+
+// Kick interrupts the request if it is still running (stage 1: raise the timeout once;
+// stage 2: raise it on every line). Safe from any goroutine.
+func (r Request) Kick(stage int) {
+	C.mp_kick(C.uint64_t(r.gen), C.int(stage))
+}
+
+// Wake makes every pending Wait return (a caller's context was cancelled).
+func (*Interpreter) Wake() { C.mp_wake() }
+
+// Take returns the response of a finished request and whether it was kicked.
+func (r Request) Take() (resp []byte, kicked bool) {
+	var n C.size_t
+	var k C.int
+	p := C.mp_take(C.uint64_t(r.gen), &n, &k)
+	if p == nil {
+		return nil, false
+	}
+	resp = C.GoBytes(unsafe.Pointer(p), C.int(n))
+	C.free(unsafe.Pointer(p))
+	return resp, k != 0
+}

@@ -1,0 +1,40 @@
+// The C half of minipy's in-process engine. One OS thread (the "owner", a locked goroutine
+// that never returns from mp_serve) initialises CPython and runs every request; callers on
+// other threads hand requests over through a single slot and futexes, so a run costs one
+// cgo call to submit and one to wait, with no Go channel or scheduler hop in between.
+#ifndef MINIPY_CPYTHON_H
+#define MINIPY_CPYTHON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+// mp_serve initialises CPython on the calling thread with the runtime source and the kick
+// signal, then serves requests forever. It returns only if initialisation failed;
+// mp_init_wait reports the outcome to the starter.
+void mp_serve(const char *runtime_src, int kick_signal);
+
+// mp_init_wait blocks until mp_serve has initialised (returns 1) or failed (returns 0,
+// with the reason in mp_init_error()).
+int mp_init_wait(void);
+const char *mp_init_error(void);
+
+// mp_submit hands a request (malloc'd; the slot owns it from now on) to the owner and
+// returns its generation. The caller must hold the Go side's interpreter token.
+uint64_t mp_submit(char *req, size_t len);
+
+// mp_wait waits until the request of generation gen is done, mp_wake is called, or
+// timeout_ns passes (negative: no limit). Returns 1 when the request is done.
+int mp_wait(uint64_t gen, int64_t timeout_ns);
+
+// mp_wake wakes every mp_wait (used when a caller's context is cancelled).
+void mp_wake(void);
+
+// mp_kick interrupts the request of generation gen if it is still running: stage 1 raises
+// the timeout once, stage 2 raises it on every line (code that swallowed stage 1).
+void mp_kick(uint64_t gen, int stage);
+
+// mp_take returns the response of the finished request gen (malloc'd, the caller frees it)
+// and whether it was kicked, then frees the request and empties the slot.
+char *mp_take(uint64_t gen, size_t *len, int *kicked);
+
+#endif

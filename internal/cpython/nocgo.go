@@ -1,0 +1,35 @@
+//go:build !cgo
+
+package cpython
+
+import (
+	"errors"
+	"time"
+)
+
+// ErrNoCgo is what every in-process operation returns in a build without cgo.
+var ErrNoCgo = errors.New("minipy: the in-process engine embeds CPython through cgo, and this binary was built with CGO_ENABLED=0; build with CGO_ENABLED=1 and python3-dev (pkg-config python3-embed) installed")
+
+// Interpreter is unavailable without cgo.
+type Interpreter struct{}
+
+// Start always fails without cgo.
+func Start(kickSignal int) (*Interpreter, error) { return nil, ErrNoCgo }
+
+// Request is unavailable without cgo.
+type Request struct{}
+
+// Submit is unreachable without cgo (Start fails).
+func (*Interpreter) Submit(req []byte) Request { panic(ErrNoCgo) }
+
+// Wait is unreachable without cgo.
+func (Request) Wait(d time.Duration) bool { panic(ErrNoCgo) }
+
+// Kick is unreachable without cgo.
+func (Request) Kick(stage int) { panic(ErrNoCgo) }
+
+// Wake is unreachable without cgo.
+func (*Interpreter) Wake() { panic(ErrNoCgo) }
+
+// Take is unreachable without cgo.
+func (Request) Take() ([]byte, bool) { panic(ErrNoCgo) }

@@ -1,0 +1,783 @@
+"""minipy's Python half.
+
+Loaded into the embedded interpreter by the in-process engine and into every worker process
+by the isolated engine, so the rules of a run (last expression, capture, tracebacks,
+timeouts, the value codec) are written once. Everything crosses to Go as bytes through
+dispatch(); see codec.go for the other side of the value format.
+"""
+
+import ast
+import builtins
+import io
+import linecache
+import os
+import pprint
+import signal
+import struct
+import sys
+import threading
+import time
+import tokenize
+import types
+
+RUNTIME_FILE = "<minipy-runtime>"
+
+# ---------------------------------------------------------------------------------------
+# Value codec. One tag byte per value:
+#   N None, T/F bool, i int64, I big int (sign byte, u32 length, magnitude big-endian),
+#   f float64, s str (u32 length, UTF-8), b bytes, l list (u32 count, items),
+#   d dict with str keys (u32 count, (u32 length, key UTF-8, value) pairs),
+#   X a value with no Go equivalent (only at the top level of a result).
+# ---------------------------------------------------------------------------------------
+
+_Q = struct.Struct("<q")
+_D = struct.Struct("<d")
+_U = struct.Struct("<I")
+_MAX_DEPTH = 100
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+class Unconvertible(Exception):
+    """The value (or something inside it) has no plain Go equivalent."""
+
+
+def _enc_str(s, out):
+    b = s.encode("utf-8", "surrogatepass")
+    out += _U.pack(len(b))
+    out += b
+
+
+def _enc_int(v, out):
+    if _INT64_MIN <= v <= _INT64_MAX:
+        out += b"i"
+        out += _Q.pack(v)
+    else:
+        mag = abs(v)
+        raw = mag.to_bytes((mag.bit_length() + 7) // 8, "big")
+        out += b"I-" if v < 0 else b"I+"
+        out += _U.pack(len(raw))
+        out += raw
+
+
+def _enc(v, out, depth):
+    t = type(v)
+    if v is None:
+        out += b"N"
+    elif t is bool:
+        out += b"T" if v else b"F"
+    elif t is int:
+        _enc_int(v, out)
+    elif t is float:
+        out += b"f"
+        out += _D.pack(v)
+    elif t is str:
+        out += b"s"
+        _enc_str(v, out)
+    elif t is list or t is tuple:
+        if depth >= _MAX_DEPTH:
+            raise Unconvertible("nested too deeply (or contains itself)")
+        out += b"l"
+        out += _U.pack(len(v))
+        for item in v:
+            _enc(item, out, depth + 1)
+    elif t is dict:
+        if depth >= _MAX_DEPTH:
+            raise Unconvertible("nested too deeply (or contains itself)")
+        out += b"d"
+        out += _U.pack(len(v))
+        for key, item in v.items():
+            if type(key) is not str:
+                raise Unconvertible("dict key of type %s" % type(key).__name__)
+            _enc_str(key, out)
+            _enc(item, out, depth + 1)
+    elif t is bytes or t is bytearray:
+        out += b"b"
+        out += _U.pack(len(v))
+        out += v
+    else:
+        _enc_other(v, out, depth)
+
+
+def _enc_other(v, out, depth):
+    # Subclasses of the plain types (IntEnum, str enums, numpy.float64 is a float) and
+    # numpy scalars convert as their plain value; anything else has no Go equivalent.
+    if isinstance(v, bool):
+        out += b"T" if v else b"F"
+    elif isinstance(v, int):
+        _enc_int(int(v), out)
+    elif isinstance(v, float):
+        out += b"f"
+        out += _D.pack(float(v))
+    elif isinstance(v, str):
+        out += b"s"
+        _enc_str(str.__str__(v), out)
+    elif type(v).__module__ == "numpy" and getattr(v, "shape", None) == () and hasattr(v, "item"):
+        plain = v.item()
+        if type(plain) not in (bool, int, float, str, bytes):
+            raise Unconvertible(type(v).__name__)
+        _enc(plain, out, depth)
+    else:
+        raise Unconvertible(type(v).__name__)
+
+
+def encode(v):
+    """Encode v, raising Unconvertible when it has no Go equivalent."""
+    out = bytearray()
+    _enc(v, out, 0)
+    return bytes(out)
+
+
+def encode_or_opaque(v):
+    try:
+        return encode(v)
+    except Unconvertible:
+        return b"X"
+    except RecursionError:
+        return b"X"
+
+
+def _dec(buf, pos):
+    tag = buf[pos]
+    pos += 1
+    if tag == 0x4E:  # N
+        return None, pos
+    if tag == 0x54:  # T
+        return True, pos
+    if tag == 0x46:  # F
+        return False, pos
+    if tag == 0x69:  # i
+        return _Q.unpack_from(buf, pos)[0], pos + 8
+    if tag == 0x66:  # f
+        return _D.unpack_from(buf, pos)[0], pos + 8
+    if tag == 0x73:  # s
+        n = _U.unpack_from(buf, pos)[0]
+        pos += 4
+        return bytes(buf[pos:pos + n]).decode("utf-8", "surrogatepass"), pos + n
+    if tag == 0x62:  # b
+        n = _U.unpack_from(buf, pos)[0]
+        pos += 4
+        return bytes(buf[pos:pos + n]), pos + n
+    if tag == 0x49:  # I
+        neg = buf[pos] == 0x2D
+        n = _U.unpack_from(buf, pos + 1)[0]
+        pos += 5
+        v = int.from_bytes(buf[pos:pos + n], "big")
+        return (-v if neg else v), pos + n
+    if tag == 0x6C:  # l
+        n = _U.unpack_from(buf, pos)[0]
+        pos += 4
+        items = []
+        for _ in range(n):
+            item, pos = _dec(buf, pos)
+            items.append(item)
+        return items, pos
+    if tag == 0x64:  # d
+        n = _U.unpack_from(buf, pos)[0]
+        pos += 4
+        d = {}
+        for _ in range(n):
+            k = _U.unpack_from(buf, pos)[0]
+            pos += 4
+            key = bytes(buf[pos:pos + k]).decode("utf-8", "surrogatepass")
+            pos += k
+            d[key], pos = _dec(buf, pos)
+        return d, pos
+    raise ValueError("minipy codec: unknown tag %r" % chr(tag))
+
+
+def decode(buf, pos=0):
+    v, _ = _dec(memoryview(buf), pos)
+    return v
+
+
+# ---------------------------------------------------------------------------------------
+# Output capture: a text stream that keeps the first and last halves of `limit`
+# characters and counts what it dropped in between.
+# ---------------------------------------------------------------------------------------
+
+
+class _BinaryView:
+    """What code that writes bytes (sys.stdout.buffer.write) sees."""
+
+    def __init__(self, text):
+        self._text = text
+
+    def write(self, b):
+        self._text.write(bytes(b).decode("utf-8", "replace"))
+        return len(b)
+
+    def flush(self):
+        pass
+
+
+class Capture(io.TextIOBase):
+    def __init__(self, limit, name):
+        self._limit = limit
+        self._name = name
+        self._head = []
+        self._head_len = 0
+        self._tail = []
+        self._tail_len = 0
+        self._total = 0
+        self._lock = threading.Lock()
+
+    @property
+    def encoding(self):
+        return "utf-8"
+
+    @property
+    def errors(self):
+        return "strict"
+
+    @property
+    def name(self):
+        return self._name
+
+    @property
+    def buffer(self):
+        return _BinaryView(self)
+
+    def writable(self):
+        return True
+
+    def isatty(self):
+        return False
+
+    def fileno(self):
+        raise io.UnsupportedOperation("minipy captures %s in memory; it has no file descriptor" % self._name)
+
+    def write(self, s):
+        if not isinstance(s, str):
+            raise TypeError("write() argument must be str, not %s" % type(s).__name__)
+        n = len(s)
+        if not n:
+            return 0
+        limit = self._limit
+        with self._lock:
+            self._total += n
+            if limit < 0 or self._head_len + n <= limit:
+                self._head.append(s)
+                self._head_len += n
+                return n
+            if self._head_len < limit:
+                room = limit - self._head_len
+                self._head.append(s[:room])
+                self._head_len = limit
+                s = s[room:]
+            # Keep at most half of the limit as the tail.
+            half = limit - limit // 2
+            self._tail.append(s)
+            self._tail_len += len(s)
+            if self._tail_len > 2 * half + 4096:
+                joined = "".join(self._tail)[-half:]
+                self._tail = [joined]
+                self._tail_len = len(joined)
+        return n
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def flush(self):
+        pass
+
+    def getvalue(self):
+        with self._lock:
+            head = "".join(self._head)
+            if self._total <= self._limit or self._limit < 0:
+                return head + "".join(self._tail)
+            keep_head = self._limit // 2
+            keep_tail = self._limit - keep_head
+            tail = "".join(self._tail)
+            tail = (head[keep_head:] + tail)[-keep_tail:] if keep_tail else ""
+            omitted = self._total - keep_head - len(tail)
+            return "%s\n[... %d characters of %s omitted ...]\n%s" % (head[:keep_head], omitted, self._name, tail)
+
+
+class _Discard(io.TextIOBase):
+    """sys.stdout/sys.stderr between runs: a thread still printing must not reach the host's fds."""
+
+    encoding = "utf-8"
+
+    def writable(self):
+        return True
+
+    def write(self, s):
+        return len(s)
+
+
+def cap_text(s, limit, what):
+    if limit < 0 or len(s) <= limit:
+        return s
+    c = Capture(limit, what)
+    c.write(s)
+    return c.getvalue()
+
+
+# ---------------------------------------------------------------------------------------
+# Cells: source registration for tracebacks, the last-expression rule, error descriptions.
+# ---------------------------------------------------------------------------------------
+
+_MAX_CELLS = 2000
+_MAX_CELL_CHARS = 16 << 20
+_cells = {}  # source -> cell name, oldest first
+_cell_chars = 0
+_cell_counter = 0
+
+
+def register_cell(src):
+    """Give src a `<cell-N>` name linecache can show; identical sources share a name."""
+    global _cell_counter, _cell_chars
+    name = _cells.pop(src, None)
+    if name is not None and name in linecache.cache:
+        _cells[src] = name
+        return name
+    _cell_counter += 1
+    name = "<cell-%d>" % _cell_counter
+    lines = src.splitlines(True)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    linecache.cache[name] = (len(src), None, lines, name)
+    _cells[src] = name
+    _cell_chars += len(src)
+    while len(_cells) > _MAX_CELLS or (_cell_chars > _MAX_CELL_CHARS and len(_cells) > 1):
+        old_src = next(iter(_cells))
+        linecache.cache.pop(_cells.pop(old_src), None)
+        _cell_chars -= len(old_src)
+    return name
+
+
+def ends_with_semicolon(src):
+    """IPython's rule: a trailing `;` (comments aside) hides the last expression's value."""
+    if ";" not in src:
+        return False
+    last = None
+    skip = (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.ENDMARKER,
+            tokenize.INDENT, tokenize.DEDENT)
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(src).readline):
+            if tok.type not in skip:
+                last = tok
+    except (tokenize.TokenError, SyntaxError):
+        return False
+    return last is not None and last.type == tokenize.OP and last.string == ";"
+
+
+_COMPILE_FLAGS = 0
+
+
+def exec_cell(src, name, g, l):
+    """Run src in (g, l) as exec would; return (has_value, value) of its last expression."""
+    try:
+        whole = compile(src, name, "eval", _COMPILE_FLAGS, True)
+    except SyntaxError:
+        whole = None
+    if whole is not None:
+        value = eval(whole, g, l)
+        return value is not None, value
+    tree = compile(src, name, "exec", ast.PyCF_ONLY_AST | _COMPILE_FLAGS, True)
+    body = tree.body
+    last = None
+    if body and isinstance(body[-1], ast.Expr) and not ends_with_semicolon(src):
+        last = body.pop()
+    if body:
+        exec(compile(tree, name, "exec", _COMPILE_FLAGS, True), g, l)
+    if last is None:
+        return False, None
+    value = eval(compile(ast.Expression(last.value), name, "eval", _COMPILE_FLAGS, True), g, l)
+    return value is not None, value
+
+
+def value_repr(value, limit):
+    text = repr(value)
+    if len(text) > 79 and type(value) in (list, tuple, dict, set, frozenset):
+        text = pprint.pformat(value, width=79, sort_dicts=False)
+    return cap_text(text, limit, "repr")
+
+
+def type_name(exc_type):
+    module = getattr(exc_type, "__module__", "builtins")
+    qual = getattr(exc_type, "__qualname__", exc_type.__name__)
+    return qual if module in ("builtins", "__main__", None) else "%s.%s" % (module, qual)
+
+
+def describe_error(exc, limit):
+    """[type, message, traceback] with the runtime's own frames left out."""
+    import traceback
+
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == RUNTIME_FILE:
+        tb = tb.tb_next
+    try:
+        message = str(exc)
+    except BaseException:
+        message = "<unprintable %s>" % type(exc).__name__
+    try:
+        text = "".join(traceback.format_exception(type(exc), exc, tb))
+    except BaseException:
+        text = "%s: %s\n" % (type_name(type(exc)), message)
+    return [type_name(type(exc)), message, cap_text(text, limit, "the traceback")]
+
+
+# ---------------------------------------------------------------------------------------
+# Timeouts. The engine sends a signal to the thread running the cell (the "kick"); the
+# handler raises TimeoutInterrupt, a BaseException so `except Exception` cannot swallow it.
+# Stage 1 raises once; stage 2 (code that swallowed stage 1) raises on every line.
+# ---------------------------------------------------------------------------------------
+
+
+class TimeoutInterrupt(BaseException):
+    """The run was stopped by minipy: its deadline passed or its context was cancelled."""
+
+
+TimeoutInterrupt.__module__ = "minipy"
+
+
+class _RunState:
+    __slots__ = ("active", "stage_raised", "threads_before", "stage")
+
+    def __init__(self):
+        self.active = False
+        self.stage_raised = 0
+        self.threads_before = None
+        self.stage = 0  # set by the worker's control thread; in-process the C layer holds it
+
+
+_state = _RunState()
+_native = None  # the in-process engine's C helpers (module _minipy_c), else None
+_main_ident = threading.get_ident()
+
+
+def _kick_stage():
+    return _native.kick_stage() if _native is not None else _state.stage
+
+
+def _on_kick(signum, frame):
+    if not _state.active:
+        return
+    stage = _kick_stage()
+    if stage <= _state.stage_raised and stage < 2:
+        return  # a repeat of a stage already raised: let cleanup (finally, __exit__) run
+    first = _state.stage_raised == 0
+    _state.stage_raised = stage
+    if first:
+        _stop_threads()
+    if stage >= 2:
+        _hard_stop(frame)
+    raise TimeoutInterrupt("the run was stopped: its time ran out or it was cancelled")
+
+
+def _py_hard_tracer(frame, event, arg):
+    if frame.f_code.co_filename == RUNTIME_FILE or not _state.active:
+        return None
+    raise TimeoutInterrupt("the run was stopped: it swallowed the first interrupt")
+
+
+def _hard_stop(frame):
+    if _native is not None:
+        _native.hard_stop()  # a C tracer that raises on every line and is not unset by raising
+        return
+    # Worker processes: a Python tracer is unset when it raises, so the engine's repeated
+    # kicks re-install it; the engine kills the worker if that is not enough.
+    sys.settrace(_py_hard_tracer)
+    while frame is not None:
+        if frame.f_code.co_filename != RUNTIME_FILE:
+            frame.f_trace = _py_hard_tracer
+        frame = frame.f_back
+
+
+def _clear_hard_stop():
+    if _native is not None:
+        _native.clear_hard_stop()
+    elif _state.stage_raised >= 2:
+        sys.settrace(None)
+
+
+def _async_raise(ident):
+    if _native is not None:
+        _native.async_raise(ident, TimeoutInterrupt)
+        return
+    import ctypes
+
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(TimeoutInterrupt))
+
+
+def _stop_threads():
+    """Stop the threads this run started (they would otherwise outlive its deadline)."""
+    before = _state.threads_before or ()
+    for ident, thread in list(threading._active.items()):
+        if ident != _main_ident and ident not in before and not isinstance(thread, threading._DummyThread):
+            _async_raise(ident)
+
+
+def _thread_excepthook(args, _default=threading.excepthook):
+    if args.exc_type is TimeoutInterrupt:
+        return
+    _default(args)
+
+
+_real_sleep = time.sleep
+
+
+def _sliced_sleep(secs):
+    """time.sleep that a stopped thread leaves within 50 ms (the main thread sleeps whole:
+    the kick interrupts it)."""
+    if threading.get_ident() == _main_ident or not secs or secs <= 0.05:
+        return _real_sleep(secs)
+    end = time.monotonic() + secs
+    while True:
+        left = end - time.monotonic()
+        if left <= 0:
+            return None
+        _real_sleep(min(left, 0.05))
+
+
+_sliced_sleep.__name__ = "sleep"
+_sliced_sleep.__qualname__ = "sleep"
+_sliced_sleep.__doc__ = _real_sleep.__doc__
+
+
+# ---------------------------------------------------------------------------------------
+# Namespaces and the run itself.
+# ---------------------------------------------------------------------------------------
+
+DEFAULT_NAMESPACE = 1
+_spaces = {}
+_next_space = DEFAULT_NAMESPACE
+
+
+def new_namespace():
+    global _next_space
+    ident = _next_space
+    _next_space += 1
+    _spaces[ident] = {"__name__": "__main__", "__builtins__": builtins}
+    return ident
+
+
+def _space(ident):
+    try:
+        return _spaces[ident]
+    except KeyError:
+        raise _OpError("namespace", "namespace %d is closed or unknown" % ident) from None
+
+
+class _OpError(Exception):
+    def __init__(self, kind, message):
+        Exception.__init__(self, message)
+        self.kind = kind
+
+
+_discard = _Discard()
+_U4 = struct.Struct("<IIiI")
+_NONE = b"N"
+
+
+def run(gid, lid, max_output, src):
+    """One cell. Returns has_value, value, repr, stdout, stderr, error, seconds, encoded."""
+    g = _space(gid)
+    l = _space(lid) if lid else g
+    out = Capture(max_output, "stdout")
+    err = Capture(max_output, "stderr")
+    state = _state
+    has_value = False
+    value_bytes = _NONE
+    text = ""
+    error = None
+    sys.stdout, sys.stderr, sys.stdin = out, err, io.StringIO()
+    active = threading._active
+    state.threads_before = set(active) if len(active) > 1 else None
+    state.stage_raised = 0
+    started = time.perf_counter()
+    try:
+        try:
+            state.active = True
+            name = register_cell(src)
+            has_value, value = exec_cell(src, name, g, l)
+            if has_value:
+                text = value_repr(value, max_output)
+                value_bytes = encode_or_opaque(value)
+            value = None
+        finally:
+            state.active = False
+            _clear_hard_stop()
+    except BaseException as exc:
+        has_value = False
+        value_bytes = _NONE
+        text = ""
+        try:
+            error = describe_error(exc, max_output)
+        except BaseException as again:  # formatting itself failed (MemoryError, odd __str__)
+            error = [type_name(type(exc)), "", "%s (and formatting its traceback failed: %r)\n" % (type_name(type(exc)), again)]
+        exc = None
+    seconds = time.perf_counter() - started
+    sys.stdout, sys.stderr, sys.stdin = _discard, _discard, io.StringIO()
+    buf = bytearray(b"\x00")
+    buf += b"T" if has_value else b"F"
+    buf += value_bytes
+    for s in (text, out.getvalue(), err.getvalue()):
+        buf += b"s"
+        _enc_str(s, buf)
+    _enc(error, buf, 0)
+    buf += b"f"
+    buf += _D.pack(seconds)
+    return bytes(buf)
+
+
+def _op_set(ident, name, payload):
+    _space(ident)[name] = payload
+
+
+def _op_get(ident, name):
+    space = _space(ident)
+    try:
+        value = space[name]
+    except KeyError:
+        raise _OpError("name", "name %r is not defined" % name) from None
+    try:
+        return encode(value)
+    except (Unconvertible, RecursionError) as exc:
+        raise _OpError("unsupported", "%s (%s); repr: %s" % (name, exc, cap_text(repr(value), 200, "repr"))) from None
+
+
+def _op_names(ident):
+    return [k for k in _space(ident) if not (k.startswith("__") and k.endswith("__"))]
+
+
+def _op_free(ident):
+    if ident == DEFAULT_NAMESPACE:
+        raise _OpError("namespace", "the default namespace cannot be closed")
+    space = _spaces.pop(ident, None)
+    if space is not None:
+        space.clear()
+
+
+_COMMON_LIBRARIES = (
+    "numpy", "pandas", "scipy", "matplotlib", "sympy", "sklearn", "statsmodels", "seaborn",
+    "networkx", "PIL", "requests", "bs4", "lxml", "yaml", "openpyxl", "pyarrow", "polars",
+    "IPython", "dateutil", "pytz", "tabulate", "regex", "cryptography",
+)
+_info = None
+
+
+def info():
+    """[python version, executable, importable common libraries]; detected once."""
+    global _info
+    if _info is None:
+        import importlib.util
+
+        found = []
+        for lib in _COMMON_LIBRARIES:
+            try:
+                if importlib.util.find_spec(lib) is not None:
+                    found.append(lib)
+            except (ImportError, ValueError):
+                pass
+        _info = ["%d.%d.%d" % sys.version_info[:3], sys.executable, found]
+    return _info
+
+
+OP_RUN, OP_NEW, OP_FREE, OP_SET, OP_GET, OP_NAMES, OP_INFO = range(1, 8)
+_HEADER = struct.Struct("<BIIi")
+
+
+def dispatch(req):
+    """Serve one request (bytes) and return the response (bytes).
+
+    Response: status byte 0 then the op's values, or status 1 then [kind, message]."""
+    try:
+        op = req[0]
+        if op == OP_RUN:
+            _, gid, lid, max_output = _HEADER.unpack_from(req, 0)
+            return run(gid, lid, max_output, req[_HEADER.size:].decode("utf-8", "surrogateescape"))
+        if op == OP_NEW:
+            return b"\x00" + encode(new_namespace())
+        args = decode(req, 1) if len(req) > 1 else []
+        if op == OP_FREE:
+            _op_free(*args)
+            return b"\x00N"
+        if op == OP_SET:
+            _op_set(*args)
+            return b"\x00N"
+        if op == OP_GET:
+            return b"\x00" + _op_get(*args)
+        if op == OP_NAMES:
+            return b"\x00" + encode(_op_names(*args))
+        if op == OP_INFO:
+            return b"\x00" + encode(info())
+        raise _OpError("internal", "unknown op %d" % op)
+    except _OpError as exc:
+        return b"\x01" + encode([exc.kind, str(exc)])
+    except BaseException as exc:  # a bug of ours, or an interrupt that landed between runs
+        return b"\x01" + encode(["internal", "%s: %s" % (type_name(type(exc)), exc)])
+
+
+# ---------------------------------------------------------------------------------------
+# Installation.
+# ---------------------------------------------------------------------------------------
+
+
+def _refuse(what, why):
+    def refused(*args, **kwargs):
+        raise RuntimeError("%s is not available inside minipy's in-process engine: %s" % (what, why))
+
+    refused.__name__ = what.rsplit(".", 1)[-1]
+    refused.__qualname__ = refused.__name__
+    return refused
+
+
+_SIGNALS_OWNED = "the host Go program owns signal handling (use Options.Timeout, or the isolated engine)"
+_EXITS_HOST = "it would end the host Go program (use the isolated engine to run such code)"
+
+
+def _guard_in_process(kick_signal):
+    """Code in the host process must not replace the Go runtime's signal handlers, block the
+    kick signal or exit the host; such calls raise a clear RuntimeError instead."""
+    import faulthandler
+
+    for fn in ("signal", "set_wakeup_fd", "setitimer", "alarm", "siginterrupt", "pthread_sigmask", "sigwait",
+               "sigwaitinfo", "sigtimedwait", "pause"):
+        if hasattr(signal, fn):
+            setattr(signal, fn, _refuse("signal." + fn, _SIGNALS_OWNED))
+    for fn in ("enable", "register", "dump_traceback_later"):
+        setattr(faulthandler, fn, _refuse("faulthandler." + fn, _SIGNALS_OWNED))
+    os._exit = _refuse("os._exit", _EXITS_HOST)
+    os.abort = _refuse("os.abort", _EXITS_HOST)
+    real_kill = os.kill
+
+    def kill(pid, sig):
+        if pid in (0, os.getpid()) or pid == -os.getpgid(0):
+            raise RuntimeError("os.kill of the host process is not available inside minipy's in-process engine: "
+                               + _EXITS_HOST)
+        return real_kill(pid, sig)
+
+    kill.__doc__ = real_kill.__doc__
+    os.kill = kill
+
+
+def _linked_python():
+    """The python executable that matches this libpython, not the first python3 on PATH."""
+    for base in (sys.base_exec_prefix, sys.base_prefix, "/usr", "/usr/local"):
+        for name in ("python%d.%d" % sys.version_info[:2], "python%d" % sys.version_info[0]):
+            path = os.path.join(base, "bin", name)
+            if os.access(path, os.X_OK):
+                return path
+    return sys.executable
+
+
+def install(kick_signal, native):
+    """Prepare this interpreter for runs. `native` is the in-process engine's C module, or None
+    in a worker process."""
+    global _native
+    _native = native
+    if not hasattr(sys, "argv"):
+        sys.argv = [""]
+    if native is not None:
+        sys.executable = sys._base_executable = _linked_python()
+    signal.signal(kick_signal, _on_kick)
+    threading.excepthook = _thread_excepthook
+    time.sleep = _sliced_sleep
+    if native is not None:
+        _guard_in_process(kick_signal)
+        sys.stdout, sys.stderr, sys.stdin = _discard, _discard, io.StringIO()
+    new_namespace()  # DEFAULT_NAMESPACE
+    return dispatch

@@ -1,0 +1,224 @@
+package minipy
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/minipy-go/minipy/internal/pyrt"
+)
+
+// DefaultTimeout bounds a run whose Options.Timeout is 0 (toolslm's minipy uses an hour).
+const DefaultTimeout = time.Hour
+
+// DefaultMaxOutput is the cap, in characters, on each of a run's stdout, stderr and repr
+// when Options.MaxOutput is 0.
+const DefaultMaxOutput = 64 << 10
+
+// Options configure one run. A nil *Options means all defaults.
+type Options struct {
+	// Globals is the namespace the code runs in. Nil means the engine's default namespace,
+	// shared by every run that passes none (toolslm's "caller globals").
+	Globals *Namespace
+	// Locals is the local namespace, as in exec(code, globals, locals). Nil means Globals,
+	// which is what almost all code wants: functions then see the cell's imports.
+	Locals *Namespace
+	// Timeout bounds the run. 0 means DefaultTimeout; negative means none (the context's
+	// deadline, if any, still applies).
+	Timeout time.Duration
+	// MaxOutput caps each of stdout, stderr and the value's repr, in characters; the
+	// first and last halves are kept around a marker that says how much was left out.
+	// 0 means DefaultMaxOutput; negative means no cap.
+	MaxOutput int
+}
+
+// Result is what a run produced. When the code raises, the Result still carries the
+// output printed before the error.
+type Result struct {
+	// Value is the last expression's value as a plain Go value (see the type table in the
+	// package doc), or nil when it has no Go equivalent; Repr is set either way.
+	Value any
+	// Repr is the value as IPython would show it (repr, pretty-printed when long).
+	Repr string
+	// HasValue reports whether the code ended with an expression whose value is not None
+	// and which was not silenced with a trailing ';'.
+	HasValue bool
+	// Stdout and Stderr are what the code printed, exactly, each capped at MaxOutput.
+	Stdout, Stderr string
+	// Duration is the wall time of the call, waiting for the interpreter included.
+	Duration time.Duration
+}
+
+// Text renders the result as a model should read it: the printed output, then stderr,
+// then the value's repr, each on lines of its own.
+func (r *Result) Text() string {
+	if r == nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, part := range [...]string{r.Stdout, r.Stderr, r.Repr} {
+		if part == "" {
+			continue
+		}
+		if b.Len() > 0 && !strings.HasSuffix(b.String(), "\n") {
+			b.WriteByte('\n')
+		}
+		b.WriteString(part)
+	}
+	return b.String()
+}
+
+// Minipy runs code in the in-process interpreter with opts (nil: defaults) and returns its
+// result. It is Run with context.Background().
+func Minipy(code string, opts *Options) (*Result, error) {
+	return Run(context.Background(), code, opts)
+}
+
+// Run runs code in the in-process interpreter, stopping it when opts.Timeout passes or
+// ctx ends (see the package doc on timeouts). The error is a *PythonError when the code
+// raised, an *InterruptedError when it was stopped, and the Result carries what was
+// printed in both cases. Safe for concurrent use: runs take turns on the interpreter.
+func Run(ctx context.Context, code string, opts *Options) (*Result, error) {
+	e, err := inProcess()
+	if err != nil {
+		return nil, err
+	}
+	return e.run(ctx, code, opts)
+}
+
+// engine is what the in-process and isolated engines share: runs and namespace operations.
+type engine interface {
+	run(ctx context.Context, code string, opts *Options) (*Result, error)
+	// do sends one namespace request (see pyrt's ops) and returns its decoded reply.
+	do(ns *Namespace, op byte, args ...any) (any, error)
+	name() string
+}
+
+// runRequest is the request runtime.py's dispatch answers with a run.
+func runRequest(gid, lid uint32, maxOutput int, code string) []byte {
+	req := make([]byte, 0, 13+len(code))
+	req = append(req, pyrt.OpRun)
+	req = binary.LittleEndian.AppendUint32(req, gid)
+	req = binary.LittleEndian.AppendUint32(req, lid)
+	req = binary.LittleEndian.AppendUint32(req, uint32(int32(maxOutput)))
+	return append(req, code...)
+}
+
+// opRequest is a namespace request: the op byte and its arguments as a list.
+func opRequest(op byte, args []any) ([]byte, error) {
+	if len(args) == 0 {
+		return []byte{op}, nil
+	}
+	return appendValue([]byte{op}, args, 0)
+}
+
+// opReply decodes the reply to opRequest.
+func opReply(resp []byte) (any, error) {
+	if len(resp) == 0 {
+		return nil, errTruncated
+	}
+	d := decoder{buf: resp, pos: 1}
+	v, err := d.value()
+	if err != nil {
+		return nil, err
+	}
+	if resp[0] == 0 {
+		return v, nil
+	}
+	return nil, replyError(v)
+}
+
+// replyError turns a runtime.py error reply ([kind, message]) into an error.
+func replyError(v any) error {
+	parts, _ := v.([]any)
+	if len(parts) != 2 {
+		return errTruncated
+	}
+	kind, _ := parts[0].(string)
+	msg, _ := parts[1].(string)
+	switch kind {
+	case "name":
+		return fmt.Errorf("%w: %s", ErrNameNotFound, msg)
+	case "unsupported":
+		return fmt.Errorf("%w: %s", ErrUnsupportedValue, msg)
+	case "namespace":
+		return fmt.Errorf("%w: %s", ErrNamespaceClosed, msg)
+	}
+	return fmt.Errorf("minipy: internal error in the Python runtime: %s", msg)
+}
+
+// runReply decodes the reply to runRequest into res and the code's error, if any.
+func runReply(resp []byte, res *Result) (*PythonError, error) {
+	if len(resp) == 0 {
+		return nil, errTruncated
+	}
+	d := decoder{buf: resp, pos: 1}
+	if resp[0] != 0 {
+		v, err := d.value()
+		if err != nil {
+			return nil, err
+		}
+		return nil, replyError(v)
+	}
+	fields := [7]any{}
+	for i := range fields {
+		v, err := d.value()
+		if err != nil {
+			return nil, err
+		}
+		fields[i] = v
+	}
+	res.HasValue, _ = fields[0].(bool)
+	if _, ok := fields[1].(opaque); !ok {
+		res.Value = fields[1]
+	}
+	res.Repr, _ = fields[2].(string)
+	res.Stdout, _ = fields[3].(string)
+	res.Stderr, _ = fields[4].(string)
+	if e, ok := fields[5].([]any); ok && len(e) == 3 {
+		py := &PythonError{}
+		py.Type, _ = e[0].(string)
+		py.Message, _ = e[1].(string)
+		py.Traceback, _ = e[2].(string)
+		return py, nil
+	}
+	return nil, nil
+}
+
+// namespaceIDs resolves opts' namespaces for engine e.
+func namespaceIDs(e engine, opts *Options) (gid, lid uint32, err error) {
+	gid = pyrt.DefaultNamespace
+	if opts == nil {
+		return gid, 0, nil
+	}
+	if opts.Globals != nil {
+		if gid, err = opts.Globals.idFor(e); err != nil {
+			return 0, 0, err
+		}
+	}
+	if opts.Locals != nil && opts.Locals != opts.Globals {
+		if lid, err = opts.Locals.idFor(e); err != nil {
+			return 0, 0, err
+		}
+	}
+	return gid, lid, nil
+}
+
+func maxOutput(opts *Options) int {
+	switch {
+	case opts == nil || opts.MaxOutput == 0:
+		return DefaultMaxOutput
+	case opts.MaxOutput < 0:
+		return -1
+	}
+	return opts.MaxOutput
+}
+
+func timeoutOf(opts *Options) time.Duration {
+	if opts == nil {
+		return 0
+	}
+	return opts.Timeout
+}

@@ -1,0 +1,141 @@
+package minipy
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+
+	"github.com/minipy-go/minipy/internal/pyrt"
+)
+
+// Namespace is a Python dict that holds a session's variables between runs: pass it as
+// Options.Globals (and, rarely, Options.Locals). It starts with __name__ == "__main__" and
+// the builtins.
+//
+// A Namespace belongs to the engine that made it (NewNamespace for the in-process engine,
+// Isolated.NewNamespace for a worker pool); using it with another engine is an error.
+// Its methods are safe to call from any goroutine: like runs, they take turns on the
+// interpreter, so a Set never sees half of a run. Runs that share a namespace see each
+// other's assignments in the order they ran.
+type Namespace struct {
+	engine engine
+	id     uint32
+	ref    any // engine-specific (the isolated engine's worker slot)
+
+	mu     sync.Mutex
+	closed bool
+}
+
+// NewNamespace makes a fresh namespace in the in-process interpreter, starting it if needed.
+// Call Close when done with it to free its variables (they are freed anyway, later, when
+// the Namespace is garbage-collected).
+func NewNamespace() *Namespace {
+	ns, err := newInProcessNamespace()
+	if err != nil {
+		// Keep the signature of the API: a namespace that reports the start error.
+		return &Namespace{closed: true, ref: err}
+	}
+	return ns
+}
+
+func newInProcessNamespace() (*Namespace, error) {
+	e, err := inProcess()
+	if err != nil {
+		return nil, err
+	}
+	v, err := e.do(nil, pyrt.OpNew)
+	if err != nil {
+		return nil, err
+	}
+	id, _ := v.(int64)
+	return newNamespace(e, uint32(id), nil), nil
+}
+
+// newNamespace wraps namespace id of engine e and frees it when the wrapper is collected.
+func newNamespace(e engine, id uint32, ref any) *Namespace {
+	ns := &Namespace{engine: e, id: id, ref: ref}
+	runtime.AddCleanup(ns, func(id uint32) {
+		go e.do(&Namespace{engine: e, id: id, ref: ref}, pyrt.OpFree, int64(id)) //nolint:errcheck // best effort
+	}, id)
+	return ns
+}
+
+// idFor returns the namespace's id for engine e, or an error if it is closed or another's.
+func (ns *Namespace) idFor(e engine) (uint32, error) {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	if err := ns.usable(); err != nil {
+		return 0, err
+	}
+	if ns.engine != e {
+		return 0, fmt.Errorf("minipy: this namespace belongs to %s, not %s", ns.engine.name(), e.name())
+	}
+	return ns.id, nil
+}
+
+func (ns *Namespace) usable() error {
+	if !ns.closed {
+		return nil
+	}
+	if err, ok := ns.ref.(error); ok {
+		return err // the interpreter could not start
+	}
+	return ErrNamespaceClosed
+}
+
+func (ns *Namespace) op(op byte, args ...any) (any, error) {
+	ns.mu.Lock()
+	err := ns.usable()
+	ns.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return ns.engine.do(ns, op, append([]any{int64(ns.id)}, args...)...)
+}
+
+// Set binds name to v converted to Python (see the type table in the package doc). A Go
+// value with no Python equivalent gives an *UnsupportedTypeError.
+func (ns *Namespace) Set(name string, v any) error {
+	if _, err := appendValue(nil, v, 0); err != nil {
+		return err
+	}
+	_, err := ns.op(pyrt.OpSet, name, v)
+	return err
+}
+
+// Get returns the value bound to name, converted to Go. A missing name gives an error
+// matching ErrNameNotFound; a value with no Go equivalent one matching ErrUnsupportedValue.
+func (ns *Namespace) Get(name string) (any, error) {
+	return ns.op(pyrt.OpGet, name)
+}
+
+// Names returns the namespace's names in the order they were bound, leaving out dunder
+// names such as __builtins__.
+func (ns *Namespace) Names() []string {
+	v, err := ns.op(pyrt.OpNames)
+	if err != nil {
+		return nil
+	}
+	items, _ := v.([]any)
+	names := make([]string, 0, len(items))
+	for _, item := range items {
+		if s, ok := item.(string); ok {
+			names = append(names, s)
+		}
+	}
+	return names
+}
+
+// Close frees the namespace's variables. Later uses return ErrNamespaceClosed; closing
+// twice is not an error.
+func (ns *Namespace) Close() error {
+	ns.mu.Lock()
+	if ns.closed {
+		ns.mu.Unlock()
+		return nil
+	}
+	ns.closed = true
+	ns.mu.Unlock()
+	_, err := ns.engine.do(ns, pyrt.OpFree, int64(ns.id))
+	return err
+}

@@ -1,0 +1,121 @@
+package minipy
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// How a run that passes its deadline is stopped, for both engines:
+//
+//  1. At the deadline (or when the context ends) the engine "kicks" the code: a signal to
+//     the thread running it, whose handler raises minipy.TimeoutInterrupt, a BaseException
+//     that `except Exception:` does not catch. Blocking calls (sleep, input, socket reads,
+//     join, subprocess waits) return early because the signal interrupts them.
+//  2. If the code is still running hardStageAfter later (it swallowed the interrupt with a
+//     bare `except:`), the kick escalates: the exception is raised again on every line.
+//  3. If it is still running abandonAfter the deadline (a C call holding the GIL, such as
+//     sum(range(10**10))), the in-process engine returns ErrTimeout without waiting and the
+//     interpreter stays busy until that call ends; the isolated engine kills the worker.
+const (
+	kickRepeat     = 20 * time.Millisecond
+	hardStageAfter = 100 * time.Millisecond
+	abandonAfter   = 500 * time.Millisecond
+)
+
+// runHandle is a run in progress on one of the engines.
+type runHandle interface {
+	// wait waits up to d (negative: no limit) for the run to finish or for wake; it
+	// reports whether the run finished.
+	wait(d time.Duration) bool
+	// kick interrupts the run at stage 1 or 2 if it is still running.
+	kick(stage int)
+	// wake makes a pending wait return.
+	wake()
+}
+
+// stop records why and when a run was stopped; its zero value means it was not.
+type stop struct {
+	cause       error // ErrTimeout or the context's error
+	ctxDeadline bool
+	at          time.Time
+	abandoned   bool
+}
+
+// supervise waits for h to finish, kicking it when the deadline passes or ctx ends.
+func supervise(ctx context.Context, h runHandle, dl deadline) stop {
+	var s stop
+	if ctx.Done() != nil {
+		defer context.AfterFunc(ctx, h.wake)()
+	}
+	for {
+		d := time.Duration(-1)
+		if s.cause != nil {
+			d = kickRepeat
+		} else if !dl.at.IsZero() {
+			d = time.Until(dl.at)
+		}
+		if h.wait(d) {
+			return s
+		}
+		now := time.Now()
+		if s.cause == nil {
+			switch err := ctx.Err(); {
+			case err != nil:
+				s.cause, s.ctxDeadline, s.at = err, errors.Is(err, context.DeadlineExceeded), now
+			case !dl.at.IsZero() && !now.Before(dl.at) && dl.fromContext:
+				// The context's own timer may not have fired yet; it is its deadline all the same.
+				s.cause, s.ctxDeadline, s.at = context.DeadlineExceeded, true, dl.at
+			case !dl.at.IsZero() && !now.Before(dl.at):
+				s.cause, s.at = ErrTimeout, dl.at
+			default:
+				continue
+			}
+			h.kick(1)
+			continue
+		}
+		late := now.Sub(s.at)
+		if late >= abandonAfter {
+			s.abandoned = true
+			return s
+		}
+		stage := 1
+		if late >= hardStageAfter {
+			stage = 2
+		}
+		h.kick(stage)
+	}
+}
+
+// interrupted builds the error of a stopped run.
+func (s stop) interrupted(started time.Time, py *PythonError) error {
+	return &InterruptedError{
+		Cause:     s.cause,
+		After:     s.at.Sub(started),
+		Python:    py,
+		Abandoned: s.abandoned,
+		deadline:  s.ctxDeadline,
+	}
+}
+
+// deadline is when a run must stop (zero: never) and whether that is its context's.
+type deadline struct {
+	at          time.Time
+	fromContext bool
+}
+
+// runDeadline is when a run started at now must stop: Options.Timeout (0: the default,
+// negative: none) or the context's deadline, whichever is first.
+func runDeadline(ctx context.Context, now time.Time, timeout time.Duration) deadline {
+	var dl deadline
+	if timeout == 0 {
+		timeout = DefaultTimeout
+	}
+	if timeout > 0 {
+		dl.at = now.Add(timeout)
+	}
+	if d, ok := ctx.Deadline(); ok && (dl.at.IsZero() || d.Before(dl.at)) {
+		dl = deadline{at: d, fromContext: true}
+	}
+	return dl
+}
