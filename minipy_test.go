@@ -1,6 +1,11 @@
 package minipy_test
 
 import (
+	"errors"
+	"fmt"
+	"math/big"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -9,10 +14,392 @@ import (
 	"github.com/minipy-go/minipy"
 )
 
+// fresh returns options with a namespace of the test's own.
+func fresh(t *testing.T) *minipy.Options {
+	t.Helper()
+	ns := minipy.NewNamespace()
+	t.Cleanup(func() { ns.Close() })
+	return &minipy.Options{Globals: ns}
+}
+
+func run(t *testing.T, code string, opts *minipy.Options) *minipy.Result {
+	t.Helper()
+	r, err := minipy.Minipy(code, opts)
+	require.NoError(t, err, "code: %s", code)
+	return r
+}
+
+func pyError(t *testing.T, err error) *minipy.PythonError {
+	t.Helper()
+	var pe *minipy.PythonError
+	require.True(t, errors.As(err, &pe), "want a *PythonError, got %T: %v", err, err)
+	return pe
+}
+
 func TestLastExpressionValue(t *testing.T) {
-	r, err := minipy.Minipy("import math; math.factorial(12)", nil)
-	require.NoError(t, err)
+	r := run(t, "import math; math.factorial(12)", fresh(t))
 	assert.True(t, r.HasValue)
 	assert.Equal(t, int64(479001600), r.Value)
 	assert.Equal(t, "479001600", r.Repr)
+}
+
+func TestLastExpressionRules(t *testing.T) {
+	cases := []struct {
+		code     string
+		hasValue bool
+		repr     string
+	}{
+		{"1+1", true, "2"},
+		{"x = 3\nx * 2", true, "6"},
+		{"x = 3\nx * 2  # the answer", true, "6"},
+		{"x = 3\nx * 2;", false, ""},
+		{"x = 3\nx * 2;  # silenced, comment ignored", false, ""},
+		{"x = 3\nx * 2 ;\n\n", false, ""},
+		{"s = 'a;'\ns", true, "'a;'"},
+		{"x = 3; x", true, "3"},
+		{"None", false, ""},
+		{"print('hi')", false, ""}, // print returns None
+		{"x = 1", false, ""},
+		{"for i in range(3):\n    i", false, ""},
+		{"if True:\n    5", false, ""},
+		{"def f():\n    return 1", false, ""},
+		{"", false, ""},
+		{"# only a comment\n", false, ""},
+		{"   \n\n", false, ""},
+		{"[i * i for i in range(4)]", true, "[0, 1, 4, 9]"},
+		{"import os\n(lambda: 7)()", true, "7"},
+	}
+	for _, c := range cases {
+		t.Run(c.code, func(t *testing.T) {
+			r := run(t, c.code, fresh(t))
+			assert.Equal(t, c.hasValue, r.HasValue)
+			assert.Equal(t, c.repr, r.Repr)
+			if !c.hasValue {
+				assert.Nil(t, r.Value)
+			}
+		})
+	}
+}
+
+func TestNoStaleValueAndNoResultVariable(t *testing.T) {
+	opts := fresh(t)
+	r := run(t, "41 + 1", opts)
+	require.True(t, r.HasValue)
+	r = run(t, "y = 5", opts)
+	assert.False(t, r.HasValue, "a statement after an expression must not show the old value")
+	assert.Empty(t, r.Repr)
+	assert.Equal(t, []string{"y"}, opts.Globals.Names(), "no _result or other helper is left in the namespace")
+	_, err := minipy.Minipy("1/0", opts)
+	require.Error(t, err)
+	r = run(t, "y", opts)
+	assert.Equal(t, int64(5), r.Value)
+}
+
+func TestStdoutAndValueBothKept(t *testing.T) {
+	r := run(t, "print('working...')\n6 * 7", fresh(t))
+	assert.Equal(t, "working...\n", r.Stdout)
+	assert.Equal(t, int64(42), r.Value)
+	assert.Equal(t, "working...\n42", r.Text())
+}
+
+func TestOutputCapturedSeparatelyAndExactly(t *testing.T) {
+	r := run(t, `import sys
+print("  spaced  ")
+print()
+sys.stderr.write("warn\n")
+print("no newline", end="")
+sys.stdout.buffer.write(b"\xc3\xa9")`, fresh(t))
+	assert.Equal(t, "  spaced  \n\nno newlineé", r.Stdout)
+	assert.Equal(t, "warn\n", r.Stderr)
+}
+
+func TestOutputCapKeepsHeadAndTail(t *testing.T) {
+	opts := fresh(t)
+	opts.MaxOutput = 100
+	r := run(t, "print('A' * 500 + 'B' * 500, end='')", opts)
+	assert.True(t, strings.HasPrefix(r.Stdout, strings.Repeat("A", 50)+"\n[... 900 characters of stdout omitted ...]\n"), r.Stdout)
+	assert.True(t, strings.HasSuffix(r.Stdout, "\n"+strings.Repeat("B", 50)), r.Stdout)
+
+	opts.MaxOutput = 0 // the default cap still bounds a flood
+	r = run(t, "for i in range(200000): print(i)", opts)
+	assert.Less(t, len(r.Stdout), minipy.DefaultMaxOutput+200)
+	assert.True(t, strings.HasPrefix(r.Stdout, "0\n1\n2\n"))
+	assert.True(t, strings.HasSuffix(r.Stdout, "199998\n199999\n"))
+	assert.Contains(t, r.Stdout, "characters of stdout omitted")
+
+	opts.MaxOutput = 10 // the repr is capped too
+	r = run(t, "'x' * 1000", opts)
+	assert.Contains(t, r.Repr, "characters of repr omitted")
+	assert.Equal(t, strings.Repeat("x", 1000), r.Value, "the Go value is not truncated")
+}
+
+func TestInputGetsEOF(t *testing.T) {
+	opts := fresh(t)
+	_, err := minipy.Minipy("input('name? ')", opts)
+	pe := pyError(t, err)
+	assert.Equal(t, "EOFError", pe.Type)
+	// exit() closes sys.stdin (site's Quitter); the next run must still get EOF, not ValueError.
+	_, err = minipy.Minipy("import sys; sys.stdin.close(); exit()", opts)
+	assert.Equal(t, "SystemExit", pyError(t, err).Type)
+	_, err = minipy.Minipy("input()", opts)
+	assert.Equal(t, "EOFError", pyError(t, err).Type)
+}
+
+func TestTracebackShowsUserLinesOnly(t *testing.T) {
+	opts := fresh(t)
+	run(t, "def ratio(a, b):\n    return a / b", opts)
+	r, err := minipy.Minipy("print('before')\nratio(1, 0)", opts)
+	pe := pyError(t, err)
+	assert.Equal(t, "ZeroDivisionError", pe.Type)
+	assert.Equal(t, "division by zero", pe.Message)
+	assert.Equal(t, "ZeroDivisionError: division by zero", pe.Error())
+	assert.Equal(t, "before\n", r.Stdout, "output printed before the error is kept")
+	assert.Contains(t, pe.Traceback, "Traceback (most recent call last):")
+	assert.Contains(t, pe.Traceback, "    ratio(1, 0)\n")
+	assert.Contains(t, pe.Traceback, "    return a / b\n", "a function from an earlier run shows its own source")
+	assert.Contains(t, pe.Traceback, ", line 2, in ratio")
+	assert.NotContains(t, pe.Traceback, "minipy-runtime")
+	assert.NotContains(t, pe.Traceback, "exec_cell")
+}
+
+func TestSyntaxErrorIsPythonError(t *testing.T) {
+	_, err := minipy.Minipy("x = 1\ndef f(:\n    pass", fresh(t))
+	pe := pyError(t, err)
+	assert.Equal(t, "SyntaxError", pe.Type)
+	assert.Contains(t, pe.Traceback, ", line 2")
+	assert.Contains(t, pe.Traceback, "def f(:")
+	assert.NotContains(t, pe.Traceback, "minipy-runtime")
+
+	_, err = minipy.Minipy("if True:\nprint(1)", nil)
+	assert.Equal(t, "IndentationError", pyError(t, err).Type)
+}
+
+func TestBaseExceptionsAreContained(t *testing.T) {
+	opts := fresh(t)
+	for code, typ := range map[string]string{
+		"import sys; sys.exit(3)": "SystemExit",
+		"exit()":                  "SystemExit",
+		"raise SystemExit('bye')": "SystemExit",
+		"raise KeyboardInterrupt": "KeyboardInterrupt",
+		"raise GeneratorExit":     "GeneratorExit",
+		"class Stop(BaseException): pass\nraise Stop('x')":            "Stop",
+		"import os; os._exit(0)":                                      "RuntimeError", // refused: it would end the host
+		"import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)": "RuntimeError",
+	} {
+		_, err := minipy.Minipy(code, opts)
+		assert.Equal(t, typ, pyError(t, err).Type, code)
+	}
+	assert.Equal(t, int64(2), run(t, "1+1", opts).Value, "the interpreter is still usable")
+}
+
+func TestDeepRecursionLeavesInterpreterUsable(t *testing.T) {
+	opts := fresh(t)
+	_, err := minipy.Minipy("def f(n):\n    return f(n + 1)\nf(0)", opts)
+	pe := pyError(t, err)
+	assert.Equal(t, "RecursionError", pe.Type)
+	assert.Contains(t, pe.Traceback, "Previous line repeated")
+	assert.Equal(t, int64(3), run(t, "f.__name__ and 3", opts).Value)
+}
+
+func TestValuesConvertToGo(t *testing.T) {
+	huge, _ := new(big.Int).SetString("-1267650600228229401496703205376", 10)
+	cases := []struct {
+		code string
+		want any
+	}{
+		{"True", true},
+		{"-7", int64(-7)},
+		{"2**63 - 1", int64(1<<63 - 1)},
+		{"-2**100", huge},
+		{"1.5", 1.5},
+		{"'héllo'", "héllo"},
+		{"b'\\x00\\xff'", []byte{0, 255}},
+		{"[1, 'a', None]", []any{int64(1), "a", nil}},
+		{"(1, (2, 3))", []any{int64(1), []any{int64(2), int64(3)}}},
+		{"{'a': {'b': [True]}}", map[string]any{"a": map[string]any{"b": []any{true}}}},
+		{"import enum\nclass C(enum.IntEnum):\n    X = 4\nC.X", int64(4)},
+		{"import numpy\nnumpy.float64(2.5)", 2.5},
+		{"import numpy\nnumpy.int64(9)", int64(9)},
+	}
+	for _, c := range cases {
+		t.Run(c.code, func(t *testing.T) {
+			r := run(t, c.code, fresh(t))
+			require.True(t, r.HasValue)
+			assert.Equal(t, c.want, r.Value)
+		})
+	}
+}
+
+func TestValuesWithoutGoEquivalentKeepRepr(t *testing.T) {
+	for code, repr := range map[string]string{
+		"{1: 'a'}": "{1: 'a'}",
+		"{3}":      "{3}",
+		"[1, {2}]": "[1, {2}]",
+		"import datetime\ndatetime.date(2024, 1, 2)": "datetime.date(2024, 1, 2)",
+		"x = []\nx.append(x)\nx":                     "[[...]]",
+		"import numpy\nnumpy.arange(3)":              "array([0, 1, 2])",
+	} {
+		r := run(t, code, fresh(t))
+		assert.True(t, r.HasValue, code)
+		assert.Nil(t, r.Value, code)
+		assert.Equal(t, repr, r.Repr, code)
+	}
+}
+
+func TestLongContainersArePrettyPrinted(t *testing.T) {
+	r := run(t, "{f'key{i}': list(range(i)) for i in range(8)}", fresh(t))
+	assert.Contains(t, r.Repr, "{'key0': [],\n 'key1': [0],\n", "long containers wrap like IPython's pretty printer")
+}
+
+func TestNamespaceSetGetNames(t *testing.T) {
+	ns := minipy.NewNamespace()
+	defer ns.Close()
+	big70 := new(big.Int).Lsh(big.NewInt(1), 70)
+	values := map[string]any{
+		"none":  nil,
+		"flag":  true,
+		"n":     42,
+		"i8":    int8(-3),
+		"u64":   uint64(1<<64 - 1),
+		"big":   big70,
+		"f":     float32(0.5),
+		"s":     "text",
+		"raw":   []byte("bytes"),
+		"list":  []string{"a", "b"},
+		"mixed": []any{1, "x", 2.5},
+		"m":     map[string]int{"k": 1},
+		"nest":  map[string]any{"a": []any{map[string]any{"b": nil}}},
+	}
+	for name, v := range values {
+		require.NoError(t, ns.Set(name, v), name)
+	}
+	r := run(t, "(type(n).__name__, type(raw).__name__, type(list).__name__, u64, big, f, m['k'] + n)", &minipy.Options{Globals: ns})
+	assert.Equal(t, "('int', 'bytes', 'list', 18446744073709551615, 1180591620717411303424, 0.5, 43)", r.Repr)
+
+	got, err := ns.Get("nest")
+	require.NoError(t, err)
+	assert.Equal(t, map[string]any{"a": []any{map[string]any{"b": nil}}}, got)
+	got, err = ns.Get("u64")
+	require.NoError(t, err)
+	assert.Equal(t, new(big.Int).SetUint64(1<<64-1), got)
+	got, err = ns.Get("list")
+	require.NoError(t, err)
+	assert.Equal(t, []any{"a", "b"}, got)
+
+	assert.ElementsMatch(t, []string{"none", "flag", "n", "i8", "u64", "big", "f", "s", "raw", "list", "mixed", "m", "nest"}, ns.Names())
+
+	_, err = ns.Get("missing")
+	assert.ErrorIs(t, err, minipy.ErrNameNotFound)
+	run(t, "obj = object()", &minipy.Options{Globals: ns})
+	_, err = ns.Get("obj")
+	assert.ErrorIs(t, err, minipy.ErrUnsupportedValue)
+
+	var unsupported *minipy.UnsupportedTypeError
+	assert.ErrorAs(t, ns.Set("ch", make(chan int)), &unsupported)
+	assert.ErrorAs(t, ns.Set("m2", map[int]string{1: "a"}), &unsupported)
+
+	require.NoError(t, ns.Close())
+	require.NoError(t, ns.Close(), "closing twice is fine")
+	assert.ErrorIs(t, ns.Set("x", 1), minipy.ErrNamespaceClosed)
+	_, err = ns.Get("n")
+	assert.ErrorIs(t, err, minipy.ErrNamespaceClosed)
+	_, err = minipy.Minipy("1", &minipy.Options{Globals: ns})
+	assert.ErrorIs(t, err, minipy.ErrNamespaceClosed)
+}
+
+func TestNamespacesPersistAndAreSeparate(t *testing.T) {
+	a, b := fresh(t), fresh(t)
+	run(t, "x = 'a'", a)
+	run(t, "x = 'b'", b)
+	assert.Equal(t, "a", run(t, "x", a).Value)
+	assert.Equal(t, "b", run(t, "x", b).Value)
+	assert.Equal(t, "__main__", run(t, "__name__", a).Value)
+}
+
+func TestDefaultNamespaceIsShared(t *testing.T) {
+	run(t, "shared_by_default = 17", nil)
+	assert.Equal(t, int64(17), run(t, "shared_by_default", &minipy.Options{}).Value)
+	run(t, "del shared_by_default", nil)
+}
+
+func TestFunctionsSeeTopLevelImportsInFreshNamespace(t *testing.T) {
+	// toolslm's minipy with glb={} and a separate locals dict fails this: the import lands
+	// in locals and the function's globals do not see it.
+	r := run(t, "import math\ndef area(r):\n    return math.pi * r * r\nround(area(2), 3)", fresh(t))
+	assert.Equal(t, 12.566, r.Value)
+}
+
+func TestGlobalsAndLocalsBehaveLikeExec(t *testing.T) {
+	g, l := minipy.NewNamespace(), minipy.NewNamespace()
+	defer g.Close()
+	defer l.Close()
+	require.NoError(t, g.Set("base", 10))
+	opts := &minipy.Options{Globals: g, Locals: l}
+	r := run(t, "y = base + 1\ny", opts)
+	assert.Equal(t, int64(11), r.Value)
+	assert.Equal(t, []string{"y"}, l.Names(), "assignments go to locals")
+	assert.Equal(t, []string{"base"}, g.Names())
+	_, err := minipy.Minipy("import math\ndef f():\n    return math.pi\nf()", opts)
+	assert.Equal(t, "NameError", pyError(t, err).Type, "exactly exec(code, globals, locals): functions see globals only")
+}
+
+func TestConcurrentRunsNeverMixOutput(t *testing.T) {
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			ns := minipy.NewNamespace()
+			defer ns.Close()
+			for i := 0; i < 40; i++ {
+				code := fmt.Sprintf("for _ in range(3): print('g%d')\n%d", g, i)
+				r, err := minipy.Minipy(code, &minipy.Options{Globals: ns})
+				if err != nil {
+					errs <- err
+					return
+				}
+				want := strings.Repeat(fmt.Sprintf("g%d\n", g), 3)
+				if r.Stdout != want || r.Value != int64(i) {
+					errs <- fmt.Errorf("goroutine %d run %d: stdout %q value %v", g, i, r.Stdout, r.Value)
+					return
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+func TestSysExecutableMatchesLinkedLibpython(t *testing.T) {
+	r := run(t, `import os, sys, sysconfig, subprocess
+exe = sys.executable
+out = subprocess.run([exe, "-c", "import sys, sysconfig; print(sys.version, sysconfig.get_config_var('LDLIBRARY'))"], capture_output=True, text=True).stdout.strip()
+(exe, out == sys.version + " " + sysconfig.get_config_var('LDLIBRARY'), os.access(exe, os.X_OK))`, fresh(t))
+	v := r.Value.([]any)
+	assert.NotContains(t, v[0], "pyenv", "not the first python3 on PATH")
+	assert.Equal(t, true, v[1], "sys.executable runs the same Python build as the linked libpython (%v)", v[0])
+	assert.Equal(t, true, v[2])
+}
+
+func TestThreadOutputDuringRunIsCaptured(t *testing.T) {
+	opts := fresh(t)
+	run(t, "from concurrent.futures import ThreadPoolExecutor\npool = ThreadPoolExecutor(2)", opts)
+	// As in Jupyter, what any thread prints while a run is going belongs to that run
+	// (a pool made earlier included); between runs it is dropped, never sent to the host's fds.
+	r := run(t, "sorted(pool.map(lambda i: print(f'worker {i}') or i, range(4)))", opts)
+	assert.Equal(t, []any{int64(0), int64(1), int64(2), int64(3)}, r.Value)
+	for i := 0; i < 4; i++ {
+		assert.Contains(t, r.Stdout, fmt.Sprintf("worker %d\n", i))
+	}
+	run(t, "pool.shutdown()", opts)
+}
+
+func TestResultText(t *testing.T) {
+	r := &minipy.Result{Stdout: "out", Stderr: "err\n", Repr: "3"}
+	assert.Equal(t, "out\nerr\n3", r.Text())
+	assert.Equal(t, "", (*minipy.Result)(nil).Text())
 }

@@ -405,15 +405,24 @@ def describe_error(exc, limit):
     """[type, message, traceback] with the runtime's own frames left out."""
     import traceback
 
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename == RUNTIME_FILE:
-        tb = tb.tb_next
     try:
         message = str(exc)
     except BaseException:
         message = "<unprintable %s>" % type(exc).__name__
     try:
-        text = "".join(traceback.format_exception(type(exc), exc, tb))
+        te = traceback.TracebackException(type(exc), exc, exc.__traceback__, compact=True)
+        # Leave out the runtime's frames wherever they are: the caller of the cell at the
+        # top, and wrappers such as the sliced time.sleep or the kick handler at the bottom.
+        seen = set()
+        stack = [te]
+        while stack:
+            t = stack.pop()
+            if t is None or id(t) in seen:
+                continue
+            seen.add(id(t))
+            t.stack = traceback.StackSummary.from_list([f for f in t.stack if f.filename != RUNTIME_FILE])
+            stack += [t.__cause__, t.__context__] + list(getattr(t, "exceptions", None) or ())
+        text = "".join(te.format())
     except BaseException:
         text = "%s: %s\n" % (type_name(type(exc)), message)
     return [type_name(type(exc)), message, cap_text(text, limit, "the traceback")]
