@@ -27,4 +27,4 @@ bench:
 
 # The 100k-run memory soak (about a minute).
 soak:
-	MINIPY_SOAK=1 $(GO) test -run TestSoak -count=1 -v -timeout 30m .
+	$(GO) test -run TestSoak -count=1 -v -timeout 30m .

@@ -1,0 +1,5 @@
+//go:build !race
+
+package minipy_test
+
+const raceEnabled = false
