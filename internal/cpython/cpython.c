@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <linux/futex.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -68,7 +69,14 @@ static int64_t now_ns(void) {
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static inline void cpu_relax(void) {
+// cpu_relax is one step of a spin-wait. After the first few microseconds it yields the CPU:
+// on a busy machine the thread we wait for may need this very core, and a pure spin would
+// then delay the hand-off it is waiting for.
+static inline void cpu_relax(int64_t spun_ns) {
+	if (spun_ns > 3000) {
+		sched_yield();
+		return;
+	}
 #if defined(__x86_64__) || defined(__i386__)
 	__builtin_ia32_pause();
 #elif defined(__aarch64__)
@@ -356,9 +364,10 @@ void mp_serve(const char *src, int sig) {
 	futex_wake_all(&mp.init_state);
 
 	for (;;) {
-		int64_t spin_until = now_ns() + OWNER_SPIN_NS;
-		while (atomic_load(&mp.job_seq) == seen && now_ns() < spin_until) {
-			cpu_relax();
+		int64_t spin_start = now_ns(), now = spin_start;
+		while (atomic_load(&mp.job_seq) == seen && now < spin_start + OWNER_SPIN_NS) {
+			cpu_relax(now - spin_start);
+			now = now_ns();
 		}
 		while (atomic_load(&mp.job_seq) == seen) {
 			atomic_store(&mp.owner_sleeping, 1);
@@ -395,8 +404,9 @@ int mp_wait(uint64_t gen, int64_t timeout_ns) {
 	int64_t deadline = timeout_ns < 0 ? INT64_MAX : start + timeout_ns;
 	uint32_t seq = atomic_load(&mp.wake_seq);
 	int64_t spin_until = start + CALLER_SPIN_NS < deadline ? start + CALLER_SPIN_NS : deadline;
-	while (atomic_load(&mp.done_gen) < gen && atomic_load(&mp.wake_seq) == seq && now_ns() < spin_until) {
-		cpu_relax();
+	for (int64_t now = start; atomic_load(&mp.done_gen) < gen && atomic_load(&mp.wake_seq) == seq && now < spin_until;
+	     now = now_ns()) {
+		cpu_relax(now - start);
 	}
 	for (;;) {
 		if (atomic_load(&mp.done_gen) >= gen) {

@@ -212,14 +212,17 @@ class _BinaryView:
 
 class Capture(io.TextIOBase):
     def __init__(self, limit, name):
-        self._limit = limit
         self._name = name
+        self.reset(limit)
+
+    def reset(self, limit):
+        """Empty the stream for another run (the in-process engine reuses its two streams)."""
+        self._limit = limit
         self._head = []
         self._head_len = 0
         self._tail = []
         self._tail_len = 0
         self._total = 0
-        self._lock = threading.Lock()
 
     @property
     def encoding(self):
@@ -252,26 +255,27 @@ class Capture(io.TextIOBase):
         n = len(s)
         if not n:
             return 0
+        # No lock: threads printing at once may interleave their writes, as on a terminal,
+        # but each write is appended whole under the GIL.
         limit = self._limit
-        with self._lock:
-            self._total += n
-            if limit < 0 or self._head_len + n <= limit:
-                self._head.append(s)
-                self._head_len += n
-                return n
-            if self._head_len < limit:
-                room = limit - self._head_len
-                self._head.append(s[:room])
-                self._head_len = limit
-                s = s[room:]
-            # Keep at most half of the limit as the tail.
-            half = limit - limit // 2
-            self._tail.append(s)
-            self._tail_len += len(s)
-            if self._tail_len > 2 * half + 4096:
-                joined = "".join(self._tail)[-half:]
-                self._tail = [joined]
-                self._tail_len = len(joined)
+        self._total += n
+        if limit < 0 or self._head_len + n <= limit:
+            self._head.append(s)
+            self._head_len += n
+            return n
+        if self._head_len < limit:
+            room = limit - self._head_len
+            self._head.append(s[:room])
+            self._head_len = limit
+            s = s[room:]
+        # Keep at most half of the limit as the tail.
+        half = limit - limit // 2
+        self._tail.append(s)
+        self._tail_len += len(s)
+        if self._tail_len > 2 * half + 4096:
+            joined = "".join(self._tail)[-half:]
+            self._tail = [joined]
+            self._tail_len = len(joined)
         return n
 
     def writelines(self, lines):
@@ -282,16 +286,17 @@ class Capture(io.TextIOBase):
         pass
 
     def getvalue(self):
-        with self._lock:
-            head = "".join(self._head)
-            if self._total <= self._limit or self._limit < 0:
-                return head + "".join(self._tail)
-            keep_head = self._limit // 2
-            keep_tail = self._limit - keep_head
-            tail = "".join(self._tail)
-            tail = (head[keep_head:] + tail)[-keep_tail:] if keep_tail else ""
-            omitted = self._total - keep_head - len(tail)
-            return "%s\n[... %d characters of %s omitted ...]\n%s" % (head[:keep_head], omitted, self._name, tail)
+        if not self._total:
+            return ""
+        head = "".join(self._head)
+        if self._total <= self._limit or self._limit < 0:
+            return head + "".join(self._tail)
+        keep_head = self._limit // 2
+        keep_tail = self._limit - keep_head
+        tail = "".join(self._tail)
+        tail = (head[keep_head:] + tail)[-keep_tail:] if keep_tail else ""
+        omitted = self._total - keep_head - len(tail)
+        return "%s\n[... %d characters of %s omitted ...]\n%s" % (head[:keep_head], omitted, self._name, tail)
 
 
 class _Discard(io.TextIOBase):
@@ -304,6 +309,31 @@ class _Discard(io.TextIOBase):
 
     def write(self, s):
         return len(s)
+
+
+class _EOFStdin(io.TextIOBase):
+    """sys.stdin during and between runs: always at end of file, so input() raises EOFError
+    instead of waiting for a terminal. Closing it (exit() does) changes nothing."""
+
+    encoding = "utf-8"
+
+    def readable(self):
+        return True
+
+    def read(self, size=-1):
+        return ""
+
+    def readline(self, size=-1):
+        return ""
+
+    def isatty(self):
+        return False
+
+    def close(self):
+        pass
+
+
+_eof_stdin = _EOFStdin()
 
 
 def cap_text(s, limit, what):
@@ -555,10 +585,13 @@ _spaces = {}
 _next_space = DEFAULT_NAMESPACE
 
 
-def new_namespace():
+def new_namespace(ident=None):
+    """Make a namespace and return its id. The isolated engine's workers pass the id: the Go
+    side numbers their namespaces, so a replacement worker can recreate one by id."""
     global _next_space
-    ident = _next_space
-    _next_space += 1
+    if ident is None:
+        ident = _next_space
+    _next_space = max(_next_space, ident + 1)
     _spaces[ident] = {"__name__": "__main__", "__builtins__": builtins}
     return ident
 
@@ -581,18 +614,37 @@ _U4 = struct.Struct("<IIiI")
 _NONE = b"N"
 
 
+_memory_streams = None
+
+
+def _memory_captures(max_output):
+    global _memory_streams
+    if _memory_streams is None:
+        _memory_streams = Capture(max_output, "stdout"), Capture(max_output, "stderr")
+    out, err = _memory_streams
+    out.reset(max_output)
+    err.reset(max_output)
+    return out, err
+
+
+# Hook: makes a run's (stdout, stderr) streams, objects with getvalue(). In-process, fds 1
+# and 2 belong to the host, so output is captured in memory; the isolated engine's worker
+# replaces this with streams on fds 1 and 2, which it captures itself (os.write, C and
+# subprocess output included).
+new_captures = _memory_captures
+
+
 def run(gid, lid, max_output, src):
     """One cell. Returns has_value, value, repr, stdout, stderr, error, seconds, encoded."""
     g = _space(gid)
     l = _space(lid) if lid else g
-    out = Capture(max_output, "stdout")
-    err = Capture(max_output, "stderr")
+    out, err = new_captures(max_output)
     state = _state
     has_value = False
     value_bytes = _NONE
     text = ""
     error = None
-    sys.stdout, sys.stderr, sys.stdin = out, err, io.StringIO()
+    sys.stdout, sys.stderr, sys.stdin = out, err, _eof_stdin
     active = threading._active
     state.threads_before = set(active) if len(active) > 1 else None
     state.stage_raised = 0
@@ -619,7 +671,7 @@ def run(gid, lid, max_output, src):
             error = [type_name(type(exc)), "", "%s (and formatting its traceback failed: %r)\n" % (type_name(type(exc)), again)]
         exc = None
     seconds = time.perf_counter() - started
-    sys.stdout, sys.stderr, sys.stdin = _discard, _discard, io.StringIO()
+    sys.stdout, sys.stderr, sys.stdin = _discard, _discard, _eof_stdin
     buf = bytearray(b"\x00")
     buf += b"T" if has_value else b"F"
     buf += value_bytes
@@ -787,6 +839,6 @@ def install(kick_signal, native):
     time.sleep = _sliced_sleep
     if native is not None:
         _guard_in_process(kick_signal)
-        sys.stdout, sys.stderr, sys.stdin = _discard, _discard, io.StringIO()
+        sys.stdout, sys.stderr, sys.stdin = _discard, _discard, _eof_stdin
     new_namespace()  # DEFAULT_NAMESPACE
     return dispatch
