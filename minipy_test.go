@@ -403,3 +403,40 @@ func TestResultText(t *testing.T) {
 	assert.Equal(t, "out\nerr\n3", r.Text())
 	assert.Equal(t, "", (*minipy.Result)(nil).Text())
 }
+
+func TestBrokenPipeInUserThreadDoesNotKillHost(t *testing.T) {
+	// Without minipy's guard, SIGPIPE on a thread Go did not create ends the host process.
+	r := run(t, `import os, threading
+r, w = os.pipe()
+os.close(r)
+errors = []
+def write():
+    try:
+        os.write(w, b"x")
+    except OSError as e:
+        errors.append(type(e).__name__)
+th = threading.Thread(target=write)
+th.start()
+th.join()
+os.close(w)
+errors`, fresh(t))
+	assert.Equal(t, []any{"BrokenPipeError"}, r.Value)
+}
+
+func TestRecursionLimitIsCappedInProcess(t *testing.T) {
+	// Raising the limit to a million and recursing through C (repr) would overflow the
+	// host thread's stack and crash the process; the cap turns it into a RecursionError.
+	opts := fresh(t)
+	_, err := minipy.Minipy(`import sys
+sys.setrecursionlimit(10**6)
+class Nested:
+    def __init__(self, n):
+        self.n = n
+    def __repr__(self):
+        return "x" if self.n == 0 else repr(Nested(self.n - 1))
+repr(Nested(100000))`, opts)
+	assert.Equal(t, "RecursionError", pyError(t, err).Type)
+	r := run(t, "import sys\nsys.setrecursionlimit(1500)\nsys.getrecursionlimit()", opts)
+	assert.Equal(t, int64(1500), r.Value, "limits under the cap are kept")
+	run(t, "sys.setrecursionlimit(1000)", opts)
+}

@@ -795,6 +795,7 @@ def _guard_in_process(kick_signal):
     kick signal or exit the host; such calls raise a clear RuntimeError instead."""
     import faulthandler
 
+    real_sigmask = signal.pthread_sigmask
     for fn in ("signal", "set_wakeup_fd", "setitimer", "alarm", "siginterrupt", "pthread_sigmask", "sigwait",
                "sigwaitinfo", "sigtimedwait", "pause"):
         if hasattr(signal, fn):
@@ -813,6 +814,49 @@ def _guard_in_process(kick_signal):
 
     kill.__doc__ = real_kill.__doc__
     os.kill = kill
+    _block_sigpipe_in_new_threads(real_sigmask)
+    _clamp_recursion_limit()
+
+
+# Deep recursion through C (repr of nested objects, json, pickle) uses the host thread's
+# C stack: past a limit of about 60,000 the process segfaults (measured, 8 MB stack), so
+# in-process code may raise the limit only this far.
+MAX_RECURSION_LIMIT = 20000
+
+
+def _clamp_recursion_limit():
+    real = sys.setrecursionlimit
+
+    def setrecursionlimit(limit):
+        if not isinstance(limit, int):
+            return real(limit)  # the real function's TypeError
+        return real(min(limit, MAX_RECURSION_LIMIT))
+
+    setrecursionlimit.__doc__ = (real.__doc__ or "") + (
+        "\n\nIn minipy's in-process engine the limit is capped at %d: deeper C recursion would "
+        "overflow the host's stack." % MAX_RECURSION_LIMIT)
+    sys.setrecursionlimit = setrecursionlimit
+
+
+def _block_sigpipe_in_new_threads(sigmask):
+    """A SIGPIPE on a thread Go did not create kills the host (Go forwards it to the default
+    action), so threads that user code starts block it: a write to a closed pipe or socket
+    then fails with BrokenPipeError, as it does on the interpreter's own thread."""
+    import _thread
+
+    def wrap(start):
+        def start_new_thread(function, args, kwargs=None):
+            def bootstrap(*a, **kw):
+                sigmask(signal.SIG_BLOCK, (signal.SIGPIPE,))
+                return function(*a, **kw)
+
+            return start(bootstrap, args, kwargs or {})
+
+        start_new_thread.__doc__ = start.__doc__
+        return start_new_thread
+
+    _thread.start_new_thread = _thread.start_new = wrap(_thread.start_new_thread)
+    threading._start_new_thread = wrap(threading._start_new_thread)
 
 
 def _linked_python():
