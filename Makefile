@@ -12,6 +12,8 @@ MODULES := $(sort $(patsubst %/go.mod,%,$(shell find . -name go.mod -not -path '
 
 test: vet
 	@set -e; for m in $(MODULES); do echo "== go test -race $$m"; (cd $$m && $(GO) test -race -count=1 -timeout 20m ./...); done
+	@echo "== soak: 100,000 runs without -race (RSS is only meaningful there)"
+	$(GO) test -run '^TestSoak$$' -count=1 -timeout 10m .
 
 vet:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
