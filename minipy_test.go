@@ -43,58 +43,6 @@ func TestLastExpressionValue(t *testing.T) {
 	assert.Equal(t, "479001600", r.Repr)
 }
 
-func TestLastExpressionRules(t *testing.T) {
-	cases := []struct {
-		code     string
-		hasValue bool
-		repr     string
-	}{
-		{"1+1", true, "2"},
-		{"x = 3\nx * 2", true, "6"},
-		{"x = 3\nx * 2  # the answer", true, "6"},
-		{"x = 3\nx * 2;", false, ""},
-		{"x = 3\nx * 2;  # silenced, comment ignored", false, ""},
-		{"x = 3\nx * 2 ;\n\n", false, ""},
-		{"s = 'a;'\ns", true, "'a;'"},
-		{"x = 3; x", true, "3"},
-		{"None", false, ""},
-		{"print('hi')", false, ""}, // print returns None
-		{"x = 1", false, ""},
-		{"for i in range(3):\n    i", false, ""},
-		{"if True:\n    5", false, ""},
-		{"def f():\n    return 1", false, ""},
-		{"", false, ""},
-		{"# only a comment\n", false, ""},
-		{"   \n\n", false, ""},
-		{"[i * i for i in range(4)]", true, "[0, 1, 4, 9]"},
-		{"import os\n(lambda: 7)()", true, "7"},
-	}
-	for _, c := range cases {
-		t.Run(c.code, func(t *testing.T) {
-			r := run(t, c.code, fresh(t))
-			assert.Equal(t, c.hasValue, r.HasValue)
-			assert.Equal(t, c.repr, r.Repr)
-			if !c.hasValue {
-				assert.Nil(t, r.Value)
-			}
-		})
-	}
-}
-
-func TestNoStaleValueAndNoResultVariable(t *testing.T) {
-	opts := fresh(t)
-	r := run(t, "41 + 1", opts)
-	require.True(t, r.HasValue)
-	r = run(t, "y = 5", opts)
-	assert.False(t, r.HasValue, "a statement after an expression must not show the old value")
-	assert.Empty(t, r.Repr)
-	assert.Equal(t, []string{"y"}, opts.Globals.Names(), "no _result or other helper is left in the namespace")
-	_, err := minipy.Minipy("1/0", opts)
-	require.Error(t, err)
-	r = run(t, "y", opts)
-	assert.Equal(t, int64(5), r.Value)
-}
-
 func TestStdoutAndValueBothKept(t *testing.T) {
 	r := run(t, "print('working...')\n6 * 7", fresh(t))
 	assert.Equal(t, "working...\n", r.Stdout)
