@@ -8,9 +8,13 @@ export CGO_ENABLED := 1
 # Every module in the tree: the core one and the examples/commands that carry SDKs.
 MODULES := $(sort $(patsubst %/go.mod,%,$(shell find . -name go.mod -not -path './.git/*')))
 
-.PHONY: test vet bench build soak
+.PHONY: test vet bench build soak deps
 
-test: vet
+# Installs python3-dev, pkg-config, python3-numpy with apt when missing (as root).
+deps:
+	@.ci/deps
+
+test: deps vet
 	@set -e; for m in $(MODULES); do echo "== go test -race $$m"; (cd $$m && $(GO) test -race -count=1 -timeout 20m ./...); done
 	@echo "== soak: 100,000 runs without -race (RSS is only meaningful there)"
 	$(GO) test -run '^TestSoak$$' -count=1 -timeout 10m .
