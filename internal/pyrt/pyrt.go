@@ -12,6 +12,13 @@ import _ "embed"
 //go:embed runtime.py
 var Source string
 
+// WorkerSource is worker.py: the isolated engine's worker process around the runtime (the
+// protocol, fd-level output capture, kicks, resource limits). The Go side sends it to the
+// worker's bootstrap and compiles it, like Source, with the file name RuntimeFile.
+//
+//go:embed worker.py
+var WorkerSource string
+
 // RuntimeFile is the file name the runtime's code objects carry.
 const RuntimeFile = "<minipy-runtime>"
 

@@ -393,7 +393,36 @@ def ends_with_semicolon(src):
     return last is not None and last.type == tokenize.OP and last.string == ";"
 
 
-_COMPILE_FLAGS = 0
+# Top-level `await` works as in IPython: such a cell compiles to a coroutine, which runs on
+# an event loop kept for the interpreter's life (so tasks made in one run live on).
+_COMPILE_FLAGS = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+_CO_COROUTINE = 0x80
+_loop = None
+
+
+def _run_code(code, g, l):
+    # eval runs exec-mode code too (returning None), and returns the coroutine of a cell
+    # that awaits at top level.
+    if code.co_flags & _CO_COROUTINE:
+        return _await(eval(code, g, l))
+    return eval(code, g, l)
+
+
+def _await(coro):
+    global _loop
+    import asyncio
+
+    if _loop is None or _loop.is_closed():
+        _loop = asyncio.new_event_loop()
+    # The current loop for code outside coroutines too (asyncio.ensure_future in a later
+    # plain cell); asyncio.run() in user code unsets it, so set it every time.
+    asyncio.set_event_loop(_loop)
+    task = _loop.create_task(coro)
+    try:
+        return _loop.run_until_complete(task)
+    except BaseException:
+        task.cancel()
+        raise
 
 
 def exec_cell(src, name, g, l):
@@ -403,7 +432,7 @@ def exec_cell(src, name, g, l):
     except SyntaxError:
         whole = None
     if whole is not None:
-        value = eval(whole, g, l)
+        value = _run_code(whole, g, l)
         return value is not None, value
     tree = compile(src, name, "exec", ast.PyCF_ONLY_AST | _COMPILE_FLAGS, True)
     body = tree.body
@@ -411,10 +440,10 @@ def exec_cell(src, name, g, l):
     if body and isinstance(body[-1], ast.Expr) and not ends_with_semicolon(src):
         last = body.pop()
     if body:
-        exec(compile(tree, name, "exec", _COMPILE_FLAGS, True), g, l)
+        _run_code(compile(tree, name, "exec", _COMPILE_FLAGS, True), g, l)
     if last is None:
         return False, None
-    value = eval(compile(ast.Expression(last.value), name, "eval", _COMPILE_FLAGS, True), g, l)
+    value = _run_code(compile(ast.Expression(last.value), name, "eval", _COMPILE_FLAGS, True), g, l)
     return value is not None, value
 
 
@@ -652,6 +681,8 @@ def run(gid, lid, max_output, src):
     try:
         try:
             state.active = True
+            if _kick_stage():  # kicked while inactive (a deadline of microseconds): stop now,
+                _on_kick(0, None)  # not at the next repeat of the kick, 20 ms later
             name = register_cell(src)
             has_value, value = exec_cell(src, name, g, l)
             if has_value:
@@ -793,27 +824,40 @@ _EXITS_HOST = "it would end the host Go program (use the isolated engine to run 
 def _guard_in_process(kick_signal):
     """Code in the host process must not replace the Go runtime's signal handlers, block the
     kick signal or exit the host; such calls raise a clear RuntimeError instead."""
+    import _signal
     import faulthandler
+    import posix
 
-    real_sigmask = signal.pthread_sigmask
+    # signal's functions call _signal's at call time, so the runtime keeps _signal's own;
+    # both modules are guarded, or `import _signal` / `import posix` would get around it.
+    real_sigmask = _signal.pthread_sigmask
     for fn in ("signal", "set_wakeup_fd", "setitimer", "alarm", "siginterrupt", "pthread_sigmask", "sigwait",
-               "sigwaitinfo", "sigtimedwait", "pause"):
-        if hasattr(signal, fn):
-            setattr(signal, fn, _refuse("signal." + fn, _SIGNALS_OWNED))
+               "sigwaitinfo", "sigtimedwait", "pause", "raise_signal", "pthread_kill"):
+        for mod in (signal, _signal):
+            if hasattr(mod, fn):
+                setattr(mod, fn, _refuse("signal." + fn, _SIGNALS_OWNED))
     for fn in ("enable", "register", "dump_traceback_later"):
         setattr(faulthandler, fn, _refuse("faulthandler." + fn, _SIGNALS_OWNED))
-    os._exit = _refuse("os._exit", _EXITS_HOST)
-    os.abort = _refuse("os.abort", _EXITS_HOST)
-    real_kill = os.kill
+    os._exit = posix._exit = _refuse("os._exit", _EXITS_HOST)
+    os.abort = posix.abort = _refuse("os.abort", _EXITS_HOST)
+    real_kill, real_killpg = posix.kill, posix.killpg
 
     def kill(pid, sig):
-        if pid in (0, os.getpid()) or pid == -os.getpgid(0):
+        # 0 and -pgid are the host's process group, -1 every process the host may signal.
+        if pid in (0, -1, os.getpid()) or pid == -os.getpgid(0):
             raise RuntimeError("os.kill of the host process is not available inside minipy's in-process engine: "
                                + _EXITS_HOST)
         return real_kill(pid, sig)
 
-    kill.__doc__ = real_kill.__doc__
-    os.kill = kill
+    def killpg(pgid, sig):
+        if pgid in (0, os.getpgid(0)):
+            raise RuntimeError("os.killpg of the host's process group is not available inside minipy's "
+                               "in-process engine: " + _EXITS_HOST)
+        return real_killpg(pgid, sig)
+
+    kill.__doc__, killpg.__doc__ = real_kill.__doc__, real_killpg.__doc__
+    os.kill = posix.kill = kill
+    os.killpg = posix.killpg = killpg
     _block_sigpipe_in_new_threads(real_sigmask)
     _clamp_recursion_limit()
 

@@ -1,0 +1,671 @@
+package minipy
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/minipy-go/minipy/internal/pyrt"
+)
+
+// IsolatedConfig configures an isolated engine (see NewIsolated). The zero value is one
+// local worker of the default Python with no resource limits and no network.
+type IsolatedConfig struct {
+	// Workers is how many worker processes run at once (0 means 1). Namespaces are spread
+	// over them; runs in namespaces on different workers proceed in parallel.
+	Workers int
+	// Python is the worker executable (a project's venv python works). "" means the
+	// interpreter matching the libpython minipy was built against (python3.X in /usr/bin,
+	// /usr/local/bin or on PATH).
+	Python string
+	// Command, when set, starts each worker through a command that pipes stdin and stdout to
+	// a Python interpreter elsewhere: the engine appends "-c" and the worker's bootstrap
+	// program, so the command must end in the python executable, for example
+	// {"kubectl", "exec", "-i", "POD", "--", "python3"} or {"docker", "exec", "-i", "ID",
+	// "python3"}. Python is then ignored. Such workers get no Linux namespaces here (the
+	// other side is the sandbox), so Network must be true; the rlimits (memory, CPU, file
+	// size, open files, processes) are set by the worker itself and apply there.
+	Command []string
+	// CommandShell quotes the appended arguments for a POSIX shell, for commands that pass
+	// their arguments through one, as ssh does: {"ssh", "host", "python3"}.
+	CommandShell bool
+	// MemoryLimit caps each worker's address space (RLIMIT_AS), in bytes; 0 means none.
+	// An allocation past it raises MemoryError, returned as a *LimitError.
+	MemoryLimit int64
+	// CPULimit caps the CPU time each run may use (whole seconds, rounded up); 0 means none.
+	// A run that uses it up kills its worker: the error is a *WorkerLostError with Limit "cpu".
+	CPULimit time.Duration
+	// FileSizeLimit caps the size of any file a worker writes (RLIMIT_FSIZE); 0 means none.
+	FileSizeLimit int64
+	// OpenFiles caps the file descriptors each worker may hold (RLIMIT_NOFILE); 0: no cap.
+	OpenFiles int
+	// Processes caps the processes and threads of each worker (RLIMIT_NPROC), the worker's
+	// own two threads included; 0 means none. It bites for root too: local workers run as
+	// an unprivileged user in their own user namespace.
+	Processes int
+	// Network lets workers reach the network. When false (the default), local workers run
+	// in their own network namespace with no interfaces up.
+	Network bool
+	// AllowUnsandboxed runs local workers without Linux namespaces when the kernel refuses
+	// them (no user namespaces), instead of failing. Without namespaces the network stays
+	// reachable, Processes does not bite for root, and a timed-out run's process tree is
+	// found by scanning /proc (children that were orphaned before the kill can escape).
+	AllowUnsandboxed bool
+	// KickSignal is the signal that interrupts a run inside a worker; 0: DefaultKickSignal.
+	KickSignal syscall.Signal
+	// StartTimeout bounds a worker's start; 0 means 30 s.
+	StartTimeout time.Duration
+}
+
+// ErrStateLost is matched (errors.Is) by the error of a run whose worker process ended,
+// killed after its deadline or crashed: the variables of every namespace on that worker
+// are gone. The next run starts on a fresh worker with empty namespaces.
+var ErrStateLost = errors.New("minipy: the worker process ended; its namespaces' variables are lost")
+
+// ErrLimit is matched by the error of a run that hit one of IsolatedConfig's limits.
+var ErrLimit = errors.New("minipy: resource limit hit")
+
+// ErrEngineClosed is matched by the error of any use of a closed isolated engine.
+var ErrEngineClosed = errors.New("minipy: the isolated engine is closed")
+
+// WorkerLostError is the error of a run whose worker process ended (errors.Is(err,
+// ErrStateLost)): killed because the run did not yield within the grace period after its
+// deadline (Killed; errors.Is(err, ErrTimeout) then holds too), killed by a limit (Limit),
+// or crashed (Signal or ExitCode).
+type WorkerLostError struct {
+	// Killed is true when minipy killed the worker because the run would not stop.
+	Killed bool
+	// Interrupted is why the run was stopped when Killed (ErrTimeout or the context's error).
+	Interrupted *InterruptedError
+	// Signal is the signal that ended the worker (0 if it exited).
+	Signal syscall.Signal
+	// ExitCode is the worker's exit status when it exited (-1 if it was signalled).
+	ExitCode int
+	// Limit names the limit that ended the worker ("cpu", "file size", "memory"), or "".
+	Limit string
+	// Stderr is the end of what the worker process itself wrote to its stderr (a segfault's
+	// Python traceback, a fatal error); user output never goes there.
+	Stderr string
+	// Earlier is true when the worker ended before this run (another run on the same
+	// worker crashed it, or it died while idle); this run did not start.
+	Earlier bool
+}
+
+func (e *WorkerLostError) Error() string {
+	var what string
+	switch {
+	case e.Earlier:
+		what = "the worker holding this namespace ended before this run (see an earlier error), which did not start"
+	case e.Killed:
+		what = e.Interrupted.Error() + "; the code did not yield, so its worker process tree was killed"
+	case e.Limit != "":
+		what = fmt.Sprintf("the worker was killed by its %s limit", e.Limit)
+	case e.Signal != 0:
+		what = fmt.Sprintf("the worker crashed: signal %d (%v)", int(e.Signal), e.Signal)
+	default:
+		what = fmt.Sprintf("the worker exited with status %d", e.ExitCode)
+	}
+	return "minipy: " + strings.TrimPrefix(what, "minipy: ") + "; the namespace's variables are lost"
+}
+
+// Unwrap gives errors.Is ErrStateLost, ErrLimit when a limit ended the worker, and the
+// interruption (ErrTimeout, context errors) when minipy killed it.
+func (e *WorkerLostError) Unwrap() []error {
+	errs := []error{ErrStateLost}
+	if e.Limit != "" {
+		errs = append(errs, ErrLimit)
+	}
+	if e.Interrupted != nil {
+		errs = append(errs, e.Interrupted)
+	}
+	return errs
+}
+
+// LimitError is the error of a run that raised because it hit a limit but whose worker
+// survived (a MemoryError under MemoryLimit): errors.As reaches the *PythonError.
+type LimitError struct {
+	// Limit is the limit hit ("memory").
+	Limit string
+	// Python is the exception the code raised.
+	Python *PythonError
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("minipy: the run hit the worker's %s limit: %v", e.Limit, e.Python)
+}
+
+// Unwrap gives errors.Is ErrLimit and errors.As the *PythonError.
+func (e *LimitError) Unwrap() []error { return []error{ErrLimit, e.Python} }
+
+// Isolated is an engine whose code runs in worker processes: the same Options, Result and
+// errors as the in-process engine, plus hard limits. A run that does not yield within a
+// grace period after its deadline gets its worker's whole process tree killed; a crashed or
+// killed worker is replaced, and the error says what was lost (ErrStateLost).
+//
+// All methods are safe for concurrent use. Runs in namespaces on different workers proceed
+// in parallel; runs on one worker take turns.
+type Isolated struct {
+	cfg     IsolatedConfig
+	workdir string
+	sandbox bool // local workers get Linux namespaces
+	slots   []*workerSlot
+	nextNS  atomic.Uint32
+	spread  atomic.Uint32
+	// defaultNS is the namespace of runs that pass no Globals (id 1, on the first worker).
+	defaultNS *nsBinding
+
+	mu     sync.Mutex
+	closed bool
+}
+
+// nsBinding ties a namespace to the worker slot that holds it. epoch is the worker
+// generation holding its variables (0: none yet); it is read and written only while
+// holding the slot's token.
+type nsBinding struct {
+	slot  *workerSlot
+	epoch uint64
+}
+
+// NewIsolated starts an isolated engine: it makes its private working directory, starts
+// every worker (waiting for the first, so that a bad configuration is reported here) and
+// returns. Call Close to stop the workers and remove the directory.
+func NewIsolated(cfg IsolatedConfig) (*Isolated, error) {
+	if cfg.Workers <= 0 {
+		cfg.Workers = 1
+	}
+	if cfg.KickSignal == 0 {
+		cfg.KickSignal = DefaultKickSignal
+	}
+	if cfg.StartTimeout <= 0 {
+		cfg.StartTimeout = 30 * time.Second
+	}
+	if cfg.MemoryLimit < 0 || cfg.CPULimit < 0 || cfg.FileSizeLimit < 0 || cfg.OpenFiles < 0 || cfg.Processes < 0 {
+		return nil, errors.New("minipy: IsolatedConfig limits must not be negative")
+	}
+	if len(cfg.Command) > 0 && !cfg.Network {
+		return nil, errors.New("minipy: IsolatedConfig.Command workers cannot be cut off from the network here " +
+			"(the command itself may need it); set Network: true and isolate the other side")
+	}
+	if len(cfg.Command) == 0 && cfg.Python == "" {
+		cfg.Python = defaultWorkerPython()
+	}
+	e := &Isolated{cfg: cfg}
+	if len(cfg.Command) == 0 {
+		switch err := probeNamespaces(); {
+		case err == nil:
+			e.sandbox = true
+		case !cfg.AllowUnsandboxed:
+			return nil, fmt.Errorf("minipy: the kernel refuses the user/pid/network namespaces that isolate "+
+				"workers (%w); set IsolatedConfig.AllowUnsandboxed to run without them", err)
+		}
+	}
+	dir, err := os.MkdirTemp("", "minipy-isolated-")
+	if err != nil {
+		return nil, fmt.Errorf("minipy: making the workers' directory: %w", err)
+	}
+	e.workdir = dir
+	if e.sandbox {
+		// Workers run as the unprivileged user mapped to root in their user namespace.
+		if err := os.Chown(dir, sandboxUID(), sandboxUID()); err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("minipy: handing the workers' directory to their user: %w", err)
+		}
+	}
+	e.nextNS.Store(pyrt.DefaultNamespace)
+	e.slots = make([]*workerSlot, cfg.Workers)
+	for i := range e.slots {
+		e.slots[i] = &workerSlot{e: e, token: make(chan struct{}, 1)}
+	}
+	e.defaultNS = &nsBinding{slot: e.slots[0]}
+	for _, s := range e.slots {
+		s.startNext()
+	}
+	// Wait for the first worker: a wrong executable or a refused namespace shows here.
+	if _, err := e.slots[0].awaitPending(context.Background()); err != nil {
+		e.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *Isolated) name() string { return fmt.Sprintf("the isolated engine %p", e) }
+
+// Minipy runs code in the engine with opts (nil: defaults). It is Run with
+// context.Background().
+func (e *Isolated) Minipy(code string, opts *Options) (*Result, error) {
+	return e.Run(context.Background(), code, opts)
+}
+
+// Run runs code on the worker that holds opts.Globals (the first worker for the default
+// namespace), with the in-process engine's semantics. When the code does not yield to the
+// interrupt within a grace period after the deadline, the worker's process tree is killed
+// and the error matches ErrTimeout and ErrStateLost; a crashed worker gives a
+// *WorkerLostError. Either way the engine starts a replacement worker.
+func (e *Isolated) Run(ctx context.Context, code string, opts *Options) (*Result, error) {
+	return e.run(ctx, code, opts)
+}
+
+// NewNamespace makes a fresh namespace on one of the engine's workers (spread round-robin).
+// Its variables live in that worker; they are lost if the worker is killed or crashes.
+// On a closed engine it returns a namespace whose every use fails with ErrEngineClosed.
+func (e *Isolated) NewNamespace() *Namespace {
+	if e.isClosed() {
+		return &Namespace{closed: true, ref: ErrEngineClosed}
+	}
+	id := e.nextNS.Add(1)
+	// Start after the first slot, which holds the default namespace.
+	slot := e.slots[int(e.spread.Add(1))%len(e.slots)]
+	return newNamespace(e, id, &nsBinding{slot: slot})
+}
+
+// Close kills every worker (and everything they started) and removes the engine's working
+// directory. Runs in progress return a *WorkerLostError; later calls ErrEngineClosed.
+func (e *Isolated) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	e.mu.Unlock()
+	for _, s := range e.slots {
+		s.shutdown()
+	}
+	return os.RemoveAll(e.workdir)
+}
+
+func (e *Isolated) isClosed() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.closed
+}
+
+func bindingOf(ns *Namespace) *nsBinding {
+	b, _ := ns.ref.(*nsBinding)
+	return b
+}
+
+func (e *Isolated) run(ctx context.Context, code string, opts *Options) (*Result, error) {
+	started := time.Now()
+	if e.isClosed() {
+		return nil, ErrEngineClosed
+	}
+	gid, lid, err := namespaceIDs(e, opts)
+	if err != nil {
+		return nil, err
+	}
+	bindings := []*nsBinding{e.defaultNS}
+	ids := []uint32{gid}
+	if opts != nil && opts.Globals != nil {
+		bindings[0] = bindingOf(opts.Globals)
+	}
+	if lid != 0 {
+		lb := bindingOf(opts.Locals)
+		if lb.slot != bindings[0].slot {
+			return nil, errors.New("minipy: Options.Locals lives on another worker than Options.Globals; " +
+				"an isolated run needs both in one worker (make Locals with the same engine and run it there first)")
+		}
+		bindings = append(bindings, lb)
+		ids = append(ids, lid)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("minipy: run not started: %w", err)
+	}
+	slot := bindings[0].slot
+	dl := runDeadline(ctx, started, timeoutOf(opts))
+	if err := slot.acquire(ctx, dl); err != nil {
+		return nil, &InterruptedError{Cause: waitCause(err), After: time.Since(started),
+			deadline: errors.Is(err, context.DeadlineExceeded)}
+	}
+	defer slot.release()
+	w, err := slot.live(ctx)
+	if err != nil {
+		return nil, err
+	}
+	create, lost := w.prepare(bindings, ids)
+	if lost != nil {
+		return nil, lost
+	}
+	rid := w.nextRun()
+	h := &isolatedRun{w: w, id: rid, woken: make(chan struct{}, 1)}
+	res := &Result{}
+	if err := w.send(requestFrame(rid, create, runRequest(gid, lid, maxOutput(opts), code))); err != nil {
+		return e.lost(slot, w, bindings, nil, res, started)
+	}
+	s := supervise(ctx, h, dl)
+	if s.abandoned {
+		w.kill()
+		s.abandoned = false // the isolated engine does not leave the code running
+		intr, _ := s.interrupted(started, nil).(*InterruptedError)
+		return e.lost(slot, w, bindings, intr, res, started)
+	}
+	if h.reply == nil {
+		return e.lost(slot, w, bindings, nil, res, started)
+	}
+	w.created(bindings, ids)
+	py, err := runReply(h.reply.resp, res)
+	res.Duration = time.Since(started)
+	if err != nil {
+		return res, err
+	}
+	if h.reply.kicked && s.cause != nil {
+		return res, s.interrupted(started, py)
+	}
+	if py != nil {
+		if py.Type == "MemoryError" && e.cfg.MemoryLimit > 0 {
+			return res, &LimitError{Limit: "memory", Python: py}
+		}
+		return res, py
+	}
+	return res, nil
+}
+
+// lost handles a run whose worker ended: wait for its exit status, start a replacement,
+// and say what happened.
+func (e *Isolated) lost(slot *workerSlot, w *worker, bindings []*nsBinding, intr *InterruptedError,
+	res *Result, started time.Time) (*Result, error) {
+	w.kill() // whatever is left of its process tree
+	w.awaitExit()
+	slot.replace(w)
+	for _, b := range bindings {
+		b.epoch = 0 // this run reports the loss; the namespace starts fresh on the next worker
+	}
+	res.Duration = time.Since(started)
+	if e.isClosed() && intr == nil {
+		return res, fmt.Errorf("%w (%w)", ErrEngineClosed, ErrStateLost)
+	}
+	return res, w.lostError(intr)
+}
+
+// do runs one namespace request on the namespace's worker. Namespace operations wait for
+// the worker without a deadline (a run ahead of them ends by its deadline plus the grace).
+func (e *Isolated) do(ns *Namespace, op byte, args ...any) (any, error) {
+	if e.isClosed() {
+		return nil, ErrEngineClosed
+	}
+	b := bindingOf(ns)
+	if b == nil {
+		return nil, errors.New("minipy: namespace request without a namespace")
+	}
+	req, err := opRequest(op, args)
+	if err != nil {
+		return nil, err
+	}
+	slot := b.slot
+	if err := slot.acquire(context.Background(), deadline{}); err != nil {
+		return nil, err
+	}
+	defer slot.release()
+	w, err := slot.live(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	if op == pyrt.OpFree {
+		if b.epoch != w.epoch || !w.known[ns.id] {
+			return nil, nil // nothing of it lives in this worker
+		}
+		delete(w.known, ns.id)
+	}
+	create, lost := w.prepare([]*nsBinding{b}, []uint32{ns.id})
+	if lost != nil {
+		return nil, lost
+	}
+	rid := w.nextRun()
+	h := &isolatedRun{w: w, id: rid, woken: make(chan struct{}, 1)}
+	if err := w.send(requestFrame(rid, create, req)); err == nil {
+		h.wait(-1)
+	}
+	if h.reply == nil {
+		_, err := e.lost(slot, w, []*nsBinding{b}, nil, &Result{}, time.Now())
+		return nil, err
+	}
+	if op != pyrt.OpFree {
+		w.created([]*nsBinding{b}, []uint32{ns.id})
+	}
+	return opReply(h.reply.resp)
+}
+
+// requestFrame is a worker request: run id, the namespaces to create first, the request.
+func requestFrame(rid uint64, create []uint32, req []byte) []byte {
+	f := make([]byte, 0, 4+1+8+2+4*len(create)+len(req))
+	f = binary.LittleEndian.AppendUint32(f, uint32(1+8+2+4*len(create)+len(req)))
+	f = append(f, 'R')
+	f = binary.LittleEndian.AppendUint64(f, rid)
+	f = binary.LittleEndian.AppendUint16(f, uint16(len(create)))
+	for _, id := range create {
+		f = binary.LittleEndian.AppendUint32(f, id)
+	}
+	return append(f, req...)
+}
+
+// isolatedRun adapts a request in flight on a worker to runHandle.
+type isolatedRun struct {
+	w     *worker
+	id    uint64
+	woken chan struct{}
+	reply *workerReply // set once wait reports the run finished with an answer
+	ended bool         // the worker ended before answering
+}
+
+func (r *isolatedRun) wait(d time.Duration) bool {
+	if r.reply != nil || r.ended {
+		return true
+	}
+	var timeout <-chan time.Time
+	if d >= 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		timeout = t.C
+	}
+	for {
+		select {
+		case rep := <-r.w.replies:
+			if rep.id != r.id {
+				continue // the answer to an earlier request whose caller gave up
+			}
+			r.reply = &rep
+			return true
+		case <-r.w.dead:
+			// An answer may have arrived just before the worker ended.
+			select {
+			case rep := <-r.w.replies:
+				if rep.id == r.id {
+					r.reply = &rep
+					return true
+				}
+			default:
+			}
+			r.ended = true
+			return true
+		case <-r.woken:
+			return false
+		case <-timeout:
+			return false
+		}
+	}
+}
+
+func (r *isolatedRun) kick(stage int) {
+	f := make([]byte, 0, 14)
+	f = binary.LittleEndian.AppendUint32(f, 10)
+	f = append(f, 'K')
+	f = binary.LittleEndian.AppendUint64(f, r.id)
+	f = append(f, byte(stage))
+	r.w.send(f) //nolint:errcheck // a dead worker is noticed by wait
+}
+
+func (r *isolatedRun) wake() {
+	select {
+	case r.woken <- struct{}{}:
+	default:
+	}
+}
+
+// workerSlot is one of the engine's worker positions: the live worker, its replacement
+// being started, and the token a request holds while in flight.
+type workerSlot struct {
+	e     *Isolated
+	token chan struct{}
+
+	mu      sync.Mutex
+	cur     *worker
+	pending chan struct{} // closed when the start in progress ends
+	started *worker
+	err     error
+	epoch   uint64
+	closed  bool
+}
+
+// startNext starts the slot's next worker in the background (workers are started ahead of
+// need: at NewIsolated and as soon as one is lost).
+func (s *workerSlot) startNext() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.pending != nil {
+		return
+	}
+	s.epoch++
+	epoch := s.epoch
+	done := make(chan struct{})
+	s.pending = done
+	go func() {
+		w, err := startWorker(s.e, epoch)
+		s.mu.Lock()
+		if s.closed && w != nil {
+			w.kill()
+			w, err = nil, ErrEngineClosed
+		}
+		s.started, s.err = w, err
+		close(done)
+		s.mu.Unlock()
+	}()
+}
+
+// awaitPending waits for the start in progress and makes its worker current.
+func (s *workerSlot) awaitPending(ctx context.Context) (*worker, error) {
+	s.mu.Lock()
+	done := s.pending
+	s.mu.Unlock()
+	if done == nil {
+		return nil, ErrEngineClosed
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pending != done {
+		return s.cur, nil // someone else took it
+	}
+	s.pending = nil
+	if s.err != nil {
+		err := s.err
+		s.err = nil
+		return nil, err
+	}
+	s.cur, s.started = s.started, nil
+	return s.cur, nil
+}
+
+// live returns the slot's worker, replacing one that ended while idle. The caller holds
+// the token.
+func (s *workerSlot) live(ctx context.Context) (*worker, error) {
+	for attempt := 0; ; attempt++ {
+		s.mu.Lock()
+		w, closed := s.cur, s.closed
+		s.mu.Unlock()
+		if closed {
+			return nil, ErrEngineClosed
+		}
+		if w != nil {
+			select {
+			case <-w.dead:
+				w.kill()
+				s.replace(w)
+				continue
+			default:
+				return w, nil
+			}
+		}
+		s.startNext() // no-op when a start is in progress
+		w, err := s.awaitPending(ctx)
+		if err != nil {
+			if attempt < 1 && !errors.Is(err, ErrEngineClosed) && ctx.Err() == nil {
+				continue // one retry: a replacement can fail while the machine is busy
+			}
+			return nil, err
+		}
+		if w != nil {
+			return w, nil
+		}
+	}
+}
+
+// replace drops w (which has ended) and starts its successor.
+func (s *workerSlot) replace(w *worker) {
+	s.mu.Lock()
+	if s.cur == w {
+		s.cur = nil
+	}
+	s.mu.Unlock()
+	s.startNext()
+}
+
+func (s *workerSlot) acquire(ctx context.Context, dl deadline) error {
+	select {
+	case s.token <- struct{}{}:
+		return nil
+	default:
+	}
+	var timeout <-chan time.Time
+	if !dl.at.IsZero() {
+		t := time.NewTimer(time.Until(dl.at))
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case s.token <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timeout:
+		if dl.fromContext {
+			return context.DeadlineExceeded
+		}
+		return ErrTimeout
+	}
+}
+
+func (s *workerSlot) release() { <-s.token }
+
+func (s *workerSlot) shutdown() {
+	s.mu.Lock()
+	s.closed = true
+	cur, started, pending := s.cur, s.started, s.pending
+	s.mu.Unlock()
+	for _, w := range []*worker{cur, started} {
+		if w != nil {
+			w.kill()
+			w.awaitExit()
+		}
+	}
+	if pending != nil {
+		<-pending
+		s.mu.Lock()
+		w := s.started
+		s.mu.Unlock()
+		if w != nil {
+			w.kill()
+			w.awaitExit()
+		}
+	}
+}

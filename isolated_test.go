@@ -1,0 +1,505 @@
+package minipy_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/minipy-go/minipy"
+)
+
+func newIsolated(t testing.TB, cfg minipy.IsolatedConfig) *minipy.Isolated {
+	t.Helper()
+	e, err := minipy.NewIsolated(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+func TestIsolatedSameSemantics(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{})
+
+	r, err := e.Minipy("import math; math.factorial(12)", nil)
+	require.NoError(t, err)
+	assert.True(t, r.HasValue)
+	assert.Equal(t, int64(479001600), r.Value)
+	assert.Equal(t, "479001600", r.Repr)
+
+	r, err = e.Minipy("x = [1, 'two', 3.5]\nprint('hello')\nx", nil)
+	require.NoError(t, err)
+	assert.Equal(t, []any{int64(1), "two", 3.5}, r.Value)
+	assert.Equal(t, "hello\n", r.Stdout)
+
+	r, err = e.Minipy("x;", nil)
+	require.NoError(t, err)
+	assert.False(t, r.HasValue, "a trailing ';' hides the value, as in-process")
+
+	// The default namespace persists between runs.
+	r, err = e.Minipy("len(x)", nil)
+	require.NoError(t, err)
+	assert.Equal(t, int64(3), r.Value)
+
+	r, err = e.Minipy("def f():\n    return 1 / 0\nf()", nil)
+	var py *minipy.PythonError
+	require.ErrorAs(t, err, &py)
+	assert.Equal(t, "ZeroDivisionError", py.Type)
+	assert.Contains(t, py.Traceback, "return 1 / 0")
+	assert.NotContains(t, py.Traceback, "minipy-runtime")
+	assert.False(t, errors.Is(err, minipy.ErrStateLost))
+	require.NotNil(t, r)
+
+	_, err = e.Minipy("raise SystemExit(3)", nil)
+	require.ErrorAs(t, err, &py)
+	assert.Equal(t, "SystemExit", py.Type)
+	r, err = e.Minipy("len(x)", nil)
+	require.NoError(t, err, "SystemExit does not end the worker")
+	assert.Equal(t, int64(3), r.Value)
+}
+
+func TestIsolatedCapturesFileDescriptorOutput(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{})
+	code := `import os, subprocess, sys
+print("one")
+os.write(1, b"two\n")
+subprocess.run(["sh", "-c", "echo three; echo err-three >&2"])
+sys.stderr.write("four\n")
+os.write(2, b"five\n")
+# Bytes that look like a protocol frame cannot confuse the engine: fd 1 is not the protocol.
+os.write(1, b"\x05\x00\x00\x00A\x00\x00\x00\x00")
+"done"`
+	r, err := e.Minipy(code, nil)
+	require.NoError(t, err)
+	assert.Equal(t, "one\ntwo\nthree\n\x05\x00\x00\x00A\x00\x00\x00\x00", r.Stdout)
+	assert.Equal(t, "err-three\nfour\nfive\n", r.Stderr)
+	assert.Equal(t, "done", r.Value)
+
+	r, err = e.Minipy("print('x' * 100000)", &minipy.Options{MaxOutput: 1000})
+	require.NoError(t, err)
+	assert.Less(t, len(r.Stdout), 1200)
+	assert.Contains(t, r.Stdout, "characters of stdout omitted")
+
+	r, err = e.Minipy("1", nil)
+	require.NoError(t, err)
+	assert.Empty(t, r.Stdout, "each run's output starts empty")
+}
+
+func TestIsolatedNamespaces(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{Workers: 2})
+	a, b := e.NewNamespace(), e.NewNamespace()
+	require.NoError(t, a.Set("n", 41))
+	_, err := e.Minipy("n += 1", &minipy.Options{Globals: a})
+	require.NoError(t, err)
+	v, err := a.Get("n")
+	require.NoError(t, err)
+	assert.Equal(t, int64(42), v)
+	assert.Equal(t, []string{"n"}, a.Names())
+
+	_, err = b.Get("n")
+	assert.ErrorIs(t, err, minipy.ErrNameNotFound)
+	_, err = e.Minipy("n", &minipy.Options{Globals: b})
+	var py *minipy.PythonError
+	require.ErrorAs(t, err, &py)
+	assert.Equal(t, "NameError", py.Type)
+
+	require.NoError(t, a.Close())
+	_, err = e.Minipy("1", &minipy.Options{Globals: a})
+	assert.ErrorIs(t, err, minipy.ErrNamespaceClosed)
+	_, err = a.Get("n")
+	assert.ErrorIs(t, err, minipy.ErrNamespaceClosed)
+}
+
+func TestIsolatedNamespaceBelongsToItsEngine(t *testing.T) {
+	e1 := newIsolated(t, minipy.IsolatedConfig{})
+	e2 := newIsolated(t, minipy.IsolatedConfig{})
+	ns := e1.NewNamespace()
+	_, err := e2.Minipy("1", &minipy.Options{Globals: ns})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "belongs to")
+	_, err = minipy.Minipy("1", &minipy.Options{Globals: ns})
+	require.Error(t, err)
+	_, err = e1.Minipy("1", &minipy.Options{Globals: minipy.NewNamespace()})
+	require.Error(t, err)
+	_, err = e1.Minipy("1", &minipy.Options{Globals: ns})
+	assert.NoError(t, err)
+}
+
+func TestIsolatedSoftTimeoutKeepsState(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{})
+	_, err := e.Minipy("kept = 7", nil)
+	require.NoError(t, err)
+	_, err = e.Minipy("import time; time.sleep(10)", &minipy.Options{Timeout: 200 * time.Millisecond})
+	require.ErrorIs(t, err, minipy.ErrTimeout)
+	assert.False(t, errors.Is(err, minipy.ErrStateLost), "the code yielded: nothing was lost")
+	var py *minipy.PythonError
+	require.ErrorAs(t, err, &py)
+	assert.Equal(t, "minipy.TimeoutInterrupt", py.Type)
+	r, err := e.Minipy("kept", nil)
+	require.NoError(t, err)
+	assert.Equal(t, int64(7), r.Value)
+}
+
+func TestIsolatedHardTimeoutKillsCLoop(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{})
+	ns := e.NewNamespace()
+	_, err := e.Minipy("kept = 7", &minipy.Options{Globals: ns})
+	require.NoError(t, err)
+	start := time.Now()
+	_, err = e.Minipy("sum(range(10**12))", &minipy.Options{Globals: ns, Timeout: 200 * time.Millisecond})
+	took := time.Since(start)
+	require.Error(t, err)
+	assert.ErrorIs(t, err, minipy.ErrTimeout)
+	assert.ErrorIs(t, err, minipy.ErrStateLost)
+	var lost *minipy.WorkerLostError
+	require.ErrorAs(t, err, &lost)
+	assert.True(t, lost.Killed)
+	assert.Less(t, took, 3*time.Second, "deadline + grace + kill, generously")
+
+	// The namespace lives on, empty, in a fresh worker.
+	_, err = e.Minipy("kept", &minipy.Options{Globals: ns})
+	var py *minipy.PythonError
+	require.ErrorAs(t, err, &py)
+	assert.Equal(t, "NameError", py.Type)
+	r, err := e.Minipy("kept = 8; kept", &minipy.Options{Globals: ns})
+	require.NoError(t, err)
+	assert.Equal(t, int64(8), r.Value)
+}
+
+func TestIsolatedContextCancelKillsCLoop(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{})
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	_, err := e.Run(ctx, "sum(range(10**12))", nil)
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.ErrorIs(t, err, minipy.ErrStateLost)
+	r, err := e.Minipy("2 + 2", nil)
+	require.NoError(t, err)
+	assert.Equal(t, int64(4), r.Value)
+}
+
+// markerProcs lists the pids whose command line contains marker, and the zombies among
+// this test process's children.
+func markerProcs(t *testing.T, marker string) (pids []int, zombies []int) {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	require.NoError(t, err)
+	me := os.Getpid()
+	for _, ent := range entries {
+		pid, err := strconv.Atoi(ent.Name())
+		if err != nil {
+			continue
+		}
+		if cmd, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "cmdline")); err == nil &&
+			strings.Contains(string(cmd), marker) {
+			pids = append(pids, pid)
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		s := string(stat)
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(fields) > 1 && fields[0] == "Z" && fields[1] == strconv.Itoa(me) {
+			zombies = append(zombies, pid)
+		}
+	}
+	return pids, zombies
+}
+
+func TestIsolatedHardKillLeavesNoProcesses(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{})
+	marker := fmt.Sprintf("minipy-tree-%d-%d", os.Getpid(), time.Now().UnixNano())
+	code := fmt.Sprintf(`import os, subprocess, sys
+marker = %q
+sleeper = [sys.executable, "-c", "import time; time.sleep(300)", marker]
+subprocess.Popen(sleeper, start_new_session=True)  # a child in a session of its own
+subprocess.Popen(["sh", "-c", " ".join(sleeper[:2]) + " 'import time; time.sleep(300)' " + marker + " &"])  # orphaned
+if os.fork() == 0:  # a double fork that leaves its parent's session
+    os.setsid()
+    if os.fork() == 0:
+        os.execv(sys.executable, sleeper)
+    os._exit(0)
+os.wait()
+`, marker)
+	_, err := e.Minipy(code, nil)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		pids, _ := markerProcs(t, marker)
+		return len(pids) == 3
+	}, 10*time.Second, 20*time.Millisecond, "the code's three detached sleepers run")
+
+	_, err = e.Minipy("sum(range(10**12))", &minipy.Options{Timeout: 100 * time.Millisecond})
+	require.ErrorIs(t, err, minipy.ErrStateLost)
+	// The kill is synchronous for the worker; give the kernel a moment for the rest.
+	require.Eventually(t, func() bool {
+		pids, zombies := markerProcs(t, marker)
+		return len(pids) == 0 && len(zombies) == 0
+	}, 2*time.Second, 10*time.Millisecond, "no survivors, no zombies")
+}
+
+func TestIsolatedCrashesAreReportedAndSurvived(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{})
+	other := e.NewNamespace()
+	_, err := e.Minipy("x = 1", &minipy.Options{Globals: other})
+	require.NoError(t, err)
+
+	_, err = e.Minipy("import os; os._exit(7)", nil)
+	var lost *minipy.WorkerLostError
+	require.ErrorAs(t, err, &lost)
+	assert.ErrorIs(t, err, minipy.ErrStateLost)
+	assert.False(t, lost.Killed)
+	assert.Equal(t, 7, lost.ExitCode)
+
+	// Another namespace of that worker learns of its loss once, then starts fresh.
+	_, err = e.Minipy("x", &minipy.Options{Globals: other})
+	require.ErrorAs(t, err, &lost)
+	assert.True(t, lost.Earlier)
+	_, err = e.Minipy("x = 2", &minipy.Options{Globals: other})
+	require.NoError(t, err)
+
+	_, err = e.Minipy("import ctypes; ctypes.string_at(0)", nil)
+	require.ErrorAs(t, err, &lost)
+	assert.Equal(t, syscall.SIGSEGV, lost.Signal)
+	assert.Contains(t, lost.Stderr, "Segmentation fault", "faulthandler's report reaches the error")
+
+	_, err = e.Minipy("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", nil)
+	require.ErrorAs(t, err, &lost)
+	assert.Equal(t, syscall.SIGKILL, lost.Signal)
+
+	r, err := e.Minipy("6 * 7", nil)
+	require.NoError(t, err)
+	assert.Equal(t, int64(42), r.Value)
+}
+
+func TestIsolatedMemoryLimit(t *testing.T) {
+	bomb := "b = bytearray(2 << 30); len(b)"
+	unlimited := newIsolated(t, minipy.IsolatedConfig{})
+	_, err := unlimited.Minipy(bomb+"; del b", nil)
+	require.NoError(t, err, "without the limit the allocation succeeds")
+
+	e := newIsolated(t, minipy.IsolatedConfig{MemoryLimit: 512 << 20})
+	_, err = e.Minipy("kept = 1", nil)
+	require.NoError(t, err)
+	_, err = e.Minipy(bomb, nil)
+	assert.ErrorIs(t, err, minipy.ErrLimit)
+	var limit *minipy.LimitError
+	require.ErrorAs(t, err, &limit)
+	assert.Equal(t, "memory", limit.Limit)
+	var py *minipy.PythonError
+	require.ErrorAs(t, err, &py)
+	assert.Equal(t, "MemoryError", py.Type)
+	r, err := e.Minipy("kept", nil)
+	require.NoError(t, err, "the worker survives a memory bomb")
+	assert.Equal(t, int64(1), r.Value)
+}
+
+func TestIsolatedCPULimit(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{CPULimit: time.Second})
+	_, err := e.Minipy("sum(range(10**6))", nil)
+	require.NoError(t, err, "short runs stay under the per-run limit")
+	start := time.Now()
+	_, err = e.Minipy("while True: pass", &minipy.Options{Timeout: time.Minute})
+	assert.Less(t, time.Since(start), 20*time.Second)
+	var lost *minipy.WorkerLostError
+	require.ErrorAs(t, err, &lost)
+	assert.Equal(t, "cpu", lost.Limit)
+	assert.ErrorIs(t, err, minipy.ErrLimit)
+	assert.ErrorIs(t, err, minipy.ErrStateLost)
+	_, err = e.Minipy("1", nil)
+	require.NoError(t, err)
+}
+
+func TestIsolatedFileSizeLimit(t *testing.T) {
+	code := "with open('big', 'wb') as f:\n    f.write(b'x' * (2 << 20))"
+	_, err := newIsolated(t, minipy.IsolatedConfig{}).Minipy(code, nil)
+	require.NoError(t, err)
+	_, err = newIsolated(t, minipy.IsolatedConfig{FileSizeLimit: 1 << 20}).Minipy(code, nil)
+	var py *minipy.PythonError
+	require.ErrorAs(t, err, &py)
+	assert.Equal(t, "OSError", py.Type)
+	assert.Contains(t, py.Message, "File too large")
+}
+
+func TestIsolatedOpenFilesLimit(t *testing.T) {
+	code := "files = [open('/dev/null') for _ in range(200)]; len(files)"
+	_, err := newIsolated(t, minipy.IsolatedConfig{}).Minipy(code, nil)
+	require.NoError(t, err)
+	_, err = newIsolated(t, minipy.IsolatedConfig{OpenFiles: 64}).Minipy(code, nil)
+	var py *minipy.PythonError
+	require.ErrorAs(t, err, &py)
+	assert.Equal(t, "OSError", py.Type)
+	assert.Contains(t, py.Message, "Too many open files")
+}
+
+func TestIsolatedProcessLimit(t *testing.T) {
+	code := `import subprocess
+procs = [subprocess.Popen(["sleep", "30"]) for _ in range(20)]
+for p in procs:
+    p.kill()
+    p.wait()
+len(procs)`
+	_, err := newIsolated(t, minipy.IsolatedConfig{}).Minipy(code, nil)
+	require.NoError(t, err)
+	_, err = newIsolated(t, minipy.IsolatedConfig{Processes: 10}).Minipy(code, nil)
+	var py *minipy.PythonError
+	require.ErrorAs(t, err, &py)
+	assert.Equal(t, "BlockingIOError", py.Type)
+}
+
+func TestIsolatedPrivateWorkdir(t *testing.T) {
+	e1, err := minipy.NewIsolated(minipy.IsolatedConfig{})
+	require.NoError(t, err)
+	defer e1.Close()
+	e2 := newIsolated(t, minipy.IsolatedConfig{})
+	r, err := e1.Minipy("import os; open('note.txt', 'w').write('hi'); os.getcwd()", nil)
+	require.NoError(t, err)
+	dir, _ := r.Value.(string)
+	require.NotEmpty(t, dir)
+	assert.FileExists(t, filepath.Join(dir, "note.txt"))
+	r, err = e2.Minipy("import os; os.path.exists('note.txt'), os.getcwd()", nil)
+	require.NoError(t, err)
+	assert.Equal(t, false, r.Value.([]any)[0])
+	assert.NotEqual(t, dir, r.Value.([]any)[1])
+	require.NoError(t, e1.Close())
+	assert.NoDirExists(t, dir, "Close removes the working directory")
+	_, err = e1.Minipy("1", nil)
+	assert.ErrorIs(t, err, minipy.ErrEngineClosed)
+}
+
+func TestIsolatedNetworkOffByDefault(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	port := l.Addr().(*net.TCPAddr).Port
+	code := fmt.Sprintf("import socket; socket.create_connection(('127.0.0.1', %d), timeout=5).close(); 'connected'", port)
+
+	r, err := newIsolated(t, minipy.IsolatedConfig{Network: true}).Minipy(code, nil)
+	require.NoError(t, err)
+	assert.Equal(t, "connected", r.Value)
+
+	_, err = newIsolated(t, minipy.IsolatedConfig{}).Minipy(code, nil)
+	var py *minipy.PythonError
+	require.ErrorAs(t, err, &py, "with Network false the host's listener is unreachable")
+	assert.Contains(t, []string{"OSError", "ConnectionRefusedError"}, py.Type)
+}
+
+func TestIsolatedParallelWorkers(t *testing.T) {
+	const n = 8
+	e := newIsolated(t, minipy.IsolatedConfig{Workers: n})
+	spaces := make([]*minipy.Namespace, n)
+	pids := map[int64]bool{}
+	for i := range spaces {
+		spaces[i] = e.NewNamespace()
+		r, err := e.Minipy("import os; os.getppid(), id(os)", &minipy.Options{Globals: spaces[i]})
+		require.NoError(t, err) // warm: every worker has started
+		_ = r
+	}
+	for i := range spaces {
+		r, err := e.Minipy("import os; open('/proc/self/stat').read().split()[0]", &minipy.Options{Globals: spaces[i]})
+		require.NoError(t, err)
+		pid, _ := strconv.ParseInt(r.Value.(string), 10, 64)
+		pids[pid] = true
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range spaces {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = e.Minipy("import time; time.sleep(0.3)", &minipy.Options{Globals: spaces[i]})
+		}()
+	}
+	wg.Wait()
+	took := time.Since(start)
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	assert.Less(t, took, 600*time.Millisecond, "8 sleeps of 0.3 s on 8 workers overlap")
+}
+
+func TestIsolatedCommandWrapper(t *testing.T) {
+	// A local stand-in for kubectl exec -i / docker exec -i: a wrapper that pipes
+	// stdin/stdout to python, and marks the environment so the test can see it was used.
+	wrapper := []string{"sh", "-c", `MINIPY_VIA=wrapper exec /usr/bin/env python3.11 "$@"`, "wrapper"}
+	e := newIsolated(t, minipy.IsolatedConfig{Command: wrapper, Network: true})
+	r, err := e.Minipy("import os; print('out'); os.environ.get('MINIPY_VIA')", nil)
+	require.NoError(t, err)
+	assert.Equal(t, "wrapper", r.Value)
+	assert.Equal(t, "out\n", r.Stdout)
+
+	_, err = e.Minipy("sum(range(10**12))", &minipy.Options{Timeout: 100 * time.Millisecond})
+	assert.ErrorIs(t, err, minipy.ErrTimeout)
+	assert.ErrorIs(t, err, minipy.ErrStateLost)
+	r, err = e.Minipy("1 + 1", nil)
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), r.Value)
+
+	// ssh passes its arguments through the remote user's shell: CommandShell quotes them.
+	ssh := []string{"sh", "-c", `eval "$*"`, "ssh-like", "python3.11"}
+	e2 := newIsolated(t, minipy.IsolatedConfig{Command: ssh, CommandShell: true, Network: true})
+	r, err = e2.Minipy("'it' + \"works\"", nil)
+	require.NoError(t, err)
+	assert.Equal(t, "itworks", r.Value)
+
+	_, err = minipy.NewIsolated(minipy.IsolatedConfig{Command: wrapper})
+	assert.Error(t, err, "Network: false cannot be honoured through a command")
+}
+
+func TestIsolatedLateKicksNeverLeak(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{})
+	for i := 0; i < 60; i++ {
+		// Deadlines that land around the end of the run.
+		timeout := time.Duration(8+i%5) * time.Millisecond
+		_, err := e.Minipy("import time; time.sleep(0.01)", &minipy.Options{Timeout: timeout})
+		if err != nil {
+			require.ErrorIs(t, err, minipy.ErrTimeout)
+			require.False(t, errors.Is(err, minipy.ErrStateLost))
+		}
+		r, err := e.Minipy("sum(range(1000))", nil)
+		require.NoError(t, err, "run %d", i)
+		require.Equal(t, int64(499500), r.Value)
+	}
+}
+
+func TestIsolatedLocalsOnAnotherWorker(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{Workers: 2})
+	a, b := e.NewNamespace(), e.NewNamespace()
+	_, err := e.Minipy("1", &minipy.Options{Globals: a, Locals: b})
+	require.Error(t, err)
+	c := e.NewNamespace() // round-robin: back on a's worker
+	_, err = e.Minipy("y = 1", &minipy.Options{Globals: a, Locals: c})
+	require.NoError(t, err)
+	v, err := c.Get("y")
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), v)
+}
+
+func TestIsolatedBadConfig(t *testing.T) {
+	_, err := minipy.NewIsolated(minipy.IsolatedConfig{Python: "/nonexistent/python3"})
+	assert.Error(t, err)
+	_, err = minipy.NewIsolated(minipy.IsolatedConfig{Python: "/bin/false"})
+	assert.Error(t, err)
+	_, err = minipy.NewIsolated(minipy.IsolatedConfig{MemoryLimit: -1})
+	assert.Error(t, err)
+}

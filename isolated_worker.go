@@ -1,0 +1,495 @@
+package minipy
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/minipy-go/minipy/internal/pyrt"
+)
+
+// workerBootstrap is the program a worker's python runs (python -c): it reads worker.py as
+// one frame (u32 length, source) from stdin with unbuffered reads, so that no byte of the
+// protocol after it is lost in a buffer, and runs it.
+const workerBootstrap = `import os
+def _read(n):
+    b = b""
+    while len(b) < n:
+        c = os.read(0, n - len(b))
+        if not c:
+            os._exit(70)
+        b += c
+    return b
+exec(compile(_read(int.from_bytes(_read(4), "little")), "<minipy-runtime>", "exec"), {"__name__": "_minipy_worker", "_read": _read})
+`
+
+// nobodyID is the user and group local workers run as when the host runs as root (mapped to
+// root inside their user namespace), so that RLIMIT_NPROC binds them.
+const nobodyID = 65534
+
+// stderrKeep is how much of a worker's own stderr is kept for crash errors.
+const stderrKeep = 8 << 10
+
+// workerReply is a worker's answer to one request.
+type workerReply struct {
+	id     uint64
+	kicked bool
+	resp   []byte
+}
+
+// worker is one worker process.
+type worker struct {
+	epoch  uint64 // the slot's generation this worker serves
+	cmd    *exec.Cmd
+	stdin  *os.File
+	pidns  bool // the worker is pid 1 of its own pid namespace: killing it kills its tree
+	wmu    sync.Mutex
+	ready  chan []byte
+	dead   chan struct{} // closed when the worker's stdout ends
+	exited chan struct{} // closed when the process has been waited for
+	stderr tailBuffer
+
+	replies chan workerReply
+
+	// Set by the stdout reader before dead is closed.
+	exitFrame  bool
+	exitStatus syscall.WaitStatus
+	// Set before exited is closed.
+	state *os.ProcessState
+
+	killOnce sync.Once
+
+	// Guarded by the slot's token.
+	known  map[uint32]bool
+	runSeq uint64
+}
+
+// startWorker starts a worker for e and waits until it is ready.
+func startWorker(e *Isolated, epoch uint64) (*worker, error) {
+	w, err := launchWorker(e, epoch)
+	if err != nil {
+		return nil, err
+	}
+	timer := time.NewTimer(e.cfg.StartTimeout)
+	defer timer.Stop()
+	select {
+	case <-w.ready:
+		return w, nil
+	case <-w.dead:
+	case <-timer.C:
+	}
+	w.kill()
+	w.awaitExit()
+	msg := strings.TrimSpace(w.stderr.String())
+	if msg == "" {
+		msg = "no output"
+	}
+	select {
+	case <-w.exited:
+		msg = fmt.Sprintf("%v (worker status %v, exit frame %v): %s", w.state, w.exitStatus.ExitStatus(), w.exitFrame, msg)
+	default:
+		msg = "no ready frame within " + e.cfg.StartTimeout.String() + ": " + msg
+	}
+	return nil, fmt.Errorf("minipy: starting a worker (%s) failed: %s", strings.Join(w.cmd.Args[:len(w.cmd.Args)-2], " "), msg)
+}
+
+func launchWorker(e *Isolated, epoch uint64) (*worker, error) {
+	args := append([]string(nil), e.cfg.Command...)
+	if len(args) == 0 {
+		args = []string{e.cfg.Python}
+	}
+	if e.cfg.CommandShell {
+		args = append(args, "-c", shellQuote(workerBootstrap))
+	} else {
+		args = append(args, "-c", workerBootstrap)
+	}
+	path, err := exec.LookPath(args[0])
+	if err != nil {
+		return nil, fmt.Errorf("minipy: the worker executable: %w", err)
+	}
+	cmd := &exec.Cmd{Path: path, Args: args}
+	local := len(e.cfg.Command) == 0
+	if local {
+		cmd.Dir = e.workdir
+	}
+	if local && e.sandbox {
+		cmd.SysProcAttr = sandboxAttr(e.cfg.Network)
+	} else {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	}
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		return nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		outR.Close()
+		outW.Close()
+		return nil, err
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
+	err = cmd.Start()
+	inR.Close()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		inW.Close()
+		outR.Close()
+		errR.Close()
+		return nil, fmt.Errorf("minipy: starting a worker: %w", err)
+	}
+	w := &worker{
+		epoch:   epoch,
+		cmd:     cmd,
+		stdin:   inW,
+		pidns:   local && e.sandbox,
+		ready:   make(chan []byte, 1),
+		dead:    make(chan struct{}),
+		exited:  make(chan struct{}),
+		replies: make(chan workerReply, 4),
+		known:   map[uint32]bool{pyrt.DefaultNamespace: true},
+	}
+	w.stderr.max = stderrKeep
+	go func() {
+		io.Copy(&w.stderr, errR) //nolint:errcheck // ends with the worker
+		errR.Close()
+	}()
+	go w.readFrames(outR)
+	go func() {
+		cmd.Wait() //nolint:errcheck // the status is read from ProcessState
+		w.state = cmd.ProcessState
+		close(w.exited)
+	}()
+	cfgFrame, err := workerConfigFrame(e)
+	if err != nil {
+		w.kill()
+		return nil, err
+	}
+	// The bootstrap and config may exceed the pipe's buffer: write them while the caller
+	// waits for the worker's ready frame (or its death, or the start timeout).
+	go func() {
+		boot := binary.LittleEndian.AppendUint32(nil, uint32(len(pyrt.WorkerSource)))
+		boot = append(boot, pyrt.WorkerSource...)
+		w.send(append(boot, cfgFrame...)) //nolint:errcheck // a worker that dies is noticed by the starter
+	}()
+	return w, nil
+}
+
+// sandboxAttr puts a local worker in its own user, pid, IPC and (without Network) network
+// namespaces. The user namespace maps root inside to an unprivileged user outside, which
+// is what makes RLIMIT_NPROC bind even when the host runs as root.
+func sandboxAttr(network bool) *syscall.SysProcAttr {
+	flags := uintptr(syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC)
+	if !network {
+		flags |= syscall.CLONE_NEWNET
+	}
+	uid, gid := sandboxIDs()
+	return &syscall.SysProcAttr{
+		Setpgid:                    true,
+		Cloneflags:                 flags,
+		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: uid, Size: 1}},
+		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: gid, Size: 1}},
+		GidMappingsEnableSetgroups: false,
+		// Become the mapped root: without it the child keeps the host's uid, which has no
+		// mapping inside (it would show as the overflow uid and own nothing).
+		Credential: &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true},
+	}
+}
+
+func sandboxIDs() (uid, gid int) {
+	if os.Geteuid() == 0 {
+		return nobodyID, nobodyID
+	}
+	return os.Geteuid(), os.Getegid()
+}
+
+func sandboxUID() int {
+	uid, _ := sandboxIDs()
+	return uid
+}
+
+// probeNamespaces reports whether the kernel lets this process make the sandbox's
+// namespaces, by starting /bin/true (or, lacking it, this program's executable with -h)
+// in them.
+func probeNamespaces() error {
+	path, err := exec.LookPath("true")
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(path)
+	cmd.SysProcAttr = sandboxAttr(false)
+	return cmd.Run()
+}
+
+// workerConfigFrame is the frame a worker reads after worker.py: the runtime and limits.
+func workerConfigFrame(e *Isolated) ([]byte, error) {
+	body, err := json.Marshal(map[string]any{
+		"runtime":     pyrt.Source,
+		"kick_signal": int(e.cfg.KickSignal),
+		"workdir":     e.workdir,
+		"memory":      e.cfg.MemoryLimit,
+		"file_size":   e.cfg.FileSizeLimit,
+		"open_files":  e.cfg.OpenFiles,
+		"processes":   e.cfg.Processes,
+		"cpu_seconds": int64((e.cfg.CPULimit + time.Second - 1) / time.Second),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return append(binary.LittleEndian.AppendUint32(nil, uint32(len(body))), body...), nil
+}
+
+// readFrames reads the worker's frames until its stdout ends.
+func (w *worker) readFrames(r *os.File) {
+	defer close(w.dead)
+	defer r.Close()
+	br := bufio.NewReaderSize(r, 64<<10)
+	var head [4]byte
+	for {
+		if _, err := io.ReadFull(br, head[:]); err != nil {
+			return
+		}
+		n := binary.LittleEndian.Uint32(head[:])
+		if n == 0 || n > 1<<31 {
+			return // not our protocol: treat the worker as broken
+		}
+		body := make([]byte, n)
+		if _, err := io.ReadFull(br, body); err != nil {
+			return
+		}
+		switch body[0] {
+		case 'A':
+			if len(body) < 10 {
+				return
+			}
+			rep := workerReply{id: binary.LittleEndian.Uint64(body[1:]), kicked: body[9] != 0, resp: body[10:]}
+			select {
+			case w.replies <- rep:
+			default: // nobody can be waiting for more than one answer
+			}
+		case 'Y':
+			select {
+			case w.ready <- body[1:]:
+			default:
+			}
+		case 'X':
+			if len(body) == 5 {
+				w.exitFrame = true
+				w.exitStatus = syscall.WaitStatus(int32(binary.LittleEndian.Uint32(body[1:])))
+			}
+		default:
+			return
+		}
+	}
+}
+
+// send writes one frame to the worker.
+func (w *worker) send(frame []byte) error {
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
+	_, err := w.stdin.Write(frame)
+	return err
+}
+
+func (w *worker) nextRun() uint64 {
+	w.runSeq++
+	return w.runSeq
+}
+
+// prepare returns the namespaces (of ids) this worker must create before the request, or
+// a *WorkerLostError if one of them held variables in a worker that has since ended (the
+// caller learns of the loss once; the namespace then starts fresh).
+func (w *worker) prepare(bindings []*nsBinding, ids []uint32) ([]uint32, error) {
+	var create []uint32
+	var lost error
+	for i, b := range bindings {
+		if b.epoch != 0 && b.epoch != w.epoch {
+			b.epoch = 0
+			lost = &WorkerLostError{Earlier: true, ExitCode: -1}
+		}
+		if !w.known[ids[i]] {
+			create = append(create, ids[i])
+		}
+	}
+	if lost != nil {
+		return nil, lost
+	}
+	return create, nil
+}
+
+// created records that the namespaces now live in this worker.
+func (w *worker) created(bindings []*nsBinding, ids []uint32) {
+	for i, b := range bindings {
+		w.known[ids[i]] = true
+		b.epoch = w.epoch
+	}
+}
+
+// kill kills the worker's whole process tree: in its pid namespace, killing its init
+// (the worker's pid 1) makes the kernel kill every process in it, however detached;
+// otherwise the process group and every descendant found in /proc are killed.
+func (w *worker) kill() {
+	w.killOnce.Do(func() {
+		pid := w.cmd.Process.Pid
+		if !w.pidns {
+			killDescendants(pid)
+			syscall.Kill(-pid, syscall.SIGKILL) //nolint:errcheck // may be gone already
+		}
+		syscall.Kill(pid, syscall.SIGKILL) //nolint:errcheck // may be gone already
+		w.stdin.Close()
+	})
+}
+
+// awaitExit waits (a bounded time) for the process to be reaped and its stdout to end.
+func (w *worker) awaitExit() {
+	t := time.NewTimer(5 * time.Second)
+	defer t.Stop()
+	select {
+	case <-w.exited:
+	case <-t.C:
+		return
+	}
+	select {
+	case <-w.dead:
+	case <-t.C:
+	}
+}
+
+// lostError describes how the worker ended; intr is set when minipy killed it after the
+// run's deadline.
+func (w *worker) lostError(intr *InterruptedError) error {
+	e := &WorkerLostError{Killed: intr != nil, Interrupted: intr, ExitCode: -1, Stderr: w.stderr.String()}
+	if intr != nil {
+		return e
+	}
+	var ws syscall.WaitStatus
+	switch {
+	case w.exitFrame:
+		ws = w.exitStatus // the real worker's status, from its pid-namespace init
+	case w.state != nil:
+		ws, _ = w.state.Sys().(syscall.WaitStatus)
+	}
+	if ws.Signaled() {
+		e.Signal = ws.Signal()
+	} else {
+		e.ExitCode = ws.ExitStatus()
+	}
+	switch e.Signal {
+	case syscall.SIGXCPU:
+		e.Limit = "cpu"
+	case syscall.SIGXFSZ:
+		e.Limit = "file size"
+	}
+	return e
+}
+
+// killDescendants SIGKILLs every descendant of pid found in /proc, children that started
+// sessions of their own included (they keep their parent link until orphaned).
+func killDescendants(pid int) {
+	for round := 0; round < 3; round++ {
+		children := map[int][]int{}
+		entries, err := os.ReadDir("/proc")
+		if err != nil {
+			return
+		}
+		for _, ent := range entries {
+			p, err := strconv.Atoi(ent.Name())
+			if err != nil {
+				continue
+			}
+			stat, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "stat"))
+			if err != nil {
+				continue
+			}
+			// The fields after the command (which may hold spaces) start after the last ')'.
+			i := strings.LastIndexByte(string(stat), ')')
+			fields := strings.Fields(string(stat[i+1:]))
+			if len(fields) < 2 {
+				continue
+			}
+			ppid, _ := strconv.Atoi(fields[1])
+			children[ppid] = append(children[ppid], p)
+		}
+		found := 0
+		queue := []int{pid}
+		for len(queue) > 0 {
+			p := queue[0]
+			queue = queue[1:]
+			for _, c := range children[p] {
+				syscall.Kill(c, syscall.SIGSTOP) //nolint:errcheck // stop it forking before the kill
+				syscall.Kill(c, syscall.SIGKILL) //nolint:errcheck // may be gone already
+				found++
+				queue = append(queue, c)
+			}
+		}
+		if found == 0 {
+			return
+		}
+	}
+}
+
+// defaultWorkerPython is the interpreter matching the libpython minipy is built against
+// (a python3 first on PATH may be another build, e.g. a pyenv shim), else "python3".
+func defaultWorkerPython() string {
+	version := linkedPythonVersion()
+	if version == "" {
+		return "python3"
+	}
+	name := "python" + version
+	for _, dir := range []string{"/usr/bin", "/usr/local/bin"} {
+		p := filepath.Join(dir, name)
+		if st, err := os.Stat(p); err == nil && st.Mode()&0o111 != 0 {
+			return p
+		}
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	return "python3"
+}
+
+// shellQuote quotes s as one POSIX shell word.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (b *tailBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, p...)
+	if len(b.buf) > b.max {
+		b.buf = append(b.buf[:0], b.buf[len(b.buf)-b.max:]...)
+	}
+	return len(p), nil
+}
+
+func (b *tailBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf)
+}
