@@ -64,3 +64,21 @@ func TestNoStaleValueAndNoResultVariable(t *testing.T) {
 	r = run(t, "y", opts)
 	assert.Equal(t, int64(5), r.Value)
 }
+
+func TestTopLevelAwait(t *testing.T) {
+	opts := &minipy.Options{Globals: minipy.NewNamespace()}
+	defer opts.Globals.Close()
+	r, err := minipy.Minipy("import asyncio\nasync def twice(x):\n    await asyncio.sleep(0.01)\n    return 2 * x\nawait twice(21)", opts)
+	require.NoError(t, err)
+	assert.Equal(t, int64(42), r.Value)
+	// A task started in one run is still there in the next: the event loop persists.
+	_, err = minipy.Minipy("task = asyncio.ensure_future(twice(5))", opts)
+	require.NoError(t, err)
+	r, err = minipy.Minipy("await task", opts)
+	require.NoError(t, err)
+	assert.Equal(t, int64(10), r.Value)
+	// Plain asyncio.run still works (no loop is running between runs).
+	r, err = minipy.Minipy("asyncio.run(twice(1))", opts)
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), r.Value)
+}
