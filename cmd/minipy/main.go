@@ -52,6 +52,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print the result as JSON (value, repr, stdout, stderr, error, duration)")
 	timeout := fs.Duration("timeout", 30*time.Second, "stop the code after this long (negative: no limit)")
 	maxOutput := fs.Int("max-output", 0, "cap each of stdout, stderr and the repr at this many characters (0: default, negative: none)")
+	isolated := fs.Bool("isolated", false, "run in a sandboxed worker process (hard timeout, crash-proof, no network) instead of in-process")
+	python := fs.String("python", "", "with --isolated: the worker's python executable (default: the one matching the linked libpython)")
+	network := fs.Bool("network", false, "with --isolated: let the code reach the network")
+	memoryLimit := fs.Int64("memory-limit", 0, "with --isolated: cap the worker's address space at this many bytes (0: none)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: minipy [--json] [--timeout D] [-c CODE]\n\nRuns Python code (from -c or stdin) in an embedded CPython and prints what a model would see.\n\n")
 		fs.PrintDefaults()
@@ -76,7 +80,20 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	// Ctrl-C cancels the run (the code gets the interrupt) instead of killing the process.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	res, err := minipy.Run(ctx, src, &minipy.Options{Timeout: *timeout, MaxOutput: *maxOutput})
+	opts := &minipy.Options{Timeout: *timeout, MaxOutput: *maxOutput}
+	var res *minipy.Result
+	var err error
+	if *isolated {
+		eng, startErr := minipy.NewIsolated(minipy.IsolatedConfig{Python: *python, Network: *network, MemoryLimit: *memoryLimit})
+		if startErr != nil {
+			fmt.Fprintf(stderr, "%v\n", startErr)
+			return 1
+		}
+		defer eng.Close()
+		res, err = eng.Run(ctx, src, opts)
+	} else {
+		res, err = minipy.Run(ctx, src, opts)
+	}
 	if res == nil && err != nil {
 		var pyErr *minipy.PythonError
 		if !errors.As(err, &pyErr) {
@@ -98,8 +115,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			fmt.Fprint(stderr, pyErr.Traceback)
 		}
 		var stopped *minipy.InterruptedError
-		if errors.As(err, &stopped) {
-			fmt.Fprintln(stderr, err)
+		if errors.As(err, &stopped) || !errors.As(err, &pyErr) || errors.Is(err, minipy.ErrLimit) {
+			fmt.Fprintln(stderr, err) // a stop, a lost worker, a limit: say so
 		}
 		return 1
 	}
