@@ -1,0 +1,189 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/minipy-go/minipy"
+)
+
+// connectInProcess serves a new server over in-memory transports and returns a client
+// session on it.
+func connectInProcess(t *testing.T, server *mcp.Server) *mcp.ClientSession {
+	t.Helper()
+	ctx := context.Background()
+	serverSide, clientSide := mcp.NewInMemoryTransports()
+	ss, err := server.Connect(ctx, serverSide, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { ss.Close() })
+	return connectClient(t, clientSide)
+}
+
+func connectClient(t *testing.T, transport mcp.Transport) *mcp.ClientSession {
+	t.Helper()
+	client := mcp.NewClient(&mcp.Implementation{Name: "minipy-mcp-test", Version: "0"}, nil)
+	cs, err := client.Connect(context.Background(), transport, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+// call calls a tool and returns its text and isError.
+func call(t *testing.T, cs *mcp.ClientSession, tool string, args any) (string, bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+	require.NoError(t, err)
+	require.Len(t, res.Content, 1)
+	text, ok := res.Content[0].(*mcp.TextContent)
+	require.True(t, ok, "content is %T", res.Content[0])
+	return text.Text, res.IsError
+}
+
+func run(t *testing.T, cs *mcp.ClientSession, args map[string]any) (string, bool) {
+	t.Helper()
+	return call(t, cs, minipy.ToolName, args)
+}
+
+func TestListTools(t *testing.T) {
+	opts := &minipy.Options{Timeout: 5 * time.Second, MaxOutput: 1000}
+	cs := connectInProcess(t, newServer(opts))
+	res, err := cs.ListTools(context.Background(), nil)
+	require.NoError(t, err)
+	require.Len(t, res.Tools, 2)
+	byName := map[string]*mcp.Tool{}
+	for _, tool := range res.Tools {
+		byName[tool.Name] = tool
+	}
+
+	want := minipy.ToolSchemaFor(opts)
+	got := byName[minipy.ToolName]
+	require.NotNil(t, got)
+	assert.Equal(t, want.Description, got.Description)
+	wantSchema, err := json.Marshal(want.InputSchema)
+	require.NoError(t, err)
+	gotSchema, err := json.Marshal(got.InputSchema)
+	require.NoError(t, err)
+	assert.JSONEq(t, string(wantSchema), string(gotSchema))
+	assert.Contains(t, got.Description, "stopped after 5 seconds")
+
+	require.Contains(t, byName, resetToolName)
+}
+
+// Each client session has a namespace of its own, which persists between its calls until
+// it resets it.
+func TestSessionsHaveTheirOwnNamespace(t *testing.T) {
+	server := newServer(&minipy.Options{})
+	first := connectInProcess(t, server)
+	second := connectInProcess(t, server)
+
+	text, isError := run(t, first, map[string]any{"code": "x = 41\ndef f(): return x + 1"})
+	require.False(t, isError, text)
+	text, isError = run(t, first, map[string]any{"code": "f()"})
+	assert.False(t, isError)
+	assert.Equal(t, "[value]\n42\n", text)
+
+	text, isError = run(t, second, map[string]any{"code": "x"})
+	assert.True(t, isError)
+	assert.Contains(t, text, "NameError: name 'x' is not defined")
+
+	text, isError = call(t, first, resetToolName, map[string]any{})
+	assert.False(t, isError)
+	assert.Contains(t, text, "[reset]")
+	text, isError = run(t, first, map[string]any{"code": "x"})
+	assert.True(t, isError)
+	assert.Contains(t, text, "NameError: name 'x' is not defined")
+	text, isError = run(t, first, map[string]any{"code": "y = 2\ny * 3"})
+	assert.False(t, isError)
+	assert.Equal(t, "[value]\n6\n", text)
+}
+
+// The cases the issue names, checked on any client session (in-process or the binary).
+func checkTimeoutSyntaxErrorAndHugeOutput(t *testing.T, cs *mcp.ClientSession, budget int) {
+	t.Run("timeout", func(t *testing.T) {
+		started := time.Now()
+		text, isError := run(t, cs, map[string]any{"code": "import time\nprint('started')\ntime.sleep(60)", "timeout": 0.5})
+		assert.True(t, isError)
+		assert.Contains(t, text, "[stdout]\nstarted\n[timeout]\nThe run was stopped after 0.5s, its timeout of 0.5 seconds.")
+		assert.Less(t, time.Since(started), 30*time.Second)
+	})
+	t.Run("timeout as a string", func(t *testing.T) {
+		text, isError := run(t, cs, map[string]any{"code": "while True: pass", "timeout": "0.3"})
+		assert.True(t, isError)
+		assert.Contains(t, text, "[timeout]\nThe run was stopped after 0.3s")
+	})
+	t.Run("syntax error", func(t *testing.T) {
+		text, isError := run(t, cs, map[string]any{"code": "def f(:\n    pass"})
+		assert.True(t, isError)
+		assert.Contains(t, text, "[error]\n")
+		assert.Contains(t, text, "SyntaxError: invalid syntax")
+	})
+	t.Run("huge output", func(t *testing.T) {
+		text, isError := run(t, cs, map[string]any{"code": "print('x' * 10**7)\n'done'"})
+		assert.False(t, isError)
+		assert.Less(t, utf8.RuneCountInString(text), budget+200)
+		assert.Contains(t, text, fmt.Sprintf("[... %d characters of stdout omitted ...]", 10_000_001-budget+len("'done'")))
+		assert.Contains(t, text, "[value]\n'done'\n")
+	})
+	t.Run("bad arguments", func(t *testing.T) {
+		text, isError := run(t, cs, map[string]any{"source": "1"})
+		assert.True(t, isError)
+		assert.Contains(t, text, "[bad arguments]\n\"code\" is missing.")
+	})
+}
+
+func TestInProcess(t *testing.T) {
+	checkTimeoutSyntaxErrorAndHugeOutput(t, connectInProcess(t, newServer(&minipy.Options{})), minipy.DefaultToolOutput)
+}
+
+// buildServer builds the command into a temporary directory.
+func buildServer(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "minipy-mcp")
+	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(goTool); err != nil {
+		goTool = "go"
+	}
+	build := exec.Command(goTool, "build", "-o", bin, ".")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+	return bin
+}
+
+func TestBinary(t *testing.T) {
+	bin := buildServer(t)
+	cs := connectClient(t, &mcp.CommandTransport{Command: exec.Command(bin, "-max-output", "20000")})
+	checkTimeoutSyntaxErrorAndHugeOutput(t, cs, 20000)
+
+	t.Run("state and reset", func(t *testing.T) {
+		text, isError := run(t, cs, map[string]any{"code": "n = 10"})
+		require.False(t, isError, text)
+		text, _ = run(t, cs, map[string]any{"code": "n * 2"})
+		assert.Equal(t, "[value]\n20\n", text)
+		call(t, cs, resetToolName, map[string]any{})
+		text, isError = run(t, cs, map[string]any{"code": "n"})
+		assert.True(t, isError)
+		assert.Contains(t, text, "NameError")
+	})
+	// Bytes written to fd 1 by the code itself must not corrupt the protocol on stdout.
+	t.Run("writes to fd 1", func(t *testing.T) {
+		text, isError := run(t, cs, map[string]any{"code": "import os, subprocess\nos.write(1, b'not json\\n')\nsubprocess.run(['echo', 'nor this'])\n'still talking'"})
+		assert.False(t, isError, text)
+		assert.Contains(t, text, "[value]\n'still talking'\n")
+		text, _ = run(t, cs, map[string]any{"code": "1 + 1"})
+		assert.Equal(t, "[value]\n2\n", text)
+	})
+}
