@@ -334,7 +334,7 @@ func (e *Isolated) run(ctx context.Context, code string, opts *Options) (*Result
 		return nil, lost
 	}
 	rid := w.nextRun()
-	h := &isolatedRun{w: w, id: rid, woken: make(chan struct{}, 1)}
+	h := &isolatedRun{w: w, id: rid}
 	res := &Result{}
 	if err := w.send(requestFrame(rid, create, runRequest(gid, lid, maxOutput(opts), code))); err != nil {
 		return e.lost(slot, w, bindings, nil, res, started)
@@ -418,9 +418,10 @@ func (e *Isolated) do(ns *Namespace, op byte, args ...any) (any, error) {
 		return nil, lost
 	}
 	rid := w.nextRun()
-	h := &isolatedRun{w: w, id: rid, woken: make(chan struct{}, 1)}
+	h := &isolatedRun{w: w, id: rid}
 	if err := w.send(requestFrame(rid, create, req)); err == nil {
-		h.wait(-1)
+		for !h.wait(-1) { // false only after a stray wake from an earlier run's context
+		}
 	}
 	if h.reply == nil {
 		_, err := e.lost(slot, w, []*nsBinding{b}, nil, &Result{}, time.Now())
@@ -449,45 +450,33 @@ func requestFrame(rid uint64, create []uint32, req []byte) []byte {
 type isolatedRun struct {
 	w     *worker
 	id    uint64
-	woken chan struct{}
 	reply *workerReply // set once wait reports the run finished with an answer
-	ended bool         // the worker ended before answering
+	ended bool         // the worker ended (or broke the protocol) before answering
 }
 
 func (r *isolatedRun) wait(d time.Duration) bool {
 	if r.reply != nil || r.ended {
 		return true
 	}
-	var timeout <-chan time.Time
+	var until time.Time
 	if d >= 0 {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		timeout = t.C
+		until = time.Now().Add(d)
 	}
 	for {
-		select {
-		case rep := <-r.w.replies:
-			if rep.id != r.id {
-				continue // the answer to an earlier request whose caller gave up
-			}
-			r.reply = &rep
-			return true
-		case <-r.w.dead:
-			// An answer may have arrived just before the worker ended.
-			select {
-			case rep := <-r.w.replies:
-				if rep.id == r.id {
-					r.reply = &rep
-					return true
-				}
-			default:
-			}
+		body, err := r.w.readFrame(until)
+		switch {
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			return false
+		case err != nil:
 			r.ended = true
 			return true
-		case <-r.woken:
-			return false
-		case <-timeout:
-			return false
+		case body[0] != 'A' || len(body) < 10:
+			continue // a late ready frame, say
+		}
+		rep := workerReply{id: binary.LittleEndian.Uint64(body[1:]), kicked: body[9] != 0, resp: body[10:]}
+		if rep.id == r.id {
+			r.reply = &rep
+			return true
 		}
 	}
 }
@@ -501,12 +490,7 @@ func (r *isolatedRun) kick(stage int) {
 	r.w.send(f) //nolint:errcheck // a dead worker is noticed by wait
 }
 
-func (r *isolatedRun) wake() {
-	select {
-	case r.woken <- struct{}{}:
-	default:
-	}
-}
+func (r *isolatedRun) wake() { r.w.wake() }
 
 // workerSlot is one of the engine's worker positions: the live worker, its replacement
 // being started, and the token a request holds while in flight.
@@ -588,7 +572,7 @@ func (s *workerSlot) live(ctx context.Context) (*worker, error) {
 		}
 		if w != nil {
 			select {
-			case <-w.dead:
+			case <-w.exited:
 				w.kill()
 				s.replace(w)
 				continue

@@ -1,9 +1,9 @@
 package minipy
 
 import (
-	"bufio"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -54,14 +55,17 @@ type worker struct {
 	stdin  *os.File
 	pidns  bool // the worker is pid 1 of its own pid namespace: killing it kills its tree
 	wmu    sync.Mutex
-	ready  chan []byte
-	dead   chan struct{} // closed when the worker's stdout ends
 	exited chan struct{} // closed when the process has been waited for
 	stderr tailBuffer
 
-	replies chan workerReply
+	// The worker's stdout is read by the goroutine holding the slot's token, in the
+	// goroutine that waits for the answer: a hop through a reader goroutine and a channel
+	// cost about a third of a warm round trip.
+	out   *os.File
+	rbuf  []byte
+	woken atomic.Bool // wake was called: the current wait must return
 
-	// Set by the stdout reader before dead is closed.
+	// Set from the frames read (b"X": the real worker's wait status, from its init).
 	exitFrame  bool
 	exitStatus syscall.WaitStatus
 	// Set before exited is closed.
@@ -80,13 +84,15 @@ func startWorker(e *Isolated, epoch uint64) (*worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	timer := time.NewTimer(e.cfg.StartTimeout)
-	defer timer.Stop()
-	select {
-	case <-w.ready:
-		return w, nil
-	case <-w.dead:
-	case <-timer.C:
+	until := time.Now().Add(e.cfg.StartTimeout)
+	for {
+		body, err := w.readFrame(until)
+		if err != nil {
+			break
+		}
+		if body[0] == 'Y' {
+			return w, nil
+		}
 	}
 	w.kill()
 	w.awaitExit()
@@ -157,22 +163,19 @@ func launchWorker(e *Isolated, epoch uint64) (*worker, error) {
 		return nil, fmt.Errorf("minipy: starting a worker: %w", err)
 	}
 	w := &worker{
-		epoch:   epoch,
-		cmd:     cmd,
-		stdin:   inW,
-		pidns:   local && e.sandbox,
-		ready:   make(chan []byte, 1),
-		dead:    make(chan struct{}),
-		exited:  make(chan struct{}),
-		replies: make(chan workerReply, 4),
-		known:   map[uint32]bool{pyrt.DefaultNamespace: true},
+		epoch:  epoch,
+		cmd:    cmd,
+		stdin:  inW,
+		pidns:  local && e.sandbox,
+		exited: make(chan struct{}),
+		out:    outR,
+		known:  map[uint32]bool{pyrt.DefaultNamespace: true},
 	}
 	w.stderr.max = stderrKeep
 	go func() {
 		io.Copy(&w.stderr, errR) //nolint:errcheck // ends with the worker
 		errR.Close()
 	}()
-	go w.readFrames(outR)
 	go func() {
 		cmd.Wait() //nolint:errcheck // the status is read from ProcessState
 		w.state = cmd.ProcessState
@@ -257,48 +260,55 @@ func workerConfigFrame(e *Isolated) ([]byte, error) {
 	return append(binary.LittleEndian.AppendUint32(nil, uint32(len(body))), body...), nil
 }
 
-// readFrames reads the worker's frames until its stdout ends.
-func (w *worker) readFrames(r *os.File) {
-	defer close(w.dead)
-	defer r.Close()
-	br := bufio.NewReaderSize(r, 64<<10)
-	var head [4]byte
+// errNotProtocol is what readFrame returns when the worker's stdout is not our protocol.
+var errNotProtocol = errors.New("minipy: the worker broke the protocol")
+
+// readFrame returns the next frame from the worker (kind byte, payload), waiting until
+// deadline at most (zero: no limit; os.ErrDeadlineExceeded when it passes or wake is
+// called). Any other error means the worker is gone. A frame cut by a deadline stays in the
+// buffer for the next call. Only the token holder calls it.
+func (w *worker) readFrame(deadline time.Time) ([]byte, error) {
 	for {
-		if _, err := io.ReadFull(br, head[:]); err != nil {
-			return
+		if len(w.rbuf) >= 4 {
+			n := int(binary.LittleEndian.Uint32(w.rbuf))
+			if n == 0 || n > 1<<30 {
+				return nil, errNotProtocol
+			}
+			if len(w.rbuf) >= 4+n {
+				body := append([]byte(nil), w.rbuf[4:4+n]...)
+				w.rbuf = w.rbuf[:copy(w.rbuf, w.rbuf[4+n:])]
+				if body[0] == 'X' && len(body) == 5 {
+					w.exitFrame = true
+					w.exitStatus = syscall.WaitStatus(int32(binary.LittleEndian.Uint32(body[1:])))
+					continue
+				}
+				return body, nil
+			}
+			if need := 4 + n; cap(w.rbuf) < need {
+				w.rbuf = append(make([]byte, 0, need), w.rbuf...)
+			}
 		}
-		n := binary.LittleEndian.Uint32(head[:])
-		if n == 0 || n > 1<<31 {
-			return // not our protocol: treat the worker as broken
+		if cap(w.rbuf)-len(w.rbuf) < 4096 {
+			w.rbuf = append(make([]byte, 0, 2*cap(w.rbuf)+64<<10), w.rbuf...)
 		}
-		body := make([]byte, n)
-		if _, err := io.ReadFull(br, body); err != nil {
-			return
+		if err := w.out.SetReadDeadline(deadline); err != nil {
+			return nil, err
 		}
-		switch body[0] {
-		case 'A':
-			if len(body) < 10 {
-				return
-			}
-			rep := workerReply{id: binary.LittleEndian.Uint64(body[1:]), kicked: body[9] != 0, resp: body[10:]}
-			select {
-			case w.replies <- rep:
-			default: // nobody can be waiting for more than one answer
-			}
-		case 'Y':
-			select {
-			case w.ready <- body[1:]:
-			default:
-			}
-		case 'X':
-			if len(body) == 5 {
-				w.exitFrame = true
-				w.exitStatus = syscall.WaitStatus(int32(binary.LittleEndian.Uint32(body[1:])))
-			}
-		default:
-			return
+		if w.woken.Swap(false) {
+			return nil, os.ErrDeadlineExceeded
+		}
+		m, err := w.out.Read(w.rbuf[len(w.rbuf):cap(w.rbuf)])
+		w.rbuf = w.rbuf[:len(w.rbuf)+m]
+		if err != nil && m == 0 {
+			return nil, err
 		}
 	}
+}
+
+// wake makes a pending readFrame return os.ErrDeadlineExceeded. Safe from any goroutine.
+func (w *worker) wake() {
+	w.woken.Store(true)
+	w.out.SetReadDeadline(time.Now()) //nolint:errcheck // a closed pipe needs no waking
 }
 
 // send writes one frame to the worker.
@@ -364,11 +374,6 @@ func (w *worker) awaitExit() {
 	defer t.Stop()
 	select {
 	case <-w.exited:
-	case <-t.C:
-		return
-	}
-	select {
-	case <-w.dead:
 	case <-t.C:
 	}
 }
