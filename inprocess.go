@@ -116,7 +116,7 @@ func (e *inProcessEngine) run(ctx context.Context, code string, opts *Options) (
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("minipy: run not started: %w", err)
+		return nil, notStarted(err)
 	}
 	dl := runDeadline(ctx, started, timeoutOf(opts))
 	if err := e.acquire(ctx, dl); err != nil {

@@ -53,7 +53,9 @@ func supervise(ctx context.Context, h runHandle, dl deadline) stop {
 		if s.cause != nil {
 			d = kickRepeat
 		} else if !dl.at.IsZero() {
-			d = time.Until(dl.at)
+			// max: a deadline already past (a timeout of a few microseconds) must kick now;
+			// a negative wait would mean "no limit" and the run would never be stopped.
+			d = max(time.Until(dl.at), 0)
 		}
 		if h.wait(d) {
 			return s
@@ -96,6 +98,13 @@ func (s stop) interrupted(started time.Time, py *PythonError) error {
 		Abandoned: s.abandoned,
 		deadline:  s.ctxDeadline,
 	}
+}
+
+// notStarted is the error of a run whose context ended before it started: an
+// InterruptedError like any other stop, so that errors.Is(err, ErrTimeout) holds for a
+// context deadline whether it passed just before the run or during it.
+func notStarted(ctxErr error) error {
+	return &InterruptedError{Cause: ctxErr, deadline: errors.Is(ctxErr, context.DeadlineExceeded)}
 }
 
 // deadline is when a run must stop (zero: never) and whether that is its context's.
