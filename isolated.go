@@ -72,6 +72,10 @@ var ErrStateLost = errors.New("minipy: the worker process ended; its namespaces'
 // ErrLimit is matched by the error of a run that hit one of IsolatedConfig's limits.
 var ErrLimit = errors.New("minipy: resource limit hit")
 
+// ErrNoSandbox is matched by NewIsolated's error when the kernel refuses the user, pid and
+// network namespaces that isolate local workers and AllowUnsandboxed is false.
+var ErrNoSandbox = errors.New("minipy: the kernel refuses the user/pid/network namespaces that isolate workers")
+
 // ErrEngineClosed is matched by the error of any use of a closed isolated engine.
 var ErrEngineClosed = errors.New("minipy: the isolated engine is closed")
 
@@ -177,6 +181,12 @@ type nsBinding struct {
 // every worker (waiting for the first, so that a bad configuration is reported here) and
 // returns. Call Close to stop the workers and remove the directory.
 func NewIsolated(cfg IsolatedConfig) (*Isolated, error) {
+	return newIsolated(cfg, true)
+}
+
+// newIsolated is NewIsolated; tests pass sandbox false to act as if the kernel refused
+// namespaces, to exercise AllowUnsandboxed on a kernel that allows them.
+func newIsolated(cfg IsolatedConfig, sandbox bool) (*Isolated, error) {
 	if cfg.Workers <= 0 {
 		cfg.Workers = 1
 	}
@@ -198,12 +208,15 @@ func NewIsolated(cfg IsolatedConfig) (*Isolated, error) {
 	}
 	e := &Isolated{cfg: cfg}
 	if len(cfg.Command) == 0 {
-		switch err := probeNamespaces(); {
+		err := errors.New("namespaces turned off")
+		if sandbox {
+			err = probeNamespaces()
+		}
+		switch {
 		case err == nil:
 			e.sandbox = true
 		case !cfg.AllowUnsandboxed:
-			return nil, fmt.Errorf("minipy: the kernel refuses the user/pid/network namespaces that isolate "+
-				"workers (%w); set IsolatedConfig.AllowUnsandboxed to run without them", err)
+			return nil, fmt.Errorf("%w (%v); set IsolatedConfig.AllowUnsandboxed to run without them", ErrNoSandbox, err)
 		}
 	}
 	dir, err := os.MkdirTemp("", "minipy-isolated-")

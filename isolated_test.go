@@ -218,7 +218,22 @@ func markerProcs(t *testing.T, marker string) (pids []int, zombies []int) {
 }
 
 func TestIsolatedHardKillLeavesNoProcesses(t *testing.T) {
-	e := newIsolated(t, minipy.IsolatedConfig{})
+	checkHardKillLeavesNoProcesses(t, newIsolated(t, minipy.IsolatedConfig{}))
+}
+
+func TestIsolatedUnsandboxed(t *testing.T) {
+	_, err := minipy.NewIsolatedActingUnsandboxed(minipy.IsolatedConfig{})
+	require.ErrorIs(t, err, minipy.ErrNoSandbox, "no silent fallback: the network would stay on")
+
+	e, err := minipy.NewIsolatedActingUnsandboxed(minipy.IsolatedConfig{AllowUnsandboxed: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Close() })
+	// Without a pid namespace the worker is its descendants' subreaper and the host kills
+	// the tree it finds in /proc.
+	checkHardKillLeavesNoProcesses(t, e)
+}
+
+func checkHardKillLeavesNoProcesses(t *testing.T, e *minipy.Isolated) {
 	marker := fmt.Sprintf("minipy-tree-%d-%d", os.Getpid(), time.Now().UnixNano())
 	code := fmt.Sprintf(`import os, subprocess, sys
 marker = %q

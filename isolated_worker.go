@@ -406,49 +406,64 @@ func (w *worker) lostError(intr *InterruptedError) error {
 	return e
 }
 
-// killDescendants SIGKILLs every descendant of pid found in /proc, children that started
-// sessions of their own included (they keep their parent link until orphaned).
+// killDescendants kills every descendant of pid found in /proc, children that started
+// sessions of their own included (the worker is their subreaper, so orphans stay in its
+// tree while it lives). It stops them all first, so that none forks past the scan, and
+// must run before pid itself is killed.
 func killDescendants(pid int) {
-	for round := 0; round < 3; round++ {
-		children := map[int][]int{}
-		entries, err := os.ReadDir("/proc")
-		if err != nil {
-			return
-		}
-		for _, ent := range entries {
-			p, err := strconv.Atoi(ent.Name())
-			if err != nil {
-				continue
-			}
-			stat, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "stat"))
-			if err != nil {
-				continue
-			}
-			// The fields after the command (which may hold spaces) start after the last ')'.
-			i := strings.LastIndexByte(string(stat), ')')
-			fields := strings.Fields(string(stat[i+1:]))
-			if len(fields) < 2 {
-				continue
-			}
-			ppid, _ := strconv.Atoi(fields[1])
-			children[ppid] = append(children[ppid], p)
-		}
-		found := 0
-		queue := []int{pid}
-		for len(queue) > 0 {
-			p := queue[0]
-			queue = queue[1:]
-			for _, c := range children[p] {
-				syscall.Kill(c, syscall.SIGSTOP) //nolint:errcheck // stop it forking before the kill
-				syscall.Kill(c, syscall.SIGKILL) //nolint:errcheck // may be gone already
-				found++
-				queue = append(queue, c)
+	stopped := map[int]bool{}
+	for round := 0; round < 20; round++ {
+		fresh := 0
+		for _, p := range descendants(pid) {
+			if !stopped[p] {
+				syscall.Kill(p, syscall.SIGSTOP) //nolint:errcheck // may be gone already
+				stopped[p] = true
+				fresh++
 			}
 		}
-		if found == 0 {
-			return
+		if fresh == 0 {
+			break
 		}
 	}
+	for p := range stopped {
+		syscall.Kill(p, syscall.SIGKILL) //nolint:errcheck // may be gone already
+	}
+}
+
+// descendants lists pid's descendants from /proc's parent links.
+func descendants(pid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	children := map[int][]int{}
+	for _, ent := range entries {
+		p, err := strconv.Atoi(ent.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// The fields after the command (which may hold spaces) start after the last ')'.
+		i := strings.LastIndexByte(string(stat), ')')
+		fields := strings.Fields(string(stat[i+1:]))
+		if len(fields) < 2 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(fields[1])
+		children[ppid] = append(children[ppid], p)
+	}
+	var out []int
+	queue := []int{pid}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		out = append(out, children[p]...)
+		queue = append(queue, children[p]...)
+	}
+	return out
 }
 
 // defaultWorkerPython is the interpreter matching the libpython minipy is built against

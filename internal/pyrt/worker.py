@@ -127,6 +127,10 @@ class _Worker:
     # -- output ---------------------------------------------------------------------------
 
     def captures(self, max_output):
+        # Point fds 1 and 2 at the memory files again: the code of an earlier run may have
+        # closed or redirected them.
+        os.dup2(self.out_mem, 1)
+        os.dup2(self.err_mem, 2)
         if os.fstat(self.out_mem).st_size:
             _reset(self.out_mem)  # written between runs (a lingering thread or child)
         if os.fstat(self.err_mem).st_size:
@@ -246,10 +250,24 @@ def _become_init():
     os._exit(0)
 
 
+def _become_subreaper():
+    """Without a pid namespace of its own (AllowUnsandboxed, Command), the worker adopts
+    its orphaned descendants (PR_SET_CHILD_SUBREAPER), so a double fork or a setsid child
+    stays in its process tree, where the host finds and kills it."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass  # not Linux: the host still kills the process group
+
+
 def main(read):
     global _rt
     if os.getpid() == 1:
         _become_init()
+    else:
+        _become_subreaper()
     fds = _move_fds()
     try:
         _start(_Worker(*fds))
