@@ -19,9 +19,18 @@ const DefaultKickSignal = syscall.Signal(61)
 
 // Config configures the process's embedded interpreter (see Start).
 type Config struct {
-	// KickSignal is the signal used to interrupt runs; 0 means DefaultKickSignal.
+	// KickSignal is the signal used to interrupt runs; 0 means DefaultKickSignal. It must
+	// be a real-time signal from SIGRTMIN+2 (34) to SIGRTMAX (64): glibc keeps 32 and 33,
+	// and a standard signal would take a handler away from the Go runtime.
 	KickSignal syscall.Signal
 }
+
+// ErrKickSignal is matched by Start's error for a KickSignal outside 34..64.
+var ErrKickSignal = errors.New("minipy: the kick signal must be a real-time signal from 34 (SIGRTMIN+2) to 64 (SIGRTMAX)")
+
+// ErrAlreadyStarted is matched by Start's error when the interpreter already runs with
+// another configuration (Start came after the first run, or twice).
+var ErrAlreadyStarted = errors.New("minipy: the in-process interpreter is already running")
 
 type inProcessEngine struct {
 	interp *cpython.Interpreter
@@ -45,9 +54,12 @@ func Start(cfg Config) error {
 	if cfg.KickSignal == 0 {
 		cfg.KickSignal = DefaultKickSignal
 	}
+	if cfg.KickSignal < 34 || cfg.KickSignal > 64 {
+		return fmt.Errorf("%w: got %d", ErrKickSignal, int(cfg.KickSignal))
+	}
 	_, err := startInProcess(cfg)
 	if err == nil && process.config != cfg {
-		return fmt.Errorf("minipy: the in-process interpreter is already running with %+v", process.config)
+		return fmt.Errorf("%w with %+v", ErrAlreadyStarted, process.config)
 	}
 	return err
 }

@@ -348,6 +348,16 @@ def spin():
 while not spin():
     swallowed += 1
 `,
+		"contextlib.suppress": `
+import contextlib
+swallowed = 0
+while True:
+    with contextlib.suppress(BaseException):
+        n = 0
+        while True:
+            n += 1
+    swallowed += 1
+`,
 		"sleep swallower": `
 import time
 swallowed = 0
@@ -515,7 +525,7 @@ func TestTimeoutCustomKickSignal(t *testing.T) {
 	sig := minipy.DefaultKickSignal - 2
 	require.NoError(t, minipy.Start(minipy.Config{KickSignal: sig}))
 	require.NoError(t, minipy.Start(minipy.Config{KickSignal: sig}), "the same configuration again is fine")
-	require.Error(t, minipy.Start(minipy.Config{}), "the interpreter already runs with another signal")
+	require.ErrorIs(t, minipy.Start(minipy.Config{}), minipy.ErrAlreadyStarted, "the interpreter already runs with another signal")
 
 	r, err := minipy.Run(context.Background(), "import signal\n(signal.getsignal("+strconv.Itoa(int(sig))+").__name__, signal.getsignal("+strconv.Itoa(int(minipy.DefaultKickSignal))+"))", nil)
 	require.NoError(t, err)
@@ -534,7 +544,15 @@ func TestTimeoutStartAfterFirstRun(t *testing.T) {
 	_, err := minipy.Minipy("1", nil)
 	require.NoError(t, err)
 	require.NoError(t, minipy.Start(minipy.Config{}), "the default configuration is what runs")
-	require.Error(t, minipy.Start(minipy.Config{KickSignal: minipy.DefaultKickSignal - 1}), "too late to change the signal")
+	require.ErrorIs(t, minipy.Start(minipy.Config{KickSignal: minipy.DefaultKickSignal - 1}), minipy.ErrAlreadyStarted, "too late to change the signal")
+}
+
+func TestKickSignalMustBeRealTime(t *testing.T) {
+	// A standard signal would take its handler from the Go runtime (SIGSEGV, SIGURG) or
+	// from glibc (32, 33); Start refuses before it starts anything, so this is safe here.
+	for _, sig := range []syscall.Signal{syscall.SIGSEGV, syscall.SIGURG, syscall.SIGUSR1, 32, 33, 65, -1} {
+		require.ErrorIs(t, minipy.Start(minipy.Config{KickSignal: sig}), minipy.ErrKickSignal, "signal %d", int(sig))
+	}
 }
 
 func TestHostSignalHandlingIsGuarded(t *testing.T) {
