@@ -46,9 +46,9 @@ type IsolatedConfig struct {
 	FileSizeLimit int64
 	// OpenFiles caps the file descriptors each worker may hold (RLIMIT_NOFILE); 0: no cap.
 	OpenFiles int
-	// Processes caps the processes and threads of each worker (RLIMIT_NPROC), the worker's
-	// own two threads included; 0 means none. It bites for root too: local workers run as
-	// an unprivileged user in their own user namespace.
+	// Processes caps the processes and threads of each worker (RLIMIT_NPROC; the worker's
+	// own two threads and, in a pid namespace, its reaper count too); 0 means none. It bites
+	// for root too: local workers run as an unprivileged user in their own user namespace.
 	Processes int
 	// Network lets workers reach the network. When false (the default), local workers run
 	// in their own network namespace with no interfaces up.
@@ -279,7 +279,7 @@ func (e *Isolated) NewNamespace() *Namespace {
 }
 
 // Close kills every worker (and everything they started) and removes the engine's working
-// directory. Runs in progress return a *WorkerLostError; later calls ErrEngineClosed.
+// directory. Runs in progress and later calls return an error matching ErrEngineClosed.
 func (e *Isolated) Close() error {
 	e.mu.Lock()
 	if e.closed {

@@ -518,3 +518,23 @@ func TestIsolatedBadConfig(t *testing.T) {
 	_, err = minipy.NewIsolated(minipy.IsolatedConfig{MemoryLimit: -1})
 	assert.Error(t, err)
 }
+
+func TestIsolatedCloseStopsRunsInProgress(t *testing.T) {
+	e, err := minipy.NewIsolated(minipy.IsolatedConfig{})
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.Minipy("sum(range(10**12))", &minipy.Options{Timeout: time.Minute})
+		done <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	require.NoError(t, e.Close())
+	select {
+	case err := <-done:
+		assert.ErrorIs(t, err, minipy.ErrEngineClosed)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the run outlived Close")
+	}
+	ns := e.NewNamespace()
+	assert.ErrorIs(t, ns.Set("x", 1), minipy.ErrEngineClosed)
+}

@@ -18,6 +18,10 @@ adds the process around them:
 * A control thread reads every frame. Requests go to the main thread; a kick interrupts the
   main thread only when it names the run in progress (under a lock), so a late kick never
   reaches the next run. The host kills the whole process when a kick is not enough.
+* Started as pid 1 of a pid namespace (local, sandboxed workers), the process forks: pid 1
+  stays a reaper that reports the worker's wait status as the last frame (b"X", i32), and
+  the child is the worker. Otherwise the worker makes itself its descendants' subreaper, so
+  that the host finds all of them in /proc when it kills the tree.
 """
 
 import io
