@@ -614,3 +614,20 @@ func TestTimeoutErrorMatching(t *testing.T) {
 	assert.Same(t, s.py, ie.Python)
 	assert.False(t, errors.Is(s.err, syscall.EINTR))
 }
+
+// A swallower stopped by the hard stage must not leave its TimeoutInterrupt behind as the
+// interpreter's "exception being handled": a later error would show it as its context
+// ("During handling of the above exception, another exception occurred").
+func TestHardStageLeavesNoHandledException(t *testing.T) {
+	ns := minipy.NewNamespace()
+	defer ns.Close()
+	runUntilStopped(t, "import contextlib\nwhile True:\n    with contextlib.suppress(BaseException):\n        n = 0\n        while True:\n            n += 1\n", testTimeout, ns)
+	_, err := minipy.Minipy("import sys\nctx = sys.exc_info()[1]\n1 / 0", &minipy.Options{Globals: ns})
+	var pe *minipy.PythonError
+	require.ErrorAs(t, err, &pe)
+	assert.NotContains(t, pe.Traceback, "During handling")
+	assert.NotContains(t, pe.Traceback, "TimeoutInterrupt")
+	ctx, err := ns.Get("ctx")
+	require.NoError(t, err)
+	assert.Nil(t, ctx, "sys.exc_info() is empty at the start of a run")
+}

@@ -128,7 +128,7 @@ void mp_kick(uint64_t gen, int stage) {
 static int hard_tracer(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg) {
 	(void)obj;
 	(void)arg;
-	if (what != PyTrace_LINE && what != PyTrace_CALL && what != PyTrace_RETURN) {
+	if (what != PyTrace_LINE && what != PyTrace_CALL) {
 		return 0;
 	}
 	PyCodeObject *code = PyFrame_GetCode(frame);
@@ -335,6 +335,11 @@ static void run_request(void) {
 			PyEval_SetTrace(NULL, NULL);
 			mp.hard_stop_on = 0;
 		}
+		// An interrupt raised inside exception handling (a swallower's `with suppress`
+		// stopped by the hard stage) can leave it as the thread's "exception being
+		// handled" (3.11); with no Python frame running there is none, so reset it, or
+		// the next run's errors would show it as their context.
+		PyErr_SetExcInfo(NULL, NULL, NULL);
 	}
 	PyErr_Clear();
 	mp.ts = PyEval_SaveThread();
