@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/minipy-go/minipy"
+	"github.com/minipy-go/minipy/examples/toolloop/internal/scripted"
+)
+
+// message is a Messages API reply with the given content blocks.
+func message(id, stopReason string, content ...any) any {
+	return map[string]any{
+		"id": id, "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+		"content": content, "stop_reason": stopReason, "stop_sequence": nil,
+		"usage": map[string]any{"input_tokens": 10, "output_tokens": 10},
+	}
+}
+
+func text(s string) any { return map[string]any{"type": "text", "text": s} }
+
+func toolUse(id string, input any) any {
+	return map[string]any{"type": "tool_use", "id": id, "name": minipy.ToolName, "input": input}
+}
+
+// toolResult returns the text and is_error of the tool_result block at index i of the
+// request's last message, checking that it answers toolUseID.
+func toolResult(t *testing.T, req map[string]any, i int, toolUseID string) (string, bool) {
+	msgs, _ := req["messages"].([]any)
+	require.NotEmpty(t, msgs)
+	last := msgs[len(msgs)-1]
+	assert.Equal(t, "user", scripted.Get(last, "role"))
+	block := scripted.Get(last, "content", i)
+	assert.Equal(t, "tool_result", scripted.Get(block, "type"))
+	assert.Equal(t, toolUseID, scripted.Get(block, "tool_use_id"))
+	isError, _ := scripted.Get(block, "is_error").(bool)
+	switch content := scripted.Get(block, "content").(type) {
+	case string:
+		return content, isError
+	case []any:
+		assert.Len(t, content, 1)
+		assert.Equal(t, "text", scripted.Get(content, 0, "type"))
+		s, _ := scripted.Get(content, 0, "text").(string)
+		return s, isError
+	}
+	t.Errorf("tool_result content is %T", scripted.Get(block, "content"))
+	return "", isError
+}
+
+// The model defines a function, calls it again in a second turn (the namespace persists)
+// together with code that fails, and answers with what the tool results said.
+func TestToolLoop(t *testing.T) {
+	var first, second string
+	url := scripted.Serve(t, "/v1/messages",
+		func(t *testing.T, req map[string]any) any {
+			tool := scripted.Get(req, "tools", 0)
+			want, err := json.Marshal(minipy.ToolSchema())
+			require.NoError(t, err)
+			got, err := json.Marshal(tool)
+			require.NoError(t, err)
+			assert.JSONEq(t, string(want), string(got), "the tool as the Messages API receives it")
+			assert.Equal(t, "What is the 100th prime?", scripted.Get(req, "messages", 0, "content", 0, "text"))
+			return message("msg_1", "tool_use", text("Let me compute it."), toolUse("toolu_1", map[string]any{
+				"code": "def nth_prime(n):\n    found = []\n    k = 2\n    while len(found) < n:\n" +
+					"        if all(k % p for p in found if p * p <= k):\n            found.append(k)\n        k += 1\n" +
+					"    return found[-1]\n\nnth_prime(100)",
+			}))
+		},
+		func(t *testing.T, req map[string]any) any {
+			var isError bool
+			first, isError = toolResult(t, req, 0, "toolu_1")
+			assert.False(t, isError)
+			// Parallel tool use: the second fails, and says so.
+			return message("msg_2", "tool_use",
+				toolUse("toolu_2", map[string]any{"code": "print(nth_prime(1000))", "timeout": "10"}),
+				toolUse("toolu_3", map[string]any{"code": "nth_prime(5) / 0"}))
+		},
+		func(t *testing.T, req map[string]any) any {
+			var isError bool
+			second, isError = toolResult(t, req, 0, "toolu_2")
+			assert.False(t, isError)
+			failed, isError := toolResult(t, req, 1, "toolu_3")
+			assert.True(t, isError)
+			assert.Contains(t, failed, "[error]\n")
+			assert.Contains(t, failed, "ZeroDivisionError: division by zero")
+			return message("msg_3", "end_turn", text("From the tool: "+first+" and "+second))
+		},
+	)
+	client := anthropic.NewClient(option.WithBaseURL(url), option.WithAPIKey("test-key"), option.WithMaxRetries(0))
+	answer, err := ask(context.Background(), client, anthropic.ModelClaudeSonnet4_5, "What is the 100th prime?")
+	require.NoError(t, err)
+	assert.Equal(t, "[value]\n541\n", first)
+	assert.Equal(t, "[stdout]\n7919\n", second)
+	assert.Equal(t, "From the tool: [value]\n541\n and [stdout]\n7919\n", answer)
+}
+
+func TestToolLoopGivesUp(t *testing.T) {
+	steps := make([]scripted.Step, maxTurns)
+	for i := range steps {
+		steps[i] = func(t *testing.T, req map[string]any) any {
+			return message("msg", "tool_use", toolUse("toolu", map[string]any{"code": "1"}))
+		}
+	}
+	url := scripted.Serve(t, "/v1/messages", steps...)
+	client := anthropic.NewClient(option.WithBaseURL(url), option.WithAPIKey("test-key"), option.WithMaxRetries(0))
+	_, err := ask(context.Background(), client, anthropic.ModelClaudeSonnet4_5, "loop")
+	assert.ErrorIs(t, err, errTooManyTurns)
+}
