@@ -189,6 +189,7 @@ func TestTimeoutBlockingCalls(t *testing.T) {
 		{"os.read", "import os\nr, w = os.pipe()\nos.read(r, 1)\n"},
 		{"select", "import select, os\nr, w = os.pipe()\nselect.select([r], [], [])\n"},
 		{"queue.get", "import queue\nqueue.Queue().get()\n"},
+		{"asyncio", "import asyncio\nasyncio.run(asyncio.sleep(10))\n"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
