@@ -291,7 +291,11 @@ func fitSections(sections []textSection, budget, runtimeCap int) {
 func interruptedSection(e *InterruptedError, how toolRun) (label, body string) {
 	var b strings.Builder
 	after := strconv.FormatFloat(e.After.Seconds(), 'f', 1, 64) + "s"
-	if errors.Is(e, ErrTimeout) {
+	switch {
+	case errors.Is(e, context.DeadlineExceeded):
+		label = "[timeout]"
+		fmt.Fprintf(&b, "The run was stopped after %s: the host's deadline for this call passed.\n", after)
+	case errors.Is(e, ErrTimeout):
 		label = "[timeout]"
 		fmt.Fprintf(&b, "The run was stopped after %s", after)
 		switch {
@@ -304,18 +308,20 @@ func interruptedSection(e *InterruptedError, how toolRun) (label, body string) {
 		default:
 			b.WriteString(".\n")
 		}
-	} else {
+	default:
 		label = "[cancelled]"
 		fmt.Fprintf(&b, "The run was cancelled by the host after %s.\n", after)
 	}
-	if e.Abandoned {
+	switch {
+	case e.Abandoned:
 		b.WriteString("The code did not respond to the interrupt (a long call inside C code) and is still running; the next call waits for it to finish.\n")
-		return label, b.String()
-	}
-	b.WriteString("Variables assigned before the stop are kept.\n")
-	if e.Python != nil && e.Python.Traceback != "" {
-		b.WriteString("Where it was stopped:\n")
-		b.WriteString(e.Python.Traceback)
+	case e.Python != nil:
+		// Without a Python error the code never started (the interpreter was busy).
+		b.WriteString("Variables assigned before the stop are kept.\n")
+		if e.Python.Traceback != "" {
+			b.WriteString("Where it was stopped:\n")
+			b.WriteString(e.Python.Traceback)
+		}
 	}
 	return label, b.String()
 }

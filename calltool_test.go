@@ -103,6 +103,10 @@ func TestCallToolGoldenStops(t *testing.T) {
 			Python: &PythonError{Type: "minipy.TimeoutInterrupt", Message: "stopped",
 				Traceback: "Traceback (most recent call last):\n  File \"<cell-N>\", line 2, in <module>\nminipy.TimeoutInterrupt: stopped\n"}}},
 		{name: "abandoned", res: printed, err: &InterruptedError{Cause: ErrTimeout, After: 2 * time.Second, Abandoned: true}},
+		{name: "host_deadline", res: printed, err: &InterruptedError{Cause: context.DeadlineExceeded, deadline: true, After: 250 * time.Millisecond,
+			Python: &PythonError{Type: "minipy.TimeoutInterrupt", Message: "stopped",
+				Traceback: "Traceback (most recent call last):\n  File \"<cell-N>\", line 2, in <module>\nminipy.TimeoutInterrupt: stopped\n"}}},
+		{name: "never_started", err: &InterruptedError{Cause: ErrTimeout, After: 2 * time.Second}},
 		{name: "engine_error", err: fmt.Errorf("minipy: run: %w", ErrNamespaceClosed)},
 	}
 	for _, tc := range cases {
@@ -113,6 +117,24 @@ func TestCallToolGoldenStops(t *testing.T) {
 			checkGolden(t, filepath.Join("tool", tc.name+".txt"), text)
 		})
 	}
+}
+
+// The host's own deadline and cancellation reach a real run and are told apart from the
+// tool's timeout.
+func TestCallToolHostContext(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	text, isError := CallTool(ctx, json.RawMessage(`{"code": "import time\ntime.sleep(30)"}`), nil)
+	assert.True(t, isError)
+	assert.Contains(t, text, "[timeout]\nThe run was stopped after 0.3s: the host's deadline for this call passed.\n")
+	assert.Contains(t, text, "time.sleep(30)")
+
+	ctx, cancel = context.WithCancel(context.Background())
+	cancel()
+	text, isError = CallTool(ctx, json.RawMessage(`{"code": "print('never')"}`), nil)
+	assert.True(t, isError)
+	assert.True(t, strings.HasPrefix(text, "[cancelled]\nThe run was cancelled by the host after "), text)
+	assert.NotContains(t, text, "never")
 }
 
 func TestCallToolKeepsStateInTheCallersNamespace(t *testing.T) {
