@@ -386,11 +386,14 @@ func (w *worker) lostError(intr *InterruptedError) error {
 		return e
 	}
 	var ws syscall.WaitStatus
-	switch {
-	case w.exitFrame:
+	if w.exitFrame {
 		ws = w.exitStatus // the real worker's status, from its pid-namespace init
-	case w.state != nil:
-		ws, _ = w.state.Sys().(syscall.WaitStatus)
+	} else {
+		select {
+		case <-w.exited:
+			ws, _ = w.state.Sys().(syscall.WaitStatus)
+		default: // not reaped within awaitExit's bound: the status is unknown
+		}
 	}
 	if ws.Signaled() {
 		e.Signal = ws.Signal()
