@@ -538,3 +538,21 @@ func TestIsolatedCloseStopsRunsInProgress(t *testing.T) {
 	ns := e.NewNamespace()
 	assert.ErrorIs(t, ns.Set("x", 1), minipy.ErrEngineClosed)
 }
+
+func TestIsolatedCodeThatWritesToTheProtocolIsContained(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{})
+	// The code finds the worker's private pipes and writes a frame header claiming ~1 GB:
+	// the host must neither allocate it nor wait past the run's deadline.
+	code := `import os
+for fd in range(3, 64):
+    try:
+        if os.readlink("/proc/self/fd/%d" % fd).startswith("pipe:"):
+            os.write(fd, b"\xff\xff\xff\x3fA")
+    except OSError:
+        pass`
+	_, err := e.Minipy(code, &minipy.Options{Timeout: 300 * time.Millisecond})
+	require.ErrorIs(t, err, minipy.ErrStateLost)
+	r, err := e.Minipy("1 + 1", nil)
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), r.Value)
+}

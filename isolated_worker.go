@@ -284,11 +284,10 @@ func (w *worker) readFrame(deadline time.Time) ([]byte, error) {
 				}
 				return body, nil
 			}
-			if need := 4 + n; cap(w.rbuf) < need {
-				w.rbuf = append(make([]byte, 0, need), w.rbuf...)
-			}
 		}
 		if cap(w.rbuf)-len(w.rbuf) < 4096 {
+			// Grow as bytes arrive, not by the length a frame claims: code in the worker
+			// can reach the protocol descriptor and claim anything.
 			w.rbuf = append(make([]byte, 0, 2*cap(w.rbuf)+64<<10), w.rbuf...)
 		}
 		if err := w.out.SetReadDeadline(deadline); err != nil {
