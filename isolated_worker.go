@@ -2,7 +2,6 @@ package minipy
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -242,22 +241,20 @@ func probeNamespaces() error {
 	return cmd.Run()
 }
 
-// workerConfigFrame is the frame a worker reads after worker.py: the runtime and limits.
+// workerConfigFrame is what a worker reads after worker.py: a frame of "key=value" lines
+// (the limits, the kick signal, the working directory), then a frame with the runtime.
 func workerConfigFrame(e *Isolated) ([]byte, error) {
-	body, err := json.Marshal(map[string]any{
-		"runtime":     pyrt.Source,
-		"kick_signal": int(e.cfg.KickSignal),
-		"workdir":     e.workdir,
-		"memory":      e.cfg.MemoryLimit,
-		"file_size":   e.cfg.FileSizeLimit,
-		"open_files":  e.cfg.OpenFiles,
-		"processes":   e.cfg.Processes,
-		"cpu_seconds": int64((e.cfg.CPULimit + time.Second - 1) / time.Second),
-	})
-	if err != nil {
-		return nil, err
+	if strings.ContainsAny(e.workdir, "\n\r") {
+		return nil, fmt.Errorf("minipy: the working directory %q has a line break in its name", e.workdir)
 	}
-	return append(binary.LittleEndian.AppendUint32(nil, uint32(len(body))), body...), nil
+	var b strings.Builder
+	fmt.Fprintf(&b, "kick_signal=%d\nworkdir=%s\nmemory=%d\nfile_size=%d\nopen_files=%d\nprocesses=%d\ncpu_seconds=%d\n",
+		int(e.cfg.KickSignal), e.workdir, e.cfg.MemoryLimit, e.cfg.FileSizeLimit, e.cfg.OpenFiles, e.cfg.Processes,
+		int64((e.cfg.CPULimit+time.Second-1)/time.Second))
+	f := binary.LittleEndian.AppendUint32(nil, uint32(b.Len()))
+	f = append(f, b.String()...)
+	f = binary.LittleEndian.AppendUint32(f, uint32(len(pyrt.Source)))
+	return append(f, pyrt.Source...), nil
 }
 
 // errNotProtocol is what readFrame returns when the worker's stdout is not our protocol.
