@@ -3,7 +3,7 @@
 The Go side starts `python3 -c BOOTSTRAP`; the bootstrap reads this file as one frame from
 stdin and runs it with `_read` (an unbuffered exact read of fd 0). It is compiled with the
 runtime's file name, so its frames are left out of tracebacks and the hard-stop tracer
-ignores them. The rules of a run are runtime.py's (sent in the config frame); this file only
+ignores them. The rules of a run are runtime.py's (sent after the config frame); this file only
 adds the process around them:
 
 * The protocol moves off fds 0/1 to private descriptors before anything else runs; fd 0
