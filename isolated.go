@@ -41,6 +41,8 @@ type IsolatedConfig struct {
 	MemoryLimit int64
 	// CPULimit caps the CPU time each run may use (whole seconds, rounded up); 0 means none.
 	// A run that uses it up kills its worker: the error is a *WorkerLostError with Limit "cpu".
+	// It is a soft RLIMIT_CPU, re-armed before each run, which code could raise for itself:
+	// the run's Timeout and the hard kill still bound it.
 	CPULimit time.Duration
 	// FileSizeLimit caps the size of any file a worker writes (RLIMIT_FSIZE); 0 means none.
 	FileSizeLimit int64
