@@ -23,7 +23,8 @@ type IsolatedConfig struct {
 	Workers int
 	// Python is the worker executable (a project's venv python works). "" means the
 	// interpreter matching the libpython minipy was built against (python3.X in /usr/bin,
-	// /usr/local/bin or on PATH).
+	// /usr/local/bin or on PATH). When the host runs as root, sandboxed workers run as
+	// the unprivileged user nobody: the venv must be readable by others.
 	Python string
 	// Command, when set, starts each worker through a command that pipes stdin and stdout to
 	// a Python interpreter elsewhere: the engine appends "-c" and the worker's bootstrap

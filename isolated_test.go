@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -555,4 +556,19 @@ for fd in range(3, 64):
 	r, err := e.Minipy("1 + 1", nil)
 	require.NoError(t, err)
 	assert.Equal(t, int64(2), r.Value)
+}
+
+func TestIsolatedPythonFromAVenv(t *testing.T) {
+	dir, err := os.MkdirTemp("", "minipy-venv-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	require.NoError(t, os.Chmod(dir, 0o755)) // the sandboxed worker is an unprivileged user
+	venv := filepath.Join(dir, "venv")
+	out, err := exec.Command("/usr/bin/python3.11", "-m", "venv", "--without-pip", venv).CombinedOutput()
+	require.NoError(t, err, string(out))
+
+	e := newIsolated(t, minipy.IsolatedConfig{Python: filepath.Join(venv, "bin", "python")})
+	r, err := e.Minipy("import sys; sys.prefix, sys.executable", nil)
+	require.NoError(t, err)
+	assert.Equal(t, []any{venv, filepath.Join(venv, "bin", "python")}, r.Value)
 }
