@@ -46,6 +46,9 @@ type IsolatedConfig struct {
 	// the run's Timeout and the hard kill still bound it.
 	CPULimit time.Duration
 	// FileSizeLimit caps the size of any file a worker writes (RLIMIT_FSIZE); 0 means none.
+	// It bounds what a run may print, too (output is captured in memory files): printing
+	// past it raises OSError (EFBIG) in the code. Without it, a run's output is held in the
+	// worker's memory, whole, until the run ends, and only then capped at MaxOutput.
 	FileSizeLimit int64
 	// OpenFiles caps the file descriptors each worker may hold (RLIMIT_NOFILE); 0: no cap.
 	OpenFiles int
