@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -54,13 +55,25 @@ func runUntilStopped(t *testing.T, code string, timeout time.Duration, ns *minip
 	require.Error(t, err)
 	require.ErrorIs(t, err, minipy.ErrTimeout)
 	assert.NotErrorIs(t, err, context.DeadlineExceeded, "Options.Timeout is not a context deadline")
-	var ie *minipy.InterruptedError
-	require.ErrorAs(t, err, &ie)
-	assert.False(t, ie.Abandoned, "the code must yield to the interrupt, not be abandoned")
+	failIfAbandoned(t, err)
 	require.ErrorAs(t, err, &s.py, "the error must carry where the code was stopped")
 	assert.Equal(t, "minipy.TimeoutInterrupt", s.py.Type)
 	require.NotNil(t, res)
 	return s
+}
+
+// failIfAbandoned ends the test process when err is an abandoned run: the code did not
+// yield to the interrupt, so the shared interpreter stays busy with it for good, and every
+// later namespace operation of this process (they have no deadline) would wait forever.
+// Failing loudly now beats a test binary that hangs until its -timeout.
+func failIfAbandoned(t *testing.T, err error) {
+	t.Helper()
+	var ie *minipy.InterruptedError
+	if errors.As(err, &ie) && ie.Abandoned {
+		fmt.Fprintf(os.Stderr, "--- FAIL: %s: the run was abandoned instead of stopped in Python (%v); "+
+			"the in-process interpreter is lost for this test process\n", t.Name(), err)
+		os.Exit(1)
+	}
 }
 
 // child re-runs the current test in a fresh process (with its own interpreter) when the
@@ -110,6 +123,7 @@ func TestTimeoutContextDeadline(t *testing.T) {
 	res, err := minipy.Run(ctx, "print('x')\nwhile True:\n    pass\n", &minipy.Options{Timeout: time.Hour})
 	late := time.Since(start) - testTimeout
 	t.Logf("latency: %s: %v after the deadline", t.Name(), late.Round(100*time.Microsecond))
+	failIfAbandoned(t, err)
 	require.ErrorIs(t, err, minipy.ErrTimeout)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.NotErrorIs(t, err, context.Canceled)
@@ -125,6 +139,7 @@ func TestTimeoutOptionsShorterThanContext(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
 	_, err := minipy.Run(ctx, "while True:\n    pass\n", &minipy.Options{Timeout: testTimeout})
+	failIfAbandoned(t, err)
 	require.ErrorIs(t, err, minipy.ErrTimeout)
 	assert.NotErrorIs(t, err, context.DeadlineExceeded)
 }
@@ -137,6 +152,7 @@ func TestTimeoutContextCancel(t *testing.T) {
 	res, err := minipy.Run(ctx, "print('working')\nimport time\nwhile True:\n    time.sleep(0.01)\n", nil)
 	late := time.Since(start) - testTimeout
 	t.Logf("latency: %s: %v after the cancel", t.Name(), late.Round(100*time.Microsecond))
+	failIfAbandoned(t, err)
 	require.ErrorIs(t, err, context.Canceled)
 	assert.NotErrorIs(t, err, minipy.ErrTimeout, "a cancellation is not a timeout")
 	var py *minipy.PythonError
@@ -435,6 +451,7 @@ func TestTimeoutNeverLeaksIntoTheNextRun(t *testing.T) {
 		}
 		_, err := minipy.Run(ctx, codes[i%len(codes)], opts)
 		cancel()
+		failIfAbandoned(t, err)
 		if err != nil {
 			var ie *minipy.InterruptedError
 			require.ErrorAs(t, err, &ie, "round %d: a short run either finishes or is interrupted", i)
