@@ -170,6 +170,13 @@ type Isolated struct {
 	spread  atomic.Uint32
 	// defaultNS is the namespace of runs that pass no Globals (id 1, on the first worker).
 	defaultNS *nsBinding
+	// compiled is the runtime as the first worker compiled it (marshal), which later
+	// workers of the same interpreter (tag) load instead of compiling it again.
+	compiled struct {
+		mu   sync.Mutex
+		tag  string
+		code []byte
+	}
 
 	mu     sync.Mutex
 	closed bool

@@ -92,3 +92,17 @@ func BenchmarkIsolatedThroughput(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkIsolatedWorkerRestart is a worker crash (os._exit) and the next run, which waits
+// for the replacement worker (it loads the runtime as the first worker compiled it).
+func BenchmarkIsolatedWorkerRestart(b *testing.B) {
+	e := newIsolated(b, minipy.IsolatedConfig{})
+	for b.Loop() {
+		if _, err := e.Minipy("import os; os._exit(0)", nil); err == nil {
+			b.Fatal("the worker did not exit")
+		}
+		if _, err := e.Minipy("1", nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -90,6 +90,7 @@ func startWorker(e *Isolated, epoch uint64) (*worker, error) {
 			break
 		}
 		if body[0] == 'Y' {
+			e.keepCompiledRuntime(body[1:])
 			return w, nil
 		}
 	}
@@ -251,10 +252,36 @@ func workerConfigFrame(e *Isolated) ([]byte, error) {
 	fmt.Fprintf(&b, "kick_signal=%d\nworkdir=%s\nmemory=%d\nfile_size=%d\nopen_files=%d\nprocesses=%d\ncpu_seconds=%d\n",
 		int(e.cfg.KickSignal), e.workdir, e.cfg.MemoryLimit, e.cfg.FileSizeLimit, e.cfg.OpenFiles, e.cfg.Processes,
 		int64((e.cfg.CPULimit+time.Second-1)/time.Second))
+	e.compiled.mu.Lock()
+	tag, code := e.compiled.tag, e.compiled.code
+	e.compiled.mu.Unlock()
+	if tag != "" && !strings.ContainsAny(tag, "\n\r") {
+		fmt.Fprintf(&b, "code_tag=%s\n", tag)
+	}
 	f := binary.LittleEndian.AppendUint32(nil, uint32(b.Len()))
 	f = append(f, b.String()...)
 	f = binary.LittleEndian.AppendUint32(f, uint32(len(pyrt.Source)))
-	return append(f, pyrt.Source...), nil
+	f = append(f, pyrt.Source...)
+	f = binary.LittleEndian.AppendUint32(f, uint32(len(code)))
+	return append(f, code...), nil
+}
+
+// keepCompiledRuntime keeps the compiled runtime a worker offers in its ready frame
+// ([version, executable, pid, tag, marshal]), for the engine's later workers.
+func (e *Isolated) keepCompiledRuntime(ready []byte) {
+	d := decoder{buf: ready}
+	v, err := d.value()
+	items, _ := v.([]any)
+	if err != nil || len(items) != 5 {
+		return
+	}
+	tag, _ := items[3].(string)
+	code, _ := items[4].([]byte)
+	e.compiled.mu.Lock()
+	defer e.compiled.mu.Unlock()
+	if e.compiled.tag == "" && tag != "" && len(code) > 0 {
+		e.compiled.tag, e.compiled.code = tag, code
+	}
 }
 
 // errNotProtocol is what readFrame returns when the worker's stdout is not our protocol.
