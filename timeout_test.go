@@ -422,6 +422,38 @@ func TestTimeoutInterpreterHealthyAfterwards(t *testing.T) {
 	assert.Equal(t, int64(499500), r.Value)
 }
 
+func TestTimeoutDuringImportLeavesPackageImportable(t *testing.T) {
+	// An import cut short leaves the submodules it finished in sys.modules, while importlib
+	// drops the package itself; the next import must not pair a new package with them
+	// (seen with numpy: "module 'numpy' has no attribute 'ndarray'"). A child process: the
+	// package and the flag live in its interpreter.
+	if !child(t) {
+		return
+	}
+	dir := t.TempDir()
+	require.NoError(t, os.MkdirAll(dir+"/slowpkg", 0o755))
+	require.NoError(t, os.WriteFile(dir+"/slowpkg/__init__.py", []byte(`
+from . import part
+import builtins
+if getattr(builtins, "slowpkg_slow", False):
+    import time
+    time.sleep(10)
+VALUE = 42
+`), 0o644))
+	require.NoError(t, os.WriteFile(dir+"/slowpkg/part.py", []byte("import slowpkg\ndef value():\n    return slowpkg.VALUE\n"), 0o644))
+	ns := minipy.NewNamespace()
+	defer ns.Close()
+	require.NoError(t, ns.Set("d", dir))
+	_, err := minipy.Run(context.Background(), "import sys, builtins\nsys.path.insert(0, d)\nbuiltins.slowpkg_slow = True", &minipy.Options{Globals: ns})
+	require.NoError(t, err)
+
+	runUntilStopped(t, "import slowpkg\n", testTimeout, ns)
+
+	r, err := minipy.Run(context.Background(), "builtins.slowpkg_slow = False\nimport slowpkg\nslowpkg.part.value()", &minipy.Options{Globals: ns})
+	require.NoError(t, err, "the package must import cleanly after an interrupted import")
+	assert.Equal(t, int64(42), r.Value)
+}
+
 func TestTimeoutNeverLeaksIntoTheNextRun(t *testing.T) {
 	// Deadlines and cancellations that hit around the end of short runs: whether a run
 	// counts as stopped or finished, the plain run after it must never see an interrupt.

@@ -554,6 +554,22 @@ def _hard_stop(frame):
         frame = frame.f_back
 
 
+def _forget_orphaned_modules():
+    """An import cut short by the interrupt leaves the submodules it had finished in
+    sys.modules while importlib removes the packages that failed; importing the package again
+    would then pair a new package object with old submodules bound to the dead one (numpy:
+    "module 'numpy' has no attribute 'ndarray'"). Forget such orphans so that the next import
+    starts clean. Only after an interrupted run: it scans sys.modules."""
+    modules = sys.modules
+    for name in [n for n in modules if "." in n]:
+        parent = name
+        while "." in parent:
+            parent = parent.rpartition(".")[0]
+            if parent not in modules:
+                modules.pop(name, None)
+                break
+
+
 def _clear_hard_stop():
     if _native is not None:
         _native.clear_hard_stop()
@@ -692,6 +708,8 @@ def run(gid, lid, max_output, src):
         finally:
             state.active = False
             _clear_hard_stop()
+            if state.stage_raised:
+                _forget_orphaned_modules()
     except BaseException as exc:
         has_value = False
         value_bytes = _NONE
