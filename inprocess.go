@@ -37,7 +37,7 @@ type inProcessEngine struct {
 	// token is held while a request is in flight on the interpreter. A run that is
 	// abandoned (its code would not yield) hands the token to a goroutine that waits for
 	// the interpreter to finish, so later runs queue behind it with their own deadlines.
-	token chan struct{}
+	token turn
 }
 
 var process struct {
@@ -72,7 +72,7 @@ func startInProcess(cfg Config) (*inProcessEngine, error) {
 			process.err = err
 			return
 		}
-		process.engine = &inProcessEngine{interp: interp, token: make(chan struct{}, 1)}
+		process.engine = &inProcessEngine{interp: interp, token: make(turn, 1)}
 	})
 	return process.engine, process.err
 }
@@ -82,34 +82,6 @@ func inProcess() (*inProcessEngine, error) {
 }
 
 func (*inProcessEngine) name() string { return "the in-process engine" }
-
-// acquire takes the interpreter, giving up when dl passes or ctx ends.
-func (e *inProcessEngine) acquire(ctx context.Context, dl deadline) error {
-	select {
-	case e.token <- struct{}{}:
-		return nil
-	default:
-	}
-	var timeout <-chan time.Time
-	if !dl.at.IsZero() {
-		t := time.NewTimer(time.Until(dl.at))
-		defer t.Stop()
-		timeout = t.C
-	}
-	select {
-	case e.token <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-timeout:
-		if dl.fromContext {
-			return context.DeadlineExceeded
-		}
-		return ErrTimeout
-	}
-}
-
-func (e *inProcessEngine) release() { <-e.token }
 
 // inProcessRun adapts a cpython.Request to runHandle.
 type inProcessRun struct {
@@ -131,7 +103,7 @@ func (e *inProcessEngine) run(ctx context.Context, code string, opts *Options) (
 		return nil, notStarted(err)
 	}
 	dl := runDeadline(ctx, started, timeoutOf(opts))
-	if err := e.acquire(ctx, dl); err != nil {
+	if err := e.token.acquire(ctx, dl); err != nil {
 		return nil, &InterruptedError{Cause: waitCause(err), After: time.Since(started), Abandoned: false,
 			deadline: errors.Is(err, context.DeadlineExceeded)}
 	}
@@ -140,15 +112,15 @@ func (e *inProcessEngine) run(ctx context.Context, code string, opts *Options) (
 	res := &Result{}
 	if s.abandoned {
 		go func() {
-			h.req.Wait(-1)
+			h.req.WaitDone()
 			h.req.Take()
-			e.release()
+			e.token.release()
 		}()
 		res.Duration = time.Since(started)
 		return res, s.interrupted(started, nil)
 	}
 	resp, kicked := h.req.Take()
-	e.release()
+	e.token.release()
 	py, err := runReply(resp, res)
 	res.Duration = time.Since(started)
 	if err != nil {
@@ -180,8 +152,8 @@ func (e *inProcessEngine) do(ns *Namespace, op byte, args ...any) (any, error) {
 	}
 	e.token <- struct{}{}
 	r := e.interp.Submit(req)
-	r.Wait(-1)
+	r.WaitDone()
 	resp, _ := r.Take()
-	e.release()
+	e.token.release()
 	return opReply(resp)
 }

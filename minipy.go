@@ -3,6 +3,7 @@ package minipy
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -151,6 +152,16 @@ func replyError(v any) error {
 
 // runReply decodes the reply to runRequest into res and the code's error, if any.
 func runReply(resp []byte, res *Result) (*PythonError, error) {
+	py, err := decodeRunReply(resp, res)
+	if errors.Is(err, errTruncated) {
+		// Never expected; say enough to diagnose it.
+		head := resp[:min(len(resp), 48)]
+		err = fmt.Errorf("%w (%d bytes, starting %q)", err, len(resp), head)
+	}
+	return py, err
+}
+
+func decodeRunReply(resp []byte, res *Result) (*PythonError, error) {
 	if len(resp) == 0 {
 		return nil, errTruncated
 	}

@@ -1,6 +1,7 @@
 package minipy_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/big"
@@ -387,4 +388,25 @@ repr(Nested(100000))`, opts)
 	r := run(t, "import sys\nsys.setrecursionlimit(1500)\nsys.getrecursionlimit()", opts)
 	assert.Equal(t, int64(1500), r.Value, "limits under the cap are kept")
 	run(t, "sys.setrecursionlimit(1000)", opts)
+}
+
+// A context that ends just as its run finishes wakes whoever waits on the interpreter next.
+// Namespace operations and later runs must keep waiting for their own request, or replies
+// would cross (seen once as a "malformed response" in the full suite).
+func TestLateCancelDoesNotCrossReplies(t *testing.T) {
+	ns := minipy.NewNamespace()
+	defer ns.Close()
+	opts := &minipy.Options{Globals: ns}
+	for i := 0; i < 3000; i++ {
+		ctx, cancel := context.WithCancel(context.Background())
+		go cancel()
+		minipy.Run(ctx, "x = 1", opts) //nolint:errcheck // cancelled or not, either is fine
+		require.NoError(t, ns.Set("n", i))
+		got, err := ns.Get("n")
+		require.NoError(t, err)
+		require.Equal(t, int64(i), got)
+		r, err := minipy.Minipy("n + 1", opts)
+		require.NoError(t, err)
+		require.Equal(t, int64(i+1), r.Value)
+	}
 }

@@ -10,12 +10,14 @@ package cpython
 #cgo pkg-config: python3-embed
 #cgo CFLAGS: -O2 -Wall -Wno-unused-parameter
 #include <stdlib.h>
+#include <patchlevel.h>
 #include "cpython.h"
 */
 import "C"
 
 import (
 	"errors"
+	"fmt"
 	"runtime"
 	"time"
 	"unsafe"
@@ -62,6 +64,13 @@ func (r Request) Wait(d time.Duration) bool {
 	return C.mp_wait(C.uint64_t(r.gen), C.int64_t(d)) != 0
 }
 
+// WaitDone waits for the request to finish, however often Wake is called meanwhile (a
+// context that ends after its own run has finished wakes whoever waits next).
+func (r Request) WaitDone() {
+	for !r.Wait(-1) {
+	}
+}
+
 // Kick interrupts the request if it is still running (stage 1: raise the timeout once;
 // stage 2: raise it on every line). Safe from any goroutine.
 func (r Request) Kick(stage int) {
@@ -82,4 +91,10 @@ func (r Request) Take() (resp []byte, kicked bool) {
 	resp = C.GoBytes(unsafe.Pointer(p), C.int(n))
 	C.free(unsafe.Pointer(p))
 	return resp, k != 0
+}
+
+// LinkedVersion is the "major.minor" of the libpython this binary is built against (the
+// isolated engine's workers default to the python executable of that version).
+func LinkedVersion() string {
+	return fmt.Sprintf("%d.%d", C.PY_MAJOR_VERSION, C.PY_MINOR_VERSION)
 }

@@ -25,6 +25,9 @@ func (*Interpreter) Submit(req []byte) Request { panic(ErrNoCgo) }
 // Wait is unreachable without cgo.
 func (Request) Wait(d time.Duration) bool { panic(ErrNoCgo) }
 
+// WaitDone is unreachable without cgo.
+func (Request) WaitDone() { panic(ErrNoCgo) }
+
 // Kick is unreachable without cgo.
 func (Request) Kick(stage int) { panic(ErrNoCgo) }
 
@@ -33,3 +36,6 @@ func (*Interpreter) Wake() { panic(ErrNoCgo) }
 
 // Take is unreachable without cgo.
 func (Request) Take() ([]byte, bool) { panic(ErrNoCgo) }
+
+// LinkedVersion is unknown without cgo: no libpython is linked.
+func LinkedVersion() string { return "" }
