@@ -247,7 +247,7 @@ func newIsolated(cfg IsolatedConfig, sandbox bool) (*Isolated, error) {
 	e.nextNS.Store(pyrt.DefaultNamespace)
 	e.slots = make([]*workerSlot, cfg.Workers)
 	for i := range e.slots {
-		e.slots[i] = &workerSlot{e: e, token: make(chan struct{}, 1)}
+		e.slots[i] = &workerSlot{e: e, token: make(turn, 1)}
 	}
 	e.defaultNS = &nsBinding{slot: e.slots[0]}
 	for _, s := range e.slots {
@@ -342,15 +342,15 @@ func (e *Isolated) run(ctx context.Context, code string, opts *Options) (*Result
 		ids = append(ids, lid)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("minipy: run not started: %w", err)
+		return nil, notStarted(err)
 	}
 	slot := bindings[0].slot
 	dl := runDeadline(ctx, started, timeoutOf(opts))
-	if err := slot.acquire(ctx, dl); err != nil {
+	if err := slot.token.acquire(ctx, dl); err != nil {
 		return nil, &InterruptedError{Cause: waitCause(err), After: time.Since(started),
 			deadline: errors.Is(err, context.DeadlineExceeded)}
 	}
-	defer slot.release()
+	defer slot.token.release()
 	w, err := slot.live(ctx)
 	if err != nil {
 		return nil, err
@@ -425,10 +425,10 @@ func (e *Isolated) do(ns *Namespace, op byte, args ...any) (any, error) {
 		return nil, err
 	}
 	slot := b.slot
-	if err := slot.acquire(context.Background(), deadline{}); err != nil {
+	if err := slot.token.acquire(context.Background(), deadline{}); err != nil {
 		return nil, err
 	}
-	defer slot.release()
+	defer slot.token.release()
 	w, err := slot.live(context.Background())
 	if err != nil {
 		return nil, err
@@ -522,7 +522,7 @@ func (r *isolatedRun) wake() { r.w.wake() }
 // being started, and the token a request holds while in flight.
 type workerSlot struct {
 	e     *Isolated
-	token chan struct{}
+	token turn
 
 	mu      sync.Mutex
 	cur     *worker
@@ -629,33 +629,6 @@ func (s *workerSlot) replace(w *worker) {
 	s.mu.Unlock()
 	s.startNext()
 }
-
-func (s *workerSlot) acquire(ctx context.Context, dl deadline) error {
-	select {
-	case s.token <- struct{}{}:
-		return nil
-	default:
-	}
-	var timeout <-chan time.Time
-	if !dl.at.IsZero() {
-		t := time.NewTimer(time.Until(dl.at))
-		defer t.Stop()
-		timeout = t.C
-	}
-	select {
-	case s.token <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-timeout:
-		if dl.fromContext {
-			return context.DeadlineExceeded
-		}
-		return ErrTimeout
-	}
-}
-
-func (s *workerSlot) release() { <-s.token }
 
 func (s *workerSlot) shutdown() {
 	s.mu.Lock()

@@ -572,3 +572,20 @@ func TestIsolatedPythonFromAVenv(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []any{venv, filepath.Join(venv, "bin", "python")}, r.Value)
 }
+
+func TestIsolatedContextEndedBeforeRun(t *testing.T) {
+	e, err := minipy.NewIsolated(minipy.IsolatedConfig{Workers: 1})
+	require.NoError(t, err)
+	defer e.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = e.Run(ctx, "1+1", nil)
+	var stopped *minipy.InterruptedError
+	require.ErrorAs(t, err, &stopped, "the same error as the in-process engine")
+	assert.ErrorIs(t, err, context.Canceled)
+	ctx, cancel = context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	_, err = e.Run(ctx, "1+1", nil)
+	assert.ErrorIs(t, err, minipy.ErrTimeout)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+}

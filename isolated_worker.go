@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/minipy-go/minipy/internal/cpython"
 	"github.com/minipy-go/minipy/internal/pyrt"
 )
 
@@ -495,7 +496,7 @@ func descendants(pid int) []int {
 // defaultWorkerPython is the interpreter matching the libpython minipy is built against
 // (a python3 first on PATH may be another build, e.g. a pyenv shim), else "python3".
 func defaultWorkerPython() string {
-	version := linkedPythonVersion()
+	version := cpython.LinkedVersion()
 	if version == "" {
 		return "python3"
 	}

@@ -52,7 +52,14 @@ func supervise(ctx context.Context, h runHandle, dl deadline) stop {
 	for {
 		d := time.Duration(-1)
 		if s.cause != nil {
+			// Repeat the kick, but wake exactly at the next stage boundary: giving up is
+			// then on time, not up to a repeat interval late.
 			d = kickRepeat
+			for _, boundary := range [...]time.Duration{hardStageAfter, abandonAfter} {
+				if left := time.Until(s.kickedAt.Add(boundary)); left > 0 && left < d {
+					d = left
+				}
+			}
 		} else if !dl.at.IsZero() {
 			// max: a deadline already past (a timeout of a few microseconds) must kick now;
 			// a negative wait would mean "no limit" and the run would never be stopped.
@@ -111,6 +118,39 @@ func (s stop) interrupted(started time.Time, py *PythonError) error {
 func notStarted(ctxErr error) error {
 	return &InterruptedError{Cause: ctxErr, deadline: errors.Is(ctxErr, context.DeadlineExceeded)}
 }
+
+// turn is an engine's (or a worker's) interpreter token: held while a request is in
+// flight, so requests take turns. A buffered channel of capacity 1.
+type turn chan struct{}
+
+// acquire takes the turn, giving up when dl passes or ctx ends.
+func (t turn) acquire(ctx context.Context, dl deadline) error {
+	select {
+	case t <- struct{}{}:
+		return nil
+	default:
+	}
+	var timeout <-chan time.Time
+	if !dl.at.IsZero() {
+		timer := time.NewTimer(time.Until(dl.at))
+		defer timer.Stop()
+		timeout = timer.C
+	}
+	select {
+	case t <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timeout:
+		if dl.fromContext {
+			return context.DeadlineExceeded
+		}
+		return ErrTimeout
+	}
+}
+
+// release gives the turn back.
+func (t turn) release() { <-t }
 
 // deadline is when a run must stop (zero: never) and whether that is its context's.
 type deadline struct {
