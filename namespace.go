@@ -16,7 +16,8 @@ import (
 // Isolated.NewNamespace for a worker pool); using it with another engine is an error.
 // Its methods are safe to call from any goroutine: like runs, they take turns on the
 // interpreter, so a Set never sees half of a run. Runs that share a namespace see each
-// other's assignments in the order they ran.
+// other's assignments in the order they ran. They take no deadline: behind an in-process
+// run that was abandoned (a C call that ignores the timeout) they wait until it ends.
 type Namespace struct {
 	engine engine
 	id     uint32
