@@ -3,6 +3,7 @@ package minipy
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -651,4 +652,23 @@ func (s *workerSlot) shutdown() {
 			w.awaitExit()
 		}
 	}
+}
+
+// ToolSchemaFor describes the tool that e.CallTool serves, as ToolSchemaFor does for the
+// in-process engine: opts' limits, and the Python version and importable libraries of this
+// engine's workers (its Python may be another one, a project's venv say).
+func (e *Isolated) ToolSchemaFor(opts *Options) *Tool {
+	var info pythonInfo
+	if ns := e.NewNamespace(); ns != nil {
+		info, _ = engineInfo(e, ns) // a worker that cannot start: the description omits it
+		ns.Close()
+	}
+	return toolSchema(info, opts)
+}
+
+// CallTool is CallTool with the code run in this engine's workers: the engine to offer a
+// model whose code should not share the host process. opts.Globals, if set, must be a
+// namespace of e.
+func (e *Isolated) CallTool(ctx context.Context, input json.RawMessage, opts *Options) (text string, isError bool) {
+	return callTool(ctx, e, input, opts)
 }

@@ -2,6 +2,7 @@ package minipy_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -588,4 +589,33 @@ func TestIsolatedContextEndedBeforeRun(t *testing.T) {
 	_, err = e.Run(ctx, "1+1", nil)
 	assert.ErrorIs(t, err, minipy.ErrTimeout)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
+}
+
+func TestIsolatedCallTool(t *testing.T) {
+	e, err := minipy.NewIsolated(minipy.IsolatedConfig{Workers: 1})
+	require.NoError(t, err)
+	defer e.Close()
+	ns := e.NewNamespace()
+	opts := &minipy.Options{Globals: ns}
+
+	schema := e.ToolSchemaFor(opts)
+	r, err := e.Minipy("import platform; platform.python_version()", opts)
+	require.NoError(t, err)
+	assert.Contains(t, schema.Description, "Python "+r.Value.(string), "the workers' Python is described")
+
+	text, isError := e.CallTool(context.Background(), json.RawMessage(`{"code": "import os\nx = 41\nos.getpid()"}`), opts)
+	require.False(t, isError, text)
+	assert.NotContains(t, text, fmt.Sprintf("\n%d\n", os.Getpid()), "the code ran in a worker process")
+	text, isError = e.CallTool(context.Background(), json.RawMessage(`{"code": "x + 1"}`), opts)
+	assert.False(t, isError)
+	assert.Equal(t, "[value]\n42\n", text, "state persists between tool calls")
+
+	// What would end the host in-process only costs the worker here.
+	text, isError = e.CallTool(context.Background(), json.RawMessage(`{"code": "import os; os._exit(3)"}`), opts)
+	assert.True(t, isError)
+	assert.Contains(t, text, "exited with status 3", "the model learns what happened")
+	assert.Contains(t, text, "variables are lost")
+	text, isError = e.CallTool(context.Background(), json.RawMessage(`{"code": "'still serving'"}`), opts)
+	assert.False(t, isError, text)
+	assert.Contains(t, text, "still serving")
 }

@@ -94,15 +94,16 @@ var inProcessInfoOnce = sync.OnceValues(func() (pythonInfo, error) {
 	if err != nil {
 		return pythonInfo{}, err
 	}
-	return engineInfo(e)
+	return engineInfo(e, nil)
 })
 
 // inProcessInfo is engineInfo for the in-process interpreter, asked once per process.
 func inProcessInfo() (pythonInfo, error) { return inProcessInfoOnce() }
 
-// engineInfo asks e's interpreter for its version and importable libraries.
-func engineInfo(e engine) (pythonInfo, error) {
-	v, err := e.do(nil, pyrt.OpInfo)
+// engineInfo asks e's interpreter for its version and importable libraries (through ns's
+// worker for the isolated engine; the in-process one takes nil).
+func engineInfo(e engine, ns *Namespace) (pythonInfo, error) {
+	v, err := e.do(ns, pyrt.OpInfo)
 	if err != nil {
 		return pythonInfo{}, err
 	}
