@@ -10,6 +10,10 @@
 //	-timeout duration   default run timeout, also the most a model may ask for (default: the
 //	                    tool's 60 s default, up to 600 s on request)
 //	-max-output int     character budget of a reply (default 16384)
+//	-isolated           run the code in worker processes (minipy.NewIsolated): hard
+//	                    timeouts, crash survival, no network, resource limits
+//	-workers int        worker processes with -isolated (default 2)
+//	-memory-limit int   bytes of memory per worker with -isolated (0: none)
 //
 // The code's Python output is captured; anything that writes to file descriptor 1 directly
 // (os.write, C extensions, subprocesses) goes to stderr instead, so it cannot corrupt the
@@ -35,14 +39,26 @@ const version = "0.1.0"
 func main() {
 	timeout := flag.Duration("timeout", 0, "default run timeout and the most a model may ask for (0: minipy's tool defaults)")
 	maxOutput := flag.Int("max-output", 0, "character budget of a reply (0: minipy.DefaultToolOutput)")
+	isolated := flag.Bool("isolated", false, "run the code in worker processes with hard limits instead of in this process")
+	workers := flag.Int("workers", 2, "worker processes with -isolated")
+	memoryLimit := flag.Int64("memory-limit", 0, "bytes of memory per worker with -isolated (0: no limit)")
 	flag.Parse()
 	protocol, err := takeStdout()
 	if err != nil {
 		log.Fatalf("minipy-mcp: %v", err)
 	}
+	var eng engine = inProcess{}
+	if *isolated {
+		iso, err := minipy.NewIsolated(minipy.IsolatedConfig{Workers: *workers, MemoryLimit: *memoryLimit})
+		if err != nil {
+			log.Fatalf("minipy-mcp: %v", err)
+		}
+		defer iso.Close()
+		eng = iso
+	}
 	opts := &minipy.Options{Timeout: *timeout, MaxOutput: *maxOutput}
 	transport := &mcp.IOTransport{Reader: os.Stdin, Writer: protocol}
-	if err := newServer(opts).Run(context.Background(), transport); err != nil {
+	if err := newServer(eng, opts).Run(context.Background(), transport); err != nil {
 		log.Fatalf("minipy-mcp: %v", err)
 	}
 }

@@ -13,12 +13,31 @@ import (
 // resetToolName is the tool that empties the session's namespace.
 const resetToolName = "reset"
 
-// newServer returns an MCP server with the minipy tool, run with opts (their Globals are
-// ignored: each client session gets a namespace of its own), and the reset tool.
-func newServer(opts *minipy.Options) *mcp.Server {
-	s := &sessions{opts: *opts, spaces: map[*mcp.ServerSession]*minipy.Namespace{}}
+// engine is where the server runs code: the in-process interpreter, or worker processes
+// (*minipy.Isolated) when the server is started with -isolated.
+type engine interface {
+	NewNamespace() *minipy.Namespace
+	CallTool(ctx context.Context, input json.RawMessage, opts *minipy.Options) (string, bool)
+	ToolSchemaFor(opts *minipy.Options) *minipy.Tool
+}
+
+// inProcess is the in-process interpreter as an engine.
+type inProcess struct{}
+
+func (inProcess) NewNamespace() *minipy.Namespace { return minipy.NewNamespace() }
+
+func (inProcess) CallTool(ctx context.Context, input json.RawMessage, opts *minipy.Options) (string, bool) {
+	return minipy.CallTool(ctx, input, opts)
+}
+
+func (inProcess) ToolSchemaFor(opts *minipy.Options) *minipy.Tool { return minipy.ToolSchemaFor(opts) }
+
+// newServer returns an MCP server with the minipy tool, run on eng with opts (their Globals
+// are ignored: each client session gets a namespace of its own), and the reset tool.
+func newServer(eng engine, opts *minipy.Options) *mcp.Server {
+	s := &sessions{eng: eng, opts: *opts, spaces: map[*mcp.ServerSession]*minipy.Namespace{}}
 	server := mcp.NewServer(&mcp.Implementation{Name: "minipy", Version: version}, nil)
-	tool := minipy.ToolSchemaFor(opts)
+	tool := eng.ToolSchemaFor(opts)
 	server.AddTool(&mcp.Tool{Name: tool.Name, Description: tool.Description, InputSchema: tool.InputSchema.Map()}, s.run)
 	server.AddTool(&mcp.Tool{
 		Name:        resetToolName,
@@ -31,6 +50,7 @@ func newServer(opts *minipy.Options) *mcp.Server {
 // sessions holds one namespace per client session, made on its first run and freed when
 // the session ends.
 type sessions struct {
+	eng    engine
 	opts   minipy.Options
 	mu     sync.Mutex
 	spaces map[*mcp.ServerSession]*minipy.Namespace
@@ -41,7 +61,7 @@ func (s *sessions) namespace(ss *mcp.ServerSession) *minipy.Namespace {
 	defer s.mu.Unlock()
 	ns, ok := s.spaces[ss]
 	if !ok {
-		ns = minipy.NewNamespace()
+		ns = s.eng.NewNamespace()
 		s.spaces[ss] = ns
 		go s.forgetWhenClosed(ss) // reset keeps the entry, so this runs once per session
 	}
@@ -62,7 +82,7 @@ func (s *sessions) forgetWhenClosed(ss *mcp.ServerSession) {
 func (s *sessions) run(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	opts := s.opts
 	opts.Globals, opts.Locals = s.namespace(req.Session), nil
-	text, isError := minipy.CallTool(ctx, json.RawMessage(req.Params.Arguments), &opts)
+	text, isError := s.eng.CallTool(ctx, json.RawMessage(req.Params.Arguments), &opts)
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}, IsError: isError}, nil
 }
 
@@ -70,7 +90,7 @@ func (s *sessions) reset(_ context.Context, req *mcp.CallToolRequest) (*mcp.Call
 	s.mu.Lock()
 	old := s.spaces[req.Session]
 	if old != nil {
-		s.spaces[req.Session] = minipy.NewNamespace()
+		s.spaces[req.Session] = s.eng.NewNamespace()
 	}
 	s.mu.Unlock()
 	if old != nil {

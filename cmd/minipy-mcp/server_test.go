@@ -60,7 +60,7 @@ func run(t *testing.T, cs *mcp.ClientSession, args map[string]any) (string, bool
 
 func TestListTools(t *testing.T) {
 	opts := &minipy.Options{Timeout: 5 * time.Second, MaxOutput: 1000}
-	cs := connectInProcess(t, newServer(opts))
+	cs := connectInProcess(t, newServer(inProcess{}, opts))
 	res, err := cs.ListTools(context.Background(), nil)
 	require.NoError(t, err)
 	require.Len(t, res.Tools, 2)
@@ -86,7 +86,7 @@ func TestListTools(t *testing.T) {
 // Each client session has a namespace of its own, which persists between its calls until
 // it resets it.
 func TestSessionsHaveTheirOwnNamespace(t *testing.T) {
-	server := newServer(&minipy.Options{})
+	server := newServer(inProcess{}, &minipy.Options{})
 	first := connectInProcess(t, server)
 	second := connectInProcess(t, server)
 
@@ -146,7 +146,7 @@ func checkTimeoutSyntaxErrorAndHugeOutput(t *testing.T, cs *mcp.ClientSession, b
 }
 
 func TestInProcess(t *testing.T) {
-	checkTimeoutSyntaxErrorAndHugeOutput(t, connectInProcess(t, newServer(&minipy.Options{})), minipy.DefaultToolOutput)
+	checkTimeoutSyntaxErrorAndHugeOutput(t, connectInProcess(t, newServer(inProcess{}, &minipy.Options{})), minipy.DefaultToolOutput)
 }
 
 // buildServer builds the command into a temporary directory.
@@ -186,4 +186,23 @@ func TestBinary(t *testing.T) {
 		text, _ = run(t, cs, map[string]any{"code": "1 + 1"})
 		assert.Equal(t, "[value]\n2\n", text)
 	})
+}
+
+// With -isolated the code runs in worker processes: a crash costs the session its variables,
+// not the server.
+func TestIsolated(t *testing.T) {
+	iso, err := minipy.NewIsolated(minipy.IsolatedConfig{Workers: 1})
+	require.NoError(t, err)
+	defer iso.Close()
+	cs := connectInProcess(t, newServer(iso, &minipy.Options{}))
+	text, isError := run(t, cs, map[string]any{"code": fmt.Sprintf("import os\nx = 6\nos.getpid() != %d", os.Getpid())})
+	require.False(t, isError, text)
+	assert.Equal(t, "[value]\nTrue\n", text, "the code runs in another process")
+	text, isError = run(t, cs, map[string]any{"code": "import os; os._exit(1)"})
+	assert.True(t, isError)
+	assert.Contains(t, text, "variables are lost")
+	text, isError = run(t, cs, map[string]any{"code": "'x' in dir()"})
+	require.False(t, isError, text)
+	assert.Equal(t, "[value]\nFalse\n", text, "the session goes on with a fresh namespace")
+	checkTimeoutSyntaxErrorAndHugeOutput(t, cs, minipy.DefaultToolOutput)
 }
