@@ -66,7 +66,7 @@
 // stopped too. A C call that holds the GIL (sum(range(10**10))) cannot be interrupted in a
 // process: the call returns ErrTimeout 500 ms after the deadline with Abandoned set, and
 // the interpreter stays busy until that C call ends; later runs wait for it within their
-// own deadlines. Code that must be bounded hard (or that may crash, call os._exit, or
+// own deadlines, and Namespace methods fail with ErrInterpreterBusy. Code that must be bounded hard (or that may crash, call os._exit, or
 // exhaust memory) belongs in the isolated engine's worker processes.
 //
 // The in-process engine owns its kick signal: the host must not use it. User code cannot

@@ -38,7 +38,17 @@ type inProcessEngine struct {
 	// abandoned (its code would not yield) hands the token to a goroutine that waits for
 	// the interpreter to finish, so later runs queue behind it with their own deadlines.
 	token turn
+
+	// abandoned is closed while an abandoned run holds the interpreter (and replaced by a
+	// fresh channel when that run ends): namespace operations, which take no deadline,
+	// then fail with ErrInterpreterBusy instead of waiting for a C call that may never end.
+	mu        sync.Mutex
+	abandoned chan struct{}
 }
+
+// ErrInterpreterBusy is matched by the error of a Namespace method called while an abandoned
+// run (a C call that ignored its timeout) still holds the in-process interpreter.
+var ErrInterpreterBusy = errors.New("minipy: the in-process interpreter is still busy with an abandoned run (a C call that ignored its timeout)")
 
 var process struct {
 	once   sync.Once
@@ -72,7 +82,7 @@ func startInProcess(cfg Config) (*inProcessEngine, error) {
 			process.err = err
 			return
 		}
-		process.engine = &inProcessEngine{interp: interp, token: make(turn, 1)}
+		process.engine = &inProcessEngine{interp: interp, token: make(turn, 1), abandoned: make(chan struct{})}
 	})
 	return process.engine, process.err
 }
@@ -111,9 +121,15 @@ func (e *inProcessEngine) run(ctx context.Context, code string, opts *Options) (
 	s := supervise(ctx, h, dl)
 	res := &Result{}
 	if s.abandoned {
+		e.mu.Lock()
+		close(e.abandoned)
+		e.mu.Unlock()
 		go func() {
 			h.req.WaitDone()
 			h.req.Take()
+			e.mu.Lock()
+			e.abandoned = make(chan struct{})
+			e.mu.Unlock()
 			e.token.release()
 		}()
 		res.Duration = time.Since(started)
@@ -144,13 +160,20 @@ func waitCause(err error) error {
 }
 
 // do runs one namespace request. Namespace operations are quick, so they wait for the
-// interpreter without a deadline (behind an abandoned run, too).
+// interpreter without a deadline, except behind an abandoned run.
 func (e *inProcessEngine) do(ns *Namespace, op byte, args ...any) (any, error) {
 	req, err := opRequest(op, args)
 	if err != nil {
 		return nil, err
 	}
-	e.token <- struct{}{}
+	e.mu.Lock()
+	abandoned := e.abandoned
+	e.mu.Unlock()
+	select {
+	case e.token <- struct{}{}:
+	case <-abandoned:
+		return nil, ErrInterpreterBusy
+	}
 	r := e.interp.Submit(req)
 	r.WaitDone()
 	resp, _ := r.Take()

@@ -16,8 +16,9 @@ import (
 // Isolated.NewNamespace for a worker pool); using it with another engine is an error.
 // Its methods are safe to call from any goroutine: like runs, they take turns on the
 // interpreter, so a Set never sees half of a run. Runs that share a namespace see each
-// other's assignments in the order they ran. They take no deadline: behind an in-process
-// run that was abandoned (a C call that ignores the timeout) they wait until it ends.
+// other's assignments in the order they ran. They take no deadline; while an in-process run
+// that was abandoned (a C call that ignores the timeout) holds the interpreter they fail
+// at once with ErrInterpreterBusy.
 type Namespace struct {
 	engine engine
 	id     uint32
@@ -33,7 +34,8 @@ type Namespace struct {
 func NewNamespace() *Namespace {
 	ns, err := newInProcessNamespace()
 	if err != nil {
-		// Keep the signature of the API: a namespace that reports the start error.
+		// No error result (the API is fixed): the namespace reports why it could not be
+		// made (the interpreter did not start, or ErrInterpreterBusy) on every use.
 		return &Namespace{closed: true, ref: err}
 	}
 	return ns

@@ -526,6 +526,14 @@ func TestTimeoutCLoopIsAbandoned(t *testing.T) {
 	assert.False(t, ie.Abandoned, "this run never started")
 	assert.Less(t, time.Since(start), testTimeout+promptBound)
 
+	// Namespace methods take no deadline, so they refuse at once rather than wait for a C
+	// call that may never end.
+	ns := minipy.NewNamespace()
+	assert.ErrorIs(t, ns.Set("x", 1), minipy.ErrInterpreterBusy)
+	_, err = ns.Get("x")
+	assert.ErrorIs(t, err, minipy.ErrInterpreterBusy)
+	assert.Less(t, time.Since(start), testTimeout+2*promptBound)
+
 	// ...or their context.
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(50*time.Millisecond, cancel)
