@@ -66,8 +66,9 @@
 // stopped too. A C call that holds the GIL (sum(range(10**10))) cannot be interrupted in a
 // process: the call returns ErrTimeout 500 ms after the deadline with Abandoned set, and
 // the interpreter stays busy until that C call ends; later runs wait for it within their
-// own deadlines, and Namespace methods fail with ErrInterpreterBusy. Code that must be bounded hard (or that may crash, call os._exit, or
-// exhaust memory) belongs in the isolated engine's worker processes.
+// own deadlines, and Namespace methods fail with ErrInterpreterBusy. Code that must be
+// bounded hard (or that may crash, call os._exit, or exhaust memory) belongs in the
+// isolated engine's worker processes.
 //
 // The in-process engine owns its kick signal: the host must not use it. User code cannot
 // replace the host's signal handlers: signal.signal, faulthandler.enable, os._exit and
