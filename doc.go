@@ -53,8 +53,10 @@
 // Options.Timeout or its context's deadline passed (and errors.Is(err,
 // context.DeadlineExceeded) for the latter), errors.Is(err, context.Canceled) when its
 // context was cancelled, and errors.As(err, &pyErr) reaches the traceback of where the code
-// was stopped. Namespace errors match ErrNameNotFound, ErrUnsupportedValue and
-// ErrNamespaceClosed.
+// was stopped. Namespace errors match ErrNameNotFound, ErrUnsupportedValue,
+// ErrNamespaceClosed and ErrInterpreterBusy. The isolated engine adds ErrStateLost (its
+// worker was killed or crashed: the namespace's variables are gone), *WorkerLostError (what
+// happened: signal, exit code, limit), *LimitError and ErrNoSandbox.
 //
 // # Timeouts and their limits
 //
@@ -73,6 +75,20 @@
 // The in-process engine owns its kick signal: the host must not use it. User code cannot
 // replace the host's signal handlers: signal.signal, faulthandler.enable, os._exit and
 // similar raise RuntimeError in the in-process engine.
+//
+// # Two engines
+//
+// Minipy and Run use the in-process engine: one CPython embedded in your program, about
+// 12 us per small run. NewIsolated starts the isolated engine: the same API (Run, Minipy,
+// NewNamespace, CallTool) over python3 worker processes with hard kills, crash survival,
+// resource limits, no network by default, and one run at a time per worker in parallel.
+// Choose it for code from a model or a user; choose in-process for trusted, quick code.
+//
+// # The LLM tool
+//
+// ToolSchema and ToolSchemaFor describe the tool (toolslm's get_schema shape, which
+// Anthropic's API takes; InputSchema.Map and Tool.OpenAI for other SDKs), and CallTool runs
+// a model's tool call and renders the labelled text it reads back.
 //
 // # Concurrency
 //
