@@ -655,7 +655,6 @@ class _OpError(Exception):
 
 
 _discard = _Discard()
-_U4 = struct.Struct("<IIiI")
 _NONE = b"N"
 
 
@@ -680,7 +679,8 @@ new_captures = _memory_captures
 
 
 def run(gid, lid, max_output, src):
-    """One cell. Returns has_value, value, repr, stdout, stderr, error, seconds, encoded."""
+    """Run one cell; the reply is status 0, then has_value, value (or X), repr, stdout, stderr,
+    error ([type, message, traceback] or None) and seconds, each a codec value."""
     g = _space(gid)
     l = _space(lid) if lid else g
     out, err = new_captures(max_output)
