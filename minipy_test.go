@@ -410,3 +410,14 @@ func TestLateCancelDoesNotCrossReplies(t *testing.T) {
 		require.Equal(t, int64(i+1), r.Value)
 	}
 }
+
+func TestBadSourceBytesAreCleanErrors(t *testing.T) {
+	_, err := minipy.Minipy("x = \"\xff\xfe\"\nx", fresh(t))
+	pe := pyError(t, err)
+	assert.Equal(t, "UnicodeDecodeError", pe.Type)
+	assert.Contains(t, pe.Message, "can't decode byte 0xff in position 5")
+	assert.NotContains(t, pe.Traceback, "minipy-runtime")
+
+	_, err = minipy.Minipy("x = 1\x00", fresh(t))
+	assert.Contains(t, pyError(t, err).Message, "null bytes")
+}

@@ -697,6 +697,8 @@ def run(gid, lid, max_output, src):
     try:
         try:
             state.active = True
+            if type(src) is bytes:  # from dispatch; not UTF-8 -> a UnicodeDecodeError of the run
+                src = src.decode("utf-8")
             if _kick_stage():  # kicked while inactive (a deadline of microseconds): stop now,
                 _on_kick(0, None)  # not at the next repeat of the kick, 20 ms later
             name = register_cell(src)
@@ -798,7 +800,7 @@ def dispatch(req):
         op = req[0]
         if op == OP_RUN:
             _, gid, lid, max_output = _HEADER.unpack_from(req, 0)
-            return run(gid, lid, max_output, req[_HEADER.size:].decode("utf-8", "surrogateescape"))
+            return run(gid, lid, max_output, req[_HEADER.size:])
         if op == OP_NEW:
             return b"\x00" + encode(new_namespace())
         args = decode(req, 1) if len(req) > 1 else []
