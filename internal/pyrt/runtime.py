@@ -449,7 +449,9 @@ def exec_cell(src, name, g, l):
 
 def value_repr(value, limit):
     text = repr(value)
-    if len(text) > 79 and type(value) in (list, tuple, dict, set, frozenset):
+    # Wrap long containers like IPython's pretty printer, but not huge ones: pprint of a
+    # million items takes seconds, and the text is cut to the limit anyway.
+    if 79 < len(text) <= 100_000 and type(value) in (list, tuple, dict, set, frozenset):
         text = pprint.pformat(value, width=79, sort_dicts=False)
     return cap_text(text, limit, "repr")
 
