@@ -8,7 +8,7 @@ export CGO_ENABLED := 1
 # Every module in the tree: the core one and the examples/commands that carry SDKs.
 MODULES := $(sort $(patsubst %/go.mod,%,$(shell find . -name go.mod -not -path './.git/*')))
 
-.PHONY: test vet bench build soak deps
+.PHONY: test vet bench build soak deps compat compat-ft
 
 # Installs python3-dev, pkg-config, python3-numpy with apt when missing (as root).
 deps:
@@ -34,3 +34,14 @@ bench:
 # The 100k-run memory soak (about a minute).
 soak:
 	$(GO) test -run TestSoak -count=1 -v -timeout 30m .
+
+# The core module's tests against other CPython builds (scripts/compat says how): 3.13
+# built from Debian's source package (reused once built), and a pyenv 3.12 when this machine
+# has one. CI runs it after `make test`.
+compat:
+	scripts/compat 3.13 test
+	scripts/compat 3.12 test
+
+# The same against a free-threaded 3.13 (--disable-gil); not in CI.
+compat-ft:
+	scripts/compat 3.13t test

@@ -100,9 +100,10 @@
 //
 // # Building
 //
-// minipy needs cgo and the CPython headers and library: on Debian and Ubuntu, `apt-get
-// install python3-dev pkg-config` (it links the library named by `pkg-config
-// python3-embed`). A build with CGO_ENABLED=0 compiles, but every run returns an error
-// that says so. The in-process engine is Linux-only (it uses futexes and real-time
+// minipy needs cgo and the headers and library of CPython 3.11 or later: on Debian and
+// Ubuntu, `apt-get install python3-dev pkg-config` (it links the library named by
+// `pkg-config python3-embed`). 3.11, 3.12 and 3.13 (also free-threaded) are tested; the
+// README's table says what differs. A build with CGO_ENABLED=0 compiles, but every run
+// returns an error that says so. The in-process engine is Linux-only (it uses futexes and real-time
 // signals). github.com/go-python/cpy3 is not used: it does not compile against Python 3.9+.
 package minipy

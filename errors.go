@@ -20,6 +20,17 @@ var ErrUnsupportedValue = errors.New("minipy: value has no Go equivalent")
 // ErrNamespaceClosed is matched by the error of any use of a closed Namespace.
 var ErrNamespaceClosed = errors.New("minipy: namespace is closed")
 
+// The oldest CPython minipy supports: internal/cpython does not build against an older
+// libpython (its #error, pinned to these by a test), and NewIsolated refuses an older worker.
+const (
+	minPythonMajor = 3
+	minPythonMinor = 11
+)
+
+// ErrPythonVersion is matched by NewIsolated's error when the worker's Python is older than
+// 3.11, the oldest minipy supports.
+var ErrPythonVersion = errors.New("minipy: the worker's Python is too old")
+
 // PythonError is an exception raised by the code of a run, a SyntaxError included.
 // SystemExit, KeyboardInterrupt and every other BaseException arrive as a PythonError too:
 // they never end or crash the host process.

@@ -22,10 +22,12 @@ type IsolatedConfig struct {
 	// Workers is how many worker processes run at once (0 means 1). Namespaces are spread
 	// over them; runs in namespaces on different workers proceed in parallel.
 	Workers int
-	// Python is the worker executable (a project's venv python works). "" means the
-	// interpreter matching the libpython minipy was built against (python3.X in /usr/bin,
-	// /usr/local/bin or on PATH). When the host runs as root, sandboxed workers run as
-	// the unprivileged user nobody: the venv must be readable by others.
+	// Python is the worker executable (a project's venv python works; 3.11 or later). ""
+	// means the interpreter of the libpython minipy is built against, found from the
+	// library's own file (PREFIX/bin/python3.X beside PREFIX/lib), else python3.X in
+	// /usr/bin, /usr/local/bin or on PATH (never a pyenv shim), so that both engines run
+	// one Python build. When the host runs as root, sandboxed workers run as the
+	// unprivileged user nobody: the venv must be readable by others.
 	Python string
 	// Command, when set, starts each worker through a command that pipes stdin and stdout to
 	// a Python interpreter elsewhere: the engine appends "-c" and the worker's bootstrap

@@ -1,7 +1,24 @@
 package minipy
 
+import "github.com/minipy-go/minipy/internal/cpython"
+
 // NewIsolatedActingUnsandboxed is NewIsolated on a kernel that (it pretends) refuses
 // namespaces, for the tests of AllowUnsandboxed.
 func NewIsolatedActingUnsandboxed(cfg IsolatedConfig) (*Isolated, error) {
 	return newIsolated(cfg, false)
 }
+
+// LinkedPython is the python executable of the linked libpython: the isolated engine's
+// default worker and the in-process sys.executable.
+var LinkedPython = cpython.LinkedPython
+
+// LinkedVersion and FreeThreaded describe the linked libpython, for tests whose guarantees
+// differ between versions.
+var (
+	LinkedVersion = cpython.LinkedVersion
+	FreeThreaded  = cpython.FreeThreaded
+)
+
+// MinPythonVersion is the oldest supported CPython, for the test that pins the C layer's
+// #error to it.
+var MinPythonVersion = [2]int{minPythonMajor, minPythonMinor}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -458,7 +459,8 @@ func TestIsolatedParallelWorkers(t *testing.T) {
 func TestIsolatedCommandWrapper(t *testing.T) {
 	// A local stand-in for kubectl exec -i / docker exec -i: a wrapper that pipes
 	// stdin/stdout to python, and marks the environment so the test can see it was used.
-	wrapper := []string{"sh", "-c", `MINIPY_VIA=wrapper exec /usr/bin/env python3.11 "$@"`, "wrapper"}
+	python := minipy.LinkedPython()
+	wrapper := []string{"sh", "-c", `MINIPY_VIA=wrapper exec /usr/bin/env "$0" "$@"`, python}
 	e := newIsolated(t, minipy.IsolatedConfig{Command: wrapper, Network: true})
 	r, err := e.Minipy("import os; print('out'); os.environ.get('MINIPY_VIA')", nil)
 	require.NoError(t, err)
@@ -473,7 +475,7 @@ func TestIsolatedCommandWrapper(t *testing.T) {
 	assert.Equal(t, int64(2), r.Value)
 
 	// ssh passes its arguments through the remote user's shell: CommandShell quotes them.
-	ssh := []string{"sh", "-c", `eval "$*"`, "ssh-like", "python3.11"}
+	ssh := []string{"sh", "-c", `eval "$*"`, "ssh-like", python}
 	e2 := newIsolated(t, minipy.IsolatedConfig{Command: ssh, CommandShell: true, Network: true})
 	r, err = e2.Minipy("'it' + \"works\"", nil)
 	require.NoError(t, err)
@@ -559,13 +561,20 @@ for fd in range(3, 64):
 	assert.Equal(t, int64(2), r.Value)
 }
 
-func TestIsolatedPythonFromAVenv(t *testing.T) {
-	dir, err := os.MkdirTemp("", "minipy-venv-")
+// sandboxReadableDir is a temporary directory that the sandboxed workers' unprivileged user
+// can enter (t.TempDir's parent is private to the host's user).
+func sandboxReadableDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "minipy-test-")
 	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	require.NoError(t, os.Chmod(dir, 0o755)) // the sandboxed worker is an unprivileged user
-	venv := filepath.Join(dir, "venv")
-	out, err := exec.Command("/usr/bin/python3.11", "-m", "venv", "--without-pip", venv).CombinedOutput()
+	require.NoError(t, os.Chmod(dir, 0o755))
+	return dir
+}
+
+func TestIsolatedPythonFromAVenv(t *testing.T) {
+	venv := filepath.Join(sandboxReadableDir(t), "venv")
+	out, err := exec.Command(minipy.LinkedPython(), "-m", "venv", "--without-pip", venv).CombinedOutput()
 	require.NoError(t, err, string(out))
 
 	e := newIsolated(t, minipy.IsolatedConfig{Python: filepath.Join(venv, "bin", "python")})
@@ -618,4 +627,108 @@ func TestIsolatedCallTool(t *testing.T) {
 	text, isError = e.CallTool(context.Background(), json.RawMessage(`{"code": "'still serving'"}`), opts)
 	assert.False(t, isError, text)
 	assert.Contains(t, text, "still serving")
+}
+
+func TestIsolatedDefaultPythonIsTheLinkedOne(t *testing.T) {
+	// Both engines run one Python build: the workers' default is the executable of the
+	// libpython this binary links (found from the library, not from PATH), and it is what
+	// the in-process interpreter reports as sys.executable.
+	python := minipy.LinkedPython()
+	require.NotEmpty(t, python)
+	const probe = "import sys; [sys.executable, sys.version]"
+	in, err := minipy.Minipy(probe, nil)
+	require.NoError(t, err)
+	out, err := newIsolated(t, minipy.IsolatedConfig{}).Minipy(probe, nil)
+	require.NoError(t, err)
+	assert.Equal(t, python, in.Value.([]any)[0])
+	assert.Equal(t, in.Value, out.Value)
+}
+
+func TestIsolatedPythonTheSandboxCannotReach(t *testing.T) {
+	// A python in a directory that the sandbox's unprivileged user may not enter (a build
+	// under /root, say) gets an error that says why, not a bare "permission denied".
+	dir := t.TempDir()
+	link := filepath.Join(dir, "python")
+	require.NoError(t, os.Symlink(minipy.LinkedPython(), link))
+	require.NoError(t, os.Chmod(dir, 0o700))
+	if os.Geteuid() != 0 {
+		// Sandboxed workers of a non-root host run as that same user: shut it out too.
+		require.NoError(t, os.Chmod(dir, 0o000))
+		t.Cleanup(func() { os.Chmod(dir, 0o700) })
+	}
+	_, err := minipy.NewIsolated(minipy.IsolatedConfig{Python: link})
+	require.Error(t, err)
+	assert.ErrorIs(t, err, fs.ErrPermission)
+	if os.Geteuid() == 0 {
+		assert.Contains(t, err.Error(), "searchable by others")
+	}
+}
+
+func TestIsolatedTimeoutRunsFinallyAndWithExits(t *testing.T) {
+	// The same interrupt as in-process, raised in the worker: cleanup runs there too.
+	e := newIsolated(t, minipy.IsolatedConfig{})
+	for name, code := range cleanupShapes {
+		if name == "one-line while 1" {
+			continue // see TestTimeoutRunsFinallyAndWithExits
+		}
+		t.Run(name, func(t *testing.T) {
+			ns := e.NewNamespace()
+			defer ns.Close()
+			_, err := e.Minipy(code, &minipy.Options{Globals: ns, Timeout: 100 * time.Millisecond})
+			require.ErrorIs(t, err, minipy.ErrTimeout)
+			require.NotErrorIs(t, err, minipy.ErrStateLost, "stopped in Python, not killed")
+			check := "done"
+			if strings.Contains(code, "lock") {
+				check = "not lock.locked()"
+			}
+			r, err := e.Minipy(check, &minipy.Options{Globals: ns})
+			require.NoError(t, err, "the cleanup did not run")
+			assert.Equal(t, true, r.Value)
+		})
+	}
+}
+
+func TestIsolatedSwallowerStoppedInPython(t *testing.T) {
+	// Code that swallows the first interrupt meets the worker's hard stage (a tracer that
+	// raises at the next line, re-armed by each repeated kick) before the kill.
+	e := newIsolated(t, minipy.IsolatedConfig{})
+	ns := e.NewNamespace()
+	code := "swallowed = 0\nwhile True:\n    try:\n        n = 0\n        while True:\n            n += 1\n    except:\n        swallowed += 1\n"
+	_, err := e.Minipy(code, &minipy.Options{Globals: ns, Timeout: 100 * time.Millisecond})
+	require.ErrorIs(t, err, minipy.ErrTimeout)
+	if minipy.LinkedVersion() == "3.11" {
+		// 3.11 has no sys.monitoring, and a sys.settrace tracer is dropped once it raises:
+		// the swallower catches each raise, so the kill after the grace period stops it.
+		assert.ErrorIs(t, err, minipy.ErrStateLost, "3.11: the kill is what stops a swallower in a worker")
+		return
+	}
+	require.NotErrorIs(t, err, minipy.ErrStateLost, "stopped in Python, not killed")
+	var py *minipy.PythonError
+	require.ErrorAs(t, err, &py)
+	assert.Equal(t, "minipy.TimeoutInterrupt", py.Type)
+	assertFramesOnce(t, py.Traceback)
+	swallowed, err := ns.Get("swallowed")
+	require.NoError(t, err)
+	assert.Positive(t, swallowed)
+}
+
+func TestOldestPythonIsOneRule(t *testing.T) {
+	// The C layer refuses to build against an older libpython with an #error; its hex
+	// version must be the one the isolated engine checks workers against.
+	src, err := os.ReadFile(filepath.Join("internal", "cpython", "cpython.c"))
+	require.NoError(t, err)
+	v := minipy.MinPythonVersion
+	want := fmt.Sprintf("#if PY_VERSION_HEX < 0x%02X%02X0000\n#error", v[0], v[1])
+	assert.Contains(t, string(src), want)
+}
+
+func TestIsolatedRefusesAnOldPython(t *testing.T) {
+	// A stand-in "python" that runs the real one with sys.version_info faked as 3.10: the
+	// worker starts, and the engine refuses it by the version it reports.
+	fake := filepath.Join(sandboxReadableDir(t), "python3.10")
+	script := "#!/bin/sh\nexec " + minipy.LinkedPython() + " -c 'import sys\nclass V(tuple):\n    pass\n" +
+		"sys.version_info = V((3, 10, 4))\nexec(sys.argv[1])' \"$2\"\n"
+	require.NoError(t, os.WriteFile(fake, []byte(script), 0o755))
+	_, err := minipy.NewIsolated(minipy.IsolatedConfig{Python: fake})
+	require.ErrorIs(t, err, minipy.ErrPythonVersion)
 }

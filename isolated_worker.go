@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -91,6 +92,11 @@ func startWorker(e *Isolated, epoch uint64) (*worker, error) {
 			break
 		}
 		if body[0] == 'Y' {
+			if err := checkWorkerVersion(body[1:]); err != nil {
+				w.kill()
+				w.awaitExit()
+				return nil, err
+			}
 			e.keepCompiledRuntime(body[1:])
 			return w, nil
 		}
@@ -161,6 +167,13 @@ func launchWorker(e *Isolated, epoch uint64) (*worker, error) {
 		inW.Close()
 		outR.Close()
 		errR.Close()
+		if local && e.sandbox && errors.Is(err, fs.ErrPermission) {
+			uid, _ := sandboxIDs()
+			return nil, fmt.Errorf("minipy: starting a worker: %w (sandboxed workers run as uid %d, who must be able "+
+				"to reach and run %s: every directory on its path must be searchable by others, as a home "+
+				"directory such as /root often is not)",
+				err, uid, path)
+		}
 		return nil, fmt.Errorf("minipy: starting a worker: %w", err)
 	}
 	w := &worker{
@@ -265,6 +278,26 @@ func workerConfigFrame(e *Isolated) ([]byte, error) {
 	f = append(f, pyrt.Source...)
 	f = binary.LittleEndian.AppendUint32(f, uint32(len(code)))
 	return append(f, code...), nil
+}
+
+// checkWorkerVersion checks the version in a worker's ready frame ([version, executable,
+// pid, ...]) against the oldest Python minipy supports.
+func checkWorkerVersion(ready []byte) error {
+	d := decoder{buf: ready}
+	v, err := d.value()
+	items, _ := v.([]any)
+	if err != nil || len(items) < 2 {
+		return fmt.Errorf("minipy: a worker's ready frame is malformed: %w", errNotProtocol)
+	}
+	version, _ := items[0].(string)
+	exe, _ := items[1].(string)
+	var major, minor int
+	fmt.Sscanf(version, "%d.%d", &major, &minor) //nolint:errcheck // zeros fail the check below
+	if major < minPythonMajor || major == minPythonMajor && minor < minPythonMinor {
+		return fmt.Errorf("%w: %s is Python %s; minipy needs %d.%d or later", ErrPythonVersion, exe, version,
+			minPythonMajor, minPythonMinor)
+	}
+	return nil
 }
 
 // keepCompiledRuntime keeps the compiled runtime a worker offers in its ready frame
@@ -493,21 +526,11 @@ func descendants(pid int) []int {
 	return out
 }
 
-// defaultWorkerPython is the interpreter matching the libpython minipy is built against
-// (a python3 first on PATH may be another build, e.g. a pyenv shim), else "python3".
+// defaultWorkerPython is the interpreter of the libpython minipy is built against, found from
+// the library's file (a python3 first on PATH may be another build, or a pyenv shim), else
+// "python3" (a build without cgo links no libpython).
 func defaultWorkerPython() string {
-	version := cpython.LinkedVersion()
-	if version == "" {
-		return "python3"
-	}
-	name := "python" + version
-	for _, dir := range []string{"/usr/bin", "/usr/local/bin"} {
-		p := filepath.Join(dir, name)
-		if st, err := os.Stat(p); err == nil && st.Mode()&0o111 != 0 {
-			return p
-		}
-	}
-	if p, err := exec.LookPath(name); err == nil {
+	if p := cpython.LinkedPython(); p != "" {
 		return p
 	}
 	return "python3"

@@ -80,8 +80,15 @@ func TestSoak(t *testing.T) {
 	rss1, blocks1, heap1 := rssBytes(t), blocks(), heap()
 	t.Logf("after %d runs: RSS %+d KB, Python blocks %+d, Go heap in use %+d KB",
 		runs, (rss1-rss0)/1024, blocks1-blocks0, (int64(heap1)-int64(heap0))/1024)
-	assert.Less(t, blocks1-blocks0, int64(2000), "Python objects leak")
 	assert.Less(t, int64(heap1)-int64(heap0), int64(2<<20), "Go heap grows")
+	if minipy.FreeThreaded() && minipy.LinkedVersion() == "3.13" {
+		// 3.13's free-threaded build makes code objects, functions, classes and modules
+		// immortal once a second thread has started in the process (gh-117783; 3.14 dropped
+		// it), so every compiled cell stays in memory: no bound on Python's memory holds.
+		t.Skipf("3.13t keeps every compiled cell once a thread has started (gh-117783): Python blocks %+d, RSS %+d KB",
+			blocks1-blocks0, (rss1-rss0)/1024)
+	}
+	assert.Less(t, blocks1-blocks0, int64(2000), "Python objects leak")
 	if !raceEnabled {
 		assert.Less(t, rss1-rss0, int64(5<<20), fmt.Sprintf("RSS grew %d KB", (rss1-rss0)/1024))
 	}

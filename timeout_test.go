@@ -104,8 +104,10 @@ func TestTimeoutBusyLoopStopsAndKeepsOutput(t *testing.T) {
 	s := runUntilStopped(t, "print('before', flush=True)\nn = 0\nwhile True:\n    n += 1\n", testTimeout, nil)
 	assert.Less(t, s.late, promptBound)
 	assert.Equal(t, "before\n", s.res.Stdout, "the Result carries the output printed so far")
-	assert.Contains(t, s.py.Traceback, "<cell-", "the traceback points into the user's code")
-	assert.Contains(t, s.py.Traceback, "while True:")
+	// At the loop's header or its body, depending on where the version's bytecode takes
+	// the interrupt (on 3.13 minipy moves an interrupt at a backward jump to the next line).
+	assert.Regexp(t, `File "<cell-\d+>", line [34], in <module>\n    (while True:|n \+= 1)\n`, s.py.Traceback,
+		"the traceback points into the user's loop")
 }
 
 func TestTimeoutDeadlineAlreadyPassed(t *testing.T) {
@@ -394,6 +396,7 @@ while True:
 			swallowed, err := ns.Get("swallowed")
 			require.NoError(t, err)
 			assert.Positive(t, swallowed, "the first interrupt was swallowed: the hard stage stopped it")
+			assertFramesOnce(t, s.py.Traceback)
 		})
 	}
 }
@@ -688,4 +691,75 @@ func TestHardStageLeavesNoHandledException(t *testing.T) {
 	ctx, err := ns.Get("ctx")
 	require.NoError(t, err)
 	assert.Nil(t, ctx, "sys.exc_info() is empty at the start of a run")
+}
+
+// cleanupShapes are loops stopped by the timeout inside try/finally or with: the cleanup
+// must run. Some put the interrupt at a loop's backward jump, which CPython's exception
+// table can leave outside the try (3.13: `while cond: pass`, gh-130279; 3.11 and 3.12: a
+// one-line `while 1: pass`, gh-108214).
+var cleanupShapes = map[string]string{
+	"while True":           "try:\n    while True:\n        pass\nfinally:\n    done = True",
+	"one-line while 1":     "try:\n    while 1: pass\nfinally:\n    done = True",
+	"while cond":           "x = 0\ntry:\n    while x >= 0:\n        pass\nfinally:\n    done = True",
+	"while not attribute":  "import types\na = types.SimpleNamespace(stop=False)\ntry:\n    while not a.stop:\n        pass\nfinally:\n    done = True",
+	"while cond, function": "def f(x):\n    try:\n        while x >= 0:\n            pass\n    finally:\n        global done\n        done = True\nf(0)",
+	"counting loop":        "try:\n    n = 0\n    while True:\n        n += 1\nfinally:\n    done = True",
+	"for range":            "try:\n    for i in range(10**12):\n        pass\nfinally:\n    done = True",
+	"sleep":                "import time\ntry:\n    time.sleep(30)\nfinally:\n    done = True",
+	"except BaseException": "x = 0\ntry:\n    while x >= 0:\n        pass\nexcept BaseException:\n    done = True\n    raise",
+	"with, while cond": `import contextlib
+@contextlib.contextmanager
+def cleanup():
+    try:
+        yield
+    finally:
+        global done
+        done = True
+x = 0
+with cleanup():
+    while x >= 0:
+        pass`,
+	"with lock": "import threading\nlock = threading.Lock()\nx = 0\nwith lock:\n    while x >= 0:\n        pass\n",
+}
+
+func TestTimeoutRunsFinallyAndWithExits(t *testing.T) {
+	for name, code := range cleanupShapes {
+		t.Run(name, func(t *testing.T) {
+			ns := minipy.NewNamespace()
+			defer ns.Close()
+			s := runUntilStopped(t, code, 100*time.Millisecond, ns)
+			assert.Less(t, s.late, promptBound)
+			if name == "one-line while 1" {
+				// The loop's only instruction is its jump, which is the first of the try
+				// body; CPython (3.11 to 3.13 at least) attributes an interrupt raised there
+				// to no handler, even a KeyboardInterrupt without minipy (gh-108214). The
+				// run still stops promptly, but its cleanup cannot be promised.
+				t.Skip("cleanup is skipped by CPython itself for a one-line `while 1: pass` as the first statement of a try (gh-108214)")
+			}
+			if strings.Contains(code, "lock") {
+				r, err := minipy.Minipy("lock.locked()", &minipy.Options{Globals: ns})
+				require.NoError(t, err)
+				assert.Equal(t, false, r.Value, "the with block released its lock")
+				return
+			}
+			done, err := ns.Get("done")
+			require.NoError(t, err, "the cleanup did not run")
+			assert.Equal(t, true, done)
+		})
+	}
+}
+
+// assertFramesOnce checks that no frame line of a traceback follows itself (for code
+// without recursion): 3.11 records a frame twice in the traceback of an exception that a
+// sys.settrace tracer raised, so a stop that raised through one would show it.
+func assertFramesOnce(t *testing.T, traceback string) {
+	t.Helper()
+	var prev string
+	for _, line := range strings.Split(traceback, "\n") {
+		if !strings.HasPrefix(line, "  File ") {
+			continue
+		}
+		assert.NotEqual(t, prev, line, "a frame shown twice in a row:\n%s", traceback)
+		prev = line
+	}
 }

@@ -4,6 +4,11 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#if PY_VERSION_HEX < 0x030B0000
+#error "minipy needs CPython 3.11 or later: pkg-config python3-embed names an older one (set PKG_CONFIG_PATH to a newer one's lib/pkgconfig)"
+#endif
+
+#include <dlfcn.h>  // dladdr: a GNU extension, and Python.h defines _GNU_SOURCE
 #include <errno.h>
 #include <linux/futex.h>
 #include <pthread.h>
@@ -188,19 +193,23 @@ static struct PyModuleDef native_module = {
 // ---- initialisation ------------------------------------------------------------------
 
 static void set_init_error_from_python(const char *what) {
+#if PY_VERSION_HEX >= 0x030C0000
+	PyObject *value = PyErr_GetRaisedException();  // 3.12+; PyErr_Fetch is deprecated there
+#else
 	PyObject *type, *value, *tb;
 	PyErr_Fetch(&type, &value, &tb);
+	Py_XDECREF(type);
+	Py_XDECREF(tb);
+#endif
 	PyObject *s = value ? PyObject_Str(value) : NULL;
 	const char *msg = s ? PyUnicode_AsUTF8(s) : NULL;
 	snprintf(mp.init_error, sizeof mp.init_error, "%s: %s", what, msg ? msg : "unknown Python error");
 	Py_XDECREF(s);
-	Py_XDECREF(type);
 	Py_XDECREF(value);
-	Py_XDECREF(tb);
 	PyErr_Clear();
 }
 
-static int init_python(const char *src, int sig) {
+static int init_python(const char *src, const char *executable, int sig) {
 	PyConfig config;
 	PyConfig_InitPythonConfig(&config);
 	// Go owns SIGINT, SIGPIPE and SIGXFSZ; Python must not install or ignore handlers.
@@ -219,6 +228,11 @@ static int init_python(const char *src, int sig) {
 		set_init_error_from_python("creating _minipy_c");
 		return -1;
 	}
+#ifdef Py_GIL_DISABLED
+	// Free-threaded builds: the module keeps no state that needs the GIL. (Made here, not
+	// imported, it would not turn the GIL back on anyway; this says so should that change.)
+	PyUnstable_Module_SetGIL(native, Py_MOD_GIL_NOT_USED);
+#endif
 	PyObject *code = Py_CompileString(src, RUNTIME_FILE, Py_file_input);
 	if (!code) {
 		set_init_error_from_python("compiling the runtime");
@@ -226,7 +240,11 @@ static int init_python(const char *src, int sig) {
 	}
 	PyObject *mod = PyImport_AddModule("_minipy_runtime");  // borrowed
 	PyObject *dict = mod ? PyModule_GetDict(mod) : NULL;
-	if (!dict || PyDict_SetItemString(dict, "__builtins__", PyEval_GetBuiltins()) < 0) {
+	// The builtins module, not PyEval_GetBuiltins (deprecated in 3.13; no frame runs yet).
+	PyObject *builtins = dict ? PyImport_ImportModule("builtins") : NULL;
+	int stored = builtins ? PyDict_SetItemString(dict, "__builtins__", builtins) : -1;
+	Py_XDECREF(builtins);
+	if (stored < 0) {
 		set_init_error_from_python("creating _minipy_runtime");
 		return -1;
 	}
@@ -238,7 +256,7 @@ static int init_python(const char *src, int sig) {
 	}
 	Py_DECREF(r);
 	PyObject *install = PyDict_GetItemString(dict, "install");
-	mp.dispatch = install ? PyObject_CallFunction(install, "iO", sig, native) : NULL;
+	mp.dispatch = install ? PyObject_CallFunction(install, "iOs", sig, native, executable) : NULL;
 	mp.timeout_cls = PyDict_GetItemString(dict, "TimeoutInterrupt");
 	if (!mp.dispatch || !mp.timeout_cls) {
 		set_init_error_from_python("installing the runtime");
@@ -342,7 +360,11 @@ static void run_request(void) {
 		// stopped by the hard stage) can leave it as the thread's "exception being
 		// handled" (3.11); with no Python frame running there is none, so reset it, or
 		// the next run's errors would show it as their context.
+#if PY_VERSION_HEX >= 0x030C0000
+		PyErr_SetHandledException(NULL);
+#else
 		PyErr_SetExcInfo(NULL, NULL, NULL);
+#endif
 	}
 	PyErr_Clear();
 	mp.ts = PyEval_SaveThread();
@@ -357,10 +379,10 @@ static void run_request(void) {
 	}
 }
 
-void mp_serve(const char *src, int sig) {
+void mp_serve(const char *src, const char *executable, int sig) {
 	mp.owner = pthread_self();
 	mp.sig = sig;
-	if (init_python(src, sig) != 0) {
+	if (init_python(src, executable, sig) != 0) {
 		atomic_store(&mp.init_state, 2);
 		futex_wake_all(&mp.init_state);
 		return;
@@ -450,4 +472,12 @@ char *mp_take(uint64_t gen, size_t *len, int *kicked) {
 	mp.resp = NULL;
 	mp.resp_len = 0;
 	return r;
+}
+
+const char *mp_libpython_file(void) {
+	Dl_info info;
+	if (dladdr((void *)&Py_Initialize, &info) == 0 || info.dli_fname == NULL) {
+		return NULL;
+	}
+	return info.dli_fname;
 }

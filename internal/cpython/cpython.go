@@ -9,16 +9,26 @@ package cpython
 /*
 #cgo pkg-config: python3-embed
 #cgo CFLAGS: -O2 -Wall -Wno-unused-parameter
+#cgo LDFLAGS: -ldl
 #include <stdlib.h>
 #include <patchlevel.h>
+#include <pyconfig.h>
 #include "cpython.h"
+
+#ifdef Py_GIL_DISABLED
+#define MP_FREE_THREADED 1
+#else
+#define MP_FREE_THREADED 0
+#endif
 */
 import "C"
 
 import (
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -32,13 +42,15 @@ type Interpreter struct{}
 // interrupts runs. It must be called once per process.
 func Start(kickSignal int) (*Interpreter, error) {
 	src := C.CString(pyrt.Source)
+	exe := C.CString(LinkedPython())
 	go func() {
 		// The owner never unlocks and never returns: CPython's main thread must stay the
 		// thread that initialised it, and only it may run Python code for us.
 		runtime.LockOSThread()
-		C.mp_serve(src, C.int(kickSignal))
+		C.mp_serve(src, exe, C.int(kickSignal))
 		// Reached only if initialisation failed.
 		C.free(unsafe.Pointer(src))
+		C.free(unsafe.Pointer(exe))
 	}()
 	if C.mp_init_wait() == 0 {
 		return nil, errors.New("minipy: starting CPython: " + C.GoString(C.mp_init_error()))
@@ -93,8 +105,38 @@ func (r Request) Take() (resp []byte, kicked bool) {
 	return resp, k != 0
 }
 
-// LinkedVersion is the "major.minor" of the libpython this binary is built against (the
-// isolated engine's workers default to the python executable of that version).
+// LinkedVersion is the "major.minor" of the libpython this binary is built against.
 func LinkedVersion() string {
 	return fmt.Sprintf("%d.%d", C.PY_MAJOR_VERSION, C.PY_MINOR_VERSION)
+}
+
+// FreeThreaded reports whether that libpython is a free-threaded build (no GIL; its
+// executable is python3.13t).
+func FreeThreaded() bool { return C.MP_FREE_THREADED != 0 }
+
+var linked struct {
+	once sync.Once
+	path string
+}
+
+// LinkedPython is the python executable that belongs to the libpython this binary links,
+// found from the library's own file (see findPython), or "" when there is none. It is what
+// the in-process interpreter reports as sys.executable and what the isolated engine's
+// workers run by default, so that both engines run one Python build.
+func LinkedPython() string {
+	linked.once.Do(func() {
+		var lib string
+		if p := C.mp_libpython_file(); p != nil {
+			lib = C.GoString(p)
+			if self, err := os.Executable(); err == nil && sameFile(self, lib) {
+				lib = "" // libpython is linked into this binary statically
+			}
+		}
+		name := "python" + LinkedVersion()
+		if FreeThreaded() {
+			name += "t"
+		}
+		linked.path = findPython(lib, name)
+	})
+	return linked.path
 }

@@ -8,10 +8,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-// mp_serve initialises CPython on the calling thread with the runtime source and the kick
-// signal, then serves requests forever. It returns only if initialisation failed;
-// mp_init_wait reports the outcome to the starter.
-void mp_serve(const char *runtime_src, int kick_signal);
+// mp_serve initialises CPython on the calling thread with the runtime source, the python
+// executable to report as sys.executable ("" leaves CPython's guess) and the kick signal,
+// then serves requests forever. It returns only if initialisation failed; mp_init_wait
+// reports the outcome to the starter.
+void mp_serve(const char *runtime_src, const char *executable, int kick_signal);
 
 // mp_init_wait blocks until mp_serve has initialised (returns 1) or failed (returns 0,
 // with the reason in mp_init_error()).
@@ -36,5 +37,9 @@ void mp_kick(uint64_t gen, int stage);
 // mp_take returns the response of the finished request gen (malloc'd, the caller frees it)
 // and whether it was kicked, then frees the request and empties the slot.
 char *mp_take(uint64_t gen, size_t *len, int *kicked);
+
+// mp_libpython_file is the file the C API was loaded from (the shared libpython, or the
+// program itself when libpython is linked statically), or NULL. It needs no interpreter.
+const char *mp_libpython_file(void);
 
 #endif

@@ -39,3 +39,9 @@ func (Request) Take() ([]byte, bool) { panic(ErrNoCgo) }
 
 // LinkedVersion is unknown without cgo: no libpython is linked.
 func LinkedVersion() string { return "" }
+
+// LinkedPython is unknown without cgo: no libpython is linked.
+func LinkedPython() string { return "" }
+
+// FreeThreaded is unknown without cgo: no libpython is linked.
+func FreeThreaded() bool { return false }

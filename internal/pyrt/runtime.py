@@ -10,6 +10,7 @@ import ast
 import builtins
 import io
 import linecache
+import opcode
 import os
 import pprint
 import signal
@@ -504,18 +505,25 @@ TimeoutInterrupt.__module__ = "minipy"
 
 
 class _RunState:
-    __slots__ = ("active", "stage_raised", "threads_before", "stage")
+    __slots__ = ("active", "stage_raised", "threads_before", "stage", "tracing", "deferred")
 
     def __init__(self):
         self.active = False
         self.stage_raised = 0
         self.threads_before = None
         self.stage = 0  # set by the worker's control thread; in-process the C layer holds it
+        self.tracing = False  # a Python tracer of _raise_at_next_line may be set
+        self.deferred = False  # stage 1 waits for the next line (see _on_kick)
 
 
 _state = _RunState()
 _native = None  # the in-process engine's C helpers (module _minipy_c), else None
 _main_ident = threading.get_ident()
+_STOPPED = "the run was stopped: its time ran out or it was cancelled"
+_STOPPED_HARD = "the run was stopped: it swallowed the first interrupt"
+# 3.13's compiler repeats a loop's test at its bottom and leaves the backward jump after it
+# outside the enclosing try (gh-130279); 3.11 and 3.12 cover it.
+_JUMP_BACKWARD = opcode.opmap["JUMP_BACKWARD"] if sys.version_info >= (3, 13) else None
 
 
 def _kick_stage():
@@ -527,6 +535,11 @@ def _on_kick(signum, frame):
         return
     stage = _kick_stage()
     if stage <= _state.stage_raised and stage < 2:
+        if _state.deferred:
+            # No line came since the deferral (a jump that lands on itself, as in a
+            # one-line `while 1: pass`, may get no line event): raise here after all.
+            _state.deferred = False
+            raise TimeoutInterrupt(_STOPPED)
         return  # a repeat of a stage already raised: let cleanup (finally, __exit__) run
     first = _state.stage_raised == 0
     _state.stage_raised = stage
@@ -534,26 +547,99 @@ def _on_kick(signum, frame):
         _stop_threads()
     if stage >= 2:
         _hard_stop(frame)
-    raise TimeoutInterrupt("the run was stopped: its time ran out or it was cancelled")
+    elif _at_backward_jump(frame):
+        # The interrupt would be raised at a loop's backward jump, which 3.13's exception
+        # table can leave outside the enclosing try (`while cond: pass`, gh-130279), so
+        # that `finally:` and `with` exits would be skipped: raise at the next line
+        # instead, which is inside the loop and so inside the try.
+        _state.deferred = True
+        _raise_at_next_line(frame, _deferred_tracer)
+        return
+    raise TimeoutInterrupt(_STOPPED)
 
 
-def _py_hard_tracer(frame, event, arg):
-    if frame.f_code.co_filename == RUNTIME_FILE or not _state.active:
-        return None
-    raise TimeoutInterrupt("the run was stopped: it swallowed the first interrupt")
+def _at_backward_jump(frame):
+    if frame is None or _JUMP_BACKWARD is None:
+        return False
+    lasti = frame.f_lasti
+    code = frame.f_code.co_code  # unspecialised: JUMP_BACKWARD whatever the adaptive form
+    return 0 <= lasti < len(code) and code[lasti] == _JUMP_BACKWARD
+
+
+def _next_line_raiser(message):
+    def tracer(frame, event, arg):
+        if frame.f_code.co_filename == RUNTIME_FILE or not _state.active:
+            return None
+        _state.deferred = False
+        raise TimeoutInterrupt(message)
+
+    return tracer
+
+
+_deferred_tracer = _next_line_raiser(_STOPPED)
+_py_hard_tracer = _next_line_raiser(_STOPPED_HARD)
+
+
+def _raise_at_next_line(frame, tracer):
+    """Raise the interrupt at the next line or call of user code, through a Python tracer:
+    CPython removes such a tracer once it raises, so it raises once."""
+    _state.tracing = True
+    sys.settrace(tracer)
+    while frame is not None:
+        if frame.f_code.co_filename != RUNTIME_FILE:
+            frame.f_trace = tracer
+        frame = frame.f_back
 
 
 def _hard_stop(frame):
     if _native is not None:
         _native.hard_stop()  # a C tracer that raises on every line and is not unset by raising
         return
-    # Worker processes: a Python tracer is unset when it raises, so the engine's repeated
-    # kicks re-install it; the engine kills the worker if that is not enough.
-    sys.settrace(_py_hard_tracer)
-    while frame is not None:
-        if frame.f_code.co_filename != RUNTIME_FILE:
-            frame.f_trace = _py_hard_tracer
-        frame = frame.f_back
+    # Worker processes, 3.12+: a sys.monitoring LINE callback, which (unlike a sys.settrace
+    # tracer) stays registered when it raises, so it raises on every line, a swallower's
+    # `except:` body included, as the in-process C tracer does.
+    if _monitor_lines():
+        return
+    # 3.11, or the tool id is taken: a Python tracer raises once, so the engine's repeated
+    # kicks re-install it; a swallower catches each, and the engine kills the worker.
+    _raise_at_next_line(frame, _py_hard_tracer)
+
+
+# The sys.monitoring tool id of the hard stage: ids 3 and 4 have no assigned role (0
+# debugger, 1 coverage, 2 profiler, 5 optimizer), so user code is unlikely to hold it.
+_MONITOR_TOOL = 4
+_monitoring = False
+
+
+def _on_monitored_line(code, line):
+    if _state.active and code.co_filename != RUNTIME_FILE and threading.get_ident() == _main_ident:
+        raise TimeoutInterrupt(_STOPPED_HARD)
+
+
+def _monitor_lines():
+    global _monitoring
+    mon = getattr(sys, "monitoring", None)
+    if mon is None:
+        return False
+    if not _monitoring:
+        try:
+            mon.use_tool_id(_MONITOR_TOOL, "minipy timeout")
+        except ValueError:  # taken by the user's code
+            return False
+        mon.register_callback(_MONITOR_TOOL, mon.events.LINE, _on_monitored_line)
+        mon.set_events(_MONITOR_TOOL, mon.events.LINE)
+        _monitoring = True
+    return True
+
+
+def _stop_monitoring():
+    global _monitoring
+    if _monitoring:
+        mon = sys.monitoring
+        mon.set_events(_MONITOR_TOOL, 0)
+        mon.register_callback(_MONITOR_TOOL, mon.events.LINE, None)
+        mon.free_tool_id(_MONITOR_TOOL)
+        _monitoring = False
 
 
 def _forget_orphaned_modules():
@@ -575,7 +661,9 @@ def _forget_orphaned_modules():
 def _clear_hard_stop():
     if _native is not None:
         _native.clear_hard_stop()
-    elif _state.stage_raised >= 2:
+    _stop_monitoring()
+    if _state.tracing:
+        _state.tracing = _state.deferred = False
         sys.settrace(None)
 
 
@@ -911,39 +999,42 @@ def _block_sigpipe_in_new_threads(sigmask):
     import _thread
 
     def wrap(start):
-        def start_new_thread(function, args, kwargs=None):
+        # Every starter takes the thread's function first and passes the rest through:
+        # start_new_thread(function, args[, kwargs]) calls function(*args, **kwargs);
+        # 3.13's start_joinable_thread(function, handle=None, daemon=True) calls function().
+        def started(function, *args, **kwargs):
             def bootstrap(*a, **kw):
                 sigmask(signal.SIG_BLOCK, (signal.SIGPIPE,))
                 return function(*a, **kw)
 
-            return start(bootstrap, args, kwargs or {})
+            return start(bootstrap, *args, **kwargs)
 
-        start_new_thread.__doc__ = start.__doc__
-        return start_new_thread
+        started.__name__ = started.__qualname__ = start.__name__
+        started.__doc__ = start.__doc__
+        return started
 
-    _thread.start_new_thread = _thread.start_new = wrap(_thread.start_new_thread)
-    threading._start_new_thread = wrap(threading._start_new_thread)
-
-
-def _linked_python():
-    """The python executable that matches this libpython, not the first python3 on PATH."""
-    for base in (sys.base_exec_prefix, sys.base_prefix, "/usr", "/usr/local"):
-        for name in ("python%d.%d" % sys.version_info[:2], "python%d" % sys.version_info[0]):
-            path = os.path.join(base, "bin", name)
-            if os.access(path, os.X_OK):
-                return path
-    return sys.executable
+    # threading keeps its own reference to the starter it uses: _start_new_thread up to
+    # 3.12, _start_joinable_thread from 3.13. Wrap whichever of them this version has.
+    for mod, names in ((_thread, ("start_new_thread", "start_new", "start_joinable_thread")),
+                       (threading, ("_start_new_thread", "_start_joinable_thread"))):
+        for name in names:
+            start = getattr(mod, name, None)
+            if start is not None:
+                setattr(mod, name, wrap(start))
 
 
-def install(kick_signal, native):
+def install(kick_signal, native, executable=""):
     """Prepare this interpreter for runs. `native` is the in-process engine's C module, or None
-    in a worker process."""
+    in a worker process. `executable` (in-process) is the python executable of the linked
+    libpython, which Go found from the library's file: embedded, CPython would guess
+    sys.executable from the host program or the first python3 on PATH, and
+    subprocess/multiprocessing would start another build."""
     global _native
     _native = native
     if not hasattr(sys, "argv"):
         sys.argv = [""]
-    if native is not None:
-        sys.executable = sys._base_executable = _linked_python()
+    if executable:
+        sys.executable = sys._base_executable = executable
     signal.signal(kick_signal, _on_kick)
     threading.excepthook = _thread_excepthook
     time.sleep = _sliced_sleep

@@ -201,8 +201,6 @@ class _Worker:
                 self.running = False
                 kicked = self.kicked
                 state.stage = 0
-            if state.stage_raised >= 2:
-                sys.settrace(None)
             self.write_frame(b"A", body[1:9], b"\x01" if kicked else b"\x00", resp)
 
     # -- limits ---------------------------------------------------------------------------
