@@ -26,8 +26,10 @@ type IsolatedConfig struct {
 	// means the interpreter of the libpython minipy is built against, found from the
 	// library's own file (PREFIX/bin/python3.X beside PREFIX/lib), else python3.X in
 	// /usr/bin, /usr/local/bin or on PATH (never a pyenv shim), so that both engines run
-	// one Python build. When the host runs as root, sandboxed workers run as the
-	// unprivileged user nobody: the venv must be readable by others.
+	// one Python build. Its prefix (and a venv's base) and the directories on its sys.path
+	// are bound read-only into the sandbox at their own paths. When the host runs as root,
+	// sandboxed workers run as the unprivileged user nobody: the venv must be readable by
+	// others.
 	Python string
 	// Command, when set, starts each worker through a command that pipes stdin and stdout to
 	// a Python interpreter elsewhere: the engine appends "-c" and the worker's bootstrap
@@ -67,10 +69,38 @@ type IsolatedConfig struct {
 	// reachable, Processes does not bite for root, and a timed-out run's process tree is
 	// found by scanning /proc (children that were orphaned before the kill can escape).
 	AllowUnsandboxed bool
+	// Env adds variables ("KEY=VALUE") to the workers' environment. Workers never inherit
+	// the host's environment (an agent's API keys stay out of the model's reach): a local
+	// worker starts with PATH (the python's own directory first, as in an active venv),
+	// HOME (the working directory), TMPDIR, LANG=C.UTF-8 and USER, then Env, which may
+	// override them and may set what Python reads at start (PYTHONPATH, ...). A Command
+	// worker gets the environment its command gives it; Env is added there as the worker
+	// starts.
+	Env []string
+	// Mounts shares host files and directories with sandboxed local workers, read-only
+	// unless Writable (see Mount). Without the sandbox (AllowUnsandboxed on a kernel that
+	// refuses it) only mounts whose Target is their Source can be honoured.
+	Mounts []Mount
+	// TmpSize caps a sandboxed worker's private /tmp and /dev/shm, each a tmpfs (memory,
+	// not counted in MemoryLimit), in bytes; 0 means 256 MiB.
+	TmpSize int64
 	// KickSignal is the signal that interrupts a run inside a worker; 0: DefaultKickSignal.
 	KickSignal syscall.Signal
 	// StartTimeout bounds a worker's start; 0 means 30 s.
 	StartTimeout time.Duration
+}
+
+// Mount shares a host path with sandboxed workers (IsolatedConfig.Mounts).
+type Mount struct {
+	// Source is the host's file or directory (an absolute path that exists).
+	Source string
+	// Target is where the worker sees it (absolute; "" means Source). It may not be "/"
+	// or lie under /proc or /dev. Under /work (the worker's working directory), its mount
+	// point is made in the engine's working directory.
+	Target string
+	// Writable lets the worker write through to Source (as far as the workers' host user,
+	// the host's own or nobody when the host is root, may); otherwise it is read-only.
+	Writable bool
 }
 
 // ErrStateLost is matched (errors.Is) by the error of a run whose worker process ended,
@@ -81,9 +111,10 @@ var ErrStateLost = errors.New("minipy: the worker process ended; its namespaces'
 // ErrLimit is matched by the error of a run that hit one of IsolatedConfig's limits.
 var ErrLimit = errors.New("minipy: resource limit hit")
 
-// ErrNoSandbox is matched by NewIsolated's error when the kernel refuses the user, pid and
-// network namespaces that isolate local workers and AllowUnsandboxed is false.
-var ErrNoSandbox = errors.New("minipy: the kernel refuses the user/pid/network namespaces that isolate workers")
+// ErrNoSandbox is matched by NewIsolated's error when the kernel refuses what isolates
+// local workers (user, mount, pid, IPC and network namespaces; the mounts of the worker's
+// own root file system) and AllowUnsandboxed is false.
+var ErrNoSandbox = errors.New("minipy: the kernel refuses the namespaces and mounts that isolate workers")
 
 // ErrEngineClosed is matched by the error of any use of a closed isolated engine.
 var ErrEngineClosed = errors.New("minipy: the isolated engine is closed")
@@ -166,8 +197,10 @@ func (e *LimitError) Unwrap() []error { return []error{ErrLimit, e.Python} }
 // in parallel; runs on one worker take turns.
 type Isolated struct {
 	cfg     IsolatedConfig
-	workdir string
-	sandbox bool // local workers get Linux namespaces
+	dir     string // the engine's private directory: workdir and, sandboxed, rootdir
+	workdir string // the workers' working directory on the host (sandboxWorkdir inside)
+	rootdir string // the (empty) mount point of a sandboxed worker's root tmpfs
+	sandbox bool   // local workers get Linux namespaces
 	slots   []*workerSlot
 	nextNS  atomic.Uint32
 	spread  atomic.Uint32
@@ -222,6 +255,23 @@ func newIsolated(cfg IsolatedConfig, sandbox bool) (*Isolated, error) {
 	if len(cfg.Command) == 0 && cfg.Python == "" {
 		cfg.Python = defaultWorkerPython()
 	}
+	if cfg.TmpSize < 0 {
+		return nil, errors.New("minipy: IsolatedConfig.TmpSize must not be negative")
+	}
+	if cfg.TmpSize == 0 {
+		cfg.TmpSize = defaultTmpSize
+	}
+	if err := checkEnv(cfg.Env, len(cfg.Command) > 0); err != nil {
+		return nil, err
+	}
+	mounts, err := checkMounts(cfg.Mounts)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Mounts = mounts
+	if len(cfg.Command) > 0 && len(cfg.Mounts) > 0 {
+		return nil, errors.New("minipy: IsolatedConfig.Mounts apply to local workers; a Command worker's files are the other side's")
+	}
 	e := &Isolated{cfg: cfg}
 	if len(cfg.Command) == 0 {
 		err := errors.New("namespaces turned off")
@@ -235,17 +285,16 @@ func newIsolated(cfg IsolatedConfig, sandbox bool) (*Isolated, error) {
 			return nil, fmt.Errorf("%w (%v); set IsolatedConfig.AllowUnsandboxed to run without them", ErrNoSandbox, err)
 		}
 	}
-	dir, err := os.MkdirTemp("", "minipy-isolated-")
-	if err != nil {
-		return nil, fmt.Errorf("minipy: making the workers' directory: %w", err)
-	}
-	e.workdir = dir
-	if e.sandbox {
-		// Workers run as the unprivileged user mapped to root in their user namespace.
-		if err := os.Chown(dir, sandboxUID(), sandboxUID()); err != nil {
-			os.RemoveAll(dir)
-			return nil, fmt.Errorf("minipy: handing the workers' directory to their user: %w", err)
+	if !e.sandbox {
+		for _, m := range cfg.Mounts {
+			if m.Target != m.Source {
+				return nil, fmt.Errorf("minipy: IsolatedConfig.Mounts: %s cannot appear at %s without the sandbox, "+
+					"which the kernel refused", m.Source, m.Target)
+			}
 		}
+	}
+	if err := e.makeDirs(); err != nil {
+		return nil, err
 	}
 	e.nextNS.Store(pyrt.DefaultNamespace)
 	e.slots = make([]*workerSlot, cfg.Workers)
@@ -259,6 +308,9 @@ func newIsolated(cfg IsolatedConfig, sandbox bool) (*Isolated, error) {
 	// Wait for the first worker: a wrong executable or a refused namespace shows here.
 	if _, err := e.slots[0].awaitPending(context.Background()); err != nil {
 		e.Close()
+		if e.sandbox && cfg.AllowUnsandboxed && errors.Is(err, ErrNoSandbox) {
+			return newIsolated(cfg, false) // the kernel refused a mount: no namespaces then
+		}
 		return nil, err
 	}
 	return e, nil
@@ -307,8 +359,14 @@ func (e *Isolated) Close() error {
 	for _, s := range e.slots {
 		s.shutdown()
 	}
-	return os.RemoveAll(e.workdir)
+	return os.RemoveAll(e.dir)
 }
+
+// WorkDir is the host directory that the workers use as their working directory (and
+// HOME): sandboxed workers see it as /work, others at this path. Files the code writes
+// there can be read here, and files put here are the code's to read, until Close
+// removes the directory.
+func (e *Isolated) WorkDir() string { return e.workdir }
 
 func (e *Isolated) isClosed() bool {
 	e.mu.Lock()

@@ -23,12 +23,15 @@ func BenchmarkIsolatedRoundTrip(b *testing.B) {
 	}
 }
 
-// BenchmarkIsolatedWorkerStart is NewIsolated (one worker, sandboxed) until its worker is
-// ready, plus Close.
+// BenchmarkIsolatedWorkerStart is NewIsolated (one sandboxed worker) until its first run
+// (1+1) has answered, plus Close.
 func BenchmarkIsolatedWorkerStart(b *testing.B) {
 	for b.Loop() {
 		e, err := minipy.NewIsolated(minipy.IsolatedConfig{})
 		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := e.Minipy("1+1", nil); err != nil {
 			b.Fatal(err)
 		}
 		e.Close()

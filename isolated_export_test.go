@@ -22,3 +22,11 @@ var (
 // MinPythonVersion is the oldest supported CPython, for the test that pins the C layer's
 // #error to it.
 var MinPythonVersion = [2]int{minPythonMajor, minPythonMinor}
+
+// NewIsolatedRefusingMounts is NewIsolated on a kernel that (it pretends) allows the
+// sandbox's namespaces but refuses its mounts: the workers' root mount point is missing.
+func NewIsolatedRefusingMounts(cfg IsolatedConfig) (*Isolated, error) {
+	breakSandboxRoot = true
+	defer func() { breakSandboxRoot = false }()
+	return newIsolated(cfg, true)
+}

@@ -35,10 +35,6 @@ def _read(n):
 exec(compile(_read(int.from_bytes(_read(4), "little")), "<minipy-runtime>", "exec"), {"__name__": "_minipy_worker", "_read": _read})
 `
 
-// nobodyID is the user and group local workers run as when the host runs as root (mapped to
-// root inside their user namespace), so that RLIMIT_NPROC binds them.
-const nobodyID = 65534
-
 // stderrKeep is how much of a worker's own stderr is kept for crash errors.
 const stderrKeep = 8 << 10
 
@@ -109,6 +105,9 @@ func startWorker(e *Isolated, epoch uint64) (*worker, error) {
 	}
 	select {
 	case <-w.exited:
+		if w.state.ExitCode() == sandboxRefusedExit && !w.exitFrame && w.pidns {
+			return nil, fmt.Errorf("%w: %s", ErrNoSandbox, msg)
+		}
 		msg = fmt.Sprintf("%v (worker status %v, exit frame %v): %s", w.state, w.exitStatus.ExitStatus(), w.exitFrame, msg)
 	default:
 		msg = "no ready frame within " + e.cfg.StartTimeout.String() + ": " + msg
@@ -134,6 +133,7 @@ func launchWorker(e *Isolated, epoch uint64) (*worker, error) {
 	local := len(e.cfg.Command) == 0
 	if local {
 		cmd.Dir = e.workdir
+		cmd.Env = e.workerEnv()
 	}
 	if local && e.sandbox {
 		cmd.SysProcAttr = sandboxAttr(e.cfg.Network)
@@ -210,61 +210,30 @@ func launchWorker(e *Isolated, epoch uint64) (*worker, error) {
 	return w, nil
 }
 
-// sandboxAttr puts a local worker in its own user, pid, IPC and (without Network) network
-// namespaces. The user namespace maps root inside to an unprivileged user outside, which
-// is what makes RLIMIT_NPROC bind even when the host runs as root.
-func sandboxAttr(network bool) *syscall.SysProcAttr {
-	flags := uintptr(syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC)
-	if !network {
-		flags |= syscall.CLONE_NEWNET
-	}
-	uid, gid := sandboxIDs()
-	return &syscall.SysProcAttr{
-		Setpgid:                    true,
-		Cloneflags:                 flags,
-		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: uid, Size: 1}},
-		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: gid, Size: 1}},
-		GidMappingsEnableSetgroups: false,
-		// Become the mapped root: without it the child keeps the host's uid, which has no
-		// mapping inside (it would show as the overflow uid and own nothing).
-		Credential: &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true},
-	}
-}
-
-func sandboxIDs() (uid, gid int) {
-	if os.Geteuid() == 0 {
-		return nobodyID, nobodyID
-	}
-	return os.Geteuid(), os.Getegid()
-}
-
-func sandboxUID() int {
-	uid, _ := sandboxIDs()
-	return uid
-}
-
-// probeNamespaces reports whether the kernel lets this process make the sandbox's
-// namespaces, by starting /bin/true (or, lacking it, this program's executable with -h)
-// in them.
-func probeNamespaces() error {
-	path, err := exec.LookPath("true")
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(path)
-	cmd.SysProcAttr = sandboxAttr(false)
-	return cmd.Run()
-}
-
 // workerConfigFrame is what a worker reads after worker.py: a frame of "key=value" lines
 // (the limits, the kick signal, the working directory), then a frame with the runtime.
 func workerConfigFrame(e *Isolated) ([]byte, error) {
-	if strings.ContainsAny(e.workdir, "\n\r") {
-		return nil, fmt.Errorf("minipy: the working directory %q has a line break in its name", e.workdir)
-	}
 	var b strings.Builder
+	workdir := e.workdir
+	if e.sandbox {
+		workdir = sandboxWorkdir
+		fmt.Fprintf(&b, "root=%s\nhost_workdir=%s\nsandbox_id=%d\nsandbox_refused=%d\ntmp_size=%d\n",
+			e.rootdir, e.workdir, sandboxID, sandboxRefusedExit, e.cfg.TmpSize)
+		for _, m := range e.cfg.Mounts {
+			mode := "ro"
+			if m.Writable {
+				mode = "rw"
+			}
+			fmt.Fprintf(&b, "mount=%s %s\t%s\n", mode, m.Source, m.Target)
+		}
+	}
+	if len(e.cfg.Command) > 0 {
+		for _, kv := range e.cfg.Env {
+			fmt.Fprintf(&b, "env=%s\n", kv)
+		}
+	}
 	fmt.Fprintf(&b, "kick_signal=%d\nworkdir=%s\nmemory=%d\nfile_size=%d\nopen_files=%d\nprocesses=%d\ncpu_seconds=%d\n",
-		int(e.cfg.KickSignal), e.workdir, e.cfg.MemoryLimit, e.cfg.FileSizeLimit, e.cfg.OpenFiles, e.cfg.Processes,
+		int(e.cfg.KickSignal), workdir, e.cfg.MemoryLimit, e.cfg.FileSizeLimit, e.cfg.OpenFiles, e.cfg.Processes,
 		int64((e.cfg.CPULimit+time.Second-1)/time.Second))
 	e.compiled.mu.Lock()
 	tag, code := e.compiled.tag, e.compiled.code

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestCLIIsolatedRunsInAWorker(t *testing.T) {
@@ -20,4 +23,21 @@ func TestCLIIsolatedRunsInAWorker(t *testing.T) {
 	code, _, errOut = cli(t, "", "--isolated", "--timeout", "100ms", "-c", "sum(range(10**12))")
 	assert.Equal(t, 1, code)
 	assert.Contains(t, errOut, "worker process tree was killed")
+}
+
+func TestCLIIsolatedMountAndEnv(t *testing.T) {
+	dir, err := os.MkdirTemp("", "minipy-cli-")
+	require.NoError(t, err)
+	defer os.RemoveAll(dir)
+	require.NoError(t, os.Chmod(dir, 0o755)) // the sandbox's user must be able to enter it
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "in.txt"), []byte("from the host"), 0o644))
+	t.Setenv("MINIPY_CLI_SECRET", "s3cret")
+	code, out, errOut := cli(t, "", "--isolated", "--mount", dir+":/data", "--env", "GREETING=hi", "-c",
+		"import os; open('/data/in.txt').read(), os.environ.get('GREETING'), os.environ.get('MINIPY_CLI_SECRET')")
+	assert.Equal(t, 0, code, errOut)
+	assert.Equal(t, "('from the host', 'hi', None)\n", out)
+
+	code, _, errOut = cli(t, "", "--isolated", "--mount", ":/x", "-c", "1")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "SOURCE[:TARGET][:rw]")
 }

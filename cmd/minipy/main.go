@@ -16,6 +16,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/minipy-go/minipy"
@@ -56,6 +58,17 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	python := fs.String("python", "", "with --isolated: the worker's python executable (default: the one matching the linked libpython)")
 	network := fs.Bool("network", false, "with --isolated: let the code reach the network")
 	memoryLimit := fs.Int64("memory-limit", 0, "with --isolated: cap the worker's address space at this many bytes (0: none)")
+	var mounts []minipy.Mount
+	var env []string
+	fs.Func("mount", "with --isolated: share a host path, `SOURCE[:TARGET][:rw]` (read-only unless :rw; repeatable)", func(v string) error {
+		m, err := parseMount(v)
+		mounts = append(mounts, m)
+		return err
+	})
+	fs.Func("env", "with --isolated: set `KEY=VALUE` in the worker's environment, which has none of this shell's (repeatable)", func(v string) error {
+		env = append(env, v)
+		return nil
+	})
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: minipy [--json] [--timeout D] [-c CODE]\n\nRuns Python code (from -c or stdin) in an embedded CPython and prints what a model would see.\n\n")
 		fs.PrintDefaults()
@@ -84,7 +97,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var res *minipy.Result
 	var err error
 	if *isolated {
-		eng, startErr := minipy.NewIsolated(minipy.IsolatedConfig{Python: *python, Network: *network, MemoryLimit: *memoryLimit})
+		eng, startErr := minipy.NewIsolated(minipy.IsolatedConfig{Python: *python, Network: *network, MemoryLimit: *memoryLimit,
+			Mounts: mounts, Env: env})
 		if startErr != nil {
 			fmt.Fprintf(stderr, "%v\n", startErr)
 			return 1
@@ -153,6 +167,24 @@ func printJSON(stdout, stderr io.Writer, res *minipy.Result, err error) int {
 		return 1
 	}
 	return 0
+}
+
+// parseMount parses --mount's SOURCE[:TARGET][:rw] (a relative SOURCE is taken from the
+// current directory).
+func parseMount(v string) (minipy.Mount, error) {
+	var m minipy.Mount
+	if rest, ok := strings.CutSuffix(v, ":rw"); ok {
+		v, m.Writable = rest, true
+	} else if rest, ok := strings.CutSuffix(v, ":ro"); ok {
+		v = rest
+	}
+	m.Source, m.Target, _ = strings.Cut(v, ":")
+	if m.Source == "" {
+		return m, errors.New("want SOURCE[:TARGET][:rw]")
+	}
+	abs, err := filepath.Abs(m.Source)
+	m.Source = abs
+	return m, err
 }
 
 func flagSet(fs *flag.FlagSet, name string) bool {

@@ -229,6 +229,162 @@ def _set_limits(cfg):
     cap(resource.RLIMIT_NPROC, cfg.get("processes", 0))
 
 
+# Mount flags (linux/mount.h) and the statvfs flags that a bind mount made in a user
+# namespace must keep when it is remounted (the kernel locks them: EPERM otherwise).
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
+_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
+_LOCKED = ((2, _MS_NOSUID), (4, _MS_NODEV), (8, _MS_NOEXEC), (1024, 1024), (2048, 2048), (4096, 1 << 21))
+_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "loongarch64": 41, "ppc64le": 203, "s390x": 217}
+
+# What a sandboxed worker sees of the host besides its python: the system directories
+# (read-only; symlinks such as Debian's /bin -> usr/bin are copied as symlinks) and the few
+# files under /etc that programs read. alternatives/ is how Debian's numpy finds its BLAS;
+# python3.X/ holds the sitecustomize that /usr/lib/python3.X links to.
+_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_ETC = ("alternatives", "ca-certificates", "ca-certificates.conf", "debian_version", "fonts", "gai.conf",
+        "host.conf", "hosts", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "matplotlibrc",
+        "mime.types", "nsswitch.conf", "os-release", "pip.conf", "protocols", "resolv.conf", "services", "ssl",
+        "timezone")
+_DEVICES = ("null", "zero", "full", "random", "urandom")
+# The sandbox's own accounts: the worker runs as "user" (uid and gid _SANDBOX_ID inside).
+_PASSWD = "root:x:0:0:root:/root:/usr/sbin/nologin\nuser:x:%d:%d:user:%s:/bin/sh\n" \
+          "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+_GROUP = "root:x:0:\nuser:x:%d:\nnogroup:x:65534:\n"
+
+
+class _Mounter:
+    """Builds the sandbox's root file system in a fresh tmpfs, then pivots into it."""
+
+    def __init__(self, root):
+        import ctypes
+
+        self.ctypes = ctypes
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.root = root
+        self.bound = []
+
+    def check(self, what, ret):
+        if ret != 0:
+            err = self.ctypes.get_errno()
+            raise OSError(err, "%s: %s" % (what, os.strerror(err)))
+
+    def mount(self, source, target, fstype, flags, data=None):
+        enc = lambda s: None if s is None else os.fsencode(s)
+        self.check("mount %s on %s" % (source or fstype, target),
+                   self.libc.mount(enc(source), enc(target), enc(fstype), self.ctypes.c_ulong(flags), enc(data)))
+
+    def place(self, target, is_dir):
+        """Makes the mount point for target inside the new root."""
+        dest = self.root + target
+        if is_dir:
+            os.makedirs(dest, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            os.close(os.open(dest, os.O_WRONLY | os.O_CREAT, 0o644))
+        return dest
+
+    def bind(self, source, target, writable=False, optional=False):
+        """Binds the host's source at target, read-only unless writable, never setuid or
+        device files. An optional source that is missing or unreachable is skipped."""
+        import stat
+
+        try:
+            st = os.stat(source)
+        except OSError:
+            if optional:
+                return
+            raise
+        dest = self.place(target, stat.S_ISDIR(st.st_mode))
+        self.mount(source, dest, None, _MS_BIND | _MS_REC)
+        flags = _MS_REMOUNT | _MS_BIND | _MS_NOSUID | _MS_NODEV | (0 if writable else _MS_RDONLY)
+        vfs = os.statvfs(dest).f_flag
+        for st_flag, ms_flag in _LOCKED:
+            if vfs & st_flag:
+                flags |= ms_flag
+        self.mount(None, dest, None, flags)
+        self.bound.append(target)
+
+    def covered(self, path):
+        return any(path == b or path.startswith(b.rstrip("/") + "/") for b in self.bound)
+
+    def tmpfs(self, target, mode, size, flags=_MS_NOSUID | _MS_NODEV):
+        dest = self.place(target, True)
+        self.mount("tmpfs", dest, "tmpfs", flags, "mode=%o,size=%d" % (mode, size))
+
+    def pivot(self):
+        number = _PIVOT_ROOT.get(os.uname().machine)
+        if number is None:
+            raise OSError(38, "pivot_root: no syscall number known for " + os.uname().machine)
+        os.chdir(self.root)
+        # pivot_root(".", "."): the old root ends up stacked under the new one, where a lazy
+        # unmount takes it away whole.
+        self.check("pivot_root", self.libc.syscall(number, b".", b"."))
+        self.check("umount the host's root", self.libc.umount2(b".", 2))  # MNT_DETACH
+        os.chdir("/")
+        self.mount(None, "/", None, _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
+
+    def drop_privileges(self):
+        """Gives up the CAP_SYS_ADMIN the sandbox was built with, for good: the ambient set,
+        then every set (capset to zero), and no exec may gain any (no_new_privs)."""
+        self.check("clear ambient capabilities", self.libc.prctl(47, 4, 0, 0, 0))
+        header = (self.ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
+        data = (self.ctypes.c_uint32 * 6)()
+        self.check("capset", self.libc.capset(header, data))
+        self.check("no_new_privs", self.libc.prctl(38, 1, 0, 0, 0))
+
+
+def _enter_sandbox(cfg):
+    """Turns this process (pid 1 of fresh user, mount, pid, IPC and network namespaces,
+    holding CAP_SYS_ADMIN there) into the sandbox: a tmpfs root holding read-only binds of
+    what Python needs, the caller's Mounts, a private workdir, /tmp, /dev and /proc; then
+    pivots into it, drops every capability and sets no_new_privs. Nothing of the host that
+    is not bound here is reachable afterwards. Any refusal raises OSError."""
+    m = _Mounter(cfg["root"])
+    m.mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+    m.tmpfs("", 0o755, 8 << 20)
+    for d in _SYSTEM_DIRS:
+        if os.path.islink(d):
+            os.symlink(os.readlink(d), m.root + d)
+        elif os.path.isdir(d):
+            m.bind(d, d)
+    for name in _ETC:
+        m.bind("/etc/" + name, "/etc/" + name, optional=True)
+    for d in os.listdir("/etc"):
+        if d.startswith("python3"):
+            m.bind("/etc/" + d, "/etc/" + d, optional=True)
+    home = cfg["workdir"]
+    sid = cfg["sandbox_id"]
+    with open(m.root + "/etc/passwd", "w") as f:
+        f.write(_PASSWD % (sid, sid, home))
+    with open(m.root + "/etc/group", "w") as f:
+        f.write(_GROUP % sid)
+    tmp_size = cfg["tmp_size"]
+    m.tmpfs("/tmp", 0o1777, tmp_size)
+    # The interpreter: its prefixes (a venv's and its base's) and every directory on
+    # sys.path that the system directories do not hold, read-only, where the host has them.
+    python = [sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix,
+              os.path.dirname(sys.executable), os.path.dirname(os.path.realpath(sys.executable))]
+    python += [p for p in sys.path if p and os.path.isabs(p)]
+    for p in sorted(set(python), key=len):
+        if os.path.isabs(p) and p != "/" and not m.covered(p):
+            m.bind(p, p, optional=True)
+    m.bind(cfg["host_workdir"], home, writable=True)
+    for source, target, writable in cfg["mounts"]:
+        m.bind(source, target, writable)
+    m.tmpfs("/dev", 0o755, 64 << 10, _MS_NOSUID | _MS_NOEXEC)
+    for name in _DEVICES:
+        dest = m.place("/dev/" + name, False)
+        m.mount("/dev/" + name, dest, None, _MS_BIND)
+    for name, to in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                     ("stderr", "/proc/self/fd/2")):
+        os.symlink(to, m.root + "/dev/" + name)
+    m.tmpfs("/dev/shm", 0o1777, tmp_size)
+    m.place("/proc", True)
+    m.mount("proc", m.root + "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    m.pivot()
+    m.drop_privileges()
+
+
 def _become_init():
     """In its own pid namespace the worker starts as pid 1, which the kernel shields from
     every signal it has no handler for (SIGXCPU from RLIMIT_CPU, the code's own os.kill).
@@ -265,13 +421,20 @@ def _become_subreaper():
 
 def main(read):
     global _rt
+    cfg = _read_config(read)
+    if cfg.get("root"):
+        try:
+            _enter_sandbox(cfg)
+        except OSError as e:
+            os.write(2, ("minipy worker: the kernel refused the sandbox: %s\n" % e).encode())
+            os._exit(cfg["sandbox_refused"])
     if os.getpid() == 1:
         _become_init()
     else:
         _become_subreaper()
     fds = _move_fds()
     try:
-        _start(_Worker(*fds))
+        _start(_Worker(*fds), cfg)
     except BaseException:
         # fd 2 is captured by now: say why on the host's stderr pipe.
         import traceback
@@ -280,16 +443,34 @@ def main(read):
         os._exit(70)
 
 
-def _start(w):
-    global _rt
-    # The config frame: "key=value" lines (integers but for workdir and code_tag); then the
-    # runtime's source; then the runtime compiled by an earlier worker of the engine
-    # (marshal, empty at first), usable when code_tag is this interpreter's. (Not JSON:
-    # importing json would cost ~6 ms of a worker's start; compiling the runtime ~13 ms.)
-    cfg = {}
-    for line in w.read_frame().decode("utf-8", "surrogateescape").splitlines():
+def _read_config(read):
+    """The config frame: "key=value" lines, integers but for the keys in _TEXT_KEYS and
+    "mount" (repeated: "ro|rw SOURCE\tTARGET"). Read unbuffered, before anything else, since
+    the sandbox is built from it. (Not JSON: importing json costs ~6 ms of a start.)"""
+    cfg = {"mounts": []}
+    body = read(int.from_bytes(read(4), "little"))
+    for line in body.decode("utf-8", "surrogateescape").splitlines():
         key, _, value = line.partition("=")
-        cfg[key] = value if key in ("workdir", "code_tag") else int(value)
+        if key == "env":
+            name, _, val = value.partition("=")
+            os.environ[name] = val
+        elif key == "mount":
+            mode, _, paths = value.partition(" ")
+            source, _, target = paths.partition("\t")
+            cfg["mounts"].append((source, target, mode == "rw"))
+        else:
+            cfg[key] = value if key in _TEXT_KEYS else int(value)
+    return cfg
+
+
+_TEXT_KEYS = ("workdir", "code_tag", "root", "host_workdir")
+
+
+def _start(w, cfg):
+    global _rt
+    # After the config frame: the runtime's source, then the runtime compiled by an earlier
+    # worker of the engine (marshal, empty at first), usable when code_tag is this
+    # interpreter's (compiling it costs ~13 ms of a worker's start).
     runtime_src = w.read_frame()
     runtime_code = w.read_frame()
     tag = "%s %x" % (sys.version, sys.hexversion)

@@ -1,0 +1,200 @@
+package minipy_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/minipy-go/minipy"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The promises of the isolated engine's sandbox (README: "What the model's code can see and
+// do"), one test each.
+
+func TestSandboxHostEnvironmentIsAbsent(t *testing.T) {
+	t.Setenv("MINIPY_TEST_SECRET", "s3cret")
+	probe := `import os, sys
+(os.environ.get("MINIPY_TEST_SECRET"), os.environ.get("GREETING"), os.environ["HOME"], os.environ["TMPDIR"],
+ sys.flags.dont_write_bytecode)`
+	cfg := minipy.IsolatedConfig{Env: []string{"GREETING=hi there", "PYTHONDONTWRITEBYTECODE=1"}}
+	r, err := newIsolated(t, cfg).Minipy(probe, nil)
+	require.NoError(t, err)
+	assert.Equal(t, []any{nil, "hi there", "/work", "/tmp", int64(1)}, r.Value,
+		"no host variable; Env added, and PYTHON* ones reach the interpreter's start")
+
+	cfg.AllowUnsandboxed = true
+	e, err := minipy.NewIsolatedActingUnsandboxed(cfg)
+	require.NoError(t, err)
+	defer e.Close()
+	r, err = e.Minipy(probe, nil)
+	require.NoError(t, err)
+	assert.Equal(t, []any{nil, "hi there", e.WorkDir(), os.TempDir(), int64(1)}, r.Value,
+		"without the sandbox the environment is just as minimal")
+
+	for _, bad := range []string{"NOEQUALS", "=value", "A=b\x00c"} {
+		_, err := minipy.NewIsolated(minipy.IsolatedConfig{Env: []string{bad}})
+		assert.Error(t, err, "%q", bad)
+	}
+}
+
+func TestSandboxHostFilesAreInvisible(t *testing.T) {
+	dir := sandboxReadableDir(t)
+	secret := filepath.Join(dir, "secret.txt")
+	require.NoError(t, os.WriteFile(secret, []byte("s3cret"), 0o644))
+	src, err := filepath.Abs("isolated_sandbox_test.go")
+	require.NoError(t, err)
+	code := fmt.Sprintf(`import os
+def can(f, *a):
+    try:
+        f(*a)
+        return True
+    except OSError:
+        return False
+top = os.listdir("/")
+(can(open, %q), can(os.listdir, %q), can(open, %q), [d for d in ("root", "home", "mnt", "srv", "run", "sys", "boot") if d in top],
+ can(open, "/etc/shadow"), open("/etc/passwd").read().count("\n"))`, secret, dir, src)
+	r, err := newIsolated(t, minipy.IsolatedConfig{}).Minipy(code, nil)
+	require.NoError(t, err)
+	assert.Equal(t, []any{false, false, false, []any{}, false, int64(3)}, r.Value,
+		"a world-readable file under the host's temp dir, its directory, the host program's source tree, "+
+			"/root and /home: none reachable; /etc/passwd is the sandbox's stub")
+}
+
+func TestSandboxMounts(t *testing.T) {
+	in := sandboxReadableDir(t)
+	require.NoError(t, os.WriteFile(filepath.Join(in, "data.txt"), []byte("input"), 0o644))
+	out := sandboxReadableDir(t)
+	require.NoError(t, os.Chmod(out, 0o777)) // the workers' host user must be able to write there
+	e := newIsolated(t, minipy.IsolatedConfig{Mounts: []minipy.Mount{
+		{Source: in, Target: "/data"},
+		{Source: out, Target: "/out", Writable: true},
+		{Source: in}, // at its own path
+		{Source: filepath.Join(in, "data.txt"), Target: "/work/inputs/data.txt"}, // a file
+	}})
+	code := fmt.Sprintf(`import os
+def write(p):
+    try:
+        open(p, "w").write("x")
+        return "ok"
+    except OSError as e:
+        return e.errno
+(open("/data/data.txt").read(), write("/data/new.txt"), open(%q).read(), write(%q),
+ write("/out/result.txt"), open("inputs/data.txt").read(), write("inputs/data.txt"))`,
+		filepath.Join(in, "data.txt"), filepath.Join(in, "new.txt"))
+	r, err := e.Minipy(code, nil)
+	require.NoError(t, err)
+	erofs := int64(30)
+	assert.Equal(t, []any{"input", erofs, "input", erofs, "ok", "input", erofs}, r.Value,
+		"read-only unless Writable")
+	assert.FileExists(t, filepath.Join(out, "result.txt"), "a Writable mount writes through")
+	assert.NoFileExists(t, filepath.Join(in, "new.txt"))
+
+	for _, bad := range []minipy.Mount{
+		{Source: "relative", Target: "/x"},
+		{Source: in, Target: "relative"},
+		{Source: in, Target: "/"},
+		{Source: in, Target: "/proc/x"},
+		{Source: in, Target: "/dev"},
+		{Source: filepath.Join(in, "missing"), Target: "/x"},
+		{Source: in, Target: "/x\ny"},
+	} {
+		_, err := minipy.NewIsolated(minipy.IsolatedConfig{Mounts: []minipy.Mount{bad}})
+		assert.Error(t, err, "%+v", bad)
+	}
+	_, err = minipy.NewIsolated(minipy.IsolatedConfig{Command: []string{"python3"}, Network: true,
+		Mounts: []minipy.Mount{{Source: in}}})
+	assert.Error(t, err, "a Command worker's files are the other side's")
+}
+
+func TestSandboxProcShowsOnlyItsProcesses(t *testing.T) {
+	marker := fmt.Sprintf("%d.%d", 1000+os.Getpid()%1000, time.Now().UnixNano()%1000000)
+	host := exec.Command("sleep", marker)
+	require.NoError(t, host.Start())
+	defer func() { host.Process.Kill(); host.Wait() }()
+	code := fmt.Sprintf(`import os
+pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+seen = [p for p in pids if %q in open("/proc/%%d/cmdline" %% p).read()]
+pids, seen`, marker)
+	r, err := newIsolated(t, minipy.IsolatedConfig{}).Minipy(code, nil)
+	require.NoError(t, err)
+	v := r.Value.([]any)
+	assert.Equal(t, []any{int64(1), int64(2)}, v[0], "the sandbox's reaper and its worker, nothing else")
+	assert.Empty(t, v[1], "a process of the host is not visible")
+}
+
+func TestSandboxWritesOutsideWorkdirAndTmpFail(t *testing.T) {
+	marker := fmt.Sprintf("minipy-host-%d-%d", os.Getpid(), time.Now().UnixNano())
+	require.NoError(t, os.WriteFile(filepath.Join(os.TempDir(), marker), nil, 0o644))
+	defer os.Remove(filepath.Join(os.TempDir(), marker))
+	code := fmt.Sprintf(`import os
+def write(p, n=1):
+    try:
+        with open(p, "wb") as f:
+            f.write(b"x" * n)
+        return "ok"
+    except OSError as e:
+        return e.errno
+([write(p) for p in ("/x", "/usr/x", "/usr/lib/x", "/etc/x", "/bin/x")],
+ write("/work/x"), write("/tmp/x"), os.path.exists("/tmp/" + %q), write("/tmp/%s-sandbox"),
+ write("/tmp/big", 2 << 20), write("/dev/shm/big", 2 << 20))`, marker, marker)
+	r, err := newIsolated(t, minipy.IsolatedConfig{TmpSize: 1 << 20}).Minipy(code, nil)
+	require.NoError(t, err)
+	erofs, enospc := int64(30), int64(28)
+	assert.Equal(t, []any{[]any{erofs, erofs, erofs, erofs, erofs}, "ok", "ok", false, "ok", enospc, enospc}, r.Value,
+		"read-only outside /work and /tmp; /tmp is private and capped by TmpSize")
+	assert.NoFileExists(t, filepath.Join(os.TempDir(), marker+"-sandbox"), "the sandbox's /tmp is not the host's")
+}
+
+func TestSandboxDevIsMinimal(t *testing.T) {
+	code := `import os
+n = open("/dev/null", "w").write("gone")
+sorted(os.listdir("/dev")), len(open("/dev/urandom", "rb").read(16)), open("/dev/zero", "rb").read(2)`
+	r, err := newIsolated(t, minipy.IsolatedConfig{}).Minipy(code, nil)
+	require.NoError(t, err)
+	assert.Equal(t, []any{
+		[]any{"fd", "full", "null", "random", "shm", "stderr", "stdin", "stdout", "urandom", "zero"},
+		int64(16), []byte{0, 0},
+	}, r.Value, "no tty, no disk, no host device")
+}
+
+func TestSandboxUserHasNoPrivileges(t *testing.T) {
+	code := `import os, pwd
+status = dict(l.split(":\t", 1) for l in open("/proc/self/status").read().splitlines() if ":\t" in l)
+(os.getuid(), os.getgid(), pwd.getpwuid(os.getuid()).pw_name, status["CapEff"].strip(), status["CapPrm"].strip(),
+ status["CapAmb"].strip(), status["NoNewPrivs"].strip(), os.getgroups())`
+	r, err := newIsolated(t, minipy.IsolatedConfig{}).Minipy(code, nil)
+	require.NoError(t, err)
+	none := "0000000000000000"
+	want := []any{int64(1000), int64(1000), "user", none, none, none, "1"}
+	v := r.Value.([]any)
+	assert.Equal(t, want, v[:7], "an ordinary user with no capability, not even inside its namespaces")
+	if os.Geteuid() == 0 {
+		assert.Equal(t, []any{}, v[7], "root's supplementary groups are dropped")
+	}
+}
+
+func TestSandboxNumpyFindsItsBLAS(t *testing.T) {
+	needModule(t, "numpy")
+	r, err := newIsolated(t, minipy.IsolatedConfig{}).Minipy("import numpy as np; float((np.ones((3, 3)) @ np.ones(3)).sum())", nil)
+	require.NoError(t, err)
+	assert.Equal(t, 9.0, r.Value)
+}
+
+func TestSandboxRefusedMounts(t *testing.T) {
+	_, err := minipy.NewIsolatedRefusingMounts(minipy.IsolatedConfig{})
+	require.ErrorIs(t, err, minipy.ErrNoSandbox, "a refused mount is a refused sandbox")
+	assert.True(t, strings.Contains(err.Error(), "mount"), err.Error())
+
+	e, err := minipy.NewIsolatedRefusingMounts(minipy.IsolatedConfig{AllowUnsandboxed: true})
+	require.NoError(t, err, "AllowUnsandboxed falls back to a worker without namespaces")
+	defer e.Close()
+	r, err := e.Minipy("import os; os.getcwd()", nil)
+	require.NoError(t, err)
+	assert.Equal(t, e.WorkDir(), r.Value)
+}
