@@ -712,6 +712,189 @@ _sliced_sleep.__doc__ = _real_sleep.__doc__
 
 
 # ---------------------------------------------------------------------------------------
+# Processes a run starts. Every way Python starts one (os.fork, os.forkpty, os.posix_spawn[p],
+# _posixsubprocess.fork_exec under subprocess and multiprocessing, os.system) is wrapped to
+# note the child (pid and start time, so a reused pid is never mistaken for it). When a run
+# is stopped (timeout, cancel) its children and all their descendants are killed; the
+# children of a run that ended normally belong to its namespace and are killed when the
+# namespace is freed. Nothing else is touched: in-process, the Go host's own children are
+# never noted. (Code that forks through ctypes is not seen; in a sandboxed worker the pid
+# namespace still takes it down with the worker.)
+# ---------------------------------------------------------------------------------------
+
+_run_procs = None  # [(pid, start, reap)] of the run in progress, else None
+_space_procs = {}  # namespace id -> [(pid, start, reap)] left running by finished runs
+_last_space = 1  # the namespace of the latest run (DEFAULT_NAMESPACE at first)
+_real_kill = os.kill
+_real_fork = os.fork
+
+
+def _proc_start(pid):
+    """The process's start time (clock ticks since boot, /proc/PID/stat field 22), or None."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            data = f.read()
+        return int(data[data.rindex(b")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _note_child(pid, reap):
+    entry = (pid, _proc_start(pid), reap)
+    procs = _run_procs
+    if procs is None:  # a thread of a finished run: its namespace owns the child
+        procs = _space_procs.setdefault(_last_space, [])
+    procs.append(entry)
+    if len(procs) >= 256 and len(procs) & 255 == 0:
+        procs[:] = [e for e in procs if e[1] is not None and _proc_start(e[0]) == e[1]]
+
+
+def _children_by_parent():
+    children = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return children
+    for name in names:
+        if name.isdigit():
+            try:
+                with open("/proc/%s/stat" % name, "rb") as f:
+                    data = f.read()
+                ppid = int(data[data.rindex(b")") + 2:].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(name))
+    return children
+
+
+def kill_processes(entries):
+    """Kill the noted children that still live and every descendant of theirs. They are
+    stopped first, round after round, so that none forks or is orphaned past the scan;
+    then killed; then the children that no subprocess.Popen owns are reaped."""
+    roots = [pid for pid, start, _ in entries if start is not None and _proc_start(pid) == start]
+    stopped = set()
+    for _ in range(20):
+        if not roots:
+            break
+        children = _children_by_parent()
+        fresh = []
+        queue = list(roots)
+        while queue:
+            pid = queue.pop()
+            if pid not in stopped:
+                fresh.append(pid)
+            queue.extend(children.get(pid, ()))
+        if not fresh:
+            break
+        for pid in fresh:
+            try:
+                _real_kill(pid, signal.SIGSTOP)
+            except OSError:
+                pass
+            stopped.add(pid)
+    for pid in stopped:
+        try:
+            _real_kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    for pid, start, reap in entries:
+        if reap and pid in stopped:
+            try:
+                os.waitpid(pid, 0)
+            except (OSError, InterruptedError):
+                pass
+
+
+# In a worker, the process that adopts orphans (pid 1 of its pid namespace, or the worker
+# itself as subreaper): the orphans it adopted since a stopped run began were that run's
+# (a double fork, a daemon), so they die with it. None in-process: the host's orphans go
+# elsewhere and are none of the runtime's business.
+adopter = None
+_run_began = 0
+
+
+def _ticks():
+    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * _CLK_TCK)
+
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def _orphans_since(began):
+    found = []
+    me = os.getpid()
+    for pid in _children_by_parent().get(adopter, ()):
+        start = _proc_start(pid)
+        if pid != me and start is not None and start >= began:
+            found.append((pid, start, False))
+    return found
+
+
+def _begin_run_processes(gid):
+    global _run_procs, _last_space, _run_began
+    _run_procs, _last_space = [], gid
+    if adopter is not None:
+        _run_began = _ticks()
+
+
+def _end_run_processes(gid, stopped):
+    global _run_procs
+    procs, _run_procs = _run_procs, None
+    if stopped and adopter is not None:
+        procs += _orphans_since(_run_began)
+    if not procs:
+        return
+    if stopped:
+        kill_processes(procs)
+    else:
+        _space_procs.setdefault(gid, []).extend(procs)
+
+
+def _track_processes():
+    import _posixsubprocess
+
+    def noting(real, result_pid, reap):
+        def wrapper(*args, **kwargs):
+            result = real(*args, **kwargs)
+            pid = result_pid(result)
+            if pid:
+                _note_child(pid, reap)
+            return result
+
+        wrapper.__name__ = wrapper.__qualname__ = real.__name__
+        wrapper.__doc__ = real.__doc__
+        return wrapper
+
+    first = lambda r: r[0]
+    same = lambda r: r
+    os.fork = noting(_real_fork, same, True)
+    if hasattr(os, "forkpty"):
+        os.forkpty = noting(os.forkpty, first, True)
+    for name in ("posix_spawn", "posix_spawnp"):
+        if hasattr(os, name):
+            setattr(os, name, noting(getattr(os, name), same, True))
+    # subprocess binds fork_exec when it is imported, so the wrapper must be in place first
+    # (or replace its copy too); Popen reaps its own child.
+    _posixsubprocess.fork_exec = noting(_posixsubprocess.fork_exec, same, False)
+    sub = sys.modules.get("subprocess")
+    if sub is not None and hasattr(sub, "_fork_exec"):
+        sub._fork_exec = _posixsubprocess.fork_exec
+    os.system = _system
+
+
+def _system(command):
+    # os.system's C version forks where no wrapper sees it and waits in C, retrying on EINTR,
+    # so the run's interrupt could not stop it in-process; this one's child is noted and its
+    # wait ends on the interrupt (the child is then killed with the run).
+    pid = os.posix_spawn("/bin/sh", ["sh", "-c", command], os.environ)
+    return os.waitpid(pid, 0)[1]
+
+
+_system.__name__ = _system.__qualname__ = "system"
+_system.__doc__ = os.system.__doc__
+
+
+# ---------------------------------------------------------------------------------------
 # Namespaces and the run itself.
 # ---------------------------------------------------------------------------------------
 
@@ -783,6 +966,7 @@ def run(gid, lid, max_output, src):
     active = threading._active
     state.threads_before = set(active) if len(active) > 1 else None
     state.stage_raised = 0
+    _begin_run_processes(gid)
     started = time.perf_counter()
     try:
         try:
@@ -799,9 +983,11 @@ def run(gid, lid, max_output, src):
             value = None
         finally:
             state.active = False
+            stopped = state.stage_raised or _kick_stage()
             _clear_hard_stop()
             if state.stage_raised:
                 _forget_orphaned_modules()
+            _end_run_processes(gid, stopped)
     except BaseException as exc:
         has_value = False
         value_bytes = _NONE
@@ -851,6 +1037,9 @@ def _op_free(ident):
     space = _spaces.pop(ident, None)
     if space is not None:
         space.clear()
+    procs = _space_procs.pop(ident, None)
+    if procs:
+        kill_processes(procs)
 
 
 _COMMON_LIBRARIES = (
@@ -1036,6 +1225,7 @@ def install(kick_signal, native, executable=""):
     if executable:
         sys.executable = sys._base_executable = executable
     signal.signal(kick_signal, _on_kick)
+    _track_processes()
     threading.excepthook = _thread_excepthook
     time.sleep = _sliced_sleep
     if native is not None:

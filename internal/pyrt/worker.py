@@ -414,9 +414,9 @@ def _become_subreaper():
     try:
         import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
     except (OSError, AttributeError):
-        pass  # not Linux: the host still kills the process group
+        return False  # not Linux: the host still kills the process group
 
 
 def main(read):
@@ -428,10 +428,12 @@ def main(read):
         except OSError as e:
             os.write(2, ("minipy worker: the kernel refused the sandbox: %s\n" % e).encode())
             os._exit(cfg["sandbox_refused"])
+    global _adopter
     if os.getpid() == 1:
         _become_init()
-    else:
-        _become_subreaper()
+        _adopter = 1
+    elif _become_subreaper():
+        _adopter = os.getpid()
     fds = _move_fds()
     try:
         _start(_Worker(*fds), cfg)
@@ -496,6 +498,7 @@ def _start(w, cfg):
     w.kick_signal = cfg["kick_signal"]
     w.cpu_limit = cfg.get("cpu_seconds", 0)
     dispatch = _rt.install(w.kick_signal, None)
+    _rt.adopter = _adopter
     sys.stdout, sys.stderr, sys.stdin = _rt._discard, _rt._discard, io.StringIO()
     # A crash (segfault, abort) prints where it happened to the host's stderr pipe, which the
     # Go side keeps for the crash error.
@@ -513,4 +516,5 @@ def _start(w, cfg):
 
 
 _rt = None
+_adopter = None  # the pid that adopts the worker's orphans (runtime.adopter)
 main(_read)
