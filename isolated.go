@@ -37,7 +37,9 @@ type IsolatedConfig struct {
 	// {"kubectl", "exec", "-i", "POD", "--", "python3"} or {"docker", "exec", "-i", "ID",
 	// "python3"}. Python is then ignored. Such workers get no Linux namespaces here (the
 	// other side is the sandbox), so Network must be true; the rlimits (memory, CPU, file
-	// size, open files, processes) are set by the worker itself and apply there.
+	// size, open files, processes) are set by the worker itself and apply there. The far
+	// side never outlives the host's decision: the worker's guardian kills it when the
+	// connection closes, and its deadman timer at each run's deadline plus the grace.
 	Command []string
 	// CommandShell quotes the appended arguments for a POSIX shell, for commands that pass
 	// their arguments through one, as ssh does: {"ssh", "host", "python3"}.
@@ -206,13 +208,6 @@ type Isolated struct {
 	spread  atomic.Uint32
 	// defaultNS is the namespace of runs that pass no Globals (id 1, on the first worker).
 	defaultNS *nsBinding
-	// compiled is the runtime as the first worker compiled it (marshal), which later
-	// workers of the same interpreter (tag) load instead of compiling it again.
-	compiled struct {
-		mu   sync.Mutex
-		tag  string
-		code []byte
-	}
 
 	mu     sync.Mutex
 	closed bool
@@ -423,7 +418,7 @@ func (e *Isolated) run(ctx context.Context, code string, opts *Options) (*Result
 	rid := w.nextRun()
 	h := &isolatedRun{w: w, id: rid}
 	res := &Result{}
-	if err := w.send(requestFrame(rid, create, runRequest(gid, lid, maxOutput(opts), code))); err != nil {
+	if err := w.send(requestFrame(rid, deadmanAfter(dl), create, runRequest(gid, lid, maxOutput(opts), code))); err != nil {
 		return e.lost(slot, w, bindings, nil, res, started)
 	}
 	s := supervise(ctx, h, dl)
@@ -434,7 +429,15 @@ func (e *Isolated) run(ctx context.Context, code string, opts *Options) (*Result
 		return e.lost(slot, w, bindings, intr, res, started)
 	}
 	if h.reply == nil {
-		return e.lost(slot, w, bindings, nil, res, started)
+		res, err := e.lost(slot, w, bindings, nil, res, started)
+		var lost *WorkerLostError
+		if s.cause != nil && errors.As(err, &lost) && lost.Signal == syscall.SIGKILL {
+			// SIGKILLed after the run was kicked: the worker's deadman timer enforced the
+			// deadline (the host's own kill comes as s.abandoned, above).
+			lost.Killed = true
+			lost.Interrupted, _ = s.interrupted(started, nil).(*InterruptedError)
+		}
+		return res, err
 	}
 	w.created(bindings, ids)
 	py, err := runReply(h.reply.resp, res)
@@ -506,7 +509,7 @@ func (e *Isolated) do(ns *Namespace, op byte, args ...any) (any, error) {
 	}
 	rid := w.nextRun()
 	h := &isolatedRun{w: w, id: rid}
-	if err := w.send(requestFrame(rid, create, req)); err == nil {
+	if err := w.send(requestFrame(rid, 0, create, req)); err == nil {
 		for !h.wait(-1) { // false only after a stray wake from an earlier run's context
 		}
 	}
@@ -520,12 +523,29 @@ func (e *Isolated) do(ns *Namespace, op byte, args ...any) (any, error) {
 	return opReply(h.reply.resp)
 }
 
-// requestFrame is a worker request: run id, the namespaces to create first, the request.
-func requestFrame(rid uint64, create []uint32, req []byte) []byte {
-	f := make([]byte, 0, 4+1+8+2+4*len(create)+len(req))
-	f = binary.LittleEndian.AppendUint32(f, uint32(1+8+2+4*len(create)+len(req)))
+// deadmanSlack is how long after the host's own hard kill (deadline + abandonAfter) a
+// worker kills itself if the run is still going: late enough that the host's kill, which
+// says what happened, comes first when it can; early enough that a worker the host can no
+// longer reach (a dead ssh connection) is gone within a second of its kill.
+const deadmanSlack = 200 * time.Millisecond
+
+// deadmanAfter is the worker's self-kill delay for a run with deadline dl (0: none).
+func deadmanAfter(dl deadline) uint32 {
+	if dl.at.IsZero() {
+		return 0
+	}
+	ms := (time.Until(dl.at) + abandonAfter + deadmanSlack + time.Millisecond - 1) / time.Millisecond
+	return uint32(min(max(ms, 1), 1<<31))
+}
+
+// requestFrame is a worker request: run id, the worker's deadman delay in ms (0: none), the
+// namespaces to create first, the request.
+func requestFrame(rid uint64, deadman uint32, create []uint32, req []byte) []byte {
+	f := make([]byte, 0, 4+1+8+4+2+4*len(create)+len(req))
+	f = binary.LittleEndian.AppendUint32(f, uint32(1+8+4+2+4*len(create)+len(req)))
 	f = append(f, 'R')
 	f = binary.LittleEndian.AppendUint64(f, rid)
+	f = binary.LittleEndian.AppendUint32(f, deadman)
 	f = binary.LittleEndian.AppendUint16(f, uint16(len(create)))
 	for _, id := range create {
 		f = binary.LittleEndian.AppendUint32(f, id)

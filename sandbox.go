@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -66,9 +67,23 @@ func sandboxUID() int {
 }
 
 // probeNamespaces reports whether the kernel lets this process make the sandbox's
-// namespaces, by starting /bin/true in them. (Whether it lets the worker mount its root is
-// known when the first worker starts.)
+// namespaces, by starting /bin/true in them (~2 ms), once per process once it has
+// succeeded. (Whether it lets the worker mount its root is known when the first worker
+// starts.)
 func probeNamespaces() error {
+	if namespacesWork.Load() {
+		return nil
+	}
+	err := probeNamespacesNow()
+	if err == nil {
+		namespacesWork.Store(true)
+	}
+	return err
+}
+
+var namespacesWork atomic.Bool
+
+func probeNamespacesNow() error {
 	path, err := exec.LookPath("true")
 	if err != nil {
 		return err

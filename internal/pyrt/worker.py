@@ -11,17 +11,19 @@ adds the process around them:
   run, so os.write(1, ...), C printf and subprocess output are captured too and user output
   can never corrupt a frame.
 * Frames both ways are u32 length (little-endian) then a kind byte then the payload.
-  Host -> worker: b"R" request (u64 run id, u16 count, count x u32 namespace ids to create
-  if missing, runtime request); b"K" kick (u64 run id, u8 stage).
+  Host -> worker: b"R" request (u64 run id, u32 milliseconds after which the worker kills
+  itself if the run is still going, 0: never; u16 count, count x u32 namespace ids to
+  create if missing, runtime request); b"K" kick (u64 run id, u8 stage).
   Worker -> host: b"Y" ready (encoded [version, executable]); b"A" answer (u64 run id,
   u8 kicked, runtime response).
 * A control thread reads every frame. Requests go to the main thread; a kick interrupts the
   main thread only when it names the run in progress (under a lock), so a late kick never
   reaches the next run. The host kills the whole process when a kick is not enough.
-* Started as pid 1 of a pid namespace (local, sandboxed workers), the process forks: pid 1
-  stays a reaper that reports the worker's wait status as the last frame (b"X", i32), and
-  the child is the worker. Otherwise the worker makes itself its descendants' subreaper, so
-  that the host finds all of them in /proc when it kills the tree.
+* The process the host started forks: it stays the guardian (pid 1 of the sandbox's pid
+  namespace, else a subreaper), which reaps orphans, reports the worker's wait status as
+  the last frame (b"X", i32) and kills the worker's tree when the worker ends or the host
+  is gone; the child is the worker. Each run with a deadline arms the worker's deadman
+  timer, which kills it at the host's hard-kill time plus slack (_Deadman).
 """
 
 import io
@@ -30,10 +32,12 @@ import signal
 import struct
 import sys
 import threading
+import time
 import types
 
 _LEN = struct.Struct("<I")
 _RUN_ID = struct.Struct("<Q")
+_STOP_MS = struct.Struct("<I")
 _COUNT = struct.Struct("<H")
 _RUNTIME_FILE = "<minipy-runtime>"
 
@@ -108,6 +112,7 @@ class _Worker:
         self.running = False
         self.kicked = False
         self.main_ident = threading.get_ident()
+        self.deadman = None
 
     # -- frames ---------------------------------------------------------------------------
 
@@ -181,8 +186,9 @@ class _Worker:
             self.request_ready.acquire()
             body, self.request = self.request, None
             run_id = _RUN_ID.unpack_from(body, 1)[0]
-            count = _COUNT.unpack_from(body, 9)[0]
-            pos = 11
+            stop_ms = _STOP_MS.unpack_from(body, 9)[0]
+            count = _COUNT.unpack_from(body, 13)[0]
+            pos = 15
             for ident in struct.unpack_from("<%dI" % count, body, pos):
                 if ident not in _rt._spaces:
                     _rt.new_namespace(ident)
@@ -196,7 +202,11 @@ class _Worker:
                 self.current = run_id
                 self.running = True
                 self.kicked = False
+            if stop_ms and self.deadman is not None:
+                self.deadman.arm(stop_ms)
             resp = dispatch(body[pos:])
+            if stop_ms and self.deadman is not None:
+                self.deadman.disarm()
             with self.lock:
                 self.running = False
                 kicked = self.kicked
@@ -385,42 +395,109 @@ def _enter_sandbox(cfg):
     m.drop_privileges()
 
 
-def _become_init():
-    """In its own pid namespace the worker starts as pid 1, which the kernel shields from
-    every signal it has no handler for (SIGXCPU from RLIMIT_CPU, the code's own os.kill).
-    So pid 1 forks the real worker, reaps every orphan in the namespace (no zombies pile
-    up), and when the worker ends sends its wait status as the last frame (b"X", i32) and
-    exits, upon which the kernel kills whatever is left in the namespace."""
+class _Deadman:
+    """A POSIX timer that SIGKILLs the worker when it expires: the host arms it with each
+    run's hard-kill time plus slack, so the run's deadline holds even when the host cannot
+    reach the worker (a Command worker over ssh whose connection died while a C loop held
+    the GIL: the control thread never reads the closed stdin). The kernel delivers it; no
+    Python code has to run."""
+
+    def __init__(self):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if not hasattr(libc, "timer_create"):
+            libc = ctypes.CDLL("librt.so.1", use_errno=True)  # glibc before 2.34
+        self.settime = libc.timer_settime
+        event = (ctypes.c_byte * 64)()  # struct sigevent: sigval, then signo and notify ints
+        offset = ctypes.sizeof(ctypes.c_void_p)
+        ctypes.c_int.from_buffer(event, offset).value = signal.SIGKILL
+        ctypes.c_int.from_buffer(event, offset + 4).value = 0  # SIGEV_SIGNAL
+        self.timer = ctypes.c_void_p()
+        if libc.timer_create(time.CLOCK_MONOTONIC, event, ctypes.byref(self.timer)) != 0:
+            raise OSError(ctypes.get_errno(), "timer_create")
+        self.spec = (ctypes.c_long * 4)()  # struct itimerspec: interval, then value
+
+    def arm(self, ms):
+        self.spec[2], self.spec[3] = ms // 1000, ms % 1000 * 1000000
+        self.settime(self.timer, 0, self.spec, None)
+
+    def disarm(self):
+        self.spec[2] = self.spec[3] = 0
+        self.settime(self.timer, 0, self.spec, None)
+
+
+def _become_guardian(cfg, runtime):
+    """The process the host started stays outside the worker as its guardian: it forks the
+    worker (before anything else is loaded: the smaller the process, the cheaper the fork)
+    and returns in it; it never returns itself. The guardian reaps every orphan (it is pid 1
+    of the sandbox's pid namespace, else the worker's subreaper), and when the worker ends,
+    or the host is gone (its ends of the protocol pipes, fds 0 and 1, closed: a crashed
+    host, a dead ssh connection), it kills whatever is left of the worker's tree, reports
+    the worker's wait status as the last frame (b"X", i32) and exits. As pid 1 it also
+    shields the worker from the kernel's rule that pid 1 ignores signals it has no handler
+    for (SIGXCPU from RLIMIT_CPU, the code's own os.kill)."""
+    import select
+
+    init = os.getpid() == 1
+    if not init:
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+        except (OSError, AttributeError):
+            pass  # not Linux: the host still kills the process group
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # a handler: the wakeup fd is written
+    signal.set_wakeup_fd(wake_w)
     pid = os.fork()
     if pid == 0:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.close(wake_r)
+        os.close(wake_w)
         return
-    os.close(0)
-    status = 0
-    while True:
+    poller = select.poll()
+    poller.register(wake_r, select.POLLIN)
+    poller.register(0, 0)  # only POLLHUP/POLLERR: the host closed its end
+    poller.register(1, 0)
+    status = None
+    host_gone = False
+    while status is None and not host_gone:
+        while True:
+            try:
+                got, st = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                got = 0
+            if not got:
+                break
+            if got == pid:
+                status = st
+        if status is not None:
+            break
         try:
-            got, status = os.wait()
-        except ChildProcessError:
-            break
-        if got == pid:
-            break
-    os.write(1, _LEN.pack(5) + b"X" + struct.pack("<i", status))
+            events = poller.poll()
+        except InterruptedError:
+            continue
+        for fd, _ in events:
+            if fd == wake_r:
+                os.read(wake_r, 512)
+            else:
+                host_gone = True
+    if not init:  # (pid 1's exit makes the kernel kill the whole namespace)
+        _load_runtime(cfg, runtime)
+        me = os.getpid()
+        _rt.kill_processes([(p, _rt._proc_start(p), False) for p in _rt._children_by_parent().get(me, ())])
+    if status is not None and not host_gone:
+        try:
+            os.write(1, _LEN.pack(5) + b"X" + struct.pack("<i", status))
+        except OSError:
+            pass
     os._exit(0)
 
 
-def _become_subreaper():
-    """Without a pid namespace of its own (AllowUnsandboxed, Command), the worker adopts
-    its orphaned descendants (PR_SET_CHILD_SUBREAPER), so a double fork or a setsid child
-    stays in its process tree, where the host finds and kills it."""
-    try:
-        import ctypes
-
-        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
-    except (OSError, AttributeError):
-        return False  # not Linux: the host still kills the process group
-
-
 def main(read):
-    global _rt
     cfg = _read_config(read)
     if cfg.get("root"):
         try:
@@ -428,15 +505,15 @@ def main(read):
         except OSError as e:
             os.write(2, ("minipy worker: the kernel refused the sandbox: %s\n" % e).encode())
             os._exit(cfg["sandbox_refused"])
-    global _adopter
-    if os.getpid() == 1:
-        _become_init()
-        _adopter = 1
-    elif _become_subreaper():
-        _adopter = os.getpid()
+    # The runtime's source, then the runtime compiled by an earlier worker of the engine
+    # (marshal, empty at first), usable when code_tag is this interpreter's (compiling it
+    # costs ~13 ms of a worker's start). Read before the guardian forks, which keeps both.
+    runtime = read(int.from_bytes(read(4), "little")), read(int.from_bytes(read(4), "little"))
+    _become_guardian(cfg, runtime)
     fds = _move_fds()
     try:
-        _start(_Worker(*fds), cfg)
+        w = _Worker(*fds)
+        _start(w, cfg, runtime)
     except BaseException:
         # fd 2 is captured by now: say why on the host's stderr pipe.
         import traceback
@@ -468,37 +545,42 @@ def _read_config(read):
 _TEXT_KEYS = ("workdir", "code_tag", "root", "host_workdir")
 
 
-def _start(w, cfg):
+def _load_runtime(cfg, runtime):
+    """Runs the runtime's code in a fresh module (set as _rt); returns [tag, marshal] when it
+    had to compile it (for the ready frame), else []."""
     global _rt
-    # After the config frame: the runtime's source, then the runtime compiled by an earlier
-    # worker of the engine (marshal, empty at first), usable when code_tag is this
-    # interpreter's (compiling it costs ~13 ms of a worker's start).
-    runtime_src = w.read_frame()
-    runtime_code = w.read_frame()
+    source, compiled = runtime
     tag = "%s %x" % (sys.version, sys.hexversion)
-    compiled = None
+    _rt = types.ModuleType("_minipy_runtime")
+    _rt.__dict__["__builtins__"] = __builtins__
+    import marshal
+
+    if compiled and cfg.get("code_tag") == tag:
+        exec(marshal.loads(compiled), _rt.__dict__)
+        return []
+    code = compile(source, _RUNTIME_FILE, "exec")
+    exec(code, _rt.__dict__)
+    return [tag, marshal.dumps(code)]  # made before any user code runs: safe to reuse
+
+
+def _start(w, cfg, runtime):
+    compiled = _load_runtime(cfg, runtime)
     workdir = cfg.get("workdir")
     if workdir:
         os.makedirs(workdir, exist_ok=True)
         os.chdir(workdir)
         if sys.path and sys.path[0] in ("", "."):
             sys.path[0] = workdir
-    _rt = types.ModuleType("_minipy_runtime")
-    _rt.__dict__["__builtins__"] = __builtins__
-    import marshal
-
-    if runtime_code and cfg.get("code_tag") == tag:
-        code = marshal.loads(runtime_code)
-    else:
-        code = compile(runtime_src, _RUNTIME_FILE, "exec")
-        compiled = marshal.dumps(code)  # made before any user code runs: safe to reuse
-    exec(code, _rt.__dict__)
     sys.modules["_minipy_runtime"] = _rt
     _rt.new_captures = w.captures
     w.kick_signal = cfg["kick_signal"]
     w.cpu_limit = cfg.get("cpu_seconds", 0)
     dispatch = _rt.install(w.kick_signal, None)
-    _rt.adopter = _adopter
+    _rt.adopter = os.getppid()  # the guardian
+    try:
+        w.deadman = _Deadman()
+    except (OSError, AttributeError):
+        w.deadman = None  # no POSIX timers (not Linux): the guardian still sees a dead host
     sys.stdout, sys.stderr, sys.stdin = _rt._discard, _rt._discard, io.StringIO()
     # A crash (segfault, abort) prints where it happened to the host's stderr pipe, which the
     # Go side keeps for the crash error.
@@ -508,13 +590,10 @@ def _start(w, cfg):
     faulthandler.enable(file=w.fault_file)
     threading.Thread(target=w.control, name="minipy-control", daemon=True).start()
     _set_limits(cfg)  # after the control thread: RLIMIT_AS must leave room for its stack
-    ready = ["%d.%d.%d" % sys.version_info[:3], sys.executable, os.getpid()]
-    if compiled is not None:
-        ready += [tag, compiled]
+    ready = ["%d.%d.%d" % sys.version_info[:3], sys.executable, os.getpid()] + compiled
     w.write_frame(b"Y", _rt.encode(ready))
     w.serve(dispatch)
 
 
 _rt = None
-_adopter = None  # the pid that adopts the worker's orphans (runtime.adopter)
 main(_read)
