@@ -8,7 +8,7 @@ export CGO_ENABLED := 1
 # Every module in the tree: the core one and the examples/commands that carry SDKs.
 MODULES := $(sort $(patsubst %/go.mod,%,$(shell find . -name go.mod -not -path './.git/*')))
 
-.PHONY: test vet bench build soak deps compat compat-ft
+.PHONY: test vet bench build soak deps compat compat-ft fuzz
 
 # Installs python3-dev, pkg-config, python3-numpy with apt when missing (as root).
 deps:
@@ -18,6 +18,15 @@ test: deps vet
 	@set -e; for m in $(MODULES); do echo "== go test -race $$m"; (cd $$m && $(GO) test -race -count=1 -timeout 20m ./...); done
 	@echo "== soak: 100,000 runs without -race (RSS is only meaningful there)"
 	$(GO) test -run '^TestSoak$$' -count=1 -timeout 10m .
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=4s
+
+# The fuzz targets (fuzz_test.go), each for FUZZTIME; `make test` gives them a few seconds.
+# A crash is saved under testdata/fuzz/<target>: fix it and keep the file as a seed.
+FUZZ_TARGETS := FuzzToolArguments FuzzValueCodec FuzzWorkerFrames
+FUZZTIME ?= 2m
+fuzz:
+	@set -e; for f in $(FUZZ_TARGETS); do echo "== fuzz $$f ($(FUZZTIME))"; \
+	  $(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) .; done
 
 vet:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

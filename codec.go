@@ -23,6 +23,8 @@ type decoder struct {
 
 var errTruncated = fmt.Errorf("minipy: malformed response from the Python runtime")
 
+var errTooDeep = fmt.Errorf("%w: a value nested more than %d containers deep", errTruncated, maxValueDepth)
+
 func (d *decoder) u32() (int, error) {
 	if d.pos+4 > len(d.buf) {
 		return 0, errTruncated
@@ -50,8 +52,15 @@ func (d *decoder) str() (string, error) {
 	return string(b), err
 }
 
+// maxValueDepth is how deeply containers may nest in a value, both ways: runtime.py's
+// _MAX_DEPTH (a test pins the two together). Decoding stops there too, so that a reply
+// (which a worker's code may forge) cannot make the host recurse without bound.
+const maxValueDepth = 100
+
 // value decodes the next value.
-func (d *decoder) value() (any, error) {
+func (d *decoder) value() (any, error) { return d.valueAt(0) }
+
+func (d *decoder) valueAt(depth int) (any, error) {
 	if d.pos >= len(d.buf) {
 		return nil, errTruncated
 	}
@@ -113,9 +122,12 @@ func (d *decoder) value() (any, error) {
 		if n > len(d.buf)-d.pos {
 			return nil, errTruncated
 		}
+		if depth >= maxValueDepth {
+			return nil, errTooDeep
+		}
 		items := make([]any, n)
 		for i := range items {
-			if items[i], err = d.value(); err != nil {
+			if items[i], err = d.valueAt(depth + 1); err != nil {
 				return nil, err
 			}
 		}
@@ -128,13 +140,16 @@ func (d *decoder) value() (any, error) {
 		if n > len(d.buf)-d.pos {
 			return nil, errTruncated
 		}
+		if depth >= maxValueDepth {
+			return nil, errTooDeep
+		}
 		m := make(map[string]any, n)
 		for i := 0; i < n; i++ {
 			k, err := d.str()
 			if err != nil {
 				return nil, err
 			}
-			if m[k], err = d.value(); err != nil {
+			if m[k], err = d.valueAt(depth + 1); err != nil {
 				return nil, err
 			}
 		}
@@ -181,8 +196,8 @@ func appendBig(b []byte, v *big.Int) []byte {
 
 // appendValue encodes v (the Go side of the type table) for runtime.py's decode.
 func appendValue(b []byte, v any, depth int) ([]byte, error) {
-	if depth > 100 {
-		return nil, fmt.Errorf("minipy: value nested more than 100 levels deep")
+	if depth > maxValueDepth {
+		return nil, fmt.Errorf("minipy: value nested more than %d levels deep", maxValueDepth)
 	}
 	switch x := v.(type) {
 	case nil:
