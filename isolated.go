@@ -418,7 +418,7 @@ func (e *Isolated) run(ctx context.Context, code string, opts *Options) (*Result
 	rid := w.nextRun()
 	h := &isolatedRun{w: w, id: rid}
 	res := &Result{}
-	if err := w.send(requestFrame(rid, deadmanAfter(dl), create, runRequest(gid, lid, maxOutput(opts), code))); err != nil {
+	if err := w.send(requestFrame(rid, e.deadmanAfter(dl), create, runRequest(gid, lid, maxOutput(opts), code))); err != nil {
 		return e.lost(slot, w, bindings, nil, res, started)
 	}
 	s := supervise(ctx, h, dl)
@@ -529,9 +529,10 @@ func (e *Isolated) do(ns *Namespace, op byte, args ...any) (any, error) {
 // longer reach (a dead ssh connection) is gone within a second of its kill.
 const deadmanSlack = 200 * time.Millisecond
 
-// deadmanAfter is the worker's self-kill delay for a run with deadline dl (0: none).
-func deadmanAfter(dl deadline) uint32 {
-	if dl.at.IsZero() {
+// deadmanAfter is the worker's self-kill delay for a run with deadline dl (0: none). Only
+// Command workers get one: the host kills a local worker's guardian itself, reliably.
+func (e *Isolated) deadmanAfter(dl deadline) uint32 {
+	if dl.at.IsZero() || len(e.cfg.Command) == 0 {
 		return 0
 	}
 	ms := (time.Until(dl.at) + abandonAfter + deadmanSlack + time.Millisecond - 1) / time.Millisecond

@@ -198,3 +198,22 @@ func TestSandboxRefusedMounts(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, e.WorkDir(), r.Value)
 }
+
+func TestSandboxSeccompRefusesKernelAttackSurface(t *testing.T) {
+	code := `import ctypes, os, subprocess, threading
+libc = ctypes.CDLL(None, use_errno=True)
+def errno_of(ret):
+    return ctypes.get_errno() if ret == -1 else ret
+status = dict(l.split(":\t", 1) for l in open("/proc/self/status").read().splitlines() if ":\t" in l)
+t = threading.Thread(target=lambda: None); t.start(); t.join()  # threads start (clone3 falls back)
+(status["Seccomp"].strip(),
+ errno_of(libc.unshare(0x10000000)),  # a nested user namespace
+ errno_of(libc.ptrace(0, 0, 0, 0)),    # PTRACE_TRACEME
+ errno_of(libc.syscall({"x86_64": 321, "aarch64": 280}[os.uname().machine], 0, 0, 0)),  # bpf
+ subprocess.run(["true"]).returncode, os.waitpid(os.fork() or os._exit(0), 0)[1])`
+	r, err := newIsolated(t, minipy.IsolatedConfig{}).Minipy(code, nil)
+	require.NoError(t, err)
+	eperm := int64(1)
+	assert.Equal(t, []any{"2", eperm, eperm, eperm, int64(0), int64(0)}, r.Value,
+		"filtered; the refused calls fail with EPERM; threads, subprocess and fork still work")
+}
