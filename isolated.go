@@ -114,7 +114,7 @@ var ErrStateLost = errors.New("minipy: the worker process ended; its namespaces'
 var ErrLimit = errors.New("minipy: resource limit hit")
 
 // ErrNoSandbox is matched by NewIsolated's error when the kernel refuses what isolates
-// local workers (user, mount, pid, IPC and network namespaces; the mounts of the worker's
+// local workers (user, mount, pid, IPC, UTS and network namespaces; the mounts of the worker's
 // own root file system) and AllowUnsandboxed is false.
 var ErrNoSandbox = errors.New("minipy: the kernel refuses the namespaces and mounts that isolate workers")
 

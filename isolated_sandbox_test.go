@@ -64,6 +64,11 @@ top = os.listdir("/")
 	assert.Equal(t, []any{false, false, false, []any{}, false, int64(3)}, r.Value,
 		"a world-readable file under the host's temp dir, its directory, the host program's source tree, "+
 			"/root and /home: none reachable; /etc/passwd is the sandbox's stub")
+
+	r, err = newIsolated(t, minipy.IsolatedConfig{}).Minipy(
+		"import socket; socket.gethostname(), socket.gethostbyname(socket.gethostname())", nil)
+	require.NoError(t, err)
+	assert.Equal(t, []any{"minipy", "127.0.1.1"}, r.Value, "not the host's name")
 }
 
 func TestSandboxMounts(t *testing.T) {

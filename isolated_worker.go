@@ -217,8 +217,12 @@ func workerConfigFrame(e *Isolated) ([]byte, error) {
 	workdir := e.workdir
 	if e.sandbox {
 		workdir = sandboxWorkdir
-		fmt.Fprintf(&b, "root=%s\nhost_workdir=%s\nsandbox_id=%d\nsandbox_refused=%d\ntmp_size=%d\n",
-			e.rootdir, e.workdir, sandboxID, sandboxRefusedExit, e.cfg.TmpSize)
+		network := 0
+		if e.cfg.Network {
+			network = 1
+		}
+		fmt.Fprintf(&b, "root=%s\nhost_workdir=%s\nsandbox_id=%d\nsandbox_refused=%d\ntmp_size=%d\nnetwork=%d\n",
+			e.rootdir, e.workdir, sandboxID, sandboxRefusedExit, e.cfg.TmpSize, network)
 		for _, m := range e.cfg.Mounts {
 			mode := "ro"
 			if m.Writable {

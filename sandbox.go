@@ -30,12 +30,13 @@ const (
 	capSysAdmin = 21
 )
 
-// sandboxAttr puts a local worker in its own user, mount, pid, IPC and (without Network)
-// network namespaces, as the unprivileged sandboxID inside, mapped to the host's user (or
+// sandboxAttr puts a local worker in its own user, mount, pid, IPC, UTS and (without
+// Network) network namespaces, as the unprivileged sandboxID inside, mapped to the host's user (or
 // nobody when the host is root), holding CAP_SYS_ADMIN of its namespaces as an ambient
 // capability until it has built its root.
 func sandboxAttr(network bool) *syscall.SysProcAttr {
-	flags := uintptr(syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC)
+	flags := uintptr(syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC |
+		syscall.CLONE_NEWUTS)
 	if !network {
 		flags |= syscall.CLONE_NEWNET
 	}

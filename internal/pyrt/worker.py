@@ -252,7 +252,7 @@ _PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "loongarch64": 41, "
 # python3.X/ holds the sitecustomize that /usr/lib/python3.X links to.
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _ETC = ("alternatives", "ca-certificates", "ca-certificates.conf", "debian_version", "fonts", "gai.conf",
-        "host.conf", "hosts", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "matplotlibrc",
+        "host.conf", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "matplotlibrc",
         "mime.types", "nsswitch.conf", "os-release", "pip.conf", "protocols", "resolv.conf", "services", "ssl",
         "timezone")
 _DEVICES = ("null", "zero", "full", "random", "urandom")
@@ -260,6 +260,7 @@ _DEVICES = ("null", "zero", "full", "random", "urandom")
 _PASSWD = "root:x:0:0:root:/root:/usr/sbin/nologin\nuser:x:%d:%d:user:%s:/bin/sh\n" \
           "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
 _GROUP = "root:x:0:\nuser:x:%d:\nnogroup:x:65534:\n"
+_HOSTNAME = "minipy"
 
 
 class _Mounter:
@@ -400,6 +401,9 @@ def _enter_sandbox(cfg):
     what Python needs, the caller's Mounts, a private workdir, /tmp, /dev and /proc; then
     pivots into it, drops every capability and sets no_new_privs. Nothing of the host that
     is not bound here is reachable afterwards. Any refusal raises OSError."""
+    import socket
+
+    socket.sethostname(_HOSTNAME)  # its own UTS namespace: the host's name is not the code's business
     m = _Mounter(cfg["root"])
     m.mount(None, "/", None, _MS_REC | _MS_PRIVATE)
     m.tmpfs("", 0o755, 8 << 20)
@@ -419,6 +423,13 @@ def _enter_sandbox(cfg):
         f.write(_PASSWD % (sid, sid, home))
     with open(m.root + "/etc/group", "w") as f:
         f.write(_GROUP % sid)
+    with open(m.root + "/etc/hostname", "w") as f:
+        f.write(_HOSTNAME + "\n")
+    if cfg.get("network"):
+        m.bind("/etc/hosts", "/etc/hosts", optional=True)  # the names the host resolves
+    else:
+        with open(m.root + "/etc/hosts", "w") as f:
+            f.write("127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\n" % _HOSTNAME)
     tmp_size = cfg["tmp_size"]
     m.tmpfs("/tmp", 0o1777, tmp_size)
     # The interpreter: its prefixes (a venv's and its base's) and every directory on
