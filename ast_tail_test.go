@@ -58,7 +58,7 @@ func TestNoStaleValueAndNoResultVariable(t *testing.T) {
 	r = run(t, "y = 5", opts)
 	assert.False(t, r.HasValue, "a statement after an expression must not show the old value")
 	assert.Empty(t, r.Repr)
-	assert.Equal(t, []string{"y"}, opts.Globals.Names(), "no _result or other helper is left in the namespace")
+	assert.Equal(t, []string{"y"}, names(t, opts.Globals), "no _result or other helper is left in the namespace")
 	_, err := minipy.Minipy("1/0", opts)
 	require.Error(t, err)
 	r = run(t, "y", opts)

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/minipy-go/minipy/internal/pyrt"
 )
 
 // CallTool serves one call of the minipy tool (see ToolSchema) in the in-process
@@ -370,11 +372,11 @@ func cutMiddle(head, tail string, omitted, budget int, what string) string {
 		omitted += utf8.RuneCountInString(head) - utf8.RuneCountInString(h) +
 			utf8.RuneCountInString(tail) - utf8.RuneCountInString(t)
 	}
-	return fmt.Sprintf("%s\n[... %d characters of %s omitted ...]\n%s", h, omitted, what, t)
+	return h + fmt.Sprintf(pyrt.Omitted, omitted, what) + t
 }
 
 // runtimeMarker is the marker runtime.py's output capture puts where it cut a stream.
-var runtimeMarker = regexp.MustCompile(`^\n\[\.\.\. (\d+) characters of (\w+) omitted \.\.\.\]\n`)
+var runtimeMarker = regexp.MustCompile("^" + strings.NewReplacer("%d", `(\d+)`, "%s", `(\w+)`).Replace(regexp.QuoteMeta(pyrt.Omitted)))
 
 // splitRuntimeCut undoes the cut runtime.py made in body, capped at limit characters: the
 // kept head and tail, and how many characters it left out. ok is false when body was not

@@ -267,29 +267,3 @@ func TestTruncateText(t *testing.T) {
 	assert.LessOrEqual(t, utf8.RuneCountInString(text), DefaultToolOutput+100)
 	assert.Contains(t, text, fmt.Sprintf("[... %d characters of stdout omitted ...]", 1_000_001-DefaultToolOutput))
 }
-
-func ExampleCallTool() {
-	ns := NewNamespace()
-	defer ns.Close()
-	opts := &Options{Globals: ns}
-	for _, args := range []string{
-		`{"code": "import math\nr = 2\nprint('area:')\nmath.pi * r ** 2"}`,
-		`{"code": "r / 0"}`,
-	} {
-		text, isError := CallTool(context.Background(), json.RawMessage(args), opts)
-		fmt.Printf("isError=%v\n%s", isError, cellNumber.ReplaceAllString(text, "<cell-N>"))
-	}
-	// Output:
-	// isError=false
-	// [stdout]
-	// area:
-	// [value]
-	// 12.566370614359172
-	// isError=true
-	// [error]
-	// Traceback (most recent call last):
-	//   File "<cell-N>", line 1, in <module>
-	//     r / 0
-	//     ~~^~~
-	// ZeroDivisionError: division by zero
-}

@@ -7,6 +7,8 @@ import (
 	"math/big"
 	"reflect"
 	"unicode/utf8"
+
+	"github.com/minipy-go/minipy/internal/pyrt"
 )
 
 // The value codec shared with runtime.py (see its header for the format): how Go values
@@ -52,10 +54,9 @@ func (d *decoder) str() (string, error) {
 	return string(b), err
 }
 
-// maxValueDepth is how deeply containers may nest in a value, both ways: runtime.py's
-// _MAX_DEPTH (a test pins the two together). Decoding stops there too, so that a reply
-// (which a worker's code may forge) cannot make the host recurse without bound.
-const maxValueDepth = 100
+// maxValueDepth is how deeply containers may nest in a value, both ways (runtime.py's
+// MAX_DEPTH is the same constant): deeper values are refused, not recursed into.
+const maxValueDepth = pyrt.MaxDepth
 
 // value decodes the next value.
 func (d *decoder) value() (any, error) { return d.valueAt(0) }
@@ -156,16 +157,6 @@ func (d *decoder) valueAt(depth int) (any, error) {
 		return m, nil
 	}
 	return nil, fmt.Errorf("minipy: unknown value tag %q from the Python runtime", tag)
-}
-
-// UnsupportedTypeError is returned by Namespace.Set for a Go value with no Python
-// equivalent in the type table of the package doc.
-type UnsupportedTypeError struct {
-	Type reflect.Type
-}
-
-func (e *UnsupportedTypeError) Error() string {
-	return fmt.Sprintf("minipy: a Go value of type %v has no Python equivalent (see the type table in the package doc)", e.Type)
 }
 
 func appendU32(b []byte, n int) []byte { return binary.LittleEndian.AppendUint32(b, uint32(n)) }

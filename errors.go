@@ -3,6 +3,9 @@ package minipy
 import (
 	"errors"
 	"fmt"
+	"reflect"
+	"strings"
+	"syscall"
 	"time"
 )
 
@@ -14,7 +17,9 @@ var ErrTimeout = errors.New("minipy: run timed out")
 var ErrNameNotFound = errors.New("minipy: name not defined")
 
 // ErrUnsupportedValue is matched by Namespace.Get's error for a value with no Go
-// equivalent (the error's text carries its type and repr).
+// equivalent (the error's text carries its name, why and its repr: a value that contains
+// itself, or nests deeper than the codec allows), and by *UnsupportedTypeError, Set's error
+// for a Go value with no Python equivalent.
 var ErrUnsupportedValue = errors.New("minipy: value has no Go equivalent")
 
 // ErrNamespaceClosed is matched by the error of any use of a closed Namespace.
@@ -96,3 +101,116 @@ func (e *InterruptedError) Unwrap() []error {
 	}
 	return errs
 }
+
+// UnsupportedTypeError is returned by Namespace.Set for a Go value with no Python
+// equivalent in the type table of the package doc. It matches ErrUnsupportedValue.
+type UnsupportedTypeError struct {
+	Type reflect.Type
+}
+
+func (e *UnsupportedTypeError) Error() string {
+	return fmt.Sprintf("minipy: a Go value of type %v has no Python equivalent (see the type table in the package doc)", e.Type)
+}
+
+// Is makes errors.Is(err, ErrUnsupportedValue) hold, for values refused either way.
+func (e *UnsupportedTypeError) Is(target error) bool { return target == ErrUnsupportedValue }
+
+// ---- the in-process engine ----
+
+// ErrKickSignal is matched by Start's error for a KickSignal outside 34..64.
+var ErrKickSignal = errors.New("minipy: the kick signal must be a real-time signal from 34 (SIGRTMIN+2) to 64 (SIGRTMAX)")
+
+// ErrAlreadyStarted is matched by Start's error when the interpreter already runs with
+// another configuration (Start came after the first run, or twice).
+var ErrAlreadyStarted = errors.New("minipy: the in-process interpreter is already running")
+
+// ErrInterpreterBusy is matched by the error of a Namespace method called while an abandoned
+// run (a C call that ignored its timeout) still holds the in-process interpreter.
+var ErrInterpreterBusy = errors.New("minipy: the in-process interpreter is still busy with an abandoned run (a C call that ignored its timeout)")
+
+// ---- the isolated engine ----
+
+// ErrStateLost is matched (errors.Is) by the error of a run whose worker process ended,
+// killed after its deadline or crashed: the variables of every namespace on that worker
+// are gone. The next run starts on a fresh worker with empty namespaces.
+var ErrStateLost = errors.New("minipy: the worker process ended; its namespaces' variables are lost")
+
+// ErrLimit is matched by the error of a run that hit one of IsolatedConfig's limits.
+var ErrLimit = errors.New("minipy: resource limit hit")
+
+// ErrNoSandbox is matched by NewIsolated's error when the kernel refuses what isolates
+// local workers (user, mount, pid, IPC, UTS and network namespaces; the mounts of the worker's
+// own root file system) and AllowUnsandboxed is false.
+var ErrNoSandbox = errors.New("minipy: the kernel refuses the namespaces and mounts that isolate workers")
+
+// ErrEngineClosed is matched by the error of any use of a closed isolated engine.
+var ErrEngineClosed = errors.New("minipy: the isolated engine is closed")
+
+// WorkerLostError is the error of a run whose worker process ended (errors.Is(err,
+// ErrStateLost)): killed because the run did not yield within the grace period after its
+// deadline (Killed; errors.Is(err, ErrTimeout) then holds too), killed by a limit (Limit),
+// or crashed (Signal or ExitCode).
+type WorkerLostError struct {
+	// Killed is true when minipy killed the worker because the run would not stop.
+	Killed bool
+	// Interrupted is why the run was stopped when Killed (ErrTimeout or the context's error).
+	Interrupted *InterruptedError
+	// Signal is the signal that ended the worker (0 if it exited).
+	Signal syscall.Signal
+	// ExitCode is the worker's exit status when it exited (-1 if it was signalled).
+	ExitCode int
+	// Limit names the limit that ended the worker ("cpu", "file size", "memory"), or "".
+	Limit string
+	// Stderr is the end of what the worker process itself wrote to its stderr (a segfault's
+	// Python traceback, a fatal error); user output never goes there.
+	Stderr string
+	// Earlier is true when the worker ended before this run (another run on the same
+	// worker crashed it, or it died while idle); this run did not start.
+	Earlier bool
+}
+
+func (e *WorkerLostError) Error() string {
+	var what string
+	switch {
+	case e.Earlier:
+		what = "the worker holding this namespace ended before this run (see an earlier error), which did not start"
+	case e.Killed:
+		what = e.Interrupted.Error() + "; the code did not yield, so its worker process tree was killed"
+	case e.Limit != "":
+		what = fmt.Sprintf("the worker was killed by its %s limit", e.Limit)
+	case e.Signal != 0:
+		what = fmt.Sprintf("the worker crashed: signal %d (%v)", int(e.Signal), e.Signal)
+	default:
+		what = fmt.Sprintf("the worker exited with status %d", e.ExitCode)
+	}
+	return "minipy: " + strings.TrimPrefix(what, "minipy: ") + "; the namespace's variables are lost"
+}
+
+// Unwrap gives errors.Is ErrStateLost, ErrLimit when a limit ended the worker, and the
+// interruption (ErrTimeout, context errors) when minipy killed it.
+func (e *WorkerLostError) Unwrap() []error {
+	errs := []error{ErrStateLost}
+	if e.Limit != "" {
+		errs = append(errs, ErrLimit)
+	}
+	if e.Interrupted != nil {
+		errs = append(errs, e.Interrupted)
+	}
+	return errs
+}
+
+// LimitError is the error of a run that raised because it hit a limit but whose worker
+// survived (a MemoryError under MemoryLimit): errors.As reaches the *PythonError.
+type LimitError struct {
+	// Limit is the limit hit ("memory").
+	Limit string
+	// Python is the exception the code raised.
+	Python *PythonError
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("minipy: the run hit the worker's %s limit: %v", e.Limit, e.Python)
+}
+
+// Unwrap gives errors.Is ErrLimit and errors.As the *PythonError.
+func (e *LimitError) Unwrap() []error { return []error{ErrLimit, e.Python} }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -25,13 +26,6 @@ type Config struct {
 	KickSignal syscall.Signal
 }
 
-// ErrKickSignal is matched by Start's error for a KickSignal outside 34..64.
-var ErrKickSignal = errors.New("minipy: the kick signal must be a real-time signal from 34 (SIGRTMIN+2) to 64 (SIGRTMAX)")
-
-// ErrAlreadyStarted is matched by Start's error when the interpreter already runs with
-// another configuration (Start came after the first run, or twice).
-var ErrAlreadyStarted = errors.New("minipy: the in-process interpreter is already running")
-
 type inProcessEngine struct {
 	interp *cpython.Interpreter
 	// token is held while a request is in flight on the interpreter. A run that is
@@ -45,10 +39,6 @@ type inProcessEngine struct {
 	mu        sync.Mutex
 	abandoned chan struct{}
 }
-
-// ErrInterpreterBusy is matched by the error of a Namespace method called while an abandoned
-// run (a C call that ignored its timeout) still holds the in-process interpreter.
-var ErrInterpreterBusy = errors.New("minipy: the in-process interpreter is still busy with an abandoned run (a C call that ignored its timeout)")
 
 var process struct {
 	once   sync.Once
@@ -93,15 +83,54 @@ func inProcess() (*inProcessEngine, error) {
 
 func (*inProcessEngine) name() string { return "the in-process engine" }
 
-// inProcessRun adapts a cpython.Request to runHandle.
+// inProcessRun adapts a cpython.Request to runHandle, passing the run's events to live.
 type inProcessRun struct {
-	e   *inProcessEngine
-	req cpython.Request
+	e     *inProcessEngine
+	req   cpython.Request
+	live  *liveOutput
+	woken atomic.Bool // wake was called: a wait must return even if events kept it going
 }
 
-func (r inProcessRun) wait(d time.Duration) bool { return r.req.Wait(d) }
-func (r inProcessRun) kick(stage int)            { r.req.Kick(stage) }
-func (r inProcessRun) wake()                     { r.e.interp.Wake() }
+func (r *inProcessRun) wait(d time.Duration) bool {
+	var until time.Time
+	if d >= 0 {
+		until = time.Now().Add(d)
+	}
+	for {
+		done := r.req.Wait(d)
+		got := r.takeEvents()
+		if done {
+			return true
+		}
+		if !got || r.woken.Swap(false) {
+			return false // timed out, or woken to look at the context
+		}
+		if d >= 0 {
+			if d = time.Until(until); d <= 0 {
+				return false
+			}
+		}
+	}
+}
+
+// takeEvents hands the run's queued events to its live output; it reports whether there
+// were any.
+func (r *inProcessRun) takeEvents() bool {
+	frames, dropped := r.req.Events()
+	r.live.drop(streamStdout, dropped)
+	if len(frames) == 0 {
+		return dropped > 0
+	}
+	r.live.events(frames, r.req.ID()) //nolint:errcheck // the C side writes well-formed frames
+	return true
+}
+
+func (r *inProcessRun) kick(stage int) { r.req.Kick(stage) }
+
+func (r *inProcessRun) wake() {
+	r.woken.Store(true)
+	r.e.interp.Wake()
+}
 
 func (e *inProcessEngine) run(ctx context.Context, code string, opts *Options) (*Result, error) {
 	started := time.Now()
@@ -117,8 +146,10 @@ func (e *inProcessEngine) run(ctx context.Context, code string, opts *Options) (
 		return nil, &InterruptedError{Cause: waitCause(err), After: time.Since(started), Abandoned: false,
 			deadline: errors.Is(err, context.DeadlineExceeded)}
 	}
-	h := inProcessRun{e: e, req: e.interp.Submit(runRequest(gid, lid, maxOutput(opts), code))}
+	live := newLiveOutput(opts)
+	h := &inProcessRun{e: e, live: live, req: e.interp.Submit(runRequest(gid, lid, maxOutput(opts), live != nil, code))}
 	s := supervise(ctx, h, dl)
+	live.finish()
 	res := &Result{}
 	if s.abandoned {
 		e.mu.Lock()

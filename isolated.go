@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -104,91 +103,6 @@ type Mount struct {
 	// the host's own or nobody when the host is root, may); otherwise it is read-only.
 	Writable bool
 }
-
-// ErrStateLost is matched (errors.Is) by the error of a run whose worker process ended,
-// killed after its deadline or crashed: the variables of every namespace on that worker
-// are gone. The next run starts on a fresh worker with empty namespaces.
-var ErrStateLost = errors.New("minipy: the worker process ended; its namespaces' variables are lost")
-
-// ErrLimit is matched by the error of a run that hit one of IsolatedConfig's limits.
-var ErrLimit = errors.New("minipy: resource limit hit")
-
-// ErrNoSandbox is matched by NewIsolated's error when the kernel refuses what isolates
-// local workers (user, mount, pid, IPC, UTS and network namespaces; the mounts of the worker's
-// own root file system) and AllowUnsandboxed is false.
-var ErrNoSandbox = errors.New("minipy: the kernel refuses the namespaces and mounts that isolate workers")
-
-// ErrEngineClosed is matched by the error of any use of a closed isolated engine.
-var ErrEngineClosed = errors.New("minipy: the isolated engine is closed")
-
-// WorkerLostError is the error of a run whose worker process ended (errors.Is(err,
-// ErrStateLost)): killed because the run did not yield within the grace period after its
-// deadline (Killed; errors.Is(err, ErrTimeout) then holds too), killed by a limit (Limit),
-// or crashed (Signal or ExitCode).
-type WorkerLostError struct {
-	// Killed is true when minipy killed the worker because the run would not stop.
-	Killed bool
-	// Interrupted is why the run was stopped when Killed (ErrTimeout or the context's error).
-	Interrupted *InterruptedError
-	// Signal is the signal that ended the worker (0 if it exited).
-	Signal syscall.Signal
-	// ExitCode is the worker's exit status when it exited (-1 if it was signalled).
-	ExitCode int
-	// Limit names the limit that ended the worker ("cpu", "file size", "memory"), or "".
-	Limit string
-	// Stderr is the end of what the worker process itself wrote to its stderr (a segfault's
-	// Python traceback, a fatal error); user output never goes there.
-	Stderr string
-	// Earlier is true when the worker ended before this run (another run on the same
-	// worker crashed it, or it died while idle); this run did not start.
-	Earlier bool
-}
-
-func (e *WorkerLostError) Error() string {
-	var what string
-	switch {
-	case e.Earlier:
-		what = "the worker holding this namespace ended before this run (see an earlier error), which did not start"
-	case e.Killed:
-		what = e.Interrupted.Error() + "; the code did not yield, so its worker process tree was killed"
-	case e.Limit != "":
-		what = fmt.Sprintf("the worker was killed by its %s limit", e.Limit)
-	case e.Signal != 0:
-		what = fmt.Sprintf("the worker crashed: signal %d (%v)", int(e.Signal), e.Signal)
-	default:
-		what = fmt.Sprintf("the worker exited with status %d", e.ExitCode)
-	}
-	return "minipy: " + strings.TrimPrefix(what, "minipy: ") + "; the namespace's variables are lost"
-}
-
-// Unwrap gives errors.Is ErrStateLost, ErrLimit when a limit ended the worker, and the
-// interruption (ErrTimeout, context errors) when minipy killed it.
-func (e *WorkerLostError) Unwrap() []error {
-	errs := []error{ErrStateLost}
-	if e.Limit != "" {
-		errs = append(errs, ErrLimit)
-	}
-	if e.Interrupted != nil {
-		errs = append(errs, e.Interrupted)
-	}
-	return errs
-}
-
-// LimitError is the error of a run that raised because it hit a limit but whose worker
-// survived (a MemoryError under MemoryLimit): errors.As reaches the *PythonError.
-type LimitError struct {
-	// Limit is the limit hit ("memory").
-	Limit string
-	// Python is the exception the code raised.
-	Python *PythonError
-}
-
-func (e *LimitError) Error() string {
-	return fmt.Sprintf("minipy: the run hit the worker's %s limit: %v", e.Limit, e.Python)
-}
-
-// Unwrap gives errors.Is ErrLimit and errors.As the *PythonError.
-func (e *LimitError) Unwrap() []error { return []error{ErrLimit, e.Python} }
 
 // Isolated is an engine whose code runs in worker processes: the same Options, Result and
 // errors as the in-process engine, plus hard limits. A run that does not yield within a
@@ -416,12 +330,14 @@ func (e *Isolated) run(ctx context.Context, code string, opts *Options) (*Result
 		return nil, lost
 	}
 	rid := w.nextRun()
-	h := &isolatedRun{w: w, id: rid}
+	live := newLiveOutput(opts)
+	h := &isolatedRun{w: w, id: rid, live: live}
 	res := &Result{}
-	if err := w.send(requestFrame(rid, e.deadmanAfter(dl), create, runRequest(gid, lid, maxOutput(opts), code))); err != nil {
+	if err := w.send(requestFrame(rid, e.deadmanAfter(dl), create, runRequest(gid, lid, maxOutput(opts), live != nil, code))); err != nil {
 		return e.lost(slot, w, bindings, nil, res, started)
 	}
 	s := supervise(ctx, h, dl)
+	live.finish()
 	if s.abandoned {
 		w.kill()
 		s.abandoned = false // the isolated engine does not leave the code running
@@ -544,7 +460,7 @@ func (e *Isolated) deadmanAfter(dl deadline) uint32 {
 func requestFrame(rid uint64, deadman uint32, create []uint32, req []byte) []byte {
 	f := make([]byte, 0, 4+1+8+4+2+4*len(create)+len(req))
 	f = binary.LittleEndian.AppendUint32(f, uint32(1+8+4+2+4*len(create)+len(req)))
-	f = append(f, 'R')
+	f = append(f, pyrt.FrameRequest)
 	f = binary.LittleEndian.AppendUint64(f, rid)
 	f = binary.LittleEndian.AppendUint32(f, deadman)
 	f = binary.LittleEndian.AppendUint16(f, uint16(len(create)))
@@ -558,6 +474,7 @@ func requestFrame(rid uint64, deadman uint32, create []uint32, req []byte) []byt
 type isolatedRun struct {
 	w     *worker
 	id    uint64
+	live  *liveOutput  // the run's live output, or nil
 	reply *workerReply // set once wait reports the run finished with an answer
 	ended bool         // the worker ended (or broke the protocol) before answering
 }
@@ -578,7 +495,14 @@ func (r *isolatedRun) wait(d time.Duration) bool {
 		case err != nil:
 			r.ended = true
 			return true
-		case body[0] != 'A' || len(body) < 10:
+		case body[0] == pyrt.FrameOutput:
+			if r.live.event(body, r.id) != nil {
+				r.w.kill() // it broke the protocol: treat it as lost
+				r.ended = true
+				return true
+			}
+			continue
+		case body[0] != pyrt.FrameAnswer || len(body) < 10:
 			continue // a late ready frame, say
 		}
 		rep := workerReply{id: binary.LittleEndian.Uint64(body[1:]), kicked: body[9] != 0, resp: body[10:]}
@@ -592,7 +516,7 @@ func (r *isolatedRun) wait(d time.Duration) bool {
 func (r *isolatedRun) kick(stage int) {
 	f := make([]byte, 0, 14)
 	f = binary.LittleEndian.AppendUint32(f, 10)
-	f = append(f, 'K')
+	f = append(f, pyrt.FrameKick)
 	f = binary.LittleEndian.AppendUint64(f, r.id)
 	f = append(f, byte(stage))
 	r.w.send(f) //nolint:errcheck // a dead worker is noticed by wait

@@ -107,7 +107,7 @@ func TestIsolatedNamespaces(t *testing.T) {
 	v, err := a.Get("n")
 	require.NoError(t, err)
 	assert.Equal(t, int64(42), v)
-	assert.Equal(t, []string{"n"}, a.Names())
+	assert.Equal(t, []string{"n"}, names(t, a))
 
 	_, err = b.Get("n")
 	assert.ErrorIs(t, err, minipy.ErrNameNotFound)

@@ -32,7 +32,7 @@ def _read(n):
             os._exit(70)
         b += c
     return b
-exec(compile(_read(int.from_bytes(_read(4), "little")), "<minipy-runtime>", "exec"), {"__name__": "_minipy_worker", "_read": _read})
+exec(compile(_read(int.from_bytes(_read(4), "little")), ` + "\"" + pyrt.RuntimeFile + "\"" + `, "exec"), {"__name__": "_minipy_worker", "_read": _read})
 `
 
 // stderrKeep is how much of a worker's own stderr is kept for crash errors.
@@ -87,7 +87,7 @@ func startWorker(e *Isolated, epoch uint64) (*worker, error) {
 		if err != nil {
 			break
 		}
-		if body[0] == 'Y' {
+		if body[0] == pyrt.FrameReady {
 			if err := checkWorkerVersion(body[1:]); err != nil {
 				w.kill()
 				w.awaitExit()
@@ -323,7 +323,7 @@ func (w *worker) readFrame(deadline time.Time) ([]byte, error) {
 			if len(w.rbuf) >= 4+n {
 				body := append([]byte(nil), w.rbuf[4:4+n]...)
 				w.rbuf = w.rbuf[:copy(w.rbuf, w.rbuf[4+n:])]
-				if body[0] == 'X' && len(body) == 5 {
+				if body[0] == pyrt.FrameExit && len(body) == 5 {
 					w.exitFrame = true
 					w.exitStatus = syscall.WaitStatus(int32(binary.LittleEndian.Uint32(body[1:])))
 					continue

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -33,6 +34,13 @@ type Options struct {
 	// first and last halves are kept around a marker that says how much was left out.
 	// 0 means DefaultMaxOutput; negative means no cap.
 	MaxOutput int
+	// Stdout and Stderr, when set, receive what the code prints while it runs, in order:
+	// print and sys.stdout/sys.stderr writes, and in an isolated worker also what C code and
+	// child processes write to fds 1 and 2. The Result still has all of it (capped). A slow
+	// writer never stalls the code: past 1 MiB behind, output is dropped from the live feed
+	// with a note saying how much (see output.go for the exact rule). Run returns only after
+	// the writers have taken the run's output, or a second after the run if one is stuck.
+	Stdout, Stderr io.Writer
 }
 
 // Result is what a run produced. When the code raises, the Result still carries the
@@ -97,13 +105,19 @@ type engine interface {
 	name() string
 }
 
-// runRequest is the request runtime.py's dispatch answers with a run.
-func runRequest(gid, lid uint32, maxOutput int, code string) []byte {
-	req := make([]byte, 0, 13+len(code))
+// runRequest is the request runtime.py's dispatch answers with a run: op, namespace ids,
+// output cap, flags (pyrt.RunLive), source.
+func runRequest(gid, lid uint32, maxOutput int, live bool, code string) []byte {
+	req := make([]byte, 0, 17+len(code))
 	req = append(req, pyrt.OpRun)
 	req = binary.LittleEndian.AppendUint32(req, gid)
 	req = binary.LittleEndian.AppendUint32(req, lid)
 	req = binary.LittleEndian.AppendUint32(req, uint32(int32(maxOutput)))
+	var flags uint32
+	if live {
+		flags |= pyrt.RunLive
+	}
+	req = binary.LittleEndian.AppendUint32(req, flags)
 	return append(req, code...)
 }
 

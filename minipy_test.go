@@ -261,7 +261,7 @@ func TestNamespaceSetGetNames(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []any{"a", "b"}, got)
 
-	assert.ElementsMatch(t, []string{"none", "flag", "n", "i8", "u64", "big", "f", "s", "raw", "list", "mixed", "m", "nest"}, ns.Names())
+	assert.ElementsMatch(t, []string{"none", "flag", "n", "i8", "u64", "big", "f", "s", "raw", "list", "mixed", "m", "nest"}, names(t, ns))
 
 	_, err = ns.Get("missing")
 	assert.ErrorIs(t, err, minipy.ErrNameNotFound)
@@ -272,11 +272,25 @@ func TestNamespaceSetGetNames(t *testing.T) {
 	var unsupported *minipy.UnsupportedTypeError
 	assert.ErrorAs(t, ns.Set("ch", make(chan int)), &unsupported)
 	assert.ErrorAs(t, ns.Set("m2", map[int]string{1: "a"}), &unsupported)
+	assert.ErrorIs(t, ns.Set("ch", make(chan int)), minipy.ErrUnsupportedValue, "one sentinel for values refused either way")
+
+	// Values the codec cannot carry are refused with their repr, never as an internal error.
+	run(t, "loop = [1]\nloop.append(loop)\nd = {}\nd['self'] = d\nat_limit = eval('[' * 100 + ']' * 100)\n"+
+		"too_deep = eval('[' * 101 + ']' * 101)", &minipy.Options{Globals: ns})
+	for name, repr := range map[string]string{"loop": "[1, [...]]", "d": "{'self': {...}}", "too_deep": "[[[["} {
+		_, err = ns.Get(name)
+		assert.ErrorIs(t, err, minipy.ErrUnsupportedValue, name)
+		assert.ErrorContains(t, err, repr, name)
+	}
+	_, err = ns.Get("at_limit")
+	assert.NoError(t, err, "nesting up to the codec's depth limit converts")
 
 	require.NoError(t, ns.Close())
 	require.NoError(t, ns.Close(), "closing twice is fine")
 	assert.ErrorIs(t, ns.Set("x", 1), minipy.ErrNamespaceClosed)
 	_, err = ns.Get("n")
+	assert.ErrorIs(t, err, minipy.ErrNamespaceClosed)
+	_, err = ns.Names()
 	assert.ErrorIs(t, err, minipy.ErrNamespaceClosed)
 	_, err = minipy.Minipy("1", &minipy.Options{Globals: ns})
 	assert.ErrorIs(t, err, minipy.ErrNamespaceClosed)
@@ -312,8 +326,8 @@ func TestGlobalsAndLocalsBehaveLikeExec(t *testing.T) {
 	opts := &minipy.Options{Globals: g, Locals: l}
 	r := run(t, "y = base + 1\ny", opts)
 	assert.Equal(t, int64(11), r.Value)
-	assert.Equal(t, []string{"y"}, l.Names(), "assignments go to locals")
-	assert.Equal(t, []string{"base"}, g.Names())
+	assert.Equal(t, []string{"y"}, names(t, l), "assignments go to locals")
+	assert.Equal(t, []string{"base"}, names(t, g))
 	_, err := minipy.Minipy("import math\ndef f():\n    return math.pi\nf()", opts)
 	assert.Equal(t, "NameError", pyError(t, err).Type, "exactly exec(code, globals, locals): functions see globals only")
 }
@@ -446,4 +460,12 @@ func TestBadSourceBytesAreCleanErrors(t *testing.T) {
 
 	_, err = minipy.Minipy("x = 1\x00", fresh(t))
 	assert.Contains(t, pyError(t, err).Message, "null bytes")
+}
+
+// names is ns.Names, which must succeed.
+func names(t testing.TB, ns *minipy.Namespace) []string {
+	t.Helper()
+	got, err := ns.Names()
+	require.NoError(t, err)
+	return got
 }

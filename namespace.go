@@ -114,10 +114,10 @@ func (ns *Namespace) Get(name string) (any, error) {
 
 // Names returns the namespace's names in the order they were bound, leaving out dunder
 // names such as __builtins__.
-func (ns *Namespace) Names() []string {
+func (ns *Namespace) Names() ([]string, error) {
 	v, err := ns.op(pyrt.OpNames)
 	if err != nil {
-		return nil
+		return nil, err
 	}
 	items, _ := v.([]any)
 	names := make([]string, 0, len(items))
@@ -126,7 +126,7 @@ func (ns *Namespace) Names() []string {
 			names = append(names, s)
 		}
 	}
-	return names
+	return names, nil
 }
 
 // Close frees the namespace's variables. Later uses return ErrNamespaceClosed; closing

@@ -47,7 +47,7 @@ func main() {
 	if err != nil {
 		log.Fatalf("minipy-mcp: %v", err)
 	}
-	var eng engine = inProcess{}
+	eng := minipy.InProcess()
 	if *isolated {
 		iso, err := minipy.NewIsolated(minipy.IsolatedConfig{Workers: *workers, MemoryLimit: *memoryLimit})
 		if err != nil {

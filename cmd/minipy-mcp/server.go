@@ -13,28 +13,9 @@ import (
 // resetToolName is the tool that empties the session's namespace.
 const resetToolName = "reset"
 
-// engine is where the server runs code: the in-process interpreter, or worker processes
-// (*minipy.Isolated) when the server is started with -isolated.
-type engine interface {
-	NewNamespace() *minipy.Namespace
-	CallTool(ctx context.Context, input json.RawMessage, opts *minipy.Options) (string, bool)
-	ToolSchemaFor(opts *minipy.Options) *minipy.Tool
-}
-
-// inProcess is the in-process interpreter as an engine.
-type inProcess struct{}
-
-func (inProcess) NewNamespace() *minipy.Namespace { return minipy.NewNamespace() }
-
-func (inProcess) CallTool(ctx context.Context, input json.RawMessage, opts *minipy.Options) (string, bool) {
-	return minipy.CallTool(ctx, input, opts)
-}
-
-func (inProcess) ToolSchemaFor(opts *minipy.Options) *minipy.Tool { return minipy.ToolSchemaFor(opts) }
-
 // newServer returns an MCP server with the minipy tool, run on eng with opts (their Globals
 // are ignored: each client session gets a namespace of its own), and the reset tool.
-func newServer(eng engine, opts *minipy.Options) *mcp.Server {
+func newServer(eng minipy.Engine, opts *minipy.Options) *mcp.Server {
 	s := &sessions{eng: eng, opts: *opts, spaces: map[*mcp.ServerSession]*minipy.Namespace{}}
 	server := mcp.NewServer(&mcp.Implementation{Name: "minipy", Version: version}, nil)
 	tool := eng.ToolSchemaFor(opts)
@@ -50,7 +31,7 @@ func newServer(eng engine, opts *minipy.Options) *mcp.Server {
 // sessions holds one namespace per client session, made on its first run and freed when
 // the session ends.
 type sessions struct {
-	eng    engine
+	eng    minipy.Engine
 	opts   minipy.Options
 	mu     sync.Mutex
 	spaces map[*mcp.ServerSession]*minipy.Namespace

@@ -60,7 +60,7 @@ func run(t *testing.T, cs *mcp.ClientSession, args map[string]any) (string, bool
 
 func TestListTools(t *testing.T) {
 	opts := &minipy.Options{Timeout: 5 * time.Second, MaxOutput: 1000}
-	cs := connectInProcess(t, newServer(inProcess{}, opts))
+	cs := connectInProcess(t, newServer(minipy.InProcess(), opts))
 	res, err := cs.ListTools(context.Background(), nil)
 	require.NoError(t, err)
 	require.Len(t, res.Tools, 2)
@@ -86,7 +86,7 @@ func TestListTools(t *testing.T) {
 // Each client session has a namespace of its own, which persists between its calls until
 // it resets it.
 func TestSessionsHaveTheirOwnNamespace(t *testing.T) {
-	server := newServer(inProcess{}, &minipy.Options{})
+	server := newServer(minipy.InProcess(), &minipy.Options{})
 	first := connectInProcess(t, server)
 	second := connectInProcess(t, server)
 
@@ -146,7 +146,7 @@ func checkTimeoutSyntaxErrorAndHugeOutput(t *testing.T, cs *mcp.ClientSession, b
 }
 
 func TestInProcess(t *testing.T) {
-	checkTimeoutSyntaxErrorAndHugeOutput(t, connectInProcess(t, newServer(inProcess{}, &minipy.Options{})), minipy.DefaultToolOutput)
+	checkTimeoutSyntaxErrorAndHugeOutput(t, connectInProcess(t, newServer(minipy.InProcess(), &minipy.Options{})), minipy.DefaultToolOutput)
 }
 
 // buildServer builds the command into a temporary directory.

@@ -94,20 +94,18 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	opts := &minipy.Options{Timeout: *timeout, MaxOutput: *maxOutput}
-	var res *minipy.Result
-	var err error
+	eng := minipy.InProcess()
 	if *isolated {
-		eng, startErr := minipy.NewIsolated(minipy.IsolatedConfig{Python: *python, Network: *network, MemoryLimit: *memoryLimit,
+		iso, err := minipy.NewIsolated(minipy.IsolatedConfig{Python: *python, Network: *network, MemoryLimit: *memoryLimit,
 			Mounts: mounts, Env: env})
-		if startErr != nil {
-			fmt.Fprintf(stderr, "%v\n", startErr)
+		if err != nil {
+			fmt.Fprintf(stderr, "%v\n", err)
 			return 1
 		}
-		defer eng.Close()
-		res, err = eng.Run(ctx, src, opts)
-	} else {
-		res, err = minipy.Run(ctx, src, opts)
+		eng = iso
 	}
+	defer eng.Close()
+	res, err := eng.Run(ctx, src, opts)
 	if res == nil && err != nil {
 		var pyErr *minipy.PythonError
 		if !errors.As(err, &pyErr) {

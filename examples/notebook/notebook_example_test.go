@@ -41,7 +41,8 @@ func Example_persistentGlobals() {
 	minipy.Minipy("import statistics\ndef mean(xs):\n    return statistics.fmean(xs)", opts)
 	minipy.Minipy("data = [1, 2, 3, 4]", opts)
 	r, _ := minipy.Minipy("mean(data)", opts)
-	fmt.Println(r.Value, ns.Names())
+	names, _ := ns.Names()
+	fmt.Println(r.Value, names)
 	// Output: 2.5 [statistics mean data]
 }
 

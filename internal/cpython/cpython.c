@@ -1,4 +1,4 @@
-// See cpython.h. Facts this file relies on are in shared/design/embedding-cpython.md:
+// See cpython.h. Facts this file relies on are in docs/embedding-cpython.md:
 // CPython's "main thread" is the one that initialised it, signal-based interrupts only work
 // there, and PyErr_SetInterruptEx from another thread is not noticed by a busy loop.
 #define PY_SSIZE_T_CLEAN
@@ -31,8 +31,6 @@
 // interpreter burns.
 #define CALLER_SPIN_NS 1000000
 #define OWNER_SPIN_NS 60000
-
-static const char RUNTIME_FILE[] = "<minipy-runtime>";
 
 static struct {
 	pthread_t owner;
@@ -131,6 +129,103 @@ void mp_kick(uint64_t gen, int stage) {
 	pthread_mutex_unlock(&mp.mu);
 }
 
+// ---- run events ----------------------------------------------------------------------
+
+// Events of the run in progress (its live output; docs/protocol.md) wait here for the
+// caller, in the frame format a worker sends them in, so that Go decodes both engines' events
+// with one function. The run never waits for the caller: beyond EVENTS_MAX bytes queued,
+// output is dropped and counted (the caller drains far more often than that; only an
+// abandoned run, whose caller has gone, fills it).
+#define EVENTS_MAX (8 << 20)
+
+static struct {
+	pthread_mutex_t mu;
+	char *buf;
+	size_t len, cap;
+	uint64_t dropped;
+} ev = {.mu = PTHREAD_MUTEX_INITIALIZER};
+static _Atomic uint32_t ev_pending;  // set by the first event after a drain
+
+// events_reset empties the queue for a new request (under no lock of the owner's: the
+// previous request is over).
+static void events_reset(void) {
+	pthread_mutex_lock(&ev.mu);
+	ev.len = 0;
+	ev.dropped = 0;
+	atomic_store(&ev_pending, 0);
+	pthread_mutex_unlock(&ev.mu);
+}
+
+static PyObject *c_emit(PyObject *self, PyObject *args) {
+	char kind;
+	int stream;
+	Py_buffer data;
+	if (!PyArg_ParseTuple(args, "ciy*", &kind, &stream, &data)) {
+		return NULL;
+	}
+	uint64_t gen = mp.req_gen;  // set before the request was handed to this thread
+	size_t body = 1 + 8 + 1 + (size_t)data.len;
+	int first = 0;
+	pthread_mutex_lock(&ev.mu);
+	if (ev.len + 4 + body > EVENTS_MAX || body > UINT32_MAX) {
+		ev.dropped += (uint64_t)data.len;
+	} else {
+		if (ev.len + 4 + body > ev.cap) {
+			size_t cap = ev.cap ? ev.cap : 4096;
+			while (cap < ev.len + 4 + body) {
+				cap *= 2;
+			}
+			char *grown = realloc(ev.buf, cap);
+			if (!grown) {
+				pthread_mutex_unlock(&ev.mu);
+				PyBuffer_Release(&data);
+				return PyErr_NoMemory();
+			}
+			ev.buf = grown;
+			ev.cap = cap;
+		}
+		char *p = ev.buf + ev.len;
+		uint32_t n = (uint32_t)body;
+		memcpy(p, &n, 4);
+		p[4] = kind;
+		memcpy(p + 5, &gen, 8);
+		p[13] = (char)stream;
+		memcpy(p + 14, data.buf, (size_t)data.len);
+		ev.len += 4 + body;
+	}
+	first = atomic_exchange(&ev_pending, 1) == 0;
+	pthread_mutex_unlock(&ev.mu);
+	PyBuffer_Release(&data);
+	if (first) {
+		atomic_fetch_add(&mp.wake_seq, 1);
+		if (atomic_load(&mp.callers_sleeping)) {
+			futex_wake_all(&mp.wake_seq);
+		}
+	}
+	Py_RETURN_NONE;
+}
+
+char *mp_events(size_t *len, uint64_t *dropped) {
+	pthread_mutex_lock(&ev.mu);
+	atomic_store(&ev_pending, 0);
+	*len = ev.len;
+	*dropped = ev.dropped;
+	ev.dropped = 0;
+	char *out = NULL;
+	if (ev.len) {
+		out = malloc(ev.len);
+		memcpy(out, ev.buf, ev.len);
+		ev.len = 0;
+	}
+	if (ev.cap > (1 << 20)) {  // do not keep a big buffer for the rest of the process
+		free(ev.buf);
+		ev.buf = NULL;
+		ev.cap = 0;
+	}
+	pthread_mutex_unlock(&ev.mu);
+	return out;
+}
+
 // ---- the _minipy_c module: what runtime.py needs from C ------------------------------
 
 static int hard_tracer(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg) {
@@ -183,6 +278,7 @@ static PyMethodDef native_methods[] = {
     {"clear_hard_stop", c_clear_hard_stop, METH_NOARGS, "Remove hard_stop's tracer."},
     {"kick_stage", c_kick_stage, METH_NOARGS, "The stage of the current kick."},
     {"async_raise", c_async_raise, METH_VARARGS, "PyThreadState_SetAsyncExc(ident, exc)."},
+    {"emit", c_emit, METH_VARARGS, "emit(kind, stream, data): queue an event of the run for the caller."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -209,7 +305,7 @@ static void set_init_error_from_python(const char *what) {
 	PyErr_Clear();
 }
 
-static int init_python(const char *src, const char *executable, int sig) {
+static int init_python(const char *src, const char *runtime_file, const char *executable, int sig) {
 	PyConfig config;
 	PyConfig_InitPythonConfig(&config);
 	// Go owns SIGINT, SIGPIPE and SIGXFSZ; Python must not install or ignore handlers.
@@ -233,7 +329,7 @@ static int init_python(const char *src, const char *executable, int sig) {
 	// imported, it would not turn the GIL back on anyway; this says so should that change.)
 	PyUnstable_Module_SetGIL(native, Py_MOD_GIL_NOT_USED);
 #endif
-	PyObject *code = Py_CompileString(src, RUNTIME_FILE, Py_file_input);
+	PyObject *code = Py_CompileString(src, runtime_file, Py_file_input);
 	if (!code) {
 		set_init_error_from_python("compiling the runtime");
 		return -1;
@@ -263,7 +359,7 @@ static int init_python(const char *src, const char *executable, int sig) {
 		return -1;
 	}
 	Py_INCREF(mp.timeout_cls);
-	mp.runtime_file = PyUnicode_FromString(RUNTIME_FILE);
+	mp.runtime_file = PyUnicode_FromString(runtime_file);
 
 	// install() registered the Python-level handler for sig (signal.signal, which is why this
 	// must be the init thread); now take over the OS-level handler so that the signal only
@@ -379,10 +475,10 @@ static void run_request(void) {
 	}
 }
 
-void mp_serve(const char *src, const char *executable, int sig) {
+void mp_serve(const char *src, const char *runtime_file, const char *executable, int sig) {
 	mp.owner = pthread_self();
 	mp.sig = sig;
-	if (init_python(src, executable, sig) != 0) {
+	if (init_python(src, runtime_file, executable, sig) != 0) {
 		atomic_store(&mp.init_state, 2);
 		futex_wake_all(&mp.init_state);
 		return;
@@ -419,6 +515,7 @@ uint64_t mp_submit(char *req, size_t len) {
 	mp.stage = 0;
 	mp.armed = 0;
 	pthread_mutex_unlock(&mp.mu);
+	events_reset();
 	mp.req = req;
 	mp.req_len = len;
 	mp.req_gen = gen;
@@ -434,13 +531,17 @@ int mp_wait(uint64_t gen, int64_t timeout_ns) {
 	int64_t deadline = timeout_ns < 0 ? INT64_MAX : start + timeout_ns;
 	uint32_t seq = atomic_load(&mp.wake_seq);
 	int64_t spin_until = start + CALLER_SPIN_NS < deadline ? start + CALLER_SPIN_NS : deadline;
-	for (int64_t now = start; atomic_load(&mp.done_gen) < gen && atomic_load(&mp.wake_seq) == seq && now < spin_until;
+	for (int64_t now = start; atomic_load(&mp.done_gen) < gen && atomic_load(&mp.wake_seq) == seq &&
+	                          !atomic_load(&ev_pending) && now < spin_until;
 	     now = now_ns()) {
 		cpu_relax(now - start);
 	}
 	for (;;) {
 		if (atomic_load(&mp.done_gen) >= gen) {
 			return 1;
+		}
+		if (atomic_load(&ev_pending)) {
+			return 2;
 		}
 		if (atomic_load(&mp.wake_seq) != seq) {
 			return 0;  // mp_wake: let the caller look at its context
@@ -450,7 +551,7 @@ int mp_wait(uint64_t gen, int64_t timeout_ns) {
 			return 0;
 		}
 		atomic_fetch_add(&mp.callers_sleeping, 1);
-		if (atomic_load(&mp.done_gen) < gen && atomic_load(&mp.wake_seq) == seq) {
+		if (atomic_load(&mp.done_gen) < gen && atomic_load(&mp.wake_seq) == seq && !atomic_load(&ev_pending)) {
 			futex_wait(&mp.wake_seq, seq, deadline == INT64_MAX ? -1 : deadline - now);
 		}
 		atomic_fetch_sub(&mp.callers_sleeping, 1);

@@ -42,14 +42,16 @@ type Interpreter struct{}
 // interrupts runs. It must be called once per process.
 func Start(kickSignal int) (*Interpreter, error) {
 	src := C.CString(pyrt.Source)
+	file := C.CString(pyrt.RuntimeFile)
 	exe := C.CString(LinkedPython())
 	go func() {
 		// The owner never unlocks and never returns: CPython's main thread must stay the
 		// thread that initialised it, and only it may run Python code for us.
 		runtime.LockOSThread()
-		C.mp_serve(src, exe, C.int(kickSignal))
+		C.mp_serve(src, file, exe, C.int(kickSignal))
 		// Reached only if initialisation failed.
 		C.free(unsafe.Pointer(src))
+		C.free(unsafe.Pointer(file))
 		C.free(unsafe.Pointer(exe))
 	}()
 	if C.mp_init_wait() == 0 {
@@ -70,11 +72,28 @@ func (*Interpreter) Submit(req []byte) Request {
 	return Request{gen: uint64(C.mp_submit((*C.char)(p), C.size_t(len(req))))}
 }
 
-// Wait waits up to d (negative: no limit) for the request to finish or for Wake.
-// It reports whether the request has finished.
+// Wait waits up to d (negative: no limit) for the request to finish, for it to queue
+// events (see Events), or for Wake. It reports whether the request has finished.
 func (r Request) Wait(d time.Duration) bool {
-	return C.mp_wait(C.uint64_t(r.gen), C.int64_t(d)) != 0
+	return C.mp_wait(C.uint64_t(r.gen), C.int64_t(d)) == 1
 }
+
+// Events takes the events the request has queued since the last call: frames of u32
+// length, kind byte, u64 run id (the request's generation, see ID), payload; and how many
+// bytes of output were dropped because the queue was full.
+func (r Request) Events() (frames []byte, dropped int) {
+	var n C.size_t
+	var d C.uint64_t
+	p := C.mp_events(&n, &d)
+	if p != nil {
+		frames = C.GoBytes(unsafe.Pointer(p), C.int(n))
+		C.free(unsafe.Pointer(p))
+	}
+	return frames, int(d)
+}
+
+// ID is the request's generation, which its events carry as their run id.
+func (r Request) ID() uint64 { return r.gen }
 
 // WaitDone waits for the request to finish, however often Wake is called meanwhile (a
 // context that ends after its own run has finished wakes whoever waits next).

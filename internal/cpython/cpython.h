@@ -8,11 +8,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-// mp_serve initialises CPython on the calling thread with the runtime source, the python
-// executable to report as sys.executable ("" leaves CPython's guess) and the kick signal,
+// mp_serve initialises CPython on the calling thread with the runtime source and the file
+// name its code carries (pyrt.RuntimeFile), the python executable to report as
+// sys.executable ("" leaves CPython's guess) and the kick signal,
 // then serves requests forever. It returns only if initialisation failed; mp_init_wait
 // reports the outcome to the starter.
-void mp_serve(const char *runtime_src, const char *executable, int kick_signal);
+void mp_serve(const char *runtime_src, const char *runtime_file, const char *executable, int kick_signal);
 
 // mp_init_wait blocks until mp_serve has initialised (returns 1) or failed (returns 0,
 // with the reason in mp_init_error()).
@@ -23,9 +24,15 @@ const char *mp_init_error(void);
 // returns its generation. The caller must hold the Go side's interpreter token.
 uint64_t mp_submit(char *req, size_t len);
 
-// mp_wait waits until the request of generation gen is done, mp_wake is called, or
-// timeout_ns passes (negative: no limit). Returns 1 when the request is done.
+// mp_wait waits until the request of generation gen is done, it has events queued,
+// mp_wake is called, or timeout_ns passes (negative: no limit). Returns 1 when the request
+// is done, 2 when events wait (mp_events), else 0.
 int mp_wait(uint64_t gen, int64_t timeout_ns);
+
+// mp_events takes the events the current request queued, as frames (u32 length, kind,
+// u64 generation, payload; malloc'd, the caller frees it, NULL when none), and the bytes of
+// output dropped because the queue was full.
+char *mp_events(size_t *len, uint64_t *dropped);
 
 // mp_wake wakes every mp_wait (used when a caller's context is cancelled).
 void mp_wake(void);

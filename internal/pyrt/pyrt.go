@@ -2,22 +2,35 @@
 // output capture, tracebacks, the timeout handler, the value codec). Both engines load
 // this same source, the in-process one into the embedded interpreter and the isolated
 // one into each worker process, so the rules of a run are written once.
+//
+// The constants both languages use (request ops, frame kinds, the codec's depth limit, the
+// omission marker) are defined here only: Source and WorkerSource carry them on their
+// constants line (see prelude), so the Python files never spell them out.
 package pyrt
 
-import _ "embed"
+import (
+	"fmt"
+	"strings"
 
-// Source is runtime.py. It must be compiled with the file name RuntimeFile so that the
-// runtime's own frames can be told apart from the user's and left out of tracebacks.
-//
+	_ "embed"
+)
+
 //go:embed runtime.py
-var Source string
+var runtimeSource string
 
-// WorkerSource is worker.py: the isolated engine's worker process around the runtime (the
-// protocol, fd-level output capture, kicks, resource limits). The Go side sends it to the
-// worker's bootstrap and compiles it, like Source, with the file name RuntimeFile.
-//
 //go:embed worker.py
-var WorkerSource string
+var workerSource string
+
+// Source is runtime.py with the shared constants. It must be compiled with the file name
+// RuntimeFile so that the runtime's own frames can be told apart from the user's and left
+// out of tracebacks.
+var Source = withConstants(runtimeSource)
+
+// WorkerSource is worker.py with the shared constants: the isolated engine's worker process
+// around the runtime (the protocol, fd-level output capture, kicks, resource limits). The Go
+// side sends it to the worker's bootstrap and compiles it, like Source, with the file name
+// RuntimeFile.
+var WorkerSource = withConstants(workerSource)
 
 // RuntimeFile is the file name the runtime's code objects carry.
 const RuntimeFile = "<minipy-runtime>"
@@ -33,5 +46,57 @@ const (
 	OpInfo
 )
 
+// RunLive is the flag of a run request whose output is sent while it runs (events of kind
+// FrameOutput), besides being captured for the result.
+const RunLive = 1
+
 // DefaultNamespace is the id of the namespace that runs without Globals use.
 const DefaultNamespace = 1
+
+// MaxDepth is how deeply containers may nest in a value of the codec, both ways.
+const MaxDepth = 100
+
+// Omitted is the marker put where output was cut, a format for both Go's fmt and Python's
+// %: the number of characters left out and the stream's name.
+const Omitted = "\n[... %d characters of %s omitted ...]\n"
+
+// Frames between the Go host and a worker are a u32 length (little-endian, counting the kind
+// byte), a kind byte, then the payload. Events of a run in progress (output, and host calls
+// later) have the same shape on both engines: the in-process engine's C side queues them
+// as frames too, so one decoder serves both (see docs/protocol.md).
+const (
+	FrameRequest = 'R' // host -> worker: u64 run id, u32 deadman ms, u16 n, n x u32 ids, request
+	FrameKick    = 'K' // host -> worker: u64 run id, u8 stage
+	FrameReady   = 'Y' // worker -> host: codec [version, executable]
+	FrameAnswer  = 'A' // worker -> host: u64 run id, u8 kicked, response
+	FrameExit    = 'X' // guardian -> host: i32 wait status, the last frame
+	FrameOutput  = 'O' // run event: u64 run id, u8 stream (1 stdout, 2 stderr), bytes
+)
+
+// constantsLine is the line of runtime.py and worker.py that withConstants replaces.
+const constantsLine = "# @constants: pyrt.go puts the constants shared with Go on this line\n"
+
+// withConstants puts the prelude on src's constants line; one line, so the line numbers of
+// the file stay what an editor shows.
+func withConstants(src string) string {
+	if strings.Count(src, constantsLine) != 1 {
+		panic("pyrt: a Python source lacks its constants line")
+	}
+	return strings.Replace(src, constantsLine, prelude()+"\n", 1)
+}
+
+func prelude() string {
+	b := func(kind byte) string { return fmt.Sprintf("b%q", string(kind)) }
+	defs := []string{
+		fmt.Sprintf("RUNTIME_FILE = %q", RuntimeFile),
+		fmt.Sprintf("OP_RUN, OP_NEW, OP_FREE, OP_SET, OP_GET, OP_NAMES, OP_INFO = %d, %d, %d, %d, %d, %d, %d",
+			OpRun, OpNew, OpFree, OpSet, OpGet, OpNames, OpInfo),
+		fmt.Sprintf("RUN_LIVE = %d", RunLive),
+		fmt.Sprintf("DEFAULT_NAMESPACE = %d", DefaultNamespace),
+		fmt.Sprintf("MAX_DEPTH = %d", MaxDepth),
+		fmt.Sprintf("OMITTED = %q", Omitted),
+		fmt.Sprintf("F_REQUEST, F_KICK, F_READY, F_ANSWER, F_EXIT, F_OUTPUT = %s, %s, %s, %s, %s, %s",
+			b(FrameRequest), b(FrameKick), b(FrameReady), b(FrameAnswer), b(FrameExit), b(FrameOutput)),
+	}
+	return strings.Join(defs, "; ")
+}

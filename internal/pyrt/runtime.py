@@ -8,6 +8,7 @@ dispatch(); see codec.go for the other side of the value format.
 
 import ast
 import builtins
+import functools
 import io
 import linecache
 import opcode
@@ -21,7 +22,7 @@ import time
 import tokenize
 import types
 
-RUNTIME_FILE = "<minipy-runtime>"
+# @constants: pyrt.go puts the constants shared with Go on this line
 
 # ---------------------------------------------------------------------------------------
 # Value codec. One tag byte per value:
@@ -34,7 +35,6 @@ RUNTIME_FILE = "<minipy-runtime>"
 _Q = struct.Struct("<q")
 _D = struct.Struct("<d")
 _U = struct.Struct("<I")
-_MAX_DEPTH = 100
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
@@ -75,14 +75,14 @@ def _enc(v, out, depth):
         out += b"s"
         _enc_str(v, out)
     elif t is list or t is tuple:
-        if depth >= _MAX_DEPTH:
+        if depth >= MAX_DEPTH:
             raise Unconvertible("nested too deeply (or contains itself)")
         out += b"l"
         out += _U.pack(len(v))
         for item in v:
             _enc(item, out, depth + 1)
     elif t is dict:
-        if depth >= _MAX_DEPTH:
+        if depth >= MAX_DEPTH:
             raise Unconvertible("nested too deeply (or contains itself)")
         out += b"d"
         out += _U.pack(len(v))
@@ -216,8 +216,10 @@ class Capture(io.TextIOBase):
         self._name = name
         self.reset(limit)
 
-    def reset(self, limit):
-        """Empty the stream for another run (the in-process engine reuses its two streams)."""
+    def reset(self, limit, emit=None):
+        """Empty the stream for another run (the in-process engine reuses its two streams).
+        emit, when given, also sends each write on to the host as it happens (live output)."""
+        self._emit = emit
         self._limit = limit
         self._head = []
         self._head_len = 0
@@ -256,6 +258,8 @@ class Capture(io.TextIOBase):
         n = len(s)
         if not n:
             return 0
+        if self._emit is not None:
+            self._emit(s.encode("utf-8", "surrogatepass"))
         # No lock: threads printing at once may interleave their writes, as on a terminal,
         # but each write is appended whole under the GIL.
         limit = self._limit
@@ -297,7 +301,7 @@ class Capture(io.TextIOBase):
         tail = "".join(self._tail)
         tail = (head[keep_head:] + tail)[-keep_tail:] if keep_tail else ""
         omitted = self._total - keep_head - len(tail)
-        return "%s\n[... %d characters of %s omitted ...]\n%s" % (head[:keep_head], omitted, self._name, tail)
+        return head[:keep_head] + OMITTED % (omitted, self._name) + tail
 
 
 class _Discard(io.TextIOBase):
@@ -724,7 +728,7 @@ _sliced_sleep.__doc__ = _real_sleep.__doc__
 
 _run_procs = None  # [(pid, start, reap)] of the run in progress, else None
 _space_procs = {}  # namespace id -> [(pid, start, reap)] left running by finished runs
-_last_space = 1  # the namespace of the latest run (DEFAULT_NAMESPACE at first)
+_last_space = DEFAULT_NAMESPACE  # the namespace of the latest run
 _real_kill = os.kill
 _real_fork = os.fork
 
@@ -898,7 +902,6 @@ _system.__doc__ = os.system.__doc__
 # Namespaces and the run itself.
 # ---------------------------------------------------------------------------------------
 
-DEFAULT_NAMESPACE = 1
 _spaces = {}
 _next_space = DEFAULT_NAMESPACE
 
@@ -934,29 +937,31 @@ _NONE = b"N"
 _memory_streams = None
 
 
-def _memory_captures(max_output):
+def _memory_captures(max_output, live):
     global _memory_streams
     if _memory_streams is None:
         _memory_streams = Capture(max_output, "stdout"), Capture(max_output, "stderr")
     out, err = _memory_streams
-    out.reset(max_output)
-    err.reset(max_output)
+    emit = _native.emit if live and _native is not None else None
+    out.reset(max_output, emit and functools.partial(emit, F_OUTPUT, 1))
+    err.reset(max_output, emit and functools.partial(emit, F_OUTPUT, 2))
     return out, err
 
 
-# Hook: makes a run's (stdout, stderr) streams, objects with getvalue(). In-process, fds 1
-# and 2 belong to the host, so output is captured in memory; the isolated engine's worker
-# replaces this with streams on fds 1 and 2, which it captures itself (os.write, C and
-# subprocess output included).
+# Hook: makes a run's (stdout, stderr) streams, objects with getvalue(); live: send output
+# to the host as it is written (docs/protocol.md). In-process, fds 1 and 2 belong to the
+# host, so output is captured in memory and sent through the C module's event queue; the
+# isolated engine's worker replaces this with streams on fds 1 and 2, which it captures and
+# sends itself (os.write, C and subprocess output included).
 new_captures = _memory_captures
 
 
-def run(gid, lid, max_output, src):
+def run(gid, lid, max_output, flags, src):
     """Run one cell; the reply is status 0, then has_value, value (or X), repr, stdout, stderr,
     error ([type, message, traceback] or None) and seconds, each a codec value."""
     g = _space(gid)
     l = _space(lid) if lid else g
-    out, err = new_captures(max_output)
+    out, err = new_captures(max_output, bool(flags & RUN_LIVE))
     state = _state
     has_value = False
     value_bytes = _NONE
@@ -1067,8 +1072,7 @@ def info():
     return _info
 
 
-OP_RUN, OP_NEW, OP_FREE, OP_SET, OP_GET, OP_NAMES, OP_INFO = range(1, 8)
-_HEADER = struct.Struct("<BIIi")
+_HEADER = struct.Struct("<BIIiI")
 
 
 def dispatch(req):
@@ -1078,8 +1082,8 @@ def dispatch(req):
     try:
         op = req[0]
         if op == OP_RUN:
-            _, gid, lid, max_output = _HEADER.unpack_from(req, 0)
-            return run(gid, lid, max_output, req[_HEADER.size:])
+            _, gid, lid, max_output, flags = _HEADER.unpack_from(req, 0)
+            return run(gid, lid, max_output, flags, req[_HEADER.size:])
         if op == OP_NEW:
             return b"\x00" + encode(new_namespace())
         args = decode(req, 1) if len(req) > 1 else []

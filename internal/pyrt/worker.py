@@ -39,7 +39,7 @@ _LEN = struct.Struct("<I")
 _RUN_ID = struct.Struct("<Q")
 _STOP_MS = struct.Struct("<I")
 _COUNT = struct.Struct("<H")
-_RUNTIME_FILE = "<minipy-runtime>"
+# @constants: pyrt.go puts the constants shared with Go on this line
 
 
 def _move_fds():
@@ -63,11 +63,19 @@ class _FdStream(io.TextIOWrapper):
     """sys.stdout/sys.stderr of a run: text written straight through to fd 1 or 2, whose
     memory file getvalue() reads back (capped like the in-process Capture)."""
 
+    def write(self, s):
+        pump = self._pump
+        if pump.active and pump.last != self._fd:
+            pump.switch(self._fd)  # what the other stream got first goes out first
+        return super().write(s)
+
     def getvalue(self):
         try:
             self.flush()
         except (ValueError, OSError):
             pass
+        if self._pump.active:
+            self._pump.send()  # the last live output, before _drain empties the file
         return _drain(self._mem, self._limit, self._what)
 
 
@@ -86,7 +94,7 @@ def _drain(mem, limit, what):
         tail = os.pread(mem, 4 * keep_tail, size - 4 * keep_tail).decode("utf-8", "replace")
         tail = tail[-keep_tail:] if keep_tail else ""
         omitted = size - len(head.encode()) - len(tail.encode())
-        text = "%s\n[... %d characters of %s omitted ...]\n%s" % (head, omitted, what, tail)
+        text = head + OMITTED % (omitted, what) + tail
     _reset(mem)
     return text
 
@@ -94,6 +102,67 @@ def _drain(mem, limit, what):
 def _reset(mem):
     os.ftruncate(mem, 0)
     os.lseek(mem, 0, os.SEEK_SET)  # the offset is shared with fd 1/2 and every child's copy
+
+
+class _Pump:
+    """Live output (docs/protocol.md): while a run that asked for it goes on, sends what
+    reached the memory files of fds 1 and 2 since the last time as F_OUTPUT frames, every
+    _INTERVAL from its own thread and at once when a run's Python code switches from one
+    stream to the other. Started before any run, so the kick never takes it for a thread of
+    the code."""
+
+    _INTERVAL = 0.010  # output.go's liveInterval
+    _CHUNK = 1 << 20
+
+    def __init__(self, w):
+        self.w = w
+        self.lock = threading.Lock()
+        self.wake = threading.Event()
+        self.active = False
+        self.last = 0
+        self.run_id = b""
+        self.sent = {}
+        threading.Thread(target=self.loop, name="minipy-output", daemon=True).start()
+
+    def start(self, run_id):
+        with self.lock:
+            self.run_id = run_id
+            self.sent = {1: 0, 2: 0}
+            self.last = 0
+            self.active = True
+        self.wake.set()
+
+    def stop(self):
+        with self.lock:
+            self.active = False
+            self.wake.clear()
+
+    def switch(self, fd):
+        self.send()
+        self.last = fd
+
+    def send(self):
+        with self.lock:
+            if not self.active:
+                return
+            for fd, mem in ((1, self.w.out_mem), (2, self.w.err_mem)):
+                size = os.fstat(mem).st_size
+                while self.sent[fd] < size:
+                    data = os.pread(mem, min(size - self.sent[fd], self._CHUNK), self.sent[fd])
+                    if not data:
+                        break
+                    self.sent[fd] += len(data)
+                    self.w.write_frame(F_OUTPUT, self.run_id, bytes((fd,)), data)
+
+    def loop(self):
+        tick = threading.Event()  # never set: a sleep that is not the runtime's time.sleep
+        while True:
+            self.wake.wait()
+            tick.wait(self._INTERVAL)
+            try:
+                self.send()
+            except OSError:
+                pass  # the host is gone; the control thread ends the worker
 
 
 class _Worker:
@@ -104,10 +173,13 @@ class _Worker:
         self.out_mem = out_mem
         self.err_mem = err_mem
         self.streams = {}
+        self.write_lock = threading.Lock()  # frames come from the main and pump threads
+        self.pump = None
         self.lock = threading.Lock()
         self.request_ready = threading.Lock()
         self.request_ready.acquire()
         self.request = None
+        self.run_id = b""
         self.current = 0
         self.running = False
         self.kicked = False
@@ -129,12 +201,13 @@ class _Worker:
     def write_frame(self, kind, *parts):
         body = b"".join(parts)
         data = memoryview(_LEN.pack(len(body) + 1) + kind + body)
-        while data:
-            data = data[os.write(self.out_fd, data):]
+        with self.write_lock:
+            while data:
+                data = data[os.write(self.out_fd, data):]
 
     # -- output ---------------------------------------------------------------------------
 
-    def captures(self, max_output):
+    def captures(self, max_output, live):
         # Point fds 1 and 2 at the memory files again: the code of an earlier run may have
         # closed or redirected them.
         os.dup2(self.out_mem, 1)
@@ -143,6 +216,8 @@ class _Worker:
             _reset(self.out_mem)  # written between runs (a lingering thread or child)
         if os.fstat(self.err_mem).st_size:
             _reset(self.err_mem)
+        if live:
+            self.pump.start(self.run_id)
         return self.stream(1, self.out_mem, "stdout", max_output), self.stream(2, self.err_mem, "stderr", max_output)
 
     def stream(self, fd, mem, what, limit):
@@ -150,7 +225,7 @@ class _Worker:
         if s is None or s.closed:
             s = _FdStream(io.FileIO(fd, "w", closefd=False), encoding="utf-8", errors="surrogateescape",
                           write_through=True)
-            s._mem, s._what = mem, what
+            s._mem, s._what, s._fd, s._pump = mem, what, fd, self.pump
             self.streams[fd] = s
         s._limit = limit
         return s
@@ -164,7 +239,7 @@ class _Worker:
             if body is None:
                 os._exit(0)  # the host is gone: nothing may outlive it
             kind = body[:1]
-            if kind == b"K":
+            if kind == F_KICK:
                 run_id = _RUN_ID.unpack_from(body, 1)[0]
                 stage = body[9]
                 with self.lock:
@@ -173,7 +248,7 @@ class _Worker:
                         if stage > _rt._state.stage:
                             _rt._state.stage = stage
                         signal.pthread_kill(self.main_ident, self.kick_signal)
-            elif kind == b"R":
+            elif kind == F_REQUEST:
                 self.request = body
                 self.request_ready.release()
             else:
@@ -204,14 +279,16 @@ class _Worker:
                 self.kicked = False
             if stop_ms and self.deadman is not None:
                 self.deadman.arm(stop_ms)
+            self.run_id = body[1:9]  # for captures(): the run id of live output
             resp = dispatch(body[pos:])
+            self.pump.stop()
             if stop_ms and self.deadman is not None:
                 self.deadman.disarm()
             with self.lock:
                 self.running = False
                 kicked = self.kicked
                 state.stage = 0
-            self.write_frame(b"A", body[1:9], b"\x01" if kicked else b"\x00", resp)
+            self.write_frame(F_ANSWER, body[1:9], b"\x01" if kicked else b"\x00", resp)
 
     # -- limits ---------------------------------------------------------------------------
 
@@ -554,7 +631,7 @@ def _become_guardian(cfg, runtime):
         _rt.kill_processes([(p, _rt._proc_start(p), False) for p in _rt._children_by_parent().get(me, ())])
     if status is not None and not host_gone:
         try:
-            os.write(1, _LEN.pack(5) + b"X" + struct.pack("<i", status))
+            os.write(1, _LEN.pack(5) + F_EXIT + struct.pack("<i", status))
         except OSError:
             pass
     os._exit(0)
@@ -621,7 +698,7 @@ def _load_runtime(cfg, runtime):
     if compiled and cfg.get("code_tag") == tag:
         exec(marshal.loads(compiled), _rt.__dict__)
         return []
-    code = compile(source, _RUNTIME_FILE, "exec")
+    code = compile(source, RUNTIME_FILE, "exec")
     exec(code, _rt.__dict__)
     return [tag, marshal.dumps(code)]  # made before any user code runs: safe to reuse
 
@@ -652,9 +729,10 @@ def _start(w, cfg, runtime):
     w.fault_file = os.fdopen(w.host_err, "w")
     faulthandler.enable(file=w.fault_file)
     threading.Thread(target=w.control, name="minipy-control", daemon=True).start()
+    w.pump = _Pump(w)
     _set_limits(cfg)  # after the control thread: RLIMIT_AS must leave room for its stack
     ready = ["%d.%d.%d" % sys.version_info[:3], sys.executable, os.getpid()] + compiled
-    w.write_frame(b"Y", _rt.encode(ready))
+    w.write_frame(F_READY, _rt.encode(ready))
     w.serve(dispatch)
 
 

@@ -1,0 +1,138 @@
+package minipy_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/minipy-go/minipy"
+)
+
+// The short path: code in, what the model should read out.
+func ExampleMinipy() {
+	r, err := minipy.Minipy("import math\nprint('12! is')\nmath.factorial(12)", nil)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Print(r.Text())
+	// Output:
+	// 12! is
+	// 479001600
+}
+
+// Run takes a context; the run stops at its deadline or Options.Timeout, whichever comes first.
+func ExampleRun() {
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	r, err := minipy.Run(ctx, "print('working'); import time; time.sleep(10)", nil)
+	fmt.Printf("%q %v %v\n", r.Stdout, errors.Is(err, minipy.ErrTimeout), errors.Is(err, context.DeadlineExceeded))
+	// Output: "working\n" true true
+}
+
+// A namespace holds a session's variables; Set and Get convert Go values.
+func ExampleNamespace_Set() {
+	ns := minipy.NewNamespace()
+	defer ns.Close()
+	if err := ns.Set("prices", map[string]any{"apple": 1.25, "pear": 2}); err != nil {
+		panic(err)
+	}
+	r, _ := minipy.Minipy("total = sum(prices.values())\ntotal", &minipy.Options{Globals: ns})
+	fmt.Println(r.Value)
+	// Output: 3.25
+}
+
+func ExampleNamespace_Get() {
+	ns := minipy.NewNamespace()
+	defer ns.Close()
+	minipy.Minipy("squares = {str(n): n * n for n in range(4)}\nloop = []\nloop.append(loop)", &minipy.Options{Globals: ns})
+	v, _ := ns.Get("squares")
+	fmt.Println(v.(map[string]any)["3"])
+	_, err := ns.Get("loop")
+	fmt.Println(errors.Is(err, minipy.ErrUnsupportedValue))
+	_, err = ns.Get("nope")
+	fmt.Println(errors.Is(err, minipy.ErrNameNotFound))
+	// Output:
+	// 9
+	// true
+	// true
+}
+
+// Code written against Engine runs in-process or in sandboxed workers alike.
+func ExampleEngine() {
+	for _, start := range []func() (minipy.Engine, error){
+		func() (minipy.Engine, error) { return minipy.InProcess(), nil },
+		func() (minipy.Engine, error) { return minipy.NewIsolated(minipy.IsolatedConfig{}) },
+	} {
+		eng, err := start()
+		if err != nil {
+			panic(err)
+		}
+		ns := eng.NewNamespace()
+		eng.Run(context.Background(), "x = 20", &minipy.Options{Globals: ns})
+		r, _ := eng.Run(context.Background(), "x + 22", &minipy.Options{Globals: ns})
+		fmt.Println(r.Value)
+		ns.Close()
+		eng.Close()
+	}
+	// Output:
+	// 42
+	// 42
+}
+
+// The isolated engine runs code in sandboxed worker processes: its own file system, no
+// network, a hard kill at the deadline, and a crash costs only that worker's variables.
+func ExampleNewIsolated() {
+	eng, err := minipy.NewIsolated(minipy.IsolatedConfig{})
+	if err != nil {
+		panic(err)
+	}
+	defer eng.Close()
+	r, _ := eng.Minipy("import os, socket\nsocket.gethostname(), os.getcwd(), os.path.exists('/home')", nil)
+	fmt.Println(r.Repr)
+	_, err = eng.Minipy("import os; os._exit(3)", nil)
+	fmt.Println(errors.Is(err, minipy.ErrStateLost))
+	// Output:
+	// ('minipy', '/work', False)
+	// true
+}
+
+// CallTool serves a model's tool call: JSON arguments in, the text to send back out.
+func ExampleCallTool() {
+	ns := minipy.NewNamespace()
+	defer ns.Close()
+	opts := &minipy.Options{Globals: ns}
+	cell := regexp.MustCompile(`<cell-\d+>`) // runs are numbered per process
+	for _, args := range []string{
+		`{"code": "import math\nr = 2\nprint('area:')\nmath.pi * r ** 2"}`,
+		`{"code": "r / 0"}`,
+	} {
+		text, isError := minipy.CallTool(context.Background(), json.RawMessage(args), opts)
+		fmt.Printf("isError=%v\n%s", isError, cell.ReplaceAllString(text, "<cell-N>"))
+	}
+	// Output:
+	// isError=false
+	// [stdout]
+	// area:
+	// [value]
+	// 12.566370614359172
+	// isError=true
+	// [error]
+	// Traceback (most recent call last):
+	//   File "<cell-N>", line 1, in <module>
+	//     r / 0
+	//     ~~^~~
+	// ZeroDivisionError: division by zero
+}
+
+// ToolSchema is what a model client registers: Anthropic's shape as is, OpenAI's through OpenAI().
+func ExampleToolSchema() {
+	tool := minipy.ToolSchema()
+	fmt.Println(tool.Name, tool.InputSchema.Required)
+	fmt.Println(tool.OpenAI()["type"])
+	// Output:
+	// minipy [code]
+	// function
+}

@@ -1,0 +1,28 @@
+package pyrt
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The prelude keeps every line of the Python files where it is, so the line numbers of the
+// runtime's own frames are those of the files.
+func TestPreludeKeepsLineNumbers(t *testing.T) {
+	assert.Equal(t, strings.Count(runtimeSource, "\n"), strings.Count(Source, "\n"))
+	assert.Equal(t, strings.Count(workerSource, "\n"), strings.Count(WorkerSource, "\n"))
+	assert.NotContains(t, Source, constantsLine)
+}
+
+// The prelude is valid Python that defines what it says, with the values Go uses.
+func TestPreludeIsPython(t *testing.T) {
+	python, err := exec.LookPath("python3")
+	require.NoError(t, err)
+	code := prelude() + "\nprint(RUNTIME_FILE, OP_INFO, MAX_DEPTH, F_OUTPUT, OMITTED % (3, 'stdout'), sep='|')"
+	out, err := exec.Command(python, "-c", code).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Equal(t, "<minipy-runtime>|7|100|b'O'|\n[... 3 characters of stdout omitted ...]\n\n", string(out))
+}
