@@ -1,6 +1,6 @@
 module github.com/minipy-go/minipy/cmd/minipy-mcp
 
-go 1.26.8
+go 1.25.0
 
 require (
 	github.com/minipy-go/minipy v0.0.0

@@ -1,32 +1,50 @@
-// Command minipy-mcp serves minipy as an MCP tool over stdio: "minipy" runs Python code in a
-// namespace that persists for the client's session, and "reset" empties that namespace.
+// Command minipy-mcp serves minipy as an MCP tool: "minipy" runs Python code in a namespace
+// that persists for the client's session, and "reset" empties that namespace. It speaks
+// stdio by default, or the Streamable HTTP transport with -http.
 //
 // Add it to an MCP client's configuration as a stdio server:
 //
 //	{"mcpServers": {"minipy": {"command": "minipy-mcp", "args": ["-timeout", "2m"]}}}
 //
+// or serve it over HTTP for remote clients (one namespace per MCP session; a session idle
+// for -session-timeout is closed and its namespace freed):
+//
+//	minipy-mcp -http :8080 -backend isolated
+//
 // Flags:
 //
+//	-backend engine     inprocess, isolated (sandboxed worker processes: hard timeouts,
+//	                    crash survival, no network, resource limits), or auto (default:
+//	                    isolated on the virtualenv of the current directory's project if it
+//	                    has one, else inprocess); -isolated is -backend isolated
 //	-timeout duration   default run timeout, also the most a model may ask for (default: the
 //	                    tool's 60 s default, up to 600 s on request)
 //	-max-output int     character budget of a reply (default 16384)
-//	-isolated           run the code in worker processes (minipy.NewIsolated): hard
-//	                    timeouts, crash survival, no network, resource limits
-//	-workers int        worker processes with -isolated (default 2)
-//	-memory-limit int   bytes of memory per worker with -isolated (0: none)
+//	-workers int        worker processes with -backend isolated (default 2)
+//	-memory-limit int   bytes of memory per worker with -backend isolated (0: none)
+//	-http addr          serve Streamable HTTP on addr (host:port) instead of stdio
+//	-session-timeout d  with -http: close sessions idle this long (default 30m)
 //
-// The code's Python output is captured; anything that writes to file descriptor 1 directly
-// (os.write, C extensions, subprocesses) goes to stderr instead, so it cannot corrupt the
-// protocol on stdout.
+// A client that sends a progress token with a call gets progress notifications carrying
+// the run's latest output, about once a second while it prints.
+//
+// Over stdio the code's Python output is captured; anything that writes to file descriptor
+// 1 directly (os.write, C extensions, subprocesses) goes to stderr instead, so it cannot
+// corrupt the protocol on stdout.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log"
+	"net"
+	"net/http"
 	"os"
+	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -34,33 +52,89 @@ import (
 )
 
 // version is the server version reported to clients.
-const version = "0.1.0"
+const version = "0.2.0"
 
 func main() {
+	backend := flag.String("backend", "auto", "`engine`: inprocess, isolated, or auto (isolated on the project's virtualenv if there is one, else inprocess)")
 	timeout := flag.Duration("timeout", 0, "default run timeout and the most a model may ask for (0: minipy's tool defaults)")
 	maxOutput := flag.Int("max-output", 0, "character budget of a reply (0: minipy.DefaultToolOutput)")
-	isolated := flag.Bool("isolated", false, "run the code in worker processes with hard limits instead of in this process")
-	workers := flag.Int("workers", 2, "worker processes with -isolated")
-	memoryLimit := flag.Int64("memory-limit", 0, "bytes of memory per worker with -isolated (0: no limit)")
+	isolated := flag.Bool("isolated", false, "same as -backend isolated")
+	workers := flag.Int("workers", 2, "worker processes with -backend isolated")
+	memoryLimit := flag.Int64("memory-limit", 0, "bytes of memory per worker with -backend isolated (0: no limit)")
+	httpAddr := flag.String("http", "", "serve the Streamable HTTP transport on `addr` (host:port) instead of stdio")
+	sessionTimeout := flag.Duration("session-timeout", 30*time.Minute, "with -http: close a session (and free its namespace) after this long without a request")
 	flag.Parse()
-	protocol, err := takeStdout()
+	if *isolated {
+		*backend = "isolated"
+	}
+	var protocol *os.File
+	if *httpAddr == "" {
+		var err error
+		if protocol, err = takeStdout(); err != nil {
+			log.Fatalf("minipy-mcp: %v", err)
+		}
+	}
+	eng, err := newEngine(*backend, minipy.IsolatedConfig{Workers: *workers, MemoryLimit: *memoryLimit})
 	if err != nil {
 		log.Fatalf("minipy-mcp: %v", err)
 	}
-	eng := minipy.InProcess()
-	if *isolated {
-		iso, err := minipy.NewIsolated(minipy.IsolatedConfig{Workers: *workers, MemoryLimit: *memoryLimit})
-		if err != nil {
-			log.Fatalf("minipy-mcp: %v", err)
-		}
-		defer iso.Close()
-		eng = iso
+	defer eng.Close()
+	server := newServer(eng, &minipy.Options{Timeout: *timeout, MaxOutput: *maxOutput})
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if *httpAddr != "" {
+		err = serveHTTP(ctx, server, *httpAddr, *sessionTimeout)
+	} else {
+		err = server.Run(ctx, &mcp.IOTransport{Reader: os.Stdin, Writer: protocol})
 	}
-	opts := &minipy.Options{Timeout: *timeout, MaxOutput: *maxOutput}
-	transport := &mcp.IOTransport{Reader: os.Stdin, Writer: protocol}
-	if err := newServer(eng, opts).Run(context.Background(), transport); err != nil {
+	if err != nil && !errors.Is(err, context.Canceled) {
 		log.Fatalf("minipy-mcp: %v", err)
 	}
+}
+
+// newEngine starts the engine -backend names.
+func newEngine(backend string, cfg minipy.IsolatedConfig) (minipy.Engine, error) {
+	switch backend {
+	case "inprocess":
+		return minipy.InProcess(), nil
+	case "isolated":
+		return minipy.NewIsolated(cfg)
+	case "auto":
+		dir, err := os.Getwd()
+		if err != nil {
+			return nil, err
+		}
+		return minipy.Auto(dir)
+	}
+	return nil, fmt.Errorf("-backend must be auto, inprocess or isolated, not %q", backend)
+}
+
+// serveHTTP serves server's Streamable HTTP transport on addr until ctx ends. Each MCP
+// session gets its own namespace (see sessions); idle sessions close after idle.
+func serveHTTP(ctx context.Context, server *mcp.Server, addr string, idle time.Duration) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: httpHandler(server, idle), ReadHeaderTimeout: 10 * time.Second}
+	log.Printf("minipy-mcp: serving MCP over HTTP at http://%s/mcp", ln.Addr())
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(shutdown) //nolint:errcheck // exiting anyway
+	}()
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return ctx.Err()
+}
+
+// httpHandler is server's Streamable HTTP transport, at /mcp (and /), with sessions closed
+// after idle without a request.
+func httpHandler(server *mcp.Server, idle time.Duration) http.Handler {
+	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
+		&mcp.StreamableHTTPOptions{SessionTimeout: idle})
 }
 
 // takeStdout moves the protocol off file descriptor 1: it returns a new descriptor for

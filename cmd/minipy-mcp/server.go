@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -16,6 +18,12 @@ const resetToolName = "reset"
 // newServer returns an MCP server with the minipy tool, run on eng with opts (their Globals
 // are ignored: each client session gets a namespace of its own), and the reset tool.
 func newServer(eng minipy.Engine, opts *minipy.Options) *mcp.Server {
+	server, _ := newServerSessions(eng, opts)
+	return server
+}
+
+// newServerSessions is newServer, also returning its sessions.
+func newServerSessions(eng minipy.Engine, opts *minipy.Options) (*mcp.Server, *sessions) {
 	s := &sessions{eng: eng, opts: *opts, spaces: map[*mcp.ServerSession]*minipy.Namespace{}}
 	server := mcp.NewServer(&mcp.Implementation{Name: "minipy", Version: version}, nil)
 	tool := eng.ToolSchemaFor(opts)
@@ -25,7 +33,7 @@ func newServer(eng minipy.Engine, opts *minipy.Options) *mcp.Server {
 		Description: "Empty the Python namespace of the " + tool.Name + " tool: forget every variable, function and import of this session.",
 		InputSchema: map[string]any{"type": "object", "properties": map[string]any{}},
 	}, s.reset)
-	return server
+	return server, s
 }
 
 // sessions holds one namespace per client session, made on its first run and freed when
@@ -63,6 +71,11 @@ func (s *sessions) forgetWhenClosed(ss *mcp.ServerSession) {
 func (s *sessions) run(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	opts := s.opts
 	opts.Globals, opts.Locals = s.namespace(req.Session), nil
+	if token := req.Params.GetProgressToken(); token != nil {
+		p := newProgress(ctx, req.Session, token)
+		defer p.stop()
+		opts.Stdout, opts.Stderr = p, p
+	}
 	text, isError := s.eng.CallTool(ctx, json.RawMessage(req.Params.Arguments), &opts)
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}, IsError: isError}, nil
 }
@@ -80,3 +93,74 @@ func (s *sessions) reset(_ context.Context, req *mcp.CallToolRequest) (*mcp.Call
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{
 		Text: "[reset]\nThe namespace is empty: every variable, function and import of this session is gone.\n"}}}, nil
 }
+
+// progressEvery is how often a run that prints sends a progress notification, and
+// progressTail how much of its latest output the notification carries.
+const (
+	progressEvery = time.Second
+	progressTail  = 2000
+)
+
+// progress turns a run's live output into MCP progress notifications: at most one per
+// progressEvery while new output comes, whose message is the output's last progressTail
+// bytes and whose progress counts the bytes printed so far.
+type progress struct {
+	ctx     context.Context
+	session *mcp.ServerSession
+	token   any
+
+	mu    sync.Mutex
+	tail  []byte
+	total int
+	sent  int
+	done  chan struct{}
+}
+
+func newProgress(ctx context.Context, ss *mcp.ServerSession, token any) *progress {
+	p := &progress{ctx: ctx, session: ss, token: token, done: make(chan struct{})}
+	go p.loop()
+	return p
+}
+
+// Write takes output of the run (stdout and stderr alike, in order).
+func (p *progress) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	p.total += len(b)
+	p.tail = append(p.tail, b...)
+	if over := len(p.tail) - progressTail; over > 0 {
+		p.tail = append(p.tail[:0], p.tail[over:]...)
+	}
+	p.mu.Unlock()
+	return len(b), nil
+}
+
+func (p *progress) loop() {
+	tick := time.NewTicker(progressEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-p.done:
+			return
+		case <-p.ctx.Done():
+			return
+		case <-tick.C:
+			p.notify()
+		}
+	}
+}
+
+// notify sends what came since the last notification, if anything did.
+func (p *progress) notify() {
+	p.mu.Lock()
+	if p.total == p.sent {
+		p.mu.Unlock()
+		return
+	}
+	p.sent = p.total
+	params := &mcp.ProgressNotificationParams{ProgressToken: p.token, Progress: float64(p.total),
+		Message: strings.ToValidUTF8(string(p.tail), "\uFFFD")}
+	p.mu.Unlock()
+	p.session.NotifyProgress(p.ctx, params) //nolint:errcheck // progress is best effort
+}
+
+func (p *progress) stop() { close(p.done) }

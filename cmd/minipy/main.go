@@ -1,8 +1,14 @@
 // Command minipy runs Python code the way an LLM tool loop would and prints what the model
-// would see: the output, then the last expression's value, or the traceback.
+// would see: the output as it comes, then the last expression's value, or the traceback.
 //
 //	minipy -c 'import math; math.factorial(12)'
+//	minipy script.py [ARGS...]
 //	echo 'print("hi")' | minipy --json
+//	minipy                       # on a terminal: a REPL with one persistent namespace
+//
+// --backend picks the engine: inprocess (the embedded interpreter), isolated (sandboxed
+// worker processes) or auto (the default: isolated on the project's virtualenv when the
+// current directory belongs to one, as minipy.Auto decides; in-process otherwise).
 //
 // It exits 1 when the code raised (or timed out) and 2 on bad usage.
 package main
@@ -27,6 +33,10 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
+// defaultTimeout bounds -c and stdin code when --timeout is 0; a file and the REPL have no
+// limit then (Ctrl-C stops them).
+const defaultTimeout = 30 * time.Second
+
 // jsonResult is the --json document.
 type jsonResult struct {
 	HasValue bool `json:"has_value"`
@@ -47,41 +57,100 @@ type jsonError struct {
 	Traceback string `json:"traceback"`
 }
 
-func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+// config is the command line, parsed.
+type config struct {
+	code, file string
+	hasCode    bool
+	argv       []string // sys.argv for a file
+	asJSON     bool
+	timeout    time.Duration
+	maxOutput  int
+	backend    string
+	isolated   minipy.IsolatedConfig
+	isoFlags   []string // isolated-only flags given
+}
+
+func parseArgs(args []string, stderr io.Writer) (*config, bool) {
+	c := &config{}
 	fs := flag.NewFlagSet("minipy", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	code := fs.String("c", "", "Python code to run (default: read it from stdin)")
-	asJSON := fs.Bool("json", false, "print the result as JSON (value, repr, stdout, stderr, error, duration)")
-	timeout := fs.Duration("timeout", 30*time.Second, "stop the code after this long (negative: no limit)")
-	maxOutput := fs.Int("max-output", 0, "cap each of stdout, stderr and the repr at this many characters (0: default, negative: none)")
-	isolated := fs.Bool("isolated", false, "run in a sandboxed worker process (hard timeout, crash-proof, no network) instead of in-process")
-	python := fs.String("python", "", "with --isolated: the worker's python executable (default: the one matching the linked libpython)")
-	network := fs.Bool("network", false, "with --isolated: let the code reach the network")
-	memoryLimit := fs.Int64("memory-limit", 0, "with --isolated: cap the worker's address space at this many bytes (0: none)")
-	var mounts []minipy.Mount
-	var env []string
-	fs.Func("mount", "with --isolated: share a host path, `SOURCE[:TARGET][:rw]` (read-only unless :rw; repeatable)", func(v string) error {
+	fs.StringVar(&c.code, "c", "", "Python code to run (default: a FILE, else stdin, else a REPL on a terminal)")
+	fs.BoolVar(&c.asJSON, "json", false, "print the result as JSON (value, repr, stdout, stderr, error, duration) at the end instead of streaming")
+	fs.DurationVar(&c.timeout, "timeout", 0, "stop each run after this long (0: 30s for -c and stdin, none for a FILE or the REPL; negative: none)")
+	fs.IntVar(&c.maxOutput, "max-output", 0, "cap each of stdout, stderr and the repr of the result at this many characters (0: default, negative: none)")
+	fs.StringVar(&c.backend, "backend", "auto", "`engine`: inprocess, isolated (sandboxed worker processes), or auto (isolated on the project's virtualenv if there is one, else inprocess)")
+	isolated := fs.Bool("isolated", false, "same as --backend isolated")
+	fs.StringVar(&c.isolated.Python, "python", "", "isolated: the worker's python executable (default: the one matching the linked libpython)")
+	fs.BoolVar(&c.isolated.Network, "network", false, "isolated: let the code reach the network")
+	fs.Int64Var(&c.isolated.MemoryLimit, "memory-limit", 0, "isolated: cap the worker's address space at this many bytes (0: none)")
+	fs.Func("mount", "isolated: share a host path, `SOURCE[:TARGET][:rw]` (read-only unless :rw; repeatable)", func(v string) error {
 		m, err := parseMount(v)
-		mounts = append(mounts, m)
+		c.isolated.Mounts = append(c.isolated.Mounts, m)
 		return err
 	})
-	fs.Func("env", "with --isolated: set `KEY=VALUE` in the worker's environment, which has none of this shell's (repeatable)", func(v string) error {
-		env = append(env, v)
+	fs.Func("env", "isolated: set `KEY=VALUE` in the worker's environment, which has none of this shell's (repeatable)", func(v string) error {
+		c.isolated.Env = append(c.isolated.Env, v)
 		return nil
 	})
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: minipy [--json] [--timeout D] [-c CODE]\n\nRuns Python code (from -c or stdin) in an embedded CPython and prints what a model would see.\n\n")
+		fmt.Fprintf(stderr, "usage: minipy [flags] [-c CODE | FILE [ARGS...]]\n\n"+
+			"Runs Python code (from -c, a file, or stdin; a REPL on a terminal) in an embedded CPython\n"+
+			"and prints what a model would see: the output as it comes, then the value or the traceback.\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return nil, false
+	}
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "c":
+			c.hasCode = true
+		case "python", "network", "memory-limit", "mount", "env":
+			c.isoFlags = append(c.isoFlags, "--"+f.Name)
+		}
+	})
+	if *isolated {
+		c.backend = "isolated"
+	}
+	switch c.backend {
+	case "auto", "inprocess", "isolated":
+	default:
+		fmt.Fprintf(stderr, "minipy: --backend must be auto, inprocess or isolated, not %q\n", c.backend)
+		return nil, false
+	}
+	if len(c.isoFlags) > 0 {
+		if c.backend == "inprocess" {
+			fmt.Fprintf(stderr, "minipy: %s only apply to --backend isolated\n", strings.Join(c.isoFlags, ", "))
+			return nil, false
+		}
+		c.backend = "isolated"
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "minipy: unexpected arguments %q (quote the code: minipy -c 'CODE')\n", fs.Args())
+		if c.hasCode {
+			fmt.Fprintf(stderr, "minipy: unexpected arguments %q after -c (quote the code: minipy -c 'CODE')\n", fs.Args())
+			return nil, false
+		}
+		c.file, c.argv = fs.Arg(0), fs.Args()
+	}
+	return c, true
+}
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	c, ok := parseArgs(args, stderr)
+	if !ok {
 		return 2
 	}
-	src := *code
-	if !flagSet(fs, "c") {
+	interactive := !c.hasCode && c.file == "" && !c.asJSON && isTerminal(stdin)
+	src := c.code
+	switch {
+	case c.file != "":
+		b, err := os.ReadFile(c.file)
+		if err != nil {
+			fmt.Fprintf(stderr, "minipy: %v\n", err)
+			return 2
+		}
+		src = string(b)
+	case !c.hasCode && !interactive:
 		b, err := io.ReadAll(stdin)
 		if err != nil {
 			fmt.Fprintf(stderr, "minipy: reading code from stdin: %v\n", err)
@@ -89,50 +158,125 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		src = string(b)
 	}
+	opts := &minipy.Options{Timeout: c.timeout, MaxOutput: c.maxOutput}
+	if c.timeout == 0 {
+		opts.Timeout = defaultTimeout
+		if c.file != "" || interactive {
+			opts.Timeout = -1
+		}
+	}
+
+	eng, err := newEngine(c)
+	if err != nil {
+		fmt.Fprintf(stderr, "%v\n", err)
+		return 1
+	}
+	defer eng.Close()
+	if interactive {
+		return repl(eng, opts, stdin.(*os.File), stdout, stderr)
+	}
+	if c.file != "" {
+		ns := eng.NewNamespace()
+		defer ns.Close()
+		if err := setArgv(eng, ns, c.file, c.argv); err != nil {
+			fmt.Fprintf(stderr, "minipy: %v\n", err)
+			return 1
+		}
+		opts.Globals = ns
+	}
 
 	// Ctrl-C cancels the run (the code gets the interrupt) instead of killing the process.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	opts := &minipy.Options{Timeout: *timeout, MaxOutput: *maxOutput}
-	eng := minipy.InProcess()
-	if *isolated {
-		iso, err := minipy.NewIsolated(minipy.IsolatedConfig{Python: *python, Network: *network, MemoryLimit: *memoryLimit,
-			Mounts: mounts, Env: env})
-		if err != nil {
+	if c.asJSON {
+		res, err := eng.Run(ctx, src, opts)
+		if res == nil {
 			fmt.Fprintf(stderr, "%v\n", err)
 			return 1
 		}
-		eng = iso
-	}
-	defer eng.Close()
-	res, err := eng.Run(ctx, src, opts)
-	if res == nil && err != nil {
-		var pyErr *minipy.PythonError
-		if !errors.As(err, &pyErr) {
-			fmt.Fprintf(stderr, "%v\n", err)
-			return 1
-		}
-		res = &minipy.Result{}
-	}
-	if *asJSON {
 		return printJSON(stdout, stderr, res, err)
 	}
-	fmt.Fprint(stdout, res.Text())
-	if text := res.Text(); text != "" && text[len(text)-1] != '\n' {
-		fmt.Fprintln(stdout)
+	out, errOut := &tailWriter{w: stdout}, &tailWriter{w: stderr}
+	opts.Stdout, opts.Stderr = out, errOut
+	res, err := eng.Run(ctx, src, opts)
+	return report(res, err, out, errOut)
+}
+
+// newEngine starts the engine --backend asks for.
+func newEngine(c *config) (minipy.Engine, error) {
+	switch c.backend {
+	case "inprocess":
+		return minipy.InProcess(), nil
+	case "isolated":
+		return minipy.NewIsolated(c.isolated)
 	}
+	dir, err := os.Getwd()
 	if err != nil {
-		var pyErr *minipy.PythonError
-		if errors.As(err, &pyErr) {
-			fmt.Fprint(stderr, pyErr.Traceback)
-		}
-		var stopped *minipy.InterruptedError
-		if errors.As(err, &stopped) || !errors.As(err, &pyErr) || errors.Is(err, minipy.ErrLimit) {
-			fmt.Fprintln(stderr, err) // a stop, a lost worker, a limit: say so
-		}
-		return 1
+		return nil, err
 	}
-	return 0
+	return minipy.Auto(dir)
+}
+
+// setArgv gives a file's run sys.argv and __file__, as python FILE ARGS would.
+func setArgv(eng minipy.Engine, ns *minipy.Namespace, file string, argv []string) error {
+	abs, err := filepath.Abs(file)
+	if err != nil {
+		return err
+	}
+	if err := ns.Set("__file__", abs); err != nil {
+		return err
+	}
+	if err := ns.Set("_minipy_argv", argv); err != nil {
+		return err
+	}
+	_, err = eng.Run(context.Background(), "import sys as _minipy_sys\n_minipy_sys.argv = _minipy_argv\ndel _minipy_sys, _minipy_argv",
+		&minipy.Options{Globals: ns})
+	return err
+}
+
+// report prints, after output that was streamed through out and errOut, the value or the
+// error, and returns the exit status.
+func report(res *minipy.Result, err error, out, errOut *tailWriter) int {
+	if res != nil && res.HasValue {
+		out.startLine()
+		fmt.Fprintln(out, res.Repr)
+	}
+	if err == nil {
+		out.startLine()
+		return 0
+	}
+	out.startLine()
+	errOut.startLine()
+	var pyErr *minipy.PythonError
+	if errors.As(err, &pyErr) {
+		fmt.Fprint(errOut, pyErr.Traceback)
+	}
+	var stopped *minipy.InterruptedError
+	if errors.As(err, &stopped) || !errors.As(err, &pyErr) || errors.Is(err, minipy.ErrLimit) {
+		errOut.startLine()
+		fmt.Fprintln(errOut, err) // a stop, a lost worker, a limit: say so
+	}
+	return 1
+}
+
+// tailWriter remembers whether what went through it ended a line.
+type tailWriter struct {
+	w       io.Writer
+	midLine bool
+}
+
+func (t *tailWriter) Write(p []byte) (int, error) {
+	if len(p) > 0 {
+		t.midLine = p[len(p)-1] != '\n'
+	}
+	return t.w.Write(p)
+}
+
+// startLine ends a line the output left open.
+func (t *tailWriter) startLine() {
+	if t.midLine {
+		t.Write([]byte("\n")) //nolint:errcheck // best effort, like the output itself
+	}
 }
 
 func printJSON(stdout, stderr io.Writer, res *minipy.Result, err error) int {
@@ -183,10 +327,4 @@ func parseMount(v string) (minipy.Mount, error) {
 	abs, err := filepath.Abs(m.Source)
 	m.Source = abs
 	return m, err
-}
-
-func flagSet(fs *flag.FlagSet, name string) bool {
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
 }

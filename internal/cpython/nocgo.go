@@ -34,6 +34,12 @@ func (Request) Kick(stage int) { panic(ErrNoCgo) }
 // Wake is unreachable without cgo.
 func (*Interpreter) Wake() { panic(ErrNoCgo) }
 
+// Events is unreachable without cgo.
+func (Request) Events() ([]byte, int) { panic(ErrNoCgo) }
+
+// ID is unreachable without cgo.
+func (Request) ID() uint64 { panic(ErrNoCgo) }
+
 // Take is unreachable without cgo.
 func (Request) Take() ([]byte, bool) { panic(ErrNoCgo) }
 

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"net/http/httptest"
+	"os/exec"
+	"regexp"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/minipy-go/minipy"
+)
+
+// The binary serves Streamable HTTP with -http: two clients over real TCP, each with its
+// own namespace.
+func TestHTTPBinary(t *testing.T) {
+	bin := buildServer(t)
+	cmd := exec.Command(bin, "-http", "127.0.0.1:0", "-backend", "isolated")
+	stderr, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		cmd.Process.Kill() //nolint:errcheck
+		cmd.Wait()         //nolint:errcheck
+	})
+	lines := bufio.NewScanner(stderr)
+	url := ""
+	for url == "" && lines.Scan() {
+		if m := regexp.MustCompile(`(http://\S+/mcp)`).FindStringSubmatch(lines.Text()); m != nil {
+			url = m[1]
+		}
+	}
+	require.NotEmpty(t, url, "the server never said where it listens")
+	go func() {
+		for lines.Scan() { // keep draining the log
+		}
+	}()
+
+	a := connectClient(t, &mcp.StreamableClientTransport{Endpoint: url})
+	b := connectClient(t, &mcp.StreamableClientTransport{Endpoint: url})
+	text, isError := run(t, a, map[string]any{"code": "import socket\nsecret = 'a'\nsocket.gethostname()"})
+	require.False(t, isError, text)
+	assert.Equal(t, "[value]\n'minipy'\n", text, "-backend isolated runs in the sandbox")
+	text, isError = run(t, b, map[string]any{"code": "'secret' in dir()"})
+	require.False(t, isError, text)
+	assert.Equal(t, "[value]\nFalse\n", text, "sessions do not share a namespace")
+	text, _ = run(t, a, map[string]any{"code": "secret"})
+	assert.Equal(t, "[value]\n'a'\n", text)
+	checkTimeoutSyntaxErrorAndHugeOutput(t, b, minipy.DefaultToolOutput)
+}
+
+// A session idle for the timeout is closed, and its namespace freed.
+func TestHTTPSessionsExpire(t *testing.T) {
+	server, s := newServerSessions(minipy.InProcess(), &minipy.Options{})
+	srv := httptest.NewServer(httpHandler(server, 300*time.Millisecond))
+	defer srv.Close()
+	cs := connectClient(t, &mcp.StreamableClientTransport{Endpoint: srv.URL + "/mcp"})
+	text, isError := run(t, cs, map[string]any{"code": "x = 1\nx"})
+	require.False(t, isError, text)
+	s.mu.Lock()
+	assert.Len(t, s.spaces, 1)
+	s.mu.Unlock()
+	require.Eventually(t, func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.spaces) == 0
+	}, 10*time.Second, 20*time.Millisecond, "the idle session's namespace was not freed")
+}
+
+// A client that asks for progress gets the run's output while it runs.
+func TestProgressCarriesOutput(t *testing.T) {
+	var mu sync.Mutex
+	var notes []*mcp.ProgressNotificationParams
+	var resultAt time.Time
+	client := mcp.NewClient(&mcp.Implementation{Name: "progress-test", Version: "0"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+			mu.Lock()
+			defer mu.Unlock()
+			if resultAt.IsZero() {
+				notes = append(notes, req.Params)
+			}
+		},
+	})
+	for _, tc := range []struct {
+		name string
+		eng  minipy.Engine
+	}{{"inprocess", minipy.InProcess()}, {"isolated", isolatedEngine(t)}} {
+		t.Run(tc.name, func(t *testing.T) {
+			mu.Lock()
+			notes, resultAt = nil, time.Time{}
+			mu.Unlock()
+			serverSide, clientSide := mcp.NewInMemoryTransports()
+			ss, err := newServer(tc.eng, &minipy.Options{}).Connect(context.Background(), serverSide, nil)
+			require.NoError(t, err)
+			defer ss.Close()
+			cs, err := client.Connect(context.Background(), clientSide, nil)
+			require.NoError(t, err)
+			defer cs.Close()
+			params := &mcp.CallToolParams{Name: minipy.ToolName, Arguments: map[string]any{
+				"code": "import time\nfor i in range(5):\n    print('step', i, flush=True)\n    time.sleep(0.5)"}}
+			params.SetProgressToken("run-1")
+			res, err := cs.CallTool(context.Background(), params)
+			require.NoError(t, err)
+			mu.Lock()
+			resultAt = time.Now()
+			got := notes
+			mu.Unlock()
+			require.False(t, res.IsError)
+			require.NotEmpty(t, got, "no progress while the run went on")
+			assert.Equal(t, "run-1", got[0].ProgressToken)
+			assert.Contains(t, got[0].Message, "step 0")
+			for i := 1; i < len(got); i++ {
+				assert.Greater(t, got[i].Progress, got[i-1].Progress, "progress only grows")
+			}
+		})
+	}
+}
+
+func isolatedEngine(t *testing.T) minipy.Engine {
+	iso, err := minipy.NewIsolated(minipy.IsolatedConfig{Workers: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { iso.Close() })
+	return iso
+}
