@@ -8,7 +8,7 @@ export CGO_ENABLED := 1
 # Every module in the tree: the core one and the examples/commands that carry SDKs.
 MODULES := $(sort $(patsubst %/go.mod,%,$(shell find . -name go.mod -not -path './.git/*')))
 
-.PHONY: test vet bench build soak deps compat compat-ft fuzz
+.PHONY: test test-oldest vet bench build soak deps compat compat-ft fuzz
 
 # Installs python3-dev, pkg-config, python3-numpy with apt when missing (as root).
 deps:
@@ -19,6 +19,15 @@ test: deps vet
 	@echo "== soak: 100,000 runs without -race (RSS is only meaningful there)"
 	$(GO) test -run '^TestSoak$$' -count=1 -timeout 10m .
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=4s
+
+# Each module's tests again with the oldest Go its go.mod's go line allows (go 1.24 is the
+# toolchain go1.24.0), which the go command fetches through the module proxy. CI runs it
+# after `make test`, so that the go lines stay true.
+test-oldest:
+	@set -e; for m in $(MODULES); do \
+	  v=$$(awk '$$1 == "go" {print $$2}' $$m/go.mod); case $$v in *.*.*) ;; *) v=$$v.0 ;; esac; \
+	  echo "== GOTOOLCHAIN=go$$v go test -race $$m"; \
+	  (cd $$m && GOTOOLCHAIN=go$$v $(GO) test -race -count=1 -timeout 20m ./...); done
 
 # The fuzz targets (fuzz_test.go), each for FUZZTIME; `make test` gives them a few seconds.
 # A crash is saved under testdata/fuzz/<target>: fix it and keep the file as a seed.

@@ -4,20 +4,28 @@
 //
 // # Quick start
 //
-//	r, err := minipy.Minipy("import math\nprint('hi')\nmath.factorial(12)", nil)
-//	// r.Stdout == "hi\n", r.Value == int64(479001600), r.Repr == "479001600"
+// An Engine runs code: InProcess (the embedded interpreter), NewIsolated (sandboxed worker
+// processes) or Auto (the isolated engine on a project's virtualenv, else in-process).
 //
-//	ns := minipy.NewNamespace() // a session's variables
+//	eng := minipy.InProcess()  // or minipy.NewIsolated(cfg), minipy.Auto(dir)
+//	defer eng.Close()
+//	ns := eng.NewNamespace()   // a session's variables
 //	defer ns.Close()
 //	opts := &minipy.Options{Globals: ns, Timeout: 10 * time.Second}
-//	minipy.Minipy("data = [1, 2, 3]", opts)
-//	r, err = minipy.Run(ctx, "sum(data)", opts) // r.Value == int64(6)
+//	r, err := eng.Run(ctx, "import math\nprint('hi')\nmath.factorial(12)", opts)
+//	// r.Stdout == "hi\n", r.Value == int64(479001600), r.Repr == "479001600"
+//
+// The package functions Minipy, Run, NewNamespace, CallTool and ToolSchema are the short
+// path to the in-process engine:
+//
+//	r, err = minipy.Minipy("sum([1, 2, 3])", nil) // r.Value == int64(6)
 //
 // A run is one cell, as in IPython: if the code ends with an expression, its value is the
 // result (Result.HasValue, Value, Repr), unless it is None or the expression ends with
 // ';'. Statements, blocks and empty code give no value. stdout and stderr are captured
 // separately and exactly, each capped at Options.MaxOutput characters (head and tail kept
-// around a marker). input() sees end of file. Nothing is left behind in the namespace but
+// around a marker); Options.Stdout and Options.Stderr also receive them while the code runs.
+// input() sees end of file. Nothing is left behind in the namespace but
 // what the code itself assigned.
 //
 // # Values
@@ -78,11 +86,11 @@
 //
 // # Two engines
 //
-// Minipy and Run use the in-process engine: one CPython embedded in your program, about
-// 12 us per small run. NewIsolated starts the isolated engine: the same API (Run, Minipy,
-// NewNamespace, CallTool) over python3 worker processes with hard kills, crash survival,
-// resource limits, no network by default, and one run at a time per worker in parallel.
-// Choose it for code from a model or a user; choose in-process for trusted, quick code.
+// InProcess (and the package functions) use one CPython embedded in your program, about
+// 12 us per small run. NewIsolated starts the isolated engine: the same Engine API over
+// python3 worker processes with hard kills, crash survival, a sandbox, resource limits, no
+// network by default, and one run at a time per worker in parallel. Choose it for code from
+// a model or a user; choose in-process for trusted, quick code. Auto chooses by project.
 //
 // # The LLM tool
 //

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"regexp"
 	"time"
 
@@ -135,4 +136,16 @@ func ExampleToolSchema() {
 	// Output:
 	// minipy [code]
 	// function
+}
+
+// Options.Stdout and Stderr get the output while the code runs; the Result still has it.
+func ExampleOptions_live() {
+	opts := &minipy.Options{Stdout: os.Stdout}
+	r, _ := minipy.Minipy("import time\nfor step in range(3):\n    print('step', step)\n    time.sleep(0.01)\n'done'", opts)
+	fmt.Println(r.Repr, len(r.Stdout))
+	// Output:
+	// step 0
+	// step 1
+	// step 2
+	// 'done' 21
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"io"
 	"math/big"
 	"os"
 	"strings"
@@ -128,6 +129,8 @@ func FuzzWorkerFrames(f *testing.F) {
 			wr.Close()
 		}()
 		w := &worker{out: r}
+		live := newLiveOutput(&Options{Stdout: io.Discard, Stderr: io.Discard})
+		defer live.finish()
 		for i := 0; i < 1000; i++ {
 			body, err := w.readFrame(time.Now().Add(5 * time.Second))
 			if err != nil {
@@ -147,6 +150,8 @@ func FuzzWorkerFrames(f *testing.F) {
 				if len(body) >= 10 {
 					_, _ = runReply(body[10:], &Result{})
 				}
+			case 'O':
+				_ = live.event(body, 1) // run id 1: the seeds' output frames apply
 			}
 		}
 	})

@@ -10,12 +10,10 @@ adds the process around them:
   becomes /dev/null, fds 1 and 2 become memory files that the worker reads back after each
   run, so os.write(1, ...), C printf and subprocess output are captured too and user output
   can never corrupt a frame.
-* Frames both ways are u32 length (little-endian) then a kind byte then the payload.
-  Host -> worker: b"R" request (u64 run id, u32 milliseconds after which the worker kills
-  itself if the run is still going, 0: never; u16 count, count x u32 namespace ids to
-  create if missing, runtime request); b"K" kick (u64 run id, u8 stage).
-  Worker -> host: b"Y" ready (encoded [version, executable]); b"A" answer (u64 run id,
-  u8 kicked, runtime response).
+* Frames both ways are u32 length (little-endian) then a kind byte then the payload; the
+  kinds (F_* on the constants line) and their payloads are in docs/protocol.md. Host ->
+  worker: request, kick. Worker -> host: ready, output events of a live run (_Pump), answer;
+  the guardian's exit status last.
 * A control thread reads every frame. Requests go to the main thread; a kick interrupts the
   main thread only when it names the run in progress (under a lock), so a late kick never
   reaches the next run. The host kills the whole process when a kick is not enough.
