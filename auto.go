@@ -20,29 +20,58 @@ import (
 // read-only at its own path (editable installs point into it), and the network is on
 // (pip). For other choices, build an IsolatedConfig from FindVirtualenv yourself.
 func Auto(dir string) (Engine, error) {
-	venv, project, err := FindVirtualenv(dir)
-	if err != nil {
-		return nil, err
-	}
-	if venv == "" {
-		return InProcess(), nil
-	}
-	return NewIsolated(autoConfig(venv, project))
+	return NewBackend(BackendAuto, dir, IsolatedConfig{})
 }
 
-// autoConfig is the isolated engine's configuration for virtualenv venv of project.
-func autoConfig(venv, project string) IsolatedConfig {
-	cfg := IsolatedConfig{
-		Python:  filepath.Join(venv, "bin", "python"),
-		Network: true,
-		Mounts:  []Mount{{Source: venv, Target: venv, Writable: true}},
-		Env:     []string{"VIRTUAL_ENV=" + venv},
+// withVirtualenv is cfg running on virtualenv venv of project: its python (unless cfg names
+// one), the network on, the project read-only and the venv writable (after cfg's mounts)
+// and VIRTUAL_ENV set.
+func withVirtualenv(cfg IsolatedConfig, venv, project string) IsolatedConfig {
+	if cfg.Python == "" {
+		cfg.Python = filepath.Join(venv, "bin", "python")
 	}
+	cfg.Network = true
+	cfg.Mounts = append([]Mount(nil), cfg.Mounts...)
 	if project != "" && !within(project, venv) {
 		// The project first: a venv inside it (.venv) is then mounted over its read-only copy.
-		cfg.Mounts = append([]Mount{{Source: project, Target: project}}, cfg.Mounts...)
+		cfg.Mounts = append(cfg.Mounts, Mount{Source: project, Target: project})
 	}
+	cfg.Mounts = append(cfg.Mounts, Mount{Source: venv, Target: venv, Writable: true})
+	cfg.Env = append(append([]string(nil), cfg.Env...), "VIRTUAL_ENV="+venv)
 	return cfg
+}
+
+// Backends, as the commands' --backend flag names them (see NewBackend).
+const (
+	BackendAuto      = "auto"
+	BackendInProcess = "inprocess"
+	BackendIsolated  = "isolated"
+)
+
+// ErrBackend is matched by NewBackend's error for a name it does not know.
+var ErrBackend = errors.New("minipy: the backend must be auto, inprocess or isolated")
+
+// NewBackend starts the engine that a backend name asks for, as gptme's backends do:
+// BackendInProcess is InProcess; BackendIsolated is NewIsolated(cfg); BackendAuto is Auto's
+// choice for dir, with cfg's settings (workers, limits, mounts) kept when it picks the
+// isolated engine.
+func NewBackend(name, dir string, cfg IsolatedConfig) (Engine, error) {
+	switch name {
+	case BackendInProcess:
+		return InProcess(), nil
+	case BackendIsolated:
+		return NewIsolated(cfg)
+	case BackendAuto:
+		venv, project, err := FindVirtualenv(dir)
+		if err != nil {
+			return nil, err
+		}
+		if venv == "" {
+			return InProcess(), nil
+		}
+		return NewIsolated(withVirtualenv(cfg, venv, project))
+	}
+	return nil, fmt.Errorf("%w, not %q", ErrBackend, name)
 }
 
 // ErrNoVirtualenv is matched by the error of FindVirtualenv (and Auto) for a project that

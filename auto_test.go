@@ -172,3 +172,17 @@ func pyQuote(s string) string {
 	}
 	return q + "'"
 }
+
+func TestNewBackend(t *testing.T) {
+	t.Setenv("VIRTUAL_ENV", "")
+	eng, err := minipy.NewBackend(minipy.BackendInProcess, t.TempDir(), minipy.IsolatedConfig{})
+	require.NoError(t, err)
+	assert.Equal(t, minipy.InProcess(), eng)
+	eng, err = minipy.NewBackend(minipy.BackendIsolated, t.TempDir(), minipy.IsolatedConfig{Workers: 1})
+	require.NoError(t, err)
+	_, isolated := eng.(*minipy.Isolated)
+	assert.True(t, isolated)
+	require.NoError(t, eng.Close())
+	_, err = minipy.NewBackend("kernel", t.TempDir(), minipy.IsolatedConfig{})
+	assert.ErrorIs(t, err, minipy.ErrBackend)
+}

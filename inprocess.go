@@ -89,7 +89,13 @@ type inProcessRun struct {
 	req   cpython.Request
 	live  *liveOutput
 	woken atomic.Bool // wake was called: a wait must return even if events kept it going
+
+	lastTake time.Time // when events were last taken
 }
+
+// liveBatch is the least time between two takes of a run's events: a run that prints in
+// a loop then costs one hand-over per batch, not one per print.
+const liveBatch = 2 * time.Millisecond
 
 func (r *inProcessRun) wait(d time.Duration) bool {
 	var until time.Time
@@ -97,13 +103,19 @@ func (r *inProcessRun) wait(d time.Duration) bool {
 		until = time.Now().Add(d)
 	}
 	for {
-		done := r.req.Wait(d)
+		// Right after a take, wait for the end (or a wake) only, for up to liveBatch.
+		batch := r.live != nil && !r.lastTake.IsZero() && time.Since(r.lastTake) < liveBatch
+		step := d
+		if batch && (step < 0 || step > liveBatch) {
+			step = liveBatch
+		}
+		done := r.req.Wait(step, r.live != nil && !batch)
 		got := r.takeEvents()
 		if done {
 			return true
 		}
-		if !got || r.woken.Swap(false) {
-			return false // timed out, or woken to look at the context
+		if r.woken.Swap(false) || (!got && !batch) {
+			return false // woken to look at the context, or timed out
 		}
 		if d >= 0 {
 			if d = time.Until(until); d <= 0 {
@@ -116,10 +128,17 @@ func (r *inProcessRun) wait(d time.Duration) bool {
 // takeEvents hands the run's queued events to its live output; it reports whether there
 // were any.
 func (r *inProcessRun) takeEvents() bool {
+	if r.live == nil {
+		return false
+	}
 	frames, dropped := r.req.Events()
 	r.live.drop(streamStdout, dropped)
+	if len(frames) == 0 && dropped == 0 {
+		return false
+	}
+	r.lastTake = time.Now()
 	if len(frames) == 0 {
-		return dropped > 0
+		return true
 	}
 	r.live.events(frames, r.req.ID()) //nolint:errcheck // the C side writes well-formed frames
 	return true

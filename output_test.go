@@ -211,3 +211,18 @@ func TestLiveOutputOfStoppedRun(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// Text that is not plain ASCII reaches the writer as UTF-8, a lone surrogate included, and
+// bytes written through sys.stdout.buffer as they are.
+func TestLiveOutputEncoding(t *testing.T) {
+	for _, tc := range engines(t) {
+		t.Run(tc.name, func(t *testing.T) {
+			opts, log := liveOpts(tc.eng.NewNamespace())
+			defer opts.Globals.Close()
+			r, err := tc.eng.Run(context.Background(), "import sys\nprint('héllo ✓')\nsys.stdout.buffer.write(b'raw\\n')\nprint('\\udc80' if False else 'end')", opts)
+			require.NoError(t, err)
+			assert.Equal(t, "héllo ✓\nraw\nend\n", log.text("out"))
+			assert.Equal(t, r.Stdout, log.text("out"))
+		})
+	}
+}

@@ -3,8 +3,12 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
+	"errors"
 	"net/http/httptest"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"sync"
 	"testing"
@@ -127,4 +131,45 @@ func isolatedEngine(t *testing.T) minipy.Engine {
 	require.NoError(t, err)
 	t.Cleanup(func() { iso.Close() })
 	return iso
+}
+
+// The official TypeScript SDK's client over HTTP (testdata/tsclient; `make deps` installs
+// it): tools, a session's namespace across calls, progress with the output, errors.
+func TestHTTPWithTypeScriptClient(t *testing.T) {
+	dir, err := filepath.Abs(filepath.Join("testdata", "tsclient"))
+	require.NoError(t, err)
+	_, err = os.Stat(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "sdk"))
+	require.NoError(t, err, "the TypeScript SDK is not installed: run `make deps` (npm ci in %s)", dir)
+	node, err := exec.LookPath("node")
+	require.NoError(t, err, "node is needed: make deps installs it")
+
+	server := newServer(minipy.InProcess(), &minipy.Options{})
+	srv := httptest.NewServer(httpHandler(server, time.Minute))
+	defer srv.Close()
+	cmd := exec.Command(node, "client.mjs", srv.URL+"/mcp")
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	var exitErr *exec.ExitError
+	if errors.As(err, &exitErr) {
+		t.Fatalf("the TypeScript client failed: %v\n%s", err, exitErr.Stderr)
+	}
+	require.NoError(t, err)
+	var got struct {
+		Tools    []string `json:"tools"`
+		First    string   `json:"first"`
+		Progress []string `json:"progress"`
+		Second   string   `json:"second"`
+		Error    struct {
+			IsError bool   `json:"isError"`
+			Text    string `json:"text"`
+		} `json:"error"`
+	}
+	require.NoError(t, json.Unmarshal(out, &got), "%s", out)
+	assert.Equal(t, []string{minipy.ToolName, resetToolName}, got.Tools)
+	assert.Equal(t, "[stdout]\ntick 0\ntick 1\ntick 2\n", got.First)
+	require.NotEmpty(t, got.Progress, "no progress notification reached the client")
+	assert.Contains(t, got.Progress[0], "tick 0")
+	assert.Equal(t, "[value]\n42\n", got.Second)
+	assert.True(t, got.Error.IsError)
+	assert.Contains(t, got.Error.Text, "ZeroDivisionError")
 }

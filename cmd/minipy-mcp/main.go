@@ -55,7 +55,7 @@ import (
 const version = "0.2.0"
 
 func main() {
-	backend := flag.String("backend", "auto", "`engine`: inprocess, isolated, or auto (isolated on the project's virtualenv if there is one, else inprocess)")
+	backend := flag.String("backend", minipy.BackendAuto, "`engine`: inprocess, isolated, or auto (isolated on the project's virtualenv if there is one, else inprocess)")
 	timeout := flag.Duration("timeout", 0, "default run timeout and the most a model may ask for (0: minipy's tool defaults)")
 	maxOutput := flag.Int("max-output", 0, "character budget of a reply (0: minipy.DefaultToolOutput)")
 	isolated := flag.Bool("isolated", false, "same as -backend isolated")
@@ -65,7 +65,7 @@ func main() {
 	sessionTimeout := flag.Duration("session-timeout", 30*time.Minute, "with -http: close a session (and free its namespace) after this long without a request")
 	flag.Parse()
 	if *isolated {
-		*backend = "isolated"
+		*backend = minipy.BackendIsolated
 	}
 	var protocol *os.File
 	if *httpAddr == "" {
@@ -92,21 +92,13 @@ func main() {
 	}
 }
 
-// newEngine starts the engine -backend names.
+// newEngine starts the engine -backend names (auto: for the current directory).
 func newEngine(backend string, cfg minipy.IsolatedConfig) (minipy.Engine, error) {
-	switch backend {
-	case "inprocess":
-		return minipy.InProcess(), nil
-	case "isolated":
-		return minipy.NewIsolated(cfg)
-	case "auto":
-		dir, err := os.Getwd()
-		if err != nil {
-			return nil, err
-		}
-		return minipy.Auto(dir)
+	dir, err := os.Getwd()
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("-backend must be auto, inprocess or isolated, not %q", backend)
+	return minipy.NewBackend(backend, dir, cfg)
 }
 
 // serveHTTP serves server's Streamable HTTP transport on addr until ctx ends. Each MCP

@@ -78,7 +78,7 @@ func parseArgs(args []string, stderr io.Writer) (*config, bool) {
 	fs.BoolVar(&c.asJSON, "json", false, "print the result as JSON (value, repr, stdout, stderr, error, duration) at the end instead of streaming")
 	fs.DurationVar(&c.timeout, "timeout", 0, "stop each run after this long (0: 30s for -c and stdin, none for a FILE or the REPL; negative: none)")
 	fs.IntVar(&c.maxOutput, "max-output", 0, "cap each of stdout, stderr and the repr of the result at this many characters (0: default, negative: none)")
-	fs.StringVar(&c.backend, "backend", "auto", "`engine`: inprocess, isolated (sandboxed worker processes), or auto (isolated on the project's virtualenv if there is one, else inprocess)")
+	fs.StringVar(&c.backend, "backend", minipy.BackendAuto, "`engine`: inprocess, isolated (sandboxed worker processes), or auto (isolated on the project's virtualenv if there is one, else inprocess)")
 	isolated := fs.Bool("isolated", false, "same as --backend isolated")
 	fs.StringVar(&c.isolated.Python, "python", "", "isolated: the worker's python executable (default: the one matching the linked libpython)")
 	fs.BoolVar(&c.isolated.Network, "network", false, "isolated: let the code reach the network")
@@ -110,20 +110,20 @@ func parseArgs(args []string, stderr io.Writer) (*config, bool) {
 		}
 	})
 	if *isolated {
-		c.backend = "isolated"
+		c.backend = minipy.BackendIsolated
 	}
 	switch c.backend {
-	case "auto", "inprocess", "isolated":
+	case minipy.BackendAuto, minipy.BackendInProcess, minipy.BackendIsolated:
 	default:
-		fmt.Fprintf(stderr, "minipy: --backend must be auto, inprocess or isolated, not %q\n", c.backend)
+		fmt.Fprintf(stderr, "%v, not %q\n", minipy.ErrBackend, c.backend)
 		return nil, false
 	}
 	if len(c.isoFlags) > 0 {
-		if c.backend == "inprocess" {
+		if c.backend == minipy.BackendInProcess {
 			fmt.Fprintf(stderr, "minipy: %s only apply to --backend isolated\n", strings.Join(c.isoFlags, ", "))
 			return nil, false
 		}
-		c.backend = "isolated"
+		c.backend = minipy.BackendIsolated
 	}
 	if fs.NArg() > 0 {
 		if c.hasCode {
@@ -202,19 +202,13 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return report(res, err, out, errOut)
 }
 
-// newEngine starts the engine --backend asks for.
+// newEngine starts the engine --backend asks for (auto: for the current directory).
 func newEngine(c *config) (minipy.Engine, error) {
-	switch c.backend {
-	case "inprocess":
-		return minipy.InProcess(), nil
-	case "isolated":
-		return minipy.NewIsolated(c.isolated)
-	}
 	dir, err := os.Getwd()
 	if err != nil {
 		return nil, err
 	}
-	return minipy.Auto(dir)
+	return minipy.NewBackend(c.backend, dir, c.isolated)
 }
 
 // setArgv gives a file's run sys.argv and __file__, as python FILE ARGS would.

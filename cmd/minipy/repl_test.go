@@ -187,7 +187,7 @@ func TestCLIBackendFlag(t *testing.T) {
 	assert.Equal(t, "'minipy'\n", out)
 	code, _, errOut = cli(t, "", "--backend", "nope", "-c", "1")
 	assert.Equal(t, 2, code)
-	assert.Contains(t, errOut, "--backend must be")
+	assert.Contains(t, errOut, "the backend must be auto, inprocess or isolated")
 	code, _, errOut = cli(t, "", "--backend", "inprocess", "--network", "-c", "1")
 	assert.Equal(t, 2, code)
 	assert.Contains(t, errOut, "--network only apply to --backend isolated")

@@ -50,6 +50,7 @@ static struct {
 	_Atomic uint32_t owner_sleeping;
 	_Atomic uint32_t wake_seq;
 	_Atomic uint32_t callers_sleeping;
+	_Atomic uint32_t wakes;  // mp_wake calls, told apart from events (which bump wake_seq too)
 	_Atomic uint64_t done_gen;
 	char *req;
 	size_t req_len;
@@ -156,12 +157,43 @@ static void events_reset(void) {
 	pthread_mutex_unlock(&ev.mu);
 }
 
+// release_emitted frees what c_emit took to read obj.
+static void release_emitted(PyObject *obj, Py_buffer *data, PyObject *encoded) {
+	if (!PyUnicode_Check(obj)) {
+		PyBuffer_Release(data);
+	}
+	Py_XDECREF(encoded);
+}
+
 static PyObject *c_emit(PyObject *self, PyObject *args) {
 	char kind;
 	int stream;
-	Py_buffer data;
-	if (!PyArg_ParseTuple(args, "ciy*", &kind, &stream, &data)) {
+	PyObject *obj, *encoded = NULL;
+	if (!PyArg_ParseTuple(args, "ciO", &kind, &stream, &obj)) {
 		return NULL;
+	}
+	// Text as UTF-8 (lone surrogates as their three bytes, like the capture's own encoding),
+	// or bytes as they are.
+	Py_buffer data = {0};
+	if (PyUnicode_Check(obj)) {
+		Py_ssize_t n;
+		const char *utf8 = PyUnicode_AsUTF8AndSize(obj, &n);
+		if (!utf8) {
+			PyErr_Clear();
+			encoded = PyUnicode_AsEncodedString(obj, "utf-8", "surrogatepass");
+			if (!encoded) {
+				return NULL;
+			}
+			utf8 = PyBytes_AS_STRING(encoded);
+			n = PyBytes_GET_SIZE(encoded);
+		}
+		data.buf = (void *)utf8;
+		data.len = n;
+	} else if (PyObject_GetBuffer(obj, &data, PyBUF_SIMPLE) < 0) {
+		return NULL;
+	} else {
+		encoded = obj;  // released below through the buffer
+		Py_INCREF(encoded);
 	}
 	uint64_t gen = mp.req_gen;  // set before the request was handed to this thread
 	size_t body = 1 + 8 + 1 + (size_t)data.len;
@@ -178,7 +210,7 @@ static PyObject *c_emit(PyObject *self, PyObject *args) {
 			char *grown = realloc(ev.buf, cap);
 			if (!grown) {
 				pthread_mutex_unlock(&ev.mu);
-				PyBuffer_Release(&data);
+				release_emitted(obj, &data, encoded);
 				return PyErr_NoMemory();
 			}
 			ev.buf = grown;
@@ -195,7 +227,7 @@ static PyObject *c_emit(PyObject *self, PyObject *args) {
 	}
 	first = atomic_exchange(&ev_pending, 1) == 0;
 	pthread_mutex_unlock(&ev.mu);
-	PyBuffer_Release(&data);
+	release_emitted(obj, &data, encoded);
 	if (first) {
 		atomic_fetch_add(&mp.wake_seq, 1);
 		if (atomic_load(&mp.callers_sleeping)) {
@@ -526,13 +558,14 @@ uint64_t mp_submit(char *req, size_t len) {
 	return gen;
 }
 
-int mp_wait(uint64_t gen, int64_t timeout_ns) {
+int mp_wait(uint64_t gen, int64_t timeout_ns, int events) {
 	int64_t start = now_ns();
 	int64_t deadline = timeout_ns < 0 ? INT64_MAX : start + timeout_ns;
+	uint32_t wakes = atomic_load(&mp.wakes);
 	uint32_t seq = atomic_load(&mp.wake_seq);
 	int64_t spin_until = start + CALLER_SPIN_NS < deadline ? start + CALLER_SPIN_NS : deadline;
 	for (int64_t now = start; atomic_load(&mp.done_gen) < gen && atomic_load(&mp.wake_seq) == seq &&
-	                          !atomic_load(&ev_pending) && now < spin_until;
+	                          !(events && atomic_load(&ev_pending)) && now < spin_until;
 	     now = now_ns()) {
 		cpu_relax(now - start);
 	}
@@ -540,10 +573,14 @@ int mp_wait(uint64_t gen, int64_t timeout_ns) {
 		if (atomic_load(&mp.done_gen) >= gen) {
 			return 1;
 		}
-		if (atomic_load(&ev_pending)) {
+		if (events && atomic_load(&ev_pending)) {
 			return 2;
 		}
 		if (atomic_load(&mp.wake_seq) != seq) {
+			if (!events && atomic_load(&mp.wakes) == wakes) {
+				seq = atomic_load(&mp.wake_seq);  // only an event: not what this wait is for
+				continue;
+			}
 			return 0;  // mp_wake: let the caller look at its context
 		}
 		int64_t now = now_ns();
@@ -559,6 +596,7 @@ int mp_wait(uint64_t gen, int64_t timeout_ns) {
 }
 
 void mp_wake(void) {
+	atomic_fetch_add(&mp.wakes, 1);
 	atomic_fetch_add(&mp.wake_seq, 1);
 	futex_wake_all(&mp.wake_seq);
 }

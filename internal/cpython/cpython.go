@@ -73,9 +73,14 @@ func (*Interpreter) Submit(req []byte) Request {
 }
 
 // Wait waits up to d (negative: no limit) for the request to finish, for it to queue
-// events (see Events), or for Wake. It reports whether the request has finished.
-func (r Request) Wait(d time.Duration) bool {
-	return C.mp_wait(C.uint64_t(r.gen), C.int64_t(d)) == 1
+// events (see Events) when events is true, or for Wake. It reports whether the request
+// has finished.
+func (r Request) Wait(d time.Duration, events bool) bool {
+	e := C.int(0)
+	if events {
+		e = 1
+	}
+	return C.mp_wait(C.uint64_t(r.gen), C.int64_t(d), e) == 1
 }
 
 // Events takes the events the request has queued since the last call: frames of u32
@@ -98,7 +103,7 @@ func (r Request) ID() uint64 { return r.gen }
 // WaitDone waits for the request to finish, however often Wake is called meanwhile (a
 // context that ends after its own run has finished wakes whoever waits next).
 func (r Request) WaitDone() {
-	for !r.Wait(-1) {
+	for !r.Wait(-1, false) {
 	}
 }
 

@@ -24,10 +24,10 @@ const char *mp_init_error(void);
 // returns its generation. The caller must hold the Go side's interpreter token.
 uint64_t mp_submit(char *req, size_t len);
 
-// mp_wait waits until the request of generation gen is done, it has events queued,
-// mp_wake is called, or timeout_ns passes (negative: no limit). Returns 1 when the request
-// is done, 2 when events wait (mp_events), else 0.
-int mp_wait(uint64_t gen, int64_t timeout_ns);
+// mp_wait waits until the request of generation gen is done, it has events queued (only
+// when events is non-zero), mp_wake is called, or timeout_ns passes (negative: no limit).
+// Returns 1 when the request is done, 2 when events wait (mp_events), else 0.
+int mp_wait(uint64_t gen, int64_t timeout_ns, int events);
 
 // mp_events takes the events the current request queued, as frames (u32 length, kind,
 // u64 generation, payload; malloc'd, the caller frees it, NULL when none), and the bytes of

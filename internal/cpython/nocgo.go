@@ -23,7 +23,7 @@ type Request struct{}
 func (*Interpreter) Submit(req []byte) Request { panic(ErrNoCgo) }
 
 // Wait is unreachable without cgo.
-func (Request) Wait(d time.Duration) bool { panic(ErrNoCgo) }
+func (Request) Wait(d time.Duration, events bool) bool { panic(ErrNoCgo) }
 
 // WaitDone is unreachable without cgo.
 func (Request) WaitDone() { panic(ErrNoCgo) }

@@ -8,7 +8,6 @@ dispatch(); see codec.go for the other side of the value format.
 
 import ast
 import builtins
-import functools
 import io
 import linecache
 import opcode
@@ -218,8 +217,10 @@ class Capture(io.TextIOBase):
 
     def reset(self, limit, emit=None):
         """Empty the stream for another run (the in-process engine reuses its two streams).
-        emit, when given, also sends each write on to the host as it happens (live output)."""
+        emit, when given, also sends each write on to the host as it happens (live output):
+        emit(F_OUTPUT, stream number, text)."""
         self._emit = emit
+        self._stream = 2 if self._name == "stderr" else 1
         self._limit = limit
         self._head = []
         self._head_len = 0
@@ -259,7 +260,7 @@ class Capture(io.TextIOBase):
         if not n:
             return 0
         if self._emit is not None:
-            self._emit(s.encode("utf-8", "surrogatepass"))
+            self._emit(F_OUTPUT, self._stream, s)
         # No lock: threads printing at once may interleave their writes, as on a terminal,
         # but each write is appended whole under the GIL.
         limit = self._limit
@@ -943,8 +944,8 @@ def _memory_captures(max_output, live):
         _memory_streams = Capture(max_output, "stdout"), Capture(max_output, "stderr")
     out, err = _memory_streams
     emit = _native.emit if live and _native is not None else None
-    out.reset(max_output, emit and functools.partial(emit, F_OUTPUT, 1))
-    err.reset(max_output, emit and functools.partial(emit, F_OUTPUT, 2))
+    out.reset(max_output, emit)
+    err.reset(max_output, emit)
     return out, err
 
 
