@@ -79,6 +79,11 @@ func main() {
 		log.Fatalf("minipy-mcp: %v", err)
 	}
 	defer eng.Close()
+	if iso, ok := eng.(*minipy.Isolated); ok {
+		log.Printf("minipy-mcp: running code in the isolated engine's sandboxed workers (working directory %s)", iso.WorkDir())
+	} else {
+		log.Printf("minipy-mcp: running code in this process's embedded interpreter")
+	}
 	server := newServer(eng, &minipy.Options{Timeout: *timeout, MaxOutput: *maxOutput})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
