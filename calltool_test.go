@@ -111,6 +111,7 @@ func (f *fakeEngine) run(_ context.Context, code string, opts *Options) (*Result
 
 func (f *fakeEngine) do(*Namespace, byte, ...any) (any, error) { return nil, errors.New("unused") }
 func (f *fakeEngine) name() string                             { return "a fake engine" }
+func (f *fakeEngine) hosts() *hostRegistry                     { return &hostRegistry{} }
 
 // The stops a real interpreter cannot produce on cue: a cancelled context, code that
 // ignores the interrupt, and an error that is not Python's.

@@ -1,11 +1,15 @@
 package minipy
 
 import (
+	"bytes"
+	"encoding"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"math"
 	"math/big"
 	"reflect"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/minipy-go/minipy/internal/pyrt"
@@ -200,6 +204,15 @@ func appendValue(b []byte, v any, depth int) ([]byte, error) {
 		return append(b, 'F'), nil
 	case string:
 		return appendStr(b, 's', x), nil
+	case json.RawMessage:
+		// The JSON value it holds, not its bytes.
+		dec := json.NewDecoder(bytes.NewReader(x))
+		dec.UseNumber()
+		var v any
+		if err := dec.Decode(&v); err != nil {
+			return nil, fmt.Errorf("%w: json.RawMessage: %v", ErrUnsupportedValue, err)
+		}
+		return appendValue(b, fromJSON(v), depth)
 	case []byte:
 		b = appendU32(append(b, 'b'), len(x))
 		return append(b, x...), nil
@@ -295,6 +308,134 @@ func appendReflect(b []byte, rv reflect.Value, depth int) ([]byte, error) {
 			return append(b, 'N'), nil
 		}
 		return appendValue(b, rv.Elem().Interface(), depth+1)
+	case reflect.Struct:
+		return appendStruct(b, rv, depth)
 	}
 	return nil, &UnsupportedTypeError{Type: rv.Type()}
+}
+
+// appendStruct encodes a struct as the dict of its JSON form: encoding/json's field names
+// (json tags, "-", omitempty, omitzero, embedded structs), with each field's own Go type
+// kept (a float64 stays a float even when it is whole). A type with its own JSON or text
+// form (time.Time) goes through encoding/json.
+func appendStruct(b []byte, rv reflect.Value, depth int) ([]byte, error) {
+	if rv.Type().Implements(jsonMarshaler) || rv.Type().Implements(textMarshaler) ||
+		reflect.PointerTo(rv.Type()).Implements(jsonMarshaler) || reflect.PointerTo(rv.Type()).Implements(textMarshaler) {
+		raw, err := json.Marshal(rv.Interface())
+		if err != nil {
+			return nil, &UnsupportedTypeError{Type: rv.Type()}
+		}
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.UseNumber()
+		var v any
+		if err := dec.Decode(&v); err != nil {
+			return nil, &UnsupportedTypeError{Type: rv.Type()}
+		}
+		return appendValue(b, fromJSON(v), depth)
+	}
+	fields := map[string]any{}
+	var order []string
+	structFields(rv, fields, &order)
+	b = appendU32(append(b, 'd'), len(order))
+	var err error
+	for _, name := range order {
+		b = appendStr(b, 0, name)
+		if b, err = appendValue(b, fields[name], depth+1); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+var (
+	jsonMarshaler = reflect.TypeFor[json.Marshaler]()
+	textMarshaler = reflect.TypeFor[encoding.TextMarshaler]()
+)
+
+// structFields collects rv's fields under their JSON names (the first of a name wins).
+func structFields(rv reflect.Value, fields map[string]any, order *[]string) {
+	t := rv.Type()
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag := f.Tag.Get("json")
+		if tag == "-" {
+			continue
+		}
+		name, opts, _ := strings.Cut(tag, ",")
+		v := rv.Field(i)
+		if f.Anonymous && name == "" {
+			ft := f.Type
+			if ft.Kind() == reflect.Pointer {
+				if v.IsNil() {
+					continue
+				}
+				ft, v = ft.Elem(), v.Elem()
+			}
+			if ft.Kind() == reflect.Struct {
+				structFields(v, fields, order) // promoted, as encoding/json does
+				continue
+			}
+		}
+		if !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		if (hasOption(opts, "omitempty") && isEmpty(v)) || (hasOption(opts, "omitzero") && v.IsZero()) {
+			continue
+		}
+		if _, dup := fields[name]; dup {
+			continue
+		}
+		val := v.Interface()
+		if hasOption(opts, "string") {
+			val = fmt.Sprint(val)
+		}
+		fields[name] = val
+		*order = append(*order, name)
+	}
+}
+
+func hasOption(opts, want string) bool {
+	for opts != "" {
+		var o string
+		o, opts, _ = strings.Cut(opts, ",")
+		if o == want {
+			return true
+		}
+	}
+	return false
+}
+
+// isEmpty is encoding/json's omitempty test.
+func isEmpty(v reflect.Value) bool {
+	switch v.Kind() {
+	case reflect.Array, reflect.Map, reflect.Slice, reflect.String:
+		return v.Len() == 0
+	case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr,
+		reflect.Float32, reflect.Float64, reflect.Interface, reflect.Pointer:
+		return v.IsZero()
+	}
+	return false
+}
+
+// fromJSON turns a value decoded from JSON with UseNumber into the codec's Go side: whole
+// numbers as int64 (or *big.Int beyond it), others as float64.
+func fromJSON(v any) any {
+	return mapLeaves(v, func(leaf any) any {
+		x, ok := leaf.(json.Number)
+		if !ok {
+			return leaf
+		}
+		if i, err := x.Int64(); err == nil {
+			return i
+		}
+		if i, ok := new(big.Int).SetString(string(x), 10); ok {
+			return i
+		}
+		f, _ := x.Float64()
+		return f
+	})
 }

@@ -41,7 +41,9 @@
 //	str                      string                  string (invalid UTF-8 becomes U+FFFD)
 //	bytes, bytearray         []byte                  []byte, [N]byte
 //	list, tuple              []any                   []any and any other slice or array
-//	dict with str keys       map[string]any          map[string]any, any map with string keys
+//	dict with str keys       map[string]any          map[string]any, any map with string keys,
+//	                                                 structs (their JSON form: json tags,
+//	                                                 omitempty, embedding; time.Time as text)
 //	subclasses of the above  as their base type
 //	numpy scalars            as their Python value
 //	anything else            Value nil, Repr set     *UnsupportedTypeError
@@ -91,6 +93,17 @@
 // python3 worker processes with hard kills, crash survival, a sandbox, resource limits, no
 // network by default, and one run at a time per worker in parallel. Choose it for code from
 // a model or a user; choose in-process for trusted, quick code. Auto chooses by project.
+//
+// # Host functions
+//
+// Namespace.Register binds Go functions into a namespace (Function, or Func for a typed Go
+// function whose input schema comes from its struct): the model's code calls them like
+// Python functions, loops over their results and prints only what it needs, on either
+// engine (an isolated worker calls back into the host over its protocol). Arguments are
+// checked against the schema before Go is called (TypeError), errors and panics raise
+// minipy.HostError, and the run's deadline and context reach the function's ctx. The
+// tool description (ToolSchemaFor) lists the functions of Options.Globals as Python
+// signatures.
 //
 // # The LLM tool
 //

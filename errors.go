@@ -214,3 +214,15 @@ func (e *LimitError) Error() string {
 
 // Unwrap gives errors.Is ErrLimit and errors.As the *PythonError.
 func (e *LimitError) Unwrap() []error { return []error{ErrLimit, e.Python} }
+
+// ErrInvalidFunction is matched by Namespace.Register's error for a Function it cannot
+// bind: a name that is not a Python identifier (or dotted path of them), a nil Call, an
+// input schema that is not a valid JSON Schema of type "object", or a Func whose input
+// type has no schema.
+var ErrInvalidFunction = errors.New("minipy: invalid host function")
+
+// ErrReentrant is matched by the error of a Run, CallTool or Namespace method called from
+// inside a host function (or with its context) on the interpreter that is waiting for
+// that function: the run holds that interpreter, so the call could only deadlock. Another
+// engine, or another worker of an isolated engine, serves such calls.
+var ErrReentrant = errors.New("minipy: a host function cannot use the interpreter that is waiting for it")

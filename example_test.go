@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/minipy-go/minipy"
@@ -148,4 +149,53 @@ func ExampleOptions_live() {
 	// step 1
 	// step 2
 	// 'done' 21
+}
+
+// Register gives the model's code Go functions to call: it loops and filters in Python, and
+// only what it prints comes back into the model's context.
+func ExampleNamespace_Register() {
+	type query struct {
+		Customer string  `json:"customer" jsonschema:"the customer's name"`
+		MinTotal float64 `json:"min_total,omitempty"`
+	}
+	type order struct {
+		ID    int     `json:"id"`
+		Total float64 `json:"total"`
+	}
+	orders := map[string][]order{"ann": {{1, 30}, {2, 120}, {3, 75}}}
+	find := minipy.Func("find_orders", "A customer's orders.", func(ctx context.Context, q query) ([]order, error) {
+		var out []order
+		for _, o := range orders[q.Customer] {
+			if o.Total >= q.MinTotal {
+				out = append(out, o)
+			}
+		}
+		if out == nil {
+			return nil, fmt.Errorf("no orders for %q", q.Customer)
+		}
+		return out, nil
+	})
+	ns := minipy.NewNamespace()
+	defer ns.Close()
+	if err := ns.Register(find); err != nil {
+		panic(err)
+	}
+	opts := &minipy.Options{Globals: ns}
+	r, _ := minipy.Run(context.Background(), `
+import minipy
+big = find_orders("ann", min_total=50)
+print(len(big), "orders,", sum(o["total"] for o in big), "in all")
+try:
+    find_orders("bob")
+except minipy.HostError as e:
+    print("error:", e)
+`, opts)
+	fmt.Print(r.Stdout)
+	// The tool description shows the model what it can call.
+	desc := minipy.ToolSchemaFor(opts).Description
+	fmt.Println(desc[strings.LastIndex(desc, "\n")+1:])
+	// Output:
+	// 2 orders, 195.0 in all
+	// error: no orders for "bob"
+	//   find_orders(customer: str, min_total: float | None = None) -> list[dict] — A customer's orders.
 }

@@ -2,6 +2,7 @@ package minipy
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -118,6 +119,9 @@ func FuzzWorkerFrames(f *testing.F) {
 	f.Add(frame('A', answer[:5]))
 	f.Add([]byte{0, 0, 0, 0})
 	f.Add([]byte{0xff, 0xff, 0xff, 0x7f, 'A'})
+	call, _ := appendValue(binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64(nil, 1), 7),
+		[]any{int64(1), map[string]any{"a": int64(1)}}, 0)
+	f.Add(frame('C', call))
 	f.Fuzz(func(t *testing.T, stream []byte) {
 		r, wr, err := os.Pipe()
 		if err != nil {
@@ -131,6 +135,9 @@ func FuzzWorkerFrames(f *testing.F) {
 		w := &worker{out: r}
 		live := newLiveOutput(&Options{Stdout: io.Discard, Stderr: io.Discard})
 		defer live.finish()
+		// Host calls of run 1, none registered: each is answered, refused.
+		calls := newHostCalls(context.Background(), deadline{}, &hostRegistry{}, 2, 0, func(uint64, byte, []byte) {})
+		defer calls.end()
 		for i := 0; i < 1000; i++ {
 			body, err := w.readFrame(time.Now().Add(5 * time.Second))
 			if err != nil {
@@ -150,8 +157,8 @@ func FuzzWorkerFrames(f *testing.F) {
 				if len(body) >= 10 {
 					_, _ = runReply(body[10:], &Result{})
 				}
-			case 'O':
-				_ = live.event(body, 1) // run id 1: the seeds' output frames apply
+			case 'O', 'C':
+				_ = runEvents{live: live, calls: calls}.event(body, 1) // run id 1: the seeds' events apply
 			}
 		}
 	})

@@ -5,6 +5,7 @@ go 1.24
 require (
 	github.com/chzyer/readline v1.5.1
 	github.com/creack/pty v1.1.24
+	github.com/google/jsonschema-go v0.4.3
 	github.com/stretchr/testify v1.12.1
 )
 

@@ -2,14 +2,17 @@ package minipy
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/minipy-go/minipy/internal/cpython"
+	"github.com/minipy-go/minipy/internal/pyrt"
 )
 
 // DefaultKickSignal is the signal the in-process engine uses to interrupt a run unless
@@ -38,6 +41,13 @@ type inProcessEngine struct {
 	// then fail with ErrInterpreterBusy instead of waiting for a C call that may never end.
 	mu        sync.Mutex
 	abandoned chan struct{}
+
+	hostReg hostRegistry
+	// calls is the host calls of the run in progress, if it may make any: the call servers
+	// serve them, and a Run or Namespace method from inside one fails with ErrReentrant.
+	calls   atomic.Pointer[hostCalls]
+	servers atomic.Int32 // goroutines in serveCalls
+	waiting atomic.Int32 // of them, those waiting for a call (or starting to)
 }
 
 var process struct {
@@ -82,6 +92,8 @@ func inProcess() (*inProcessEngine, error) {
 }
 
 func (*inProcessEngine) name() string { return "the in-process engine" }
+
+func (e *inProcessEngine) hosts() *hostRegistry { return &e.hostReg }
 
 // inProcessRun adapts a cpython.Request to runHandle, passing the run's events to live.
 type inProcessRun struct {
@@ -140,8 +152,65 @@ func (r *inProcessRun) takeEvents() bool {
 	if len(frames) == 0 {
 		return true
 	}
-	r.live.events(frames, r.req.ID()) //nolint:errcheck // the C side writes well-formed frames
+	runEvents{live: r.live}.frames(frames, r.req.ID()) //nolint:errcheck // the C side writes well-formed frames
 	return true
+}
+
+// callServerIdle is how long a call server beyond the first waits for a call before it
+// ends; the first stays, asleep in a futex. maxCallServers bounds them: calls beyond that
+// many at once wait for a server.
+const (
+	callServerIdle = 10 * time.Second
+	maxCallServers = 256
+)
+
+// startCallServer starts a goroutine that serves host calls (serveCalls). It counts as
+// waiting from now: a goroutine that blocks in C needs a thread of its own, which may take
+// a while to start, and more must not be started meanwhile.
+func (e *inProcessEngine) startCallServer() {
+	e.servers.Add(1)
+	e.waiting.Add(1)
+	go e.serveCalls()
+}
+
+// serveCalls serves the host calls of the interpreter's code, one at a time, each on this
+// goroutine (see mp_call in cpython.c). Before it starts a call it makes sure another
+// server waits: a function may take long, and other threads' calls must not wait for it.
+func (e *inProcessEngine) serveCalls() {
+	for {
+		frame := cpython.NextCall(callServerIdle)
+		if frame == nil {
+			if n := e.servers.Load(); n > 1 && e.servers.CompareAndSwap(n, n-1) {
+				e.waiting.Add(-1)
+				return
+			}
+			continue
+		}
+		if e.waiting.Add(-1) == 0 && e.servers.Load() < maxCallServers {
+			e.startCallServer()
+		}
+		e.serveCall(frame)
+		e.waiting.Add(1)
+	}
+}
+
+// serveCall serves one call event (u32 length, kind, u64 generation, u64 call id, payload).
+func (e *inProcessEngine) serveCall(frame []byte) {
+	if len(frame) < 4+1+8+8 {
+		return // never: the C side makes these frames
+	}
+	gen := binary.LittleEndian.Uint64(frame[5:])
+	id, v, err := decodeCall(frame[13:])
+	h := e.calls.Load()
+	for h != nil && h.gen.Load() == 0 { // the run is being submitted: its generation comes next
+		runtime.Gosched()
+		h = e.calls.Load()
+	}
+	if err != nil || h == nil || h.gen.Load() != gen {
+		cpython.Reply(id, pyrt.CallRefused, []byte("host functions can be called only while a run of their namespace is in progress"))
+		return
+	}
+	h.serve(id, v)
 }
 
 func (r *inProcessRun) kick(stage int) { r.req.Kick(stage) }
@@ -157,6 +226,9 @@ func (e *inProcessEngine) run(ctx context.Context, code string, opts *Options) (
 	if err != nil {
 		return nil, err
 	}
+	if e.calls.Load().inCall(ctx) {
+		return nil, ErrReentrant
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, notStarted(err)
 	}
@@ -166,8 +238,24 @@ func (e *inProcessEngine) run(ctx context.Context, code string, opts *Options) (
 			deadline: errors.Is(err, context.DeadlineExceeded)}
 	}
 	live := newLiveOutput(opts)
-	h := &inProcessRun{e: e, live: live, req: e.interp.Submit(runRequest(gid, lid, maxOutput(opts), live != nil, code))}
+	var calls *hostCalls
+	if e.hostReg.has(gid, lid) {
+		calls = newHostCalls(ctx, dl, &e.hostReg, gid, lid, cpython.Reply)
+		e.calls.Store(calls)
+		if e.servers.Load() == 0 {
+			e.startCallServer()
+		}
+	}
+	h := &inProcessRun{e: e, live: live}
+	h.req = e.interp.Submit(runRequest(gid, lid, maxOutput(opts), live != nil, calls != nil, code), calls != nil)
+	if calls != nil {
+		calls.gen.Store(h.req.ID())
+	}
 	s := supervise(ctx, h, dl)
+	if calls != nil {
+		e.calls.CompareAndSwap(calls, nil)
+		calls.end()
+	}
 	live.finish()
 	res := &Result{}
 	if s.abandoned {
@@ -216,6 +304,9 @@ func (e *inProcessEngine) do(ns *Namespace, op byte, args ...any) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if e.calls.Load().inCall(nil) {
+		return nil, ErrReentrant
+	}
 	e.mu.Lock()
 	abandoned := e.abandoned
 	e.mu.Unlock()
@@ -224,7 +315,7 @@ func (e *inProcessEngine) do(ns *Namespace, op byte, args ...any) (any, error) {
 	case <-abandoned:
 		return nil, ErrInterpreterBusy
 	}
-	r := e.interp.Submit(req)
+	r := e.interp.Submit(req, false)
 	r.WaitDone()
 	resp, _ := r.Take()
 	e.token.release()

@@ -122,6 +122,7 @@ type Isolated struct {
 	spread  atomic.Uint32
 	// defaultNS is the namespace of runs that pass no Globals (id 1, on the first worker).
 	defaultNS *nsBinding
+	hostReg   hostRegistry
 
 	mu     sync.Mutex
 	closed bool
@@ -227,6 +228,8 @@ func newIsolated(cfg IsolatedConfig, sandbox bool) (*Isolated, error) {
 
 func (e *Isolated) name() string { return fmt.Sprintf("the isolated engine %p", e) }
 
+func (e *Isolated) hosts() *hostRegistry { return &e.hostReg }
+
 // Minipy runs code in the engine with opts (nil: defaults). It is Run with
 // context.Background().
 func (e *Isolated) Minipy(code string, opts *Options) (*Result, error) {
@@ -315,6 +318,9 @@ func (e *Isolated) run(ctx context.Context, code string, opts *Options) (*Result
 		return nil, notStarted(err)
 	}
 	slot := bindings[0].slot
+	if slot.calls.Load().inCall(ctx) {
+		return nil, ErrReentrant
+	}
 	dl := runDeadline(ctx, started, timeoutOf(opts))
 	if err := slot.token.acquire(ctx, dl); err != nil {
 		return nil, &InterruptedError{Cause: waitCause(err), After: time.Since(started),
@@ -329,14 +335,28 @@ func (e *Isolated) run(ctx context.Context, code string, opts *Options) (*Result
 	if lost != nil {
 		return nil, lost
 	}
+	res := &Result{}
+	if create, err = e.registerAgain(w, bindings, ids, create); err != nil {
+		return e.lost(slot, w, bindings, nil, res, started)
+	}
 	rid := w.nextRun()
 	live := newLiveOutput(opts)
-	h := &isolatedRun{w: w, id: rid, live: live}
-	res := &Result{}
-	if err := w.send(requestFrame(rid, e.deadmanAfter(dl), create, runRequest(gid, lid, maxOutput(opts), live != nil, code))); err != nil {
+	var calls *hostCalls
+	if e.hostReg.has(gid, lid) {
+		calls = newHostCalls(ctx, dl, &e.hostReg, gid, lid, w.reply)
+		slot.calls.Store(calls)
+		defer func() {
+			slot.calls.CompareAndSwap(calls, nil)
+			calls.end()
+		}()
+	}
+	h := &isolatedRun{w: w, id: rid, live: live, calls: calls}
+	req := runRequest(gid, lid, maxOutput(opts), live != nil, calls != nil, code)
+	if err := w.send(requestFrame(rid, e.deadmanAfter(dl), create, req)); err != nil {
 		return e.lost(slot, w, bindings, nil, res, started)
 	}
 	s := supervise(ctx, h, dl)
+	calls.end()
 	live.finish()
 	if s.abandoned {
 		w.kill()
@@ -400,6 +420,9 @@ func (e *Isolated) do(ns *Namespace, op byte, args ...any) (any, error) {
 	if b == nil {
 		return nil, errors.New("minipy: namespace request without a namespace")
 	}
+	if b.slot.calls.Load().inCall(nil) {
+		return nil, ErrReentrant
+	}
 	req, err := opRequest(op, args)
 	if err != nil {
 		return nil, err
@@ -423,6 +446,12 @@ func (e *Isolated) do(ns *Namespace, op byte, args ...any) (any, error) {
 	if lost != nil {
 		return nil, lost
 	}
+	if op != pyrt.OpRegister && op != pyrt.OpFree {
+		if create, err = e.registerAgain(w, []*nsBinding{b}, []uint32{ns.id}, create); err != nil {
+			_, err := e.lost(slot, w, []*nsBinding{b}, nil, &Result{}, time.Now())
+			return nil, err
+		}
+	}
 	rid := w.nextRun()
 	h := &isolatedRun{w: w, id: rid}
 	if err := w.send(requestFrame(rid, 0, create, req)); err == nil {
@@ -437,6 +466,37 @@ func (e *Isolated) do(ns *Namespace, op byte, args ...any) (any, error) {
 		w.created([]*nsBinding{b}, []uint32{ns.id})
 	}
 	return opReply(h.reply.resp)
+}
+
+// registerAgain binds the host functions of the namespaces that w is about to create
+// (create, from prepare) in w, when they have any: a worker that replaced a lost one
+// starts them empty, but their functions are the host's to keep. It returns what is left
+// to create.
+func (e *Isolated) registerAgain(w *worker, bindings []*nsBinding, ids, create []uint32) ([]uint32, error) {
+	for _, id := range create {
+		specs := e.hostReg.specs(id)
+		if specs == nil {
+			continue
+		}
+		req, err := opRequest(pyrt.OpRegister, []any{int64(id), specs})
+		if err != nil {
+			return create, err
+		}
+		h := &isolatedRun{w: w, id: w.nextRun()}
+		if err := w.send(requestFrame(h.id, 0, create, req)); err == nil {
+			for !h.wait(-1) {
+			}
+		}
+		if h.reply == nil {
+			return create, ErrStateLost
+		}
+		if _, err := opReply(h.reply.resp); err != nil {
+			return create, err
+		}
+		w.created(bindings, ids)
+		create = nil // the request above created them all
+	}
+	return create, nil
 }
 
 // deadmanSlack is how long after the host's own hard kill (deadline + abandonAfter) a
@@ -475,6 +535,7 @@ type isolatedRun struct {
 	w     *worker
 	id    uint64
 	live  *liveOutput  // the run's live output, or nil
+	calls *hostCalls   // the run's host calls, or nil
 	reply *workerReply // set once wait reports the run finished with an answer
 	ended bool         // the worker ended (or broke the protocol) before answering
 }
@@ -495,8 +556,8 @@ func (r *isolatedRun) wait(d time.Duration) bool {
 		case err != nil:
 			r.ended = true
 			return true
-		case body[0] == pyrt.FrameOutput:
-			if r.live.event(body, r.id) != nil {
+		case body[0] == pyrt.FrameOutput || body[0] == pyrt.FrameCall:
+			if (runEvents{live: r.live, calls: r.calls}).event(body, r.id) != nil {
 				r.w.kill() // it broke the protocol: treat it as lost
 				r.ended = true
 				return true
@@ -529,6 +590,9 @@ func (r *isolatedRun) wake() { r.w.wake() }
 type workerSlot struct {
 	e     *Isolated
 	token turn
+	// calls is the host calls of the run in progress, if it may make any: a Run or
+	// Namespace method on this slot from inside one of them fails with ErrReentrant.
+	calls atomic.Pointer[hostCalls]
 
 	mu      sync.Mutex
 	cur     *worker

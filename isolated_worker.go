@@ -551,3 +551,14 @@ func (b *tailBuffer) String() string {
 	defer b.mu.Unlock()
 	return string(b.buf)
 }
+
+// reply sends the answer to host call id of the worker's run in progress (a FrameReply).
+func (w *worker) reply(id uint64, status byte, payload []byte) {
+	f := make([]byte, 0, 4+1+8+1+len(payload))
+	f = binary.LittleEndian.AppendUint32(f, uint32(1+8+1+len(payload)))
+	f = append(f, pyrt.FrameReply)
+	f = binary.LittleEndian.AppendUint64(f, id)
+	f = append(f, status)
+	f = append(f, payload...)
+	w.send(f) //nolint:errcheck // a dead worker is noticed by the run's wait
+}

@@ -103,11 +103,13 @@ type engine interface {
 	// do sends one namespace request (see pyrt's ops) and returns its decoded reply.
 	do(ns *Namespace, op byte, args ...any) (any, error)
 	name() string
+	// hosts is the engine's registered host functions.
+	hosts() *hostRegistry
 }
 
 // runRequest is the request runtime.py's dispatch answers with a run: op, namespace ids,
-// output cap, flags (pyrt.RunLive), source.
-func runRequest(gid, lid uint32, maxOutput int, live bool, code string) []byte {
+// output cap, flags (pyrt.RunLive, pyrt.RunHostCalls), source.
+func runRequest(gid, lid uint32, maxOutput int, live, hostCalls bool, code string) []byte {
 	req := make([]byte, 0, 17+len(code))
 	req = append(req, pyrt.OpRun)
 	req = binary.LittleEndian.AppendUint32(req, gid)
@@ -116,6 +118,9 @@ func runRequest(gid, lid uint32, maxOutput int, live bool, code string) []byte {
 	var flags uint32
 	if live {
 		flags |= pyrt.RunLive
+	}
+	if hostCalls {
+		flags |= pyrt.RunHostCalls
 	}
 	req = binary.LittleEndian.AppendUint32(req, flags)
 	return append(req, code...)

@@ -58,7 +58,12 @@ func newInProcessNamespace() (*Namespace, error) {
 func newNamespace(e engine, id uint32, ref any) *Namespace {
 	ns := &Namespace{engine: e, id: id, ref: ref}
 	runtime.AddCleanup(ns, func(id uint32) {
-		go e.do(&Namespace{engine: e, id: id, ref: ref}, pyrt.OpFree, int64(id)) //nolint:errcheck // best effort
+		go func() {
+			// A run may still use it (its Options outlive the last reference): the free
+			// waits for the interpreter, so its functions go after that run too.
+			e.do(&Namespace{engine: e, id: id, ref: ref}, pyrt.OpFree, int64(id)) //nolint:errcheck // best effort
+			e.hosts().forget(id)
+		}()
 	}, id)
 	return ns
 }
@@ -74,6 +79,12 @@ func (ns *Namespace) idFor(e engine) (uint32, error) {
 		return 0, fmt.Errorf("minipy: this namespace belongs to %s, not %s", ns.engine.name(), e.name())
 	}
 	return ns.id, nil
+}
+
+func (ns *Namespace) isOpen() bool {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	return ns.usable() == nil
 }
 
 func (ns *Namespace) usable() error {
@@ -139,6 +150,7 @@ func (ns *Namespace) Close() error {
 	}
 	ns.closed = true
 	ns.mu.Unlock()
+	ns.engine.hosts().forget(ns.id)
 	_, err := ns.engine.do(ns, pyrt.OpFree, int64(ns.id))
 	return err
 }

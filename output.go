@@ -166,10 +166,17 @@ func (l *liveOutput) finish() {
 	l.queue = nil
 }
 
-// events handles the frames of run events that an engine collected (u32 length, kind, u64
-// run id, payload; see pyrt's Frame constants): those of run rid are applied, others (a late
-// event of an earlier run) ignored. It returns an error for a malformed frame.
-func (l *liveOutput) events(frames []byte, rid uint64) error {
+// runEvents is where a run's events go: its live output and its host calls (either may be
+// nil). Both engines decode their events with it (see docs/protocol.md).
+type runEvents struct {
+	live  *liveOutput
+	calls *hostCalls
+}
+
+// frames handles the frames of run events that an engine collected (u32 length, kind, u64
+// run id, payload; see pyrt's Frame constants): those of run rid are applied, others (a
+// late event of an earlier run) ignored. It returns an error for a malformed frame.
+func (r runEvents) frames(frames []byte, rid uint64) error {
 	for len(frames) > 0 {
 		if len(frames) < 4 {
 			return errNotProtocol
@@ -178,7 +185,7 @@ func (l *liveOutput) events(frames []byte, rid uint64) error {
 		if n < 1 || len(frames)-4 < n {
 			return errNotProtocol
 		}
-		if err := l.event(frames[4:4+n], rid); err != nil {
+		if err := r.event(frames[4:4+n], rid); err != nil {
 			return err
 		}
 		frames = frames[4+n:]
@@ -187,7 +194,7 @@ func (l *liveOutput) events(frames []byte, rid uint64) error {
 }
 
 // event handles one event frame's body (kind, u64 run id, payload).
-func (l *liveOutput) event(body []byte, rid uint64) error {
+func (r runEvents) event(body []byte, rid uint64) error {
 	if len(body) < 1+8 {
 		return errNotProtocol
 	}
@@ -199,8 +206,15 @@ func (l *liveOutput) event(body []byte, rid uint64) error {
 		if len(body) < 1+8+1 {
 			return errNotProtocol
 		}
-		l.add(body[9], body[10:])
+		if r.live != nil {
+			r.live.add(body[9], body[10:])
+		}
 		return nil
+	case pyrt.FrameCall:
+		if r.calls == nil {
+			return errNotProtocol // a run without host functions makes no calls
+		}
+		return r.calls.call(body[9:])
 	}
 	return errNotProtocol
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/minipy-go/minipy/internal/pyrt"
 )
@@ -131,9 +132,13 @@ func toolSchema(info pythonInfo, opts *Options) *Tool {
 		timeoutDoc = fmt.Sprintf("Seconds after which the run is stopped; default none, at most %s.",
 			seconds(limits.maxTimeout))
 	}
+	desc := toolDescription(info, limits)
+	if opts != nil {
+		desc += functionsDescription(opts.Globals, opts.Locals)
+	}
 	return &Tool{
 		Name:        ToolName,
-		Description: toolDescription(info, limits),
+		Description: desc,
 		InputSchema: InputSchema{
 			Type: "object",
 			Properties: map[string]any{
@@ -177,6 +182,67 @@ func toolDescription(info pythonInfo, limits toolLimits) string {
 		b.WriteString("- Only the standard library is known to be importable.")
 	}
 	return b.String()
+}
+
+// The tool description lists at most maxListedFunctions host functions, in at most
+// maxFunctionsText bytes; the rest are counted.
+const (
+	maxListedFunctions = 60
+	maxFunctionsText   = 6000
+	maxFunctionDoc     = 160
+)
+
+// functionsDescription lists the host functions of the run's namespaces for the model, as
+// Python signatures with their one-line docs, or returns "" when there are none.
+func functionsDescription(spaces ...*Namespace) string {
+	var fns []*hostFunc
+	for _, ns := range spaces {
+		if ns == nil || ns.engine == nil || !ns.isOpen() {
+			continue
+		}
+		fns = append(fns, ns.engine.hosts().functions(ns.id)...)
+	}
+	if len(fns) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("\n- Functions of the host are defined in the code's namespace; call them from Python (help(name) shows one). " +
+		"Their results are Python values, their errors raise minipy.HostError, and loops over them stay in the code: print only what you need.")
+	shown := 0
+	for _, hf := range fns {
+		line := "\n  " + hf.signature()
+		if doc := oneLine(hf.fn.Description, maxFunctionDoc); doc != "" {
+			line += " — " + doc
+		}
+		if shown == maxListedFunctions || b.Len()+len(line) > maxFunctionsText {
+			break
+		}
+		b.WriteString(line)
+		shown++
+	}
+	if left := len(fns) - shown; left > 0 {
+		fmt.Fprintf(&b, "\n  ... and %d more (dir() lists them, help(name) describes one).", left)
+	}
+	return b.String()
+}
+
+// oneLine is the first line of doc, cut to max bytes at a word.
+func oneLine(doc string, max int) string {
+	doc = strings.TrimSpace(doc)
+	if i := strings.IndexByte(doc, '\n'); i >= 0 {
+		doc = strings.TrimSpace(doc[:i])
+	}
+	if len(doc) <= max {
+		return doc
+	}
+	cut := strings.LastIndexByte(doc[:max], ' ')
+	if cut < max/2 {
+		cut = max
+		for cut > 0 && !utf8.RuneStart(doc[cut]) {
+			cut--
+		}
+	}
+	return strings.TrimRight(doc[:cut], " ,;:") + "..."
 }
 
 // seconds renders d for the model: "60 seconds", "1.5 seconds".

@@ -24,9 +24,25 @@
 //	-memory-limit int   bytes of memory per worker with -backend isolated (0: none)
 //	-http addr          serve Streamable HTTP on addr (host:port) instead of stdio
 //	-session-timeout d  with -http: close sessions idle this long (default 30m)
+//	-upstream file      code mode: connect to the MCP servers of this mcpServers JSON file
+//	                    and give each of their tools to the code as a Python function,
+//	                    grouped by server: everything.echo(message="hi")
 //
 // A client that sends a progress token with a call gets progress notifications carrying
 // the run's latest output, about once a second while it prints.
+//
+// With -upstream, the model calls the upstream servers' tools from its code, filters and
+// joins their results in Python, and only what it prints comes back into its context
+// ("code mode"). The file has the shape MCP clients use:
+//
+//	{"mcpServers": {
+//	  "everything": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-everything"]},
+//	  "search": {"url": "https://example.com/mcp", "headers": {"Authorization": "Bearer ..."}}}}
+//
+// Names become Python identifiers (get-sum is get_sum). A tool's structured content comes
+// back as a dict, text as a str, several items as a list, an error as minipy.HostError. A
+// server started from "command" gets HOME, LOGNAME, PATH, SHELL, TERM and USER of this
+// process's environment, plus its "env".
 //
 // Over stdio the code's Python output is captured; anything that writes to file descriptor
 // 1 directly (os.write, C extensions, subprocesses) goes to stderr instead, so it cannot
@@ -63,6 +79,7 @@ func main() {
 	memoryLimit := flag.Int64("memory-limit", 0, "bytes of memory per worker with -backend isolated (0: no limit)")
 	httpAddr := flag.String("http", "", "serve the Streamable HTTP transport on `addr` (host:port) instead of stdio")
 	sessionTimeout := flag.Duration("session-timeout", 30*time.Minute, "with -http: close a session (and free its namespace) after this long without a request")
+	upstreamFile := flag.String("upstream", "", "connect to the MCP servers of this mcpServers JSON `file` and give their tools to the code as Python functions (code mode)")
 	flag.Parse()
 	if *isolated {
 		*backend = minipy.BackendIsolated
@@ -84,9 +101,18 @@ func main() {
 	} else {
 		log.Printf("minipy-mcp: running code in this process's embedded interpreter")
 	}
-	server := newServer(eng, &minipy.Options{Timeout: *timeout, MaxOutput: *maxOutput})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	var fns []minipy.Function
+	if *upstreamFile != "" {
+		up, err := connectUpstreams(ctx, *upstreamFile)
+		if err != nil {
+			log.Fatalf("minipy-mcp: -upstream: %v", err)
+		}
+		defer up.Close()
+		fns = up.functions
+	}
+	server := newServer(eng, &minipy.Options{Timeout: *timeout, MaxOutput: *maxOutput}, fns...)
 	if *httpAddr != "" {
 		err = serveHTTP(ctx, server, *httpAddr, *sessionTimeout)
 	} else {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"log"
 	"strings"
 	"sync"
 	"time"
@@ -16,17 +17,24 @@ import (
 const resetToolName = "reset"
 
 // newServer returns an MCP server with the minipy tool, run on eng with opts (their Globals
-// are ignored: each client session gets a namespace of its own), and the reset tool.
-func newServer(eng minipy.Engine, opts *minipy.Options) *mcp.Server {
-	server, _ := newServerSessions(eng, opts)
+// are ignored: each client session gets a namespace of its own, with fns registered in it),
+// and the reset tool.
+func newServer(eng minipy.Engine, opts *minipy.Options, fns ...minipy.Function) *mcp.Server {
+	server, _ := newServerSessions(eng, opts, fns...)
 	return server
 }
 
 // newServerSessions is newServer, also returning its sessions.
-func newServerSessions(eng minipy.Engine, opts *minipy.Options) (*mcp.Server, *sessions) {
-	s := &sessions{eng: eng, opts: *opts, spaces: map[*mcp.ServerSession]*minipy.Namespace{}}
+func newServerSessions(eng minipy.Engine, opts *minipy.Options, fns ...minipy.Function) (*mcp.Server, *sessions) {
+	s := &sessions{eng: eng, opts: *opts, fns: fns, spaces: map[*mcp.ServerSession]*minipy.Namespace{}}
 	server := mcp.NewServer(&mcp.Implementation{Name: "minipy", Version: version}, nil)
-	tool := eng.ToolSchemaFor(opts)
+	described := *opts
+	if len(fns) > 0 {
+		// The description lists the functions of a namespace that has them.
+		described.Globals = s.newNamespace()
+		defer described.Globals.Close()
+	}
+	tool := eng.ToolSchemaFor(&described)
 	server.AddTool(&mcp.Tool{Name: tool.Name, Description: tool.Description, InputSchema: tool.InputSchema.Map()}, s.run)
 	server.AddTool(&mcp.Tool{
 		Name:        resetToolName,
@@ -41,6 +49,7 @@ func newServerSessions(eng minipy.Engine, opts *minipy.Options) (*mcp.Server, *s
 type sessions struct {
 	eng    minipy.Engine
 	opts   minipy.Options
+	fns    []minipy.Function // host functions of every namespace (the upstream servers' tools)
 	mu     sync.Mutex
 	spaces map[*mcp.ServerSession]*minipy.Namespace
 }
@@ -50,9 +59,20 @@ func (s *sessions) namespace(ss *mcp.ServerSession) *minipy.Namespace {
 	defer s.mu.Unlock()
 	ns, ok := s.spaces[ss]
 	if !ok {
-		ns = s.eng.NewNamespace()
+		ns = s.newNamespace()
 		s.spaces[ss] = ns
 		go s.forgetWhenClosed(ss) // reset keeps the entry, so this runs once per session
+	}
+	return ns
+}
+
+// newNamespace makes a namespace with the host functions registered.
+func (s *sessions) newNamespace() *minipy.Namespace {
+	ns := s.eng.NewNamespace()
+	if len(s.fns) > 0 {
+		if err := ns.Register(s.fns...); err != nil {
+			log.Printf("minipy-mcp: registering the upstream tools: %v", err)
+		}
 	}
 	return ns
 }
@@ -84,7 +104,7 @@ func (s *sessions) reset(_ context.Context, req *mcp.CallToolRequest) (*mcp.Call
 	s.mu.Lock()
 	old := s.spaces[req.Session]
 	if old != nil {
-		s.spaces[req.Session] = s.eng.NewNamespace()
+		s.spaces[req.Session] = s.newNamespace()
 	}
 	s.mu.Unlock()
 	if old != nil {

@@ -64,6 +64,7 @@ static struct {
 	pthread_mutex_t mu;
 	uint64_t gen;
 	int running;
+	int host_calls;  // the request may call host functions
 	int kicked;
 	volatile sig_atomic_t stage;
 	volatile sig_atomic_t armed;
@@ -117,6 +118,8 @@ static void kick_handler(int sig) {
 	errno = saved;
 }
 
+static void calls_stop(uint64_t gen);
+
 void mp_kick(uint64_t gen, int stage) {
 	pthread_mutex_lock(&mp.mu);
 	if (mp.gen == gen && mp.running) {
@@ -126,6 +129,9 @@ void mp_kick(uint64_t gen, int stage) {
 		}
 		mp.armed = 1;
 		pthread_kill(mp.owner, mp.sig);
+		// Then end the waits for the host: the owner's signal is pending by now, so its
+		// handler raises as the owner's call returns (runtime.py's _call covers a late one).
+		calls_stop(gen);
 	}
 	pthread_mutex_unlock(&mp.mu);
 }
@@ -147,6 +153,51 @@ static struct {
 } ev = {.mu = PTHREAD_MUTEX_INITIALIZER};
 static _Atomic uint32_t ev_pending;  // set by the first event after a drain
 
+// ---- host calls ----------------------------------------------------------------------
+//
+// A Python thread that calls a host function (c_host_call) queues the call and waits on
+// its state, a futex word, without the GIL, until Go replies (mp_reply) or the run is
+// stopped (calls_stop). Go serves calls on goroutines that wait in mp_host_next for the
+// next one, spinning briefly first: the reply to a quick function (add(1, 2)) then takes a
+// few microseconds, with no thread to wake and no hop through the Go scheduler. The run's
+// own caller is not involved, so a function that ignores its ctx cannot delay the run's
+// return past its deadline. Calls live in a list under ev.mu; only the waiting thread
+// unlinks and frees its call, so mp_reply, calls_stop and mp_host_next may touch any call
+// they find in the list.
+typedef struct mp_call {
+	struct mp_call *prev, *next;
+	uint64_t id, gen;
+	char *frame;              // the call event for Go, until a server takes it
+	size_t frame_len;
+	_Atomic uint32_t state;   // 0 waiting, 1 replied, 2 stopped
+	_Atomic uint32_t asleep;  // the waiter sleeps on state: a change must wake it
+	int status;               // pyrt.Call*
+	char *resp;
+	size_t resp_len;
+} mp_call;
+
+static mp_call calls = {.prev = &calls, .next = &calls};  // the list's sentinel, under ev.mu
+static uint64_t call_seq;                                  // under ev.mu
+static _Atomic uint32_t calls_queued;   // calls no server has taken (their frame is set)
+static _Atomic uint32_t calls_seq;      // futex word of waiting servers: bumped per new call
+static _Atomic uint32_t servers_asleep; // servers in futex_wait on calls_seq
+static _Atomic uint32_t servers_spinning;  // a server spins for the next call (at most one)
+
+// calls_stop ends the waits of gen's calls. mp.mu may be held (it comes before ev.mu).
+static void calls_stop(uint64_t gen) {
+	pthread_mutex_lock(&ev.mu);
+	for (mp_call *c = calls.next; c != &calls; c = c->next) {
+		if (c->gen == gen && atomic_load(&c->state) == 0) {
+			c->status = 3;  // pyrt.CallStopped
+			atomic_store(&c->state, 2);
+			if (atomic_load(&c->asleep)) {
+				futex_wake_all(&c->state);
+			}
+		}
+	}
+	pthread_mutex_unlock(&ev.mu);
+}
+
 // events_reset empties the queue for a new request (under no lock of the owner's: the
 // previous request is over).
 static void events_reset(void) {
@@ -155,6 +206,41 @@ static void events_reset(void) {
 	ev.dropped = 0;
 	atomic_store(&ev_pending, 0);
 	pthread_mutex_unlock(&ev.mu);
+}
+
+// ev_append appends a frame of kind for gen, with head (hn bytes) then data (dn bytes)
+// as its payload, growing the queue as needed; returns 0, or -1 without memory. Under ev.mu.
+static int ev_append(char kind, uint64_t gen, const void *head, size_t hn, const void *data, size_t dn) {
+	size_t body = 1 + 8 + hn + dn;
+	if (ev.len + 4 + body > ev.cap) {
+		size_t cap = ev.cap ? ev.cap : 4096;
+		while (cap < ev.len + 4 + body) {
+			cap *= 2;
+		}
+		char *grown = realloc(ev.buf, cap);
+		if (!grown) {
+			return -1;
+		}
+		ev.buf = grown;
+		ev.cap = cap;
+	}
+	char *p = ev.buf + ev.len;
+	uint32_t n = (uint32_t)body;
+	memcpy(p, &n, 4);
+	p[4] = kind;
+	memcpy(p + 5, &gen, 8);
+	memcpy(p + 13, head, hn);
+	memcpy(p + 13 + hn, data, dn);
+	ev.len += 4 + body;
+	return 0;
+}
+
+// wake_caller tells a waiting mp_wait that events are queued.
+static void wake_caller(void) {
+	atomic_fetch_add(&mp.wake_seq, 1);
+	if (atomic_load(&mp.callers_sleeping)) {
+		futex_wake_all(&mp.wake_seq);
+	}
 }
 
 // release_emitted frees what c_emit took to read obj.
@@ -202,39 +288,186 @@ static PyObject *c_emit(PyObject *self, PyObject *args) {
 	if (ev.len + 4 + body > EVENTS_MAX || body > UINT32_MAX) {
 		ev.dropped += (uint64_t)data.len;
 	} else {
-		if (ev.len + 4 + body > ev.cap) {
-			size_t cap = ev.cap ? ev.cap : 4096;
-			while (cap < ev.len + 4 + body) {
-				cap *= 2;
-			}
-			char *grown = realloc(ev.buf, cap);
-			if (!grown) {
-				pthread_mutex_unlock(&ev.mu);
-				release_emitted(obj, &data, encoded);
-				return PyErr_NoMemory();
-			}
-			ev.buf = grown;
-			ev.cap = cap;
+		char st = (char)stream;
+		if (ev_append(kind, gen, &st, 1, data.buf, (size_t)data.len) < 0) {
+			pthread_mutex_unlock(&ev.mu);
+			release_emitted(obj, &data, encoded);
+			return PyErr_NoMemory();
 		}
-		char *p = ev.buf + ev.len;
-		uint32_t n = (uint32_t)body;
-		memcpy(p, &n, 4);
-		p[4] = kind;
-		memcpy(p + 5, &gen, 8);
-		p[13] = (char)stream;
-		memcpy(p + 14, data.buf, (size_t)data.len);
-		ev.len += 4 + body;
 	}
 	first = atomic_exchange(&ev_pending, 1) == 0;
 	pthread_mutex_unlock(&ev.mu);
 	release_emitted(obj, &data, encoded);
 	if (first) {
-		atomic_fetch_add(&mp.wake_seq, 1);
-		if (atomic_load(&mp.callers_sleeping)) {
-			futex_wake_all(&mp.wake_seq);
-		}
+		wake_caller();
 	}
 	Py_RETURN_NONE;
+}
+
+// How long a host call's thread spins for the reply before it sleeps: a quick Go function
+// (add(1, 2)) answers within a few microseconds, and sleeping would add a thread wake-up
+// (50-150 us on an idle VM) to each call.
+#define CALL_SPIN_NS 100000
+// How long a server spins for the next call before it sleeps: a loop of calls finds it
+// awake.
+#define SERVER_SPIN_NS 50000
+
+// host_call(payload) -> (status, reply): queue a call event for Go and wait, without the
+// GIL, for its reply (see mp_call). A run that is stopped meanwhile ends the wait: on the
+// owner thread the kick's handler then raises; elsewhere the status says CallStopped.
+static PyObject *c_host_call(PyObject *self, PyObject *args) {
+	Py_buffer data;
+	if (!PyArg_ParseTuple(args, "y*", &data)) {
+		return NULL;
+	}
+	if (data.len > UINT32_MAX - 64) {
+		PyBuffer_Release(&data);
+		PyErr_SetString(PyExc_ValueError, "the arguments of a host call are too large");
+		return NULL;
+	}
+	mp_call *c = calloc(1, sizeof *c);
+	if (!c) {
+		PyBuffer_Release(&data);
+		return PyErr_NoMemory();
+	}
+	// The call event: the frame format of every run event (docs/protocol.md), so that Go
+	// decodes it like a worker's.
+	size_t body = 1 + 8 + 8 + (size_t)data.len;
+	c->frame = malloc(4 + body);
+	if (!c->frame) {
+		free(c);
+		PyBuffer_Release(&data);
+		return PyErr_NoMemory();
+	}
+	c->frame_len = 4 + body;
+	uint32_t n32 = (uint32_t)body;
+	memcpy(c->frame, &n32, 4);
+	c->frame[4] = 'C';
+	memcpy(c->frame + 21, data.buf, (size_t)data.len);
+	PyBuffer_Release(&data);
+	// Under mp.mu: a run that has ended (or was stopped) takes no more calls.
+	pthread_mutex_lock(&mp.mu);
+	int refused = !mp.running || !mp.host_calls ? 4 : mp.kicked ? 3 : 0;  // pyrt.CallRefused, CallStopped
+	if (!refused) {
+		pthread_mutex_lock(&ev.mu);
+		c->id = ++call_seq;
+		c->gen = mp.gen;
+		memcpy(c->frame + 5, &c->gen, 8);
+		memcpy(c->frame + 13, &c->id, 8);
+		c->next = &calls;
+		c->prev = calls.prev;
+		calls.prev->next = c;
+		calls.prev = c;
+		atomic_fetch_add(&calls_queued, 1);
+		pthread_mutex_unlock(&ev.mu);
+	}
+	pthread_mutex_unlock(&mp.mu);
+	if (refused) {
+		free(c->frame);
+		free(c);
+		return Py_BuildValue("(iy)", refused, refused == 4 ? "host functions can be called only while a run of their namespace is in progress" : "");
+	}
+	atomic_fetch_add(&calls_seq, 1);
+	if (atomic_load(&servers_asleep)) {
+		syscall(SYS_futex, (uint32_t *)&calls_seq, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+	}
+
+	Py_BEGIN_ALLOW_THREADS
+	int64_t start = now_ns();
+	for (int64_t now = start; atomic_load(&c->state) == 0 && now < start + CALL_SPIN_NS; now = now_ns()) {
+		cpu_relax(now - start);
+	}
+	atomic_store(&c->asleep, 1);
+	while (atomic_load(&c->state) == 0) {
+		futex_wait(&c->state, 0, -1);  // a kick's signal ends it too (EINTR), on the owner thread
+	}
+	Py_END_ALLOW_THREADS
+
+	pthread_mutex_lock(&ev.mu);
+	c->prev->next = c->next;
+	c->next->prev = c->prev;
+	if (c->frame) {  // stopped before a server took it
+		atomic_fetch_sub(&calls_queued, 1);
+		free(c->frame);
+	}
+	pthread_mutex_unlock(&ev.mu);
+	int status = c->status;
+	PyObject *reply = NULL;
+	if (atomic_load(&c->state) == 1) {
+		reply = Py_BuildValue("(iy#)", status, c->resp ? c->resp : "", (Py_ssize_t)c->resp_len);
+	} else if (PyErr_CheckSignals() == 0) {  // stopped: the kick's handler raises, if it will
+		reply = Py_BuildValue("(iy)", 3, "");
+	}
+	free(c->resp);
+	free(c);
+	return reply;
+}
+
+char *mp_host_next(int64_t timeout_ns, size_t *len) {
+	int64_t start = now_ns();
+	int64_t deadline = timeout_ns < 0 ? INT64_MAX : start + timeout_ns;
+	// One server spins, the others sleep: each spinning thread takes a CPU from the code.
+	uint32_t none = 0;
+	if (atomic_compare_exchange_strong(&servers_spinning, &none, 1)) {
+		for (int64_t now = start; now < start + SERVER_SPIN_NS && !atomic_load(&calls_queued); now = now_ns()) {
+			cpu_relax(now - start);
+		}
+		atomic_store(&servers_spinning, 0);
+	}
+	char *frame = NULL;
+	for (;;) {
+		uint32_t seq = atomic_load(&calls_seq);
+		if (atomic_load(&calls_queued)) {
+			pthread_mutex_lock(&ev.mu);
+			for (mp_call *c = calls.next; c != &calls; c = c->next) {
+				if (c->frame) {
+					frame = c->frame;
+					*len = c->frame_len;
+					c->frame = NULL;
+					atomic_fetch_sub(&calls_queued, 1);
+					break;
+				}
+			}
+			pthread_mutex_unlock(&ev.mu);
+			if (frame) {
+				break;
+			}
+		}
+		int64_t now = now_ns();
+		if (now >= deadline) {
+			break;
+		}
+		atomic_fetch_add(&servers_asleep, 1);
+		if (!atomic_load(&calls_queued)) {
+			futex_wait(&calls_seq, seq, deadline == INT64_MAX ? -1 : deadline - now);
+		}
+		atomic_fetch_sub(&servers_asleep, 1);
+	}
+	return frame;
+}
+
+void mp_reply(uint64_t id, int status, const char *payload, size_t len) {
+	pthread_mutex_lock(&ev.mu);
+	for (mp_call *c = calls.next; c != &calls; c = c->next) {
+		if (c->id == id) {
+			if (atomic_load(&c->state) == 0) {
+				c->resp = malloc(len ? len : 1);
+				if (c->resp) {
+					memcpy(c->resp, payload, len);
+					c->resp_len = len;
+					c->status = status;
+				} else {
+					c->status = 1;  // pyrt.CallError, with no message
+				}
+				atomic_store(&c->state, 1);
+				if (atomic_load(&c->asleep)) {
+					futex_wake_all(&c->state);  // a spinning waiter needs no system call
+				}
+			}
+			break;
+		}
+	}
+	pthread_mutex_unlock(&ev.mu);
 }
 
 char *mp_events(size_t *len, uint64_t *dropped) {
@@ -311,6 +544,7 @@ static PyMethodDef native_methods[] = {
     {"kick_stage", c_kick_stage, METH_NOARGS, "The stage of the current kick."},
     {"async_raise", c_async_raise, METH_VARARGS, "PyThreadState_SetAsyncExc(ident, exc)."},
     {"emit", c_emit, METH_VARARGS, "emit(kind, stream, data): queue an event of the run for the caller."},
+    {"host_call", c_host_call, METH_VARARGS, "host_call(payload) -> (status, reply): call a host function."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -539,10 +773,11 @@ void mp_serve(const char *src, const char *runtime_file, const char *executable,
 	}
 }
 
-uint64_t mp_submit(char *req, size_t len) {
+uint64_t mp_submit(char *req, size_t len, int host_calls) {
 	pthread_mutex_lock(&mp.mu);
 	uint64_t gen = ++mp.gen;
 	mp.running = 1;
+	mp.host_calls = host_calls;
 	mp.kicked = 0;
 	mp.stage = 0;
 	mp.armed = 0;

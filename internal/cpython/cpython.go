@@ -66,10 +66,37 @@ type Request struct {
 	gen uint64
 }
 
-// Submit hands req to the interpreter.
-func (*Interpreter) Submit(req []byte) Request {
+// Submit hands req to the interpreter. hostCalls lets its code call host functions (see
+// NextCall and Reply); otherwise such calls fail at once.
+func (*Interpreter) Submit(req []byte, hostCalls bool) Request {
 	p := C.CBytes(req) // the slot owns a C copy: the caller may stop waiting before it is read
-	return Request{gen: uint64(C.mp_submit((*C.char)(p), C.size_t(len(req))))}
+	h := C.int(0)
+	if hostCalls {
+		h = 1
+	}
+	return Request{gen: uint64(C.mp_submit((*C.char)(p), C.size_t(len(req)), h))}
+}
+
+// NextCall waits up to d (negative: no limit) for a host call of the interpreter's code and
+// returns its event, a frame of kind pyrt.FrameCall (nil when d passed).
+func NextCall(d time.Duration) (frame []byte) {
+	var n C.size_t
+	p := C.mp_host_next(C.int64_t(d), &n)
+	if p != nil {
+		frame = C.GoBytes(unsafe.Pointer(p), C.int(n))
+		C.free(unsafe.Pointer(p))
+	}
+	return frame
+}
+
+// Reply answers the host call id (from NextCall) with status (pyrt's Call*) and payload.
+// Safe from any goroutine; a call that stopped waiting ignores it.
+func Reply(id uint64, status byte, payload []byte) {
+	var p *C.char
+	if len(payload) > 0 {
+		p = (*C.char)(unsafe.Pointer(&payload[0])) // read (copied) during the call only
+	}
+	C.mp_reply(C.uint64_t(id), C.int(status), p, C.size_t(len(payload)))
 }
 
 // Wait waits up to d (negative: no limit) for the request to finish, for it to queue

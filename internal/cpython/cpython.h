@@ -21,13 +21,24 @@ int mp_init_wait(void);
 const char *mp_init_error(void);
 
 // mp_submit hands a request (malloc'd; the slot owns it from now on) to the owner and
-// returns its generation. The caller must hold the Go side's interpreter token.
-uint64_t mp_submit(char *req, size_t len);
+// returns its generation. The caller must hold the Go side's interpreter token. host_calls
+// says whether the request's code may call host functions (a run in a namespace that has
+// some); otherwise _minipy_c.host_call refuses at once.
+uint64_t mp_submit(char *req, size_t len, int host_calls);
 
 // mp_wait waits until the request of generation gen is done, it has events queued (only
 // when events is non-zero), mp_wake is called, or timeout_ns passes (negative: no limit).
 // Returns 1 when the request is done, 2 when events wait (mp_events), else 0.
 int mp_wait(uint64_t gen, int64_t timeout_ns, int events);
+
+// mp_host_next waits up to timeout_ns (negative: no limit) for a host call no server has
+// taken and returns its event (malloc'd, the caller frees it; NULL on timeout): a frame of
+// kind 'C' (u32 length, kind, u64 generation, u64 call id, payload).
+char *mp_host_next(int64_t timeout_ns, size_t *len);
+
+// mp_reply answers host call id with a status (pyrt's Call*) and payload, which it copies.
+// A call that is no longer waiting (its run was stopped) is ignored.
+void mp_reply(uint64_t id, int status, const char *payload, size_t len);
 
 // mp_events takes the events the current request queued, as frames (u32 length, kind,
 // u64 generation, payload; malloc'd, the caller frees it, NULL when none), and the bytes of

@@ -20,7 +20,13 @@ func Start(kickSignal int) (*Interpreter, error) { return nil, ErrNoCgo }
 type Request struct{}
 
 // Submit is unreachable without cgo (Start fails).
-func (*Interpreter) Submit(req []byte) Request { panic(ErrNoCgo) }
+func (*Interpreter) Submit(req []byte, hostCalls bool) Request { panic(ErrNoCgo) }
+
+// NextCall is unreachable without cgo.
+func NextCall(d time.Duration) []byte { panic(ErrNoCgo) }
+
+// Reply is unreachable without cgo.
+func Reply(id uint64, status byte, payload []byte) { panic(ErrNoCgo) }
 
 // Wait is unreachable without cgo.
 func (Request) Wait(d time.Duration, events bool) bool { panic(ErrNoCgo) }

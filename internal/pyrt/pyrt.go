@@ -44,11 +44,16 @@ const (
 	OpGet
 	OpNames
 	OpInfo
+	OpRegister // namespace id, [function specs]: bind host functions (see host.go)
 )
 
-// RunLive is the flag of a run request whose output is sent while it runs (events of kind
-// FrameOutput), besides being captured for the result.
-const RunLive = 1
+// Flags of a run request. RunLive: its output is sent while it runs (events of kind
+// FrameOutput), besides being captured for the result. RunHostCalls: its code may call
+// host functions (events of kind FrameCall); otherwise a call fails at once.
+const (
+	RunLive      = 1
+	RunHostCalls = 2
+)
 
 // DefaultNamespace is the id of the namespace that runs without Globals use.
 const DefaultNamespace = 1
@@ -71,6 +76,18 @@ const (
 	FrameAnswer  = 'A' // worker -> host: u64 run id, u8 kicked, response
 	FrameExit    = 'X' // guardian -> host: i32 wait status, the last frame
 	FrameOutput  = 'O' // run event: u64 run id, u8 stream (1 stdout, 2 stderr), bytes
+	FrameCall    = 'C' // run event: u64 run id, u64 call id, codec [function id, {arguments}]
+	FrameReply   = 'B' // host -> worker: u64 call id, u8 status (Call*), payload
+)
+
+// The status of a host call's reply; its payload is a codec value for CallOK, else the
+// UTF-8 message of the exception Python raises.
+const (
+	CallOK      = 0 // the function's result
+	CallError   = 1 // the function returned an error or panicked: minipy.HostError
+	CallBadArgs = 2 // the arguments do not match the function's schema: TypeError
+	CallStopped = 3 // the run was stopped (deadline, cancel): minipy.TimeoutInterrupt
+	CallRefused = 4 // no such function in this run (or no run): minipy.HostError
 )
 
 // constantsLine is the line of runtime.py and worker.py that withConstants replaces.
@@ -89,14 +106,17 @@ func prelude() string {
 	b := func(kind byte) string { return fmt.Sprintf("b%q", string(kind)) }
 	defs := []string{
 		fmt.Sprintf("RUNTIME_FILE = %q", RuntimeFile),
-		fmt.Sprintf("OP_RUN, OP_NEW, OP_FREE, OP_SET, OP_GET, OP_NAMES, OP_INFO = %d, %d, %d, %d, %d, %d, %d",
-			OpRun, OpNew, OpFree, OpSet, OpGet, OpNames, OpInfo),
-		fmt.Sprintf("RUN_LIVE = %d", RunLive),
+		fmt.Sprintf("OP_RUN, OP_NEW, OP_FREE, OP_SET, OP_GET, OP_NAMES, OP_INFO, OP_REGISTER = %d, %d, %d, %d, %d, %d, %d, %d",
+			OpRun, OpNew, OpFree, OpSet, OpGet, OpNames, OpInfo, OpRegister),
+		fmt.Sprintf("RUN_LIVE, RUN_HOST_CALLS = %d, %d", RunLive, RunHostCalls),
 		fmt.Sprintf("DEFAULT_NAMESPACE = %d", DefaultNamespace),
 		fmt.Sprintf("MAX_DEPTH = %d", MaxDepth),
 		fmt.Sprintf("OMITTED = %q", Omitted),
-		fmt.Sprintf("F_REQUEST, F_KICK, F_READY, F_ANSWER, F_EXIT, F_OUTPUT = %s, %s, %s, %s, %s, %s",
-			b(FrameRequest), b(FrameKick), b(FrameReady), b(FrameAnswer), b(FrameExit), b(FrameOutput)),
+		fmt.Sprintf("F_REQUEST, F_KICK, F_READY, F_ANSWER, F_EXIT, F_OUTPUT, F_CALL, F_REPLY = %s, %s, %s, %s, %s, %s, %s, %s",
+			b(FrameRequest), b(FrameKick), b(FrameReady), b(FrameAnswer), b(FrameExit), b(FrameOutput), b(FrameCall),
+			b(FrameReply)),
+		fmt.Sprintf("CALL_OK, CALL_ERROR, CALL_BAD_ARGS, CALL_STOPPED, CALL_REFUSED = %d, %d, %d, %d, %d",
+			CallOK, CallError, CallBadArgs, CallStopped, CallRefused),
 	}
 	return strings.Join(defs, "; ")
 }

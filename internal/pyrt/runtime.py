@@ -900,6 +900,220 @@ _system.__doc__ = os.system.__doc__
 
 
 # ---------------------------------------------------------------------------------------
+# Host functions (Namespace.Register in Go): Go functions the code calls. Go sends a spec
+# per function (host.go's pySpec); the runtime makes a real Python function of it, with
+# the schema's signature, so that Python itself binds the arguments (its own TypeError for
+# a missing or unknown one) and help() and inspect show it. The body checks each argument's
+# JSON type, then hands [function id, {name: value}] to the engine's call_host hook, which
+# waits, without the GIL, for Go's reply (docs/protocol.md, "Host calls").
+# ---------------------------------------------------------------------------------------
+
+
+class HostError(Exception):
+    """A host (Go) function returned an error or panicked; the message is its text."""
+
+
+HostError.__module__ = "minipy"
+
+
+def _minipy_module():
+    """The module `import minipy` finds in the code: the exceptions it may meet."""
+    mod = types.ModuleType("minipy", "Names of minipy, the Go host running this code.")
+    mod.HostError = HostError
+    mod.TimeoutInterrupt = TimeoutInterrupt
+    sys.modules["minipy"] = mod
+
+
+def _no_host(payload):
+    return CALL_REFUSED, b"no host functions here"
+
+
+# Hook: call_host(payload) -> (status, reply bytes). In-process the C module's host_call,
+# in a worker _Worker.call_host.
+call_host = _no_host
+
+class _NotPassed:
+    __slots__ = ()
+
+    def __repr__(self):
+        return "<not passed>"
+
+
+_OPT = _NotPassed()  # an optional argument that was not passed
+_JSON_TYPES = {
+    "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
+    "array": (list, tuple), "object": (dict,), "null": (type(None),),
+}
+_PY_NAMES = {"string": "str", "integer": "int", "number": "float", "boolean": "bool", "array": "list",
+             "object": "dict", "null": "None"}
+
+
+def _fits(value, types_):
+    """Whether value is of one of the JSON types (subclasses and numpy scalars too; bool is
+    not a number here, as in JSON)."""
+    if hasattr(value, "item") and type(value).__module__ == "numpy" and getattr(value, "shape", None) == ():
+        value = value.item()
+    for t in types_:
+        if t == "integer":
+            if isinstance(value, int) and not isinstance(value, bool):
+                return True
+        elif t == "number":
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return True
+        elif isinstance(value, _JSON_TYPES.get(t, ())):
+            return True
+    return False
+
+
+def _bad_type(qualname, name, value, types_):
+    want = " or ".join(_PY_NAMES.get(t, t) for t in types_)
+    return TypeError("%s() argument '%s' must be %s, not %s" % (qualname, name, want, type(value).__name__))
+
+
+def _bad_value(qualname, name, value, enum):
+    return ValueError("%s() argument '%s' must be one of %s, not %r" % (
+        qualname, name, ", ".join(repr(v) for v in enum), value))
+
+
+def _call(fid, qualname, args):
+    try:
+        payload = encode([fid, args])
+    except (Unconvertible, RecursionError):
+        for name, value in args.items():
+            try:
+                encode(value)
+            except (Unconvertible, RecursionError) as exc:
+                raise TypeError("%s() argument '%s' cannot be passed to Go: %s is not JSON-like (str, int, "
+                                "float, bool, None, list, dict, bytes)" % (qualname, name, exc)) from None
+        raise
+    status, data = call_host(payload)
+    if status == CALL_OK:
+        return decode(data)
+    message = bytes(data).decode("utf-8", "replace")
+    if status == CALL_BAD_ARGS:
+        raise TypeError(message)
+    if status == CALL_STOPPED:
+        if threading.get_ident() == _main_ident:
+            _on_kick(0, None)  # as the kick's handler would (it may not have run yet)
+        raise TimeoutInterrupt(_STOPPED)
+    raise HostError(message)
+
+
+def _annotation(text):
+    import typing
+
+    try:
+        return eval(text, {"Literal": typing.Literal, "Any": typing.Any, "__builtins__": builtins})
+    except Exception:
+        return text
+
+
+class HostGroup(types.ModuleType):
+    """Host functions grouped under one name (`everything.echo(...)`)."""
+
+    def __repr__(self):
+        names = sorted(k for k in vars(self) if not k.startswith("_"))
+        return "<host functions %s: %s>" % (self.__name__, ", ".join(names))
+
+
+def make_host_function(spec):
+    """The Python function for one spec: [name, id, doc, params, returns, open]; each param
+    is [json name, python name ("" for names only **kwargs can pass), annotation, required,
+    has default, default, json types ([]: any), enum (or None)]; open: other keyword
+    arguments are passed on too (the schema's additionalProperties)."""
+    name, fid, doc, params, returns, open_ = spec
+    short = name.rpartition(".")[2]
+    # The generated code's own names all start with _minipy_, which Go never gives a parameter.
+    env = {"_minipy_call": _call, "_minipy_opt": _OPT, "_minipy_fits": _fits, "_minipy_bad_type": _bad_type,
+           "_minipy_bad_value": _bad_value, "_minipy_q": name, "_minipy_fid": fid, "__builtins__": builtins}
+    sig, body, annotations, extra = [], [], {}, {}
+    for i, (key, pyname, ann, required, has_default, default, types_, enum) in enumerate(params):
+        types_ = tuple(types_)
+        enum = tuple(enum) if enum is not None else None
+        if not pyname:
+            extra[key] = (required, types_, enum)
+            continue
+        annotations[pyname] = _annotation(ann)
+        t, x, e = "_minipy_t%d" % i, "_minipy_x%d" % i, "_minipy_e%d" % i
+        env[t], env[e] = types_, enum
+        # The exact classes that need no closer look (bool only where JSON wants a boolean).
+        env[x] = frozenset(c for tt in types_ for c in _JSON_TYPES.get(tt, ()) if c is not bool or tt == "boolean")
+        check = []
+        if types_:
+            check.append("if type(%s) not in %s and not _minipy_fits(%s, %s): raise _minipy_bad_type(_minipy_q, %r, %s, %s)"
+                         % (pyname, x, pyname, t, key, pyname, t))
+        if enum is not None:
+            check.append("if %s not in %s: raise _minipy_bad_value(_minipy_q, %r, %s, %s)" % (pyname, e, key, pyname, e))
+        check.append("_minipy_a[%r] = %s" % (key, pyname))
+        if required:
+            sig.append(pyname)
+            body += check
+            continue
+        if has_default:
+            env["_minipy_d%d" % i] = default
+            sig.append("%s=_minipy_d%d" % (pyname, i))
+            body += check  # the default is passed on like any value
+            continue
+        # Shown as `= None`: None means "not passed" (unless null is a value the schema takes).
+        sig.append("%s=%s" % (pyname, "_minipy_opt" if "null" in types_ or not types_ else "None"))
+        body.append("if %s is not %s:" % (pyname, "_minipy_opt" if "null" in types_ or not types_ else "None"))
+        body += ["    " + c for c in check]
+    if extra or open_:
+        env["_minipy_extra"] = extra
+        env["_minipy_open"] = open_
+        sig.append("**_minipy_kw")
+        body += [
+            "for _minipy_k, _minipy_v in _minipy_kw.items():",
+            "    if _minipy_k not in _minipy_extra:",
+            "        if _minipy_open:",
+            "            _minipy_a[_minipy_k] = _minipy_v",
+            "            continue",
+            "        raise TypeError('%s() got an unexpected keyword argument %r' % (_minipy_q, _minipy_k))",
+            "    _minipy_r, _minipy_ts, _minipy_en = _minipy_extra[_minipy_k]",
+            "    if _minipy_ts and not _minipy_fits(_minipy_v, _minipy_ts):",
+            "        raise _minipy_bad_type(_minipy_q, _minipy_k, _minipy_v, _minipy_ts)",
+            "    if _minipy_en is not None and _minipy_v not in _minipy_en:",
+            "        raise _minipy_bad_value(_minipy_q, _minipy_k, _minipy_v, _minipy_en)",
+            "    _minipy_a[_minipy_k] = _minipy_v",
+            "for _minipy_k, (_minipy_r, _minipy_ts, _minipy_en) in _minipy_extra.items():",
+            "    if _minipy_r and _minipy_k not in _minipy_kw:",
+            "        raise TypeError('%s() missing required keyword argument: %r' % (_minipy_q, _minipy_k))",
+        ]
+    src = "def %s(%s):\n    _minipy_a = {}\n%s    return _minipy_call(_minipy_fid, _minipy_q, _minipy_a)\n" % (
+        short, ", ".join(sig), "".join("    %s\n" % line for line in body))
+    exec(compile(src, RUNTIME_FILE, "exec"), env)
+    fn = env[short]
+    fn.__qualname__ = name
+    fn.__module__ = "minipy.host"
+    fn.__doc__ = doc or None
+    if returns:
+        annotations["return"] = _annotation(returns)
+    fn.__annotations__ = annotations
+    return fn
+
+
+def _op_register(ident, specs):
+    space = _space(ident)
+    for spec in specs:
+        fn = make_host_function(spec)
+        path = spec[0].split(".")
+        target = space
+        for part in path[:-1]:
+            group = target.get(part) if isinstance(target, dict) else getattr(target, part, None)
+            if not isinstance(group, HostGroup):
+                group = HostGroup(part, "Host functions of %s." % part)
+                if isinstance(target, dict):
+                    target[part] = group
+                else:
+                    setattr(target, part, group)
+            target = group
+        if isinstance(target, dict):
+            target[path[-1]] = fn
+        else:
+            setattr(target, path[-1], fn)
+
+
+# ---------------------------------------------------------------------------------------
 # Namespaces and the run itself.
 # ---------------------------------------------------------------------------------------
 
@@ -1100,6 +1314,9 @@ def dispatch(req):
             return b"\x00" + encode(_op_names(*args))
         if op == OP_INFO:
             return b"\x00" + encode(info())
+        if op == OP_REGISTER:
+            _op_register(*args)
+            return b"\x00N"
         raise _OpError("internal", "unknown op %d" % op)
     except _OpError as exc:
         return b"\x01" + encode([exc.kind, str(exc)])
@@ -1223,8 +1440,11 @@ def install(kick_signal, native, executable=""):
     libpython, which Go found from the library's file: embedded, CPython would guess
     sys.executable from the host program or the first python3 on PATH, and
     subprocess/multiprocessing would start another build."""
-    global _native
+    global _native, call_host
     _native = native
+    _minipy_module()
+    if native is not None:
+        call_host = native.host_call
     if not hasattr(sys, "argv"):
         sys.argv = [""]
     if executable:

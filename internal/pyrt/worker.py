@@ -24,6 +24,7 @@ adds the process around them:
   timer, which kills it at the host's hard-kill time plus slack (_Deadman).
 """
 
+import _thread
 import io
 import os
 import signal
@@ -37,6 +38,7 @@ _LEN = struct.Struct("<I")
 _RUN_ID = struct.Struct("<Q")
 _STOP_MS = struct.Struct("<I")
 _COUNT = struct.Struct("<H")
+_FLAGS = struct.Struct("<I")  # of a run request, after op, globals, locals and output cap
 # @constants: pyrt.go puts the constants shared with Go on this line
 
 
@@ -181,6 +183,9 @@ class _Worker:
         self.current = 0
         self.running = False
         self.kicked = False
+        self.host_calls = False  # the run in progress may call host functions
+        self.calls = {}  # call id -> [event, status, reply] of host calls waiting for the host
+        self.call_seq = 0
         self.main_ident = threading.get_ident()
         self.deadman = None
 
@@ -228,6 +233,44 @@ class _Worker:
         s._limit = limit
         return s
 
+    # -- host calls -----------------------------------------------------------------------
+
+    def call_host(self, payload):
+        """runtime.call_host: send a call event (F_CALL) and wait for the host's F_REPLY,
+        which the control thread hands over; a kick of the run ends the wait (on the main
+        thread the kick's signal interrupts it and its handler raises)."""
+        with self.lock:
+            if not self.running or not self.host_calls:
+                return CALL_REFUSED, b"host functions can be called only while a run of their namespace is in progress"
+            if self.kicked:
+                return CALL_STOPPED, b""
+            self.call_seq += 1
+            cid = self.call_seq
+            done = _thread.allocate_lock()
+            done.acquire()
+            slot = self.calls[cid] = [done, CALL_STOPPED, b""]
+            # Written under the lock: serve() marks the run ended under it too, so the host
+            # reads every call event of a run before the run's answer.
+            self.write_frame(F_CALL, self.run_id, _RUN_ID.pack(cid), payload)
+        try:
+            done.acquire()  # released by the control thread (a plain lock: no frames of threading's)
+        finally:
+            with self.lock:
+                self.calls.pop(cid, None)
+        return slot[1], slot[2]
+
+    def stop_calls(self):
+        """End every wait for the host (the run was kicked). Under self.lock."""
+        for cid in list(self.calls):
+            self.finish_call(cid, CALL_STOPPED, b"")
+
+    def finish_call(self, cid, status, data):
+        """Hand a call its reply, once. Under self.lock."""
+        slot = self.calls.pop(cid, None)
+        if slot is not None:
+            slot[1], slot[2] = status, data
+            slot[0].release()
+
     # -- threads --------------------------------------------------------------------------
 
     def control(self):
@@ -246,6 +289,11 @@ class _Worker:
                         if stage > _rt._state.stage:
                             _rt._state.stage = stage
                         signal.pthread_kill(self.main_ident, self.kick_signal)
+                        self.stop_calls()  # after the signal: the main thread's handler raises
+            elif kind == F_REPLY:
+                cid = _RUN_ID.unpack_from(body, 1)[0]
+                with self.lock:
+                    self.finish_call(cid, body[9], body[10:])
             elif kind == F_REQUEST:
                 self.request = body
                 self.request_ready.release()
@@ -268,6 +316,8 @@ class _Worker:
             pos += 4 * count
             if self.cpu_limit:
                 self.arm_cpu_limit()
+            request = body[pos:]
+            host_calls = request[0] == OP_RUN and bool(_FLAGS.unpack_from(request, 13)[0] & RUN_HOST_CALLS)
             with self.lock:
                 # stage 0 first: a kick signal of an earlier run that is delivered late then
                 # finds nothing to raise (runtime._on_kick ignores stage 0).
@@ -275,15 +325,17 @@ class _Worker:
                 self.current = run_id
                 self.running = True
                 self.kicked = False
+                self.host_calls = host_calls
             if stop_ms and self.deadman is not None:
                 self.deadman.arm(stop_ms)
-            self.run_id = body[1:9]  # for captures(): the run id of live output
-            resp = dispatch(body[pos:])
+            self.run_id = body[1:9]  # for captures() and call_host(): the run id of events
+            resp = dispatch(request)
             self.pump.stop()
             if stop_ms and self.deadman is not None:
                 self.deadman.disarm()
             with self.lock:
                 self.running = False
+                self.host_calls = False
                 kicked = self.kicked
                 state.stage = 0
             self.write_frame(F_ANSWER, body[1:9], b"\x01" if kicked else b"\x00", resp)
@@ -714,6 +766,7 @@ def _start(w, cfg, runtime):
     w.kick_signal = cfg["kick_signal"]
     w.cpu_limit = cfg.get("cpu_seconds", 0)
     dispatch = _rt.install(w.kick_signal, None)
+    _rt.call_host = w.call_host
     _rt.adopter = os.getppid()  # the guardian
     try:
         w.deadman = _Deadman()

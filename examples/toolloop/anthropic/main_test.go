@@ -11,16 +11,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/minipy-go/minipy"
-	"github.com/minipy-go/minipy/examples/toolloop/internal/scripted"
+	"github.com/minipy-go/minipy/examples/agent"
+	"github.com/minipy-go/minipy/examples/internal/scripted"
 )
 
-// message is a Messages API reply with the given content blocks.
 func message(id, stopReason string, content ...any) any {
-	return map[string]any{
-		"id": id, "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
-		"content": content, "stop_reason": stopReason, "stop_sequence": nil,
-		"usage": map[string]any{"input_tokens": 10, "output_tokens": 10},
-	}
+	return scripted.AnthropicMessage(id, stopReason, content...)
 }
 
 func text(s string) any { return map[string]any{"type": "text", "text": s} }
@@ -101,7 +97,7 @@ func TestToolLoop(t *testing.T) {
 }
 
 func TestToolLoopGivesUp(t *testing.T) {
-	steps := make([]scripted.Step, maxTurns)
+	steps := make([]scripted.Step, agent.MaxTurns)
 	for i := range steps {
 		steps[i] = func(t *testing.T, req map[string]any) any {
 			return message("msg", "tool_use", toolUse("toolu", map[string]any{"code": "1"}))
@@ -110,5 +106,5 @@ func TestToolLoopGivesUp(t *testing.T) {
 	url := scripted.Serve(t, "/v1/messages", steps...)
 	client := anthropic.NewClient(option.WithBaseURL(url), option.WithAPIKey("test-key"), option.WithMaxRetries(0))
 	_, err := ask(context.Background(), client, anthropic.ModelClaudeSonnet4_5, "loop")
-	assert.ErrorIs(t, err, errTooManyTurns)
+	assert.ErrorIs(t, err, agent.ErrTooManyTurns)
 }

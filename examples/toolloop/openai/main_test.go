@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/minipy-go/minipy"
-	"github.com/minipy-go/minipy/examples/toolloop/internal/scripted"
+	"github.com/minipy-go/minipy/examples/internal/scripted"
 )
 
 // completion is a Chat Completions reply with one choice.

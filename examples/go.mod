@@ -1,4 +1,4 @@
-module github.com/minipy-go/minipy/examples/toolloop
+module github.com/minipy-go/minipy/examples
 
 go 1.26.0
 
@@ -15,6 +15,7 @@ require (
 	github.com/coder/websocket v1.8.15 // indirect
 	github.com/go-logr/logr v1.4.2 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
+	github.com/google/jsonschema-go v0.4.3 // indirect
 	github.com/invopop/jsonschema v0.14.0 // indirect
 	github.com/pb33f/ordered-map/v2 v2.3.1 // indirect
 	github.com/standard-webhooks/standard-webhooks/libraries v0.0.1 // indirect
@@ -31,4 +32,4 @@ require (
 	golang.org/x/sync v0.23.0 // indirect
 )
 
-replace github.com/minipy-go/minipy => ../..
+replace github.com/minipy-go/minipy => ..

@@ -76,3 +76,12 @@ func Get(doc any, path ...any) any {
 	}
 	return doc
 }
+
+// AnthropicMessage is a Messages API reply with the given content blocks.
+func AnthropicMessage(id, stopReason string, content ...any) any {
+	return map[string]any{
+		"id": id, "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+		"content": content, "stop_reason": stopReason, "stop_sequence": nil,
+		"usage": map[string]any{"input_tokens": 10, "output_tokens": 10},
+	}
+}
