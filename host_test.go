@@ -193,7 +193,8 @@ func TestHostErrors(t *testing.T) {
 			assert.Equal(t, "minipy.HostError", pe.Type)
 			assert.Equal(t, "no such order: 42", pe.Message)
 			// The user's call line, none of minipy's frames.
-			assert.Regexp(t, `^Traceback \(most recent call last\):\n  File "<cell-\d+>", line 2, in <module>\n    fail\(\)\nminipy.HostError: no such order: 42\n$`, pe.Traceback)
+			// (3.13 underlines the call: "    ~~~~^^".)
+			assert.Regexp(t, `^Traceback \(most recent call last\):\n  File "<cell-\d+>", line 2, in <module>\n    fail\(\)\n(    [~^]+\n)?minipy.HostError: no such order: 42\n$`, pe.Traceback)
 
 			pe = h.pyErr(t, "boom()")
 			assert.Equal(t, "minipy.HostError", pe.Type)
@@ -545,6 +546,9 @@ func TestToolSchemaListsFunctions(t *testing.T) {
 			assert.Contains(t, desc, "\n  add(a: int, b: int) — Add two integers.")
 			assert.Contains(t, desc, "\n  get_weather(city: str, days: int = 1, unit: Literal[\"c\", \"f\"] | None = None) -> dict — Forecast for a city.")
 			assert.NotContains(t, e.eng.ToolSchemaFor(nil).Description, "get_weather")
+			same := *h.opts
+			same.Locals = h.ns
+			assert.Equal(t, 1, strings.Count(e.eng.ToolSchemaFor(&same).Description, "add(a: int"), "listed once")
 
 			var many []minipy.Function
 			for i := range 100 {
@@ -587,4 +591,16 @@ func TestSetStruct(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "{'id': 3, 'name': 'pen', 'price': 2.0, 'when': '2026-01-02T03:04:05Z'}", r.Repr)
 	assert.ErrorIs(t, ns.Set("bad", struct{ C chan int }{}), minipy.ErrUnsupportedValue)
+}
+
+// Functions registered before and after a worker was lost are all there in its replacement.
+func TestRegisterAfterWorkerLoss(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{})
+	h := newHostEnv(t, e, addFunction)
+	_, err := h.run(t, "import os; os._exit(3)")
+	require.ErrorIs(t, err, minipy.ErrStateLost)
+	double := minipy.Function{Name: "double", InputSchema: object([]any{"x"}, map[string]any{"x": map[string]any{"type": "integer"}}),
+		Call: func(_ context.Context, args map[string]any) (any, error) { return 2 * args["x"].(int64), nil }}
+	require.NoError(t, h.ns.Register(double))
+	assert.Equal(t, int64(10), h.value(t, "double(add(2, 3))"))
 }

@@ -446,7 +446,7 @@ func (e *Isolated) do(ns *Namespace, op byte, args ...any) (any, error) {
 	if lost != nil {
 		return nil, lost
 	}
-	if op != pyrt.OpRegister && op != pyrt.OpFree {
+	if op != pyrt.OpFree {
 		if create, err = e.registerAgain(w, []*nsBinding{b}, []uint32{ns.id}, create); err != nil {
 			_, err := e.lost(slot, w, []*nsBinding{b}, nil, &Result{}, time.Now())
 			return nil, err

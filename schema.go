@@ -134,7 +134,11 @@ func toolSchema(info pythonInfo, opts *Options) *Tool {
 	}
 	desc := toolDescription(info, limits)
 	if opts != nil {
-		desc += functionsDescription(opts.Globals, opts.Locals)
+		locals := opts.Locals
+		if locals == opts.Globals {
+			locals = nil
+		}
+		desc += functionsDescription(opts.Globals, locals)
 	}
 	return &Tool{
 		Name:        ToolName,
