@@ -219,6 +219,12 @@ func TestIsolatedSSHWorkerDiesWithItsRun(t *testing.T) {
 			r, err = e.Minipy("x + 1", nil)
 			require.NoError(t, err)
 			assert.Equal(t, int64(42), r.Value, "state persists on the far side")
+			// Host functions: the far side's code calls back into this process over ssh.
+			ns := e.NewNamespace()
+			require.NoError(t, ns.Register(addFunction))
+			r, err = e.Minipy("add(40, 2)", &minipy.Options{Globals: ns})
+			require.NoError(t, err)
+			assert.Equal(t, int64(42), r.Value)
 			ctx, opts := tc.stop()
 			_, err = e.Run(ctx, "sum(range(10**13))", opts)
 			require.ErrorIs(t, err, minipy.ErrStateLost)
