@@ -28,6 +28,12 @@
 // input() sees end of file. Nothing is left behind in the namespace but
 // what the code itself assigned.
 //
+// A cell that is not valid Python may use IPython's syntax, with or without IPython
+// installed: !cmd and x = !cmd, line and cell magics (%time, %timeit, %pip, %cd, %env,
+// %who, %%bash, %%writefile, %%capture, ...) and obj? / obj?? for help. Valid Python is
+// never changed, and line numbers stay the user's (the README lists each magic). Output
+// of child processes (subprocess, os.system, !cmd) is the run's output on both engines.
+//
 // # Values
 //
 // Result.Value and Namespace.Get convert Python to Go; Namespace.Set converts Go to Python:

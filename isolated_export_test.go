@@ -30,3 +30,10 @@ func NewIsolatedRefusingMounts(cfg IsolatedConfig) (*Isolated, error) {
 	defer func() { breakSandboxRoot = false }()
 	return newIsolated(cfg, true)
 }
+
+// CheckGolden compares got with testdata/NAME (a version's own copy where it has one), and
+// rewrites it with -update-tool; CellNumber matches the "<cell-12>" file names of tracebacks.
+var (
+	CheckGolden = checkGolden
+	CellNumber  = cellNumber
+)

@@ -169,6 +169,7 @@ func toolDescription(info pythonInfo, limits toolLimits) string {
 	fmt.Fprintf(&b, "Run Python code in a persistent %s interpreter and read what it printed and returned.\n", python)
 	b.WriteString("- State persists between calls: variables, functions and imports from one call are there in the next.\n")
 	b.WriteString("- The value of the last expression is shown, as in a notebook cell (end it with ';' to hide it); print() anything else.\n")
+	b.WriteString("- IPython syntax works too: !shell commands (x = !cmd gives the lines), %pip install, %time, %timeit, %%bash, %%writefile, obj? for help.\n")
 	b.WriteString("- The reply has labelled sections: [stdout], [stderr], [value], and [error] with the traceback or [timeout] when the run failed.\n")
 	if limits.output > 0 {
 		fmt.Fprintf(&b, "- Output beyond %d characters is truncated: the middle is cut and a marker says how much.\n", limits.output)

@@ -18,13 +18,16 @@ import (
 //go:embed runtime.py
 var runtimeSource string
 
+//go:embed notebook.py
+var notebookSource string
+
 //go:embed worker.py
 var workerSource string
 
-// Source is runtime.py with the shared constants. It must be compiled with the file name
-// RuntimeFile so that the runtime's own frames can be told apart from the user's and left
-// out of tracebacks.
-var Source = withConstants(runtimeSource)
+// Source is runtime.py with the shared constants, then notebook.py (IPython's syntax,
+// magics, display): one module. It must be compiled with the file name RuntimeFile so that
+// the runtime's own frames can be told apart from the user's and left out of tracebacks.
+var Source = withConstants(runtimeSource) + "\n" + notebookSource
 
 // WorkerSource is worker.py with the shared constants: the isolated engine's worker process
 // around the runtime (the protocol, fd-level output capture, kicks, resource limits). The Go

@@ -227,6 +227,7 @@ class Capture(io.TextIOBase):
         self._tail = []
         self._tail_len = 0
         self._total = 0
+        self._children = None  # _ChildOutput, once the run's child processes write here
 
     @property
     def encoding(self):
@@ -251,11 +252,18 @@ class Capture(io.TextIOBase):
         return False
 
     def fileno(self):
-        raise io.UnsupportedOperation("minipy captures %s in memory; it has no file descriptor" % self._name)
+        # In-process, the write end of the pipe that child processes write to (so that
+        # subprocess.run(..., stdout=sys.stdout) and os.write(sys.stdout.fileno(), ...) reach
+        # the run's output, never the host's fd).
+        if _native is None or _memory_streams is None or self not in _memory_streams:
+            raise io.UnsupportedOperation("minipy captures %s in memory; it has no file descriptor" % self._name)
+        return _child_output.fds()[self._stream - 1]
 
-    def write(self, s):
+    def write(self, s, drain=True):
         if not isinstance(s, str):
             raise TypeError("write() argument must be str, not %s" % type(s).__name__)
+        if drain and self._children is not None:
+            self._children.drain()  # what child processes wrote before this comes first
         n = len(s)
         if not n:
             return 0
@@ -292,6 +300,8 @@ class Capture(io.TextIOBase):
         pass
 
     def getvalue(self):
+        if self._children is not None:
+            self._children.drain()
         if not self._total:
             return ""
         head = "".join(self._head)
@@ -340,6 +350,84 @@ class _EOFStdin(io.TextIOBase):
 
 
 _eof_stdin = _EOFStdin()
+
+
+class _ChildOutput:
+    """In-process, child processes must not write to fds 1 and 2: those are the host's, and
+    other goroutines write there. Children that would inherit them (subprocess without
+    capture, os.system, os.popen's stderr) get the write ends of two pipes instead, made at
+    the first such child; a thread of the runtime copies what arrives into the run's
+    Capture, and every write of the run's Python code first drains the pipes, so the text
+    keeps the order in which it was written. Output arriving between runs is dropped, as the
+    isolated worker drops it."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.pipes = ()  # ((read, write) of stdout, (read, write) of stderr)
+        self.decoders = ()
+        self.active = False  # a run is in progress: what arrives is its output
+
+    def fds(self):
+        """The write ends (stdout, stderr), made on first use."""
+        with self.lock:
+            if not self.pipes:
+                import codecs
+
+                pipes = []
+                for _ in range(2):
+                    r, w = os.pipe2(os.O_CLOEXEC)
+                    os.set_blocking(r, False)
+                    pipes.append((r, w))
+                self.decoders = tuple(codecs.getincrementaldecoder("utf-8")("replace") for _ in pipes)
+                self.pipes = tuple(pipes)
+                t = threading.Thread(target=self._loop, name="minipy-child-output", daemon=True)
+                t.start()
+                _own_threads.add(t.ident)
+        if not self.active and _state.active:  # the first child of the run in progress
+            self.active = True
+        if self.active:
+            for c in _memory_streams:
+                c._children = self
+        return self.pipes[0][1], self.pipes[1][1]
+
+    def start(self):
+        """A run begins: drop what arrived since the last one, then take output."""
+        self.drain()
+        self.active = True
+        for c in _memory_streams:
+            c._children = self
+
+    def stop(self):
+        self.drain()
+        self.active = False
+
+    def _loop(self):
+        import select
+
+        poller = select.poll()
+        for r, _ in self.pipes:
+            poller.register(r, select.POLLIN)
+        while True:
+            poller.poll()
+            self.drain()
+
+    def drain(self):
+        with self.lock:
+            for i, (r, _) in enumerate(self.pipes):
+                while True:
+                    try:
+                        data = os.read(r, 65536)
+                    except (BlockingIOError, InterruptedError):
+                        break
+                    if not data:
+                        break
+                    text = self.decoders[i].decode(data)
+                    if text and self.active:
+                        _memory_streams[i].write(text, False)
+
+
+_child_output = _ChildOutput()
+_own_threads = set()  # idents of the runtime's threads, which a stopped run does not stop
 
 
 def cap_text(s, limit, what):
@@ -432,25 +520,42 @@ def _await(coro):
 
 
 def exec_cell(src, name, g, l):
-    """Run src in (g, l) as exec would; return (has_value, value) of its last expression."""
+    """Run src in (g, l) as exec would; return (has_value, value) of its last expression.
+    A cell that is not valid Python may be IPython syntax (notebook.py's transform_cell); it
+    runs transformed, line for line, and any other syntax error is raised as it is."""
     try:
-        whole = compile(src, name, "eval", _COMPILE_FLAGS, True)
+        whole, body, last = _compile_cell(src, name)
     except SyntaxError:
-        whole = None
+        shell = transform_cell(src)
+        if shell is None:
+            raise
+        whole, body, last = _compile_cell(shell, name)
     if whole is not None:
         value = _run_code(whole, g, l)
         return value is not None, value
-    tree = compile(src, name, "exec", ast.PyCF_ONLY_AST | _COMPILE_FLAGS, True)
-    body = tree.body
-    last = None
-    if body and isinstance(body[-1], ast.Expr) and not ends_with_semicolon(src):
-        last = body.pop()
-    if body:
-        _run_code(compile(tree, name, "exec", _COMPILE_FLAGS, True), g, l)
+    if body is not None:
+        _run_code(body, g, l)
     if last is None:
         return False, None
-    value = _run_code(compile(ast.Expression(last.value), name, "eval", _COMPILE_FLAGS, True), g, l)
+    value = _run_code(last, g, l)
     return value is not None, value
+
+
+def _compile_cell(src, name):
+    """(whole, body, last): the cell as one expression (whole), or its statements (body) and
+    its last expression (last), each None when there is none."""
+    try:
+        return compile(src, name, "eval", _COMPILE_FLAGS, True), None, None
+    except SyntaxError:
+        pass
+    tree = compile(src, name, "exec", ast.PyCF_ONLY_AST | _COMPILE_FLAGS, True)
+    stmts = tree.body
+    last = None
+    if stmts and isinstance(stmts[-1], ast.Expr) and not ends_with_semicolon(src):
+        last = stmts.pop()
+        last = compile(ast.Expression(last.value), name, "eval", _COMPILE_FLAGS, True)
+    body = compile(tree, name, "exec", _COMPILE_FLAGS, True) if stmts else None
+    return None, body, last
 
 
 def value_repr(value, limit):
@@ -685,7 +790,8 @@ def _stop_threads():
     """Stop the threads this run started (they would otherwise outlive its deadline)."""
     before = _state.threads_before or ()
     for ident, thread in list(threading._active.items()):
-        if ident != _main_ident and ident not in before and not isinstance(thread, threading._DummyThread):
+        if (ident != _main_ident and ident not in before and ident not in _own_threads
+                and not isinstance(thread, threading._DummyThread)):
             _async_raise(ident)
 
 
@@ -877,14 +983,44 @@ def _track_processes():
         os.forkpty = noting(os.forkpty, first, True)
     for name in ("posix_spawn", "posix_spawnp"):
         if hasattr(os, name):
-            setattr(os, name, noting(getattr(os, name), same, True))
+            spawn = noting(getattr(os, name), same, True)
+            setattr(os, name, _spawn_redirecting(spawn) if _native is not None else spawn)
     # subprocess binds fork_exec when it is imported, so the wrapper must be in place first
     # (or replace its copy too); Popen reaps its own child.
-    _posixsubprocess.fork_exec = noting(_posixsubprocess.fork_exec, same, False)
+    fork_exec = noting(_posixsubprocess.fork_exec, same, False)
+    _posixsubprocess.fork_exec = _fork_exec_redirecting(fork_exec) if _native is not None else fork_exec
     sub = sys.modules.get("subprocess")
     if sub is not None and hasattr(sub, "_fork_exec"):
         sub._fork_exec = _posixsubprocess.fork_exec
     os.system = _system
+
+
+def _fork_exec_redirecting(real):
+    # fork_exec's arguments 9 and 11 (the same from 3.8 to 3.13) are the fds the child gets
+    # as its stdout and stderr: -1 inherits the parent's, 1 and 2 are the host's own.
+    def fork_exec(*args):
+        args = list(args)
+        out, err = _child_output.fds()
+        for index, inherited in ((9, out), (11, err)):
+            fd = args[index]
+            args[index] = inherited if fd == -1 else out if fd == 1 else err if fd == 2 else fd
+        return real(*args)
+
+    fork_exec.__name__ = fork_exec.__qualname__ = "fork_exec"
+    fork_exec.__doc__ = real.__doc__
+    return fork_exec
+
+
+def _spawn_redirecting(real):
+    def spawn(path, argv, env, *, file_actions=None, **kwargs):
+        out, err = _child_output.fds()
+        # The caller's own actions come after ours, so its redirections win.
+        actions = [(os.POSIX_SPAWN_DUP2, out, 1), (os.POSIX_SPAWN_DUP2, err, 2)] + list(file_actions or ())
+        return real(path, argv, env, file_actions=actions, **kwargs)
+
+    spawn.__name__ = spawn.__qualname__ = real.__name__
+    spawn.__doc__ = real.__doc__
+    return spawn
 
 
 def _system(command):
@@ -1160,6 +1296,8 @@ def _memory_captures(max_output, live):
     emit = _native.emit if live and _native is not None else None
     out.reset(max_output, emit)
     err.reset(max_output, emit)
+    if _child_output.pipes:
+        _child_output.start()
     return out, err
 
 
@@ -1219,10 +1357,13 @@ def run(gid, lid, max_output, flags, src):
         exc = None
     seconds = time.perf_counter() - started
     sys.stdout, sys.stderr, sys.stdin = _discard, _discard, _eof_stdin
+    stdout, stderr = out.getvalue(), err.getvalue()
+    if _child_output.active:
+        _child_output.stop()
     buf = bytearray(b"\x00")
     buf += b"T" if has_value else b"F"
     buf += value_bytes
-    for s in (text, out.getvalue(), err.getvalue()):
+    for s in (text, stdout, stderr):
         buf += b"s"
         _enc_str(s, buf)
     _enc(error, buf, 0)
