@@ -34,15 +34,36 @@ func CallTool(ctx context.Context, input json.RawMessage, opts *Options) (text s
 	if err != nil {
 		return renderError(err), true
 	}
+	r := callTool(ctx, e, input, opts)
+	return r.Text, r.IsError
+}
+
+// ToolResult is what one call of the minipy tool gives the model: CallTool's text, and the
+// images the code showed (display(), matplotlib figures, an image value), which the text
+// names in place: the Nth image is the one it calls "[image N: PNG 640x480, 23 KB]". Send
+// the images as images (Anthropic: image blocks in the tool_result; MCP: ImageContent;
+// OpenAI chat: a user message with image_url parts after the tool message), never as text.
+type ToolResult struct {
+	Text    string
+	Images  []Image
+	IsError bool
+}
+
+// CallToolResult is CallTool that also returns the images of the run.
+func CallToolResult(ctx context.Context, input json.RawMessage, opts *Options) ToolResult {
+	e, err := inProcess()
+	if err != nil {
+		return ToolResult{Text: renderError(err), IsError: true}
+	}
 	return callTool(ctx, e, input, opts)
 }
 
-// callTool is CallTool on any engine.
-func callTool(ctx context.Context, e engine, input json.RawMessage, opts *Options) (string, bool) {
+// callTool is CallToolResult on any engine.
+func callTool(ctx context.Context, e engine, input json.RawMessage, opts *Options) ToolResult {
 	limits := toolLimitsOf(opts)
 	args, err := parseToolArguments(input)
 	if err != nil {
-		return badArguments(err, limits), true
+		return ToolResult{Text: badArguments(err, limits), IsError: true}
 	}
 	run := Options{}
 	if opts != nil {
@@ -59,7 +80,7 @@ func callTool(ctx context.Context, e engine, input json.RawMessage, opts *Option
 	run.MaxOutput = limits.output
 	res, err := e.run(ctx, args.code, &run)
 	how := toolRun{timeout: run.Timeout, asked: args.timeout, capped: capped}
-	return renderRun(res, err, how, limits.output), err != nil
+	return ToolResult{Text: renderRun(res, err, how, limits.output), Images: res.Images(), IsError: err != nil}
 }
 
 // toolArguments are the model's arguments, decoded.

@@ -135,9 +135,9 @@ func TestCallToolGoldenStops(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			e := &fakeEngine{res: tc.res, err: tc.err}
-			text, isError := callTool(context.Background(), e, json.RawMessage(`{"code": "work()", "timeout": 2}`), nil)
-			assert.True(t, isError)
-			checkGolden(t, filepath.Join("tool", tc.name+".txt"), text)
+			r := callTool(context.Background(), e, json.RawMessage(`{"code": "work()", "timeout": 2}`), nil)
+			assert.True(t, r.IsError)
+			checkGolden(t, filepath.Join("tool", tc.name+".txt"), r.Text)
 		})
 	}
 }
@@ -207,8 +207,8 @@ func TestCallToolRunOptions(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			e := &fakeEngine{res: &Result{}}
-			_, isError := callTool(context.Background(), e, json.RawMessage(tc.input), tc.opts)
-			require.False(t, isError)
+			r := callTool(context.Background(), e, json.RawMessage(tc.input), tc.opts)
+			require.False(t, r.IsError)
 			assert.Equal(t, "1", e.code)
 			assert.Equal(t, tc.wantTimeout, e.opts.Timeout)
 			assert.Equal(t, tc.wantOutput, e.opts.MaxOutput)

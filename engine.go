@@ -24,6 +24,9 @@ type Engine interface {
 	// CallTool serves one call of the tool that ToolSchemaFor describes (see the package
 	// function CallTool for the text it returns).
 	CallTool(ctx context.Context, input json.RawMessage, opts *Options) (text string, isError bool)
+	// CallToolResult is CallTool that also returns the images the code showed, for
+	// clients that can send images to the model (see ToolResult).
+	CallToolResult(ctx context.Context, input json.RawMessage, opts *Options) ToolResult
 	// ToolSchemaFor describes the tool for this engine's Python: its version and libraries,
 	// and the timeout and output budget of opts.
 	ToolSchemaFor(opts *Options) *Tool
@@ -51,6 +54,10 @@ func (inProcessAPI) NewNamespace() *Namespace { return NewNamespace() }
 
 func (inProcessAPI) CallTool(ctx context.Context, input json.RawMessage, opts *Options) (string, bool) {
 	return CallTool(ctx, input, opts)
+}
+
+func (inProcessAPI) CallToolResult(ctx context.Context, input json.RawMessage, opts *Options) ToolResult {
+	return CallToolResult(ctx, input, opts)
 }
 
 func (inProcessAPI) ToolSchemaFor(opts *Options) *Tool { return ToolSchemaFor(opts) }

@@ -1,10 +1,13 @@
 package minipy_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"image"
+	"image/png"
 	"os"
 	"regexp"
 	"strings"
@@ -198,4 +201,33 @@ except minipy.HostError as e:
 	// 2 orders, 195.0 in all
 	// error: no orders for "bob"
 	//   find_orders(customer: str, min_total: float | None = None) -> list[dict] — A customer's orders.
+}
+
+// CallToolResult returns the images a run showed beside the text, which names each one in
+// place; send them to the model as images (see ToolResult). Here the image is a PNG made in
+// Go; matplotlib figures and PIL images come back the same way.
+func ExampleCallToolResult() {
+	ns := minipy.NewNamespace()
+	defer ns.Close()
+	img := image.NewGray(image.Rect(0, 0, 40, 30))
+	var pic bytes.Buffer
+	if err := png.Encode(&pic, img); err != nil {
+		panic(err)
+	}
+	if err := ns.Set("pic", pic.Bytes()); err != nil {
+		panic(err)
+	}
+	code := "from IPython.display import Image\nprint('the picture:')\ndisplay(Image(data=pic))\nprint('done')"
+	input, _ := json.Marshal(map[string]string{"code": code})
+	r := minipy.CallToolResult(context.Background(), input, &minipy.Options{Globals: ns})
+	fmt.Print(r.Text)
+	for _, img := range r.Images {
+		fmt.Println(img.MIMEType, img.Width, img.Height)
+	}
+	// Output:
+	// [stdout]
+	// the picture:
+	// [image 1: PNG 40x30, 1 KB]
+	// done
+	// image/png 40 30
 }

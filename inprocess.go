@@ -247,7 +247,7 @@ func (e *inProcessEngine) run(ctx context.Context, code string, opts *Options) (
 		}
 	}
 	h := &inProcessRun{e: e, live: live}
-	h.req = e.interp.Submit(runRequest(gid, lid, maxOutput(opts), live != nil, calls != nil, code), calls != nil)
+	h.req = e.interp.Submit(runRequest(gid, lid, maxOutput(opts), live != nil, calls != nil, imageLimitsOf(opts), code), calls != nil)
 	if calls != nil {
 		calls.gen.Store(h.req.ID())
 	}

@@ -351,7 +351,7 @@ func (e *Isolated) run(ctx context.Context, code string, opts *Options) (*Result
 		}()
 	}
 	h := &isolatedRun{w: w, id: rid, live: live, calls: calls}
-	req := runRequest(gid, lid, maxOutput(opts), live != nil, calls != nil, code)
+	req := runRequest(gid, lid, maxOutput(opts), live != nil, calls != nil, imageLimitsOf(opts), code)
 	if err := w.send(requestFrame(rid, e.deadmanAfter(dl), create, req)); err != nil {
 		return e.lost(slot, w, bindings, nil, res, started)
 	}
@@ -739,5 +739,12 @@ func (e *Isolated) ToolSchemaFor(opts *Options) *Tool {
 // model whose code should not share the host process. opts.Globals, if set, must be a
 // namespace of e.
 func (e *Isolated) CallTool(ctx context.Context, input json.RawMessage, opts *Options) (text string, isError bool) {
+	r := callTool(ctx, e, input, opts)
+	return r.Text, r.IsError
+}
+
+// CallToolResult is CallTool that also returns the images the code showed (see
+// ToolResult).
+func (e *Isolated) CallToolResult(ctx context.Context, input json.RawMessage, opts *Options) ToolResult {
 	return callTool(ctx, e, input, opts)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"time"
 
@@ -41,6 +42,14 @@ type Options struct {
 	// with a note saying how much (see output.go for the exact rule). Run returns only after
 	// the writers have taken the run's output, or a second after the run if one is stuck.
 	Stdout, Stderr io.Writer
+	// MaxImages caps the images one run may show (display(), figures, an image value);
+	// later ones are left out, and the text says so where they would have been. 0 means
+	// DefaultMaxImages; negative means no cap.
+	MaxImages int
+	// MaxImageBytes caps each image's size. A larger figure or PIL image is rendered again
+	// smaller; any other image is left out with a note. 0 means DefaultMaxImageBytes;
+	// negative means no cap.
+	MaxImageBytes int
 }
 
 // Result is what a run produced. When the code raises, the Result still carries the
@@ -56,6 +65,12 @@ type Result struct {
 	HasValue bool
 	// Stdout and Stderr are what the code printed, exactly, each capped at MaxOutput.
 	Stdout, Stderr string
+	// Displays are the run's rich outputs in the order they were produced: display()
+	// calls, matplotlib figures (plt.show() and those left open at the end), and the value
+	// when it has more than a text form (a PIL image, a figure, a DataFrame's HTML). Each
+	// one's text form is also in Stdout where it happened ("[image 1: PNG 640x480, 23 KB]"
+	// for an image), or, for the value, in Repr.
+	Displays []Display
 	// Duration is the wall time of the call, waiting for the interpreter included.
 	Duration time.Duration
 }
@@ -109,8 +124,8 @@ type engine interface {
 
 // runRequest is the request runtime.py's dispatch answers with a run: op, namespace ids,
 // output cap, flags (pyrt.RunLive, pyrt.RunHostCalls), source.
-func runRequest(gid, lid uint32, maxOutput int, live, hostCalls bool, code string) []byte {
-	req := make([]byte, 0, 17+len(code))
+func runRequest(gid, lid uint32, maxOutput int, live, hostCalls bool, images imageLimits, code string) []byte {
+	req := make([]byte, 0, 25+len(code))
 	req = append(req, pyrt.OpRun)
 	req = binary.LittleEndian.AppendUint32(req, gid)
 	req = binary.LittleEndian.AppendUint32(req, lid)
@@ -123,6 +138,8 @@ func runRequest(gid, lid uint32, maxOutput int, live, hostCalls bool, code strin
 		flags |= pyrt.RunHostCalls
 	}
 	req = binary.LittleEndian.AppendUint32(req, flags)
+	req = binary.LittleEndian.AppendUint32(req, uint32(int32(images.count)))
+	req = binary.LittleEndian.AppendUint32(req, uint32(int32(images.bytes)))
 	return append(req, code...)
 }
 
@@ -192,7 +209,7 @@ func decodeRunReply(resp []byte, res *Result) (*PythonError, error) {
 		}
 		return nil, replyError(v)
 	}
-	fields := [7]any{}
+	fields := [8]any{}
 	for i := range fields {
 		v, err := d.value()
 		if err != nil {
@@ -200,6 +217,11 @@ func decodeRunReply(resp []byte, res *Result) (*PythonError, error) {
 		}
 		fields[i] = v
 	}
+	displays, err := decodeDisplays(fields[7])
+	if err != nil {
+		return nil, err
+	}
+	res.Displays = displays
 	res.HasValue, _ = fields[0].(bool)
 	if _, ok := fields[1].(opaque); !ok {
 		res.Value = fields[1]
@@ -244,6 +266,20 @@ func maxOutput(opts *Options) int {
 		return -1
 	}
 	return opts.MaxOutput
+}
+
+// imageLimits are a run's caps on images (negative: none), as the run request carries them.
+type imageLimits struct{ count, bytes int }
+
+func imageLimitsOf(opts *Options) imageLimits {
+	l := imageLimits{DefaultMaxImages, DefaultMaxImageBytes}
+	if opts != nil && opts.MaxImages != 0 {
+		l.count = max(opts.MaxImages, -1)
+	}
+	if opts != nil && opts.MaxImageBytes != 0 {
+		l.bytes = max(min(opts.MaxImageBytes, math.MaxInt32), -1)
+	}
+	return l
 }
 
 func timeoutOf(opts *Options) time.Duration {

@@ -170,6 +170,7 @@ func toolDescription(info pythonInfo, limits toolLimits) string {
 	b.WriteString("- State persists between calls: variables, functions and imports from one call are there in the next.\n")
 	b.WriteString("- The value of the last expression is shown, as in a notebook cell (end it with ';' to hide it); print() anything else.\n")
 	b.WriteString("- IPython syntax works too: !shell commands (x = !cmd gives the lines), %pip install, %time, %timeit, %%bash, %%writefile, obj? for help.\n")
+	b.WriteString("- display(obj) shows rich objects; matplotlib figures (plt.show(), or still open when the run ends) and PIL images come back as images, named in the text as [image N: ...].\n")
 	b.WriteString("- The reply has labelled sections: [stdout], [stderr], [value], and [error] with the traceback or [timeout] when the run failed.\n")
 	if limits.output > 0 {
 		fmt.Fprintf(&b, "- Output beyond %d characters is truncated: the middle is cut and a marker says how much.\n", limits.output)

@@ -163,6 +163,12 @@ func TestHTTPWithTypeScriptClient(t *testing.T) {
 			IsError bool   `json:"isError"`
 			Text    string `json:"text"`
 		} `json:"error"`
+		Plot []struct {
+			Type     string `json:"type"`
+			MIMEType string `json:"mimeType"`
+			Text     string `json:"text"`
+			Head     string `json:"head"`
+		} `json:"plot"`
 	}
 	require.NoError(t, json.Unmarshal(out, &got), "%s", out)
 	assert.Equal(t, []string{minipy.ToolName, resetToolName}, got.Tools)
@@ -172,4 +178,11 @@ func TestHTTPWithTypeScriptClient(t *testing.T) {
 	assert.Equal(t, "[value]\n42\n", got.Second)
 	assert.True(t, got.Error.IsError)
 	assert.Contains(t, got.Error.Text, "ZeroDivisionError")
+	// A figure arrives as an image after the text that names it.
+	require.Len(t, got.Plot, 2, "%s", out)
+	assert.Equal(t, "text", got.Plot[0].Type)
+	assert.Contains(t, got.Plot[0].Text, "[image 1: PNG")
+	assert.Equal(t, "image", got.Plot[1].Type)
+	assert.Equal(t, "image/png", got.Plot[1].MIMEType)
+	assert.Equal(t, "89504e47", got.Plot[1].Head, "the data is not a PNG file (\\x89PNG)")
 }

@@ -96,8 +96,19 @@ func (s *sessions) run(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 		defer p.stop()
 		opts.Stdout, opts.Stderr = p, p
 	}
-	text, isError := s.eng.CallTool(ctx, json.RawMessage(req.Params.Arguments), &opts)
-	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}, IsError: isError}, nil
+	res := s.eng.CallToolResult(ctx, json.RawMessage(req.Params.Arguments), &opts)
+	return toolResult(res), nil
+}
+
+// toolResult is a run's result as MCP content: the text first, then each image it names
+// ("[image N: ...]" is the Nth ImageContent after the text).
+func toolResult(res minipy.ToolResult) *mcp.CallToolResult {
+	content := make([]mcp.Content, 0, 1+len(res.Images))
+	content = append(content, &mcp.TextContent{Text: res.Text})
+	for _, img := range res.Images {
+		content = append(content, &mcp.ImageContent{Data: img.Data, MIMEType: img.MIMEType}) // the SDK base64-encodes Data
+	}
+	return &mcp.CallToolResult{Content: content, IsError: res.IsError}
 }
 
 func (s *sessions) reset(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {

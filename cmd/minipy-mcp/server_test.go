@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -167,6 +168,7 @@ func TestBinary(t *testing.T) {
 	bin := buildServer(t)
 	cs := connectClient(t, &mcp.CommandTransport{Command: exec.Command(bin, "-max-output", "20000")})
 	checkTimeoutSyntaxErrorAndHugeOutput(t, cs, 20000)
+	checkImages(t, cs)
 
 	t.Run("state and reset", func(t *testing.T) {
 		text, isError := run(t, cs, map[string]any{"code": "n = 10"})
@@ -205,4 +207,74 @@ func TestIsolated(t *testing.T) {
 	require.False(t, isError, text)
 	assert.Equal(t, "[value]\nFalse\n", text, "the session goes on with a fresh namespace")
 	checkTimeoutSyntaxErrorAndHugeOutput(t, cs, minipy.DefaultToolOutput)
+}
+
+// plotCode shows one matplotlib figure.
+const plotCode = "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()"
+
+// callContent calls the minipy tool and returns its whole result.
+func callContent(t *testing.T, cs *mcp.ClientSession, args map[string]any) *mcp.CallToolResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: minipy.ToolName, Arguments: args})
+	require.NoError(t, err)
+	return res
+}
+
+// checkImages checks that a figure reaches the client as an ImageContent after the text
+// that names it, and that a run without images gives the text alone.
+func checkImages(t *testing.T, cs *mcp.ClientSession) {
+	t.Run("figure", func(t *testing.T) {
+		res := callContent(t, cs, map[string]any{"code": plotCode})
+		require.False(t, res.IsError)
+		require.Len(t, res.Content, 2)
+		text, ok := res.Content[0].(*mcp.TextContent)
+		require.True(t, ok, "content[0] is %T", res.Content[0])
+		assert.Contains(t, text.Text, "[image 1: PNG")
+		img, ok := res.Content[1].(*mcp.ImageContent)
+		require.True(t, ok, "content[1] is %T", res.Content[1])
+		assert.Equal(t, "image/png", img.MIMEType)
+		assert.True(t, bytes.HasPrefix(img.Data, []byte("\x89PNG\r\n\x1a\n")), "not a PNG file: % x", img.Data[:min(8, len(img.Data))])
+	})
+	t.Run("several, in order", func(t *testing.T) {
+		res := callContent(t, cs, map[string]any{"code": plotCode + "\nplt.plot([3, 1])\nplt.show()\nprint('done')"})
+		require.False(t, res.IsError)
+		require.Len(t, res.Content, 3)
+		text := res.Content[0].(*mcp.TextContent).Text
+		assert.Contains(t, text, "[image 1: PNG")
+		assert.Contains(t, text, "[image 2: PNG")
+		assert.Contains(t, text, "done")
+		for _, c := range res.Content[1:] {
+			img, ok := c.(*mcp.ImageContent)
+			require.True(t, ok, "content is %T", c)
+			assert.Equal(t, "image/png", img.MIMEType)
+		}
+	})
+	t.Run("an error after a figure", func(t *testing.T) {
+		res := callContent(t, cs, map[string]any{"code": plotCode + "\n1/0"})
+		assert.True(t, res.IsError)
+		require.Len(t, res.Content, 2)
+		assert.Contains(t, res.Content[0].(*mcp.TextContent).Text, "ZeroDivisionError")
+		assert.IsType(t, &mcp.ImageContent{}, res.Content[1])
+	})
+	t.Run("no images", func(t *testing.T) {
+		res := callContent(t, cs, map[string]any{"code": "print('hi')\n6 * 7"})
+		require.False(t, res.IsError)
+		require.Len(t, res.Content, 1)
+		text, ok := res.Content[0].(*mcp.TextContent)
+		require.True(t, ok, "content is %T", res.Content[0])
+		assert.Equal(t, "[stdout]\nhi\n[value]\n42\n", text.Text)
+	})
+}
+
+func TestImages(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		eng  minipy.Engine
+	}{{"inprocess", minipy.InProcess()}, {"isolated", isolatedEngine(t)}} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkImages(t, connectInProcess(t, newServer(tc.eng, &minipy.Options{})))
+		})
+	}
 }

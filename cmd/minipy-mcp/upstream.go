@@ -217,7 +217,9 @@ func schemaMap(s any) (map[string]any, error) {
 
 // resultValue is a tool result as a Python value: its structured content when it has
 // some, else its content: one item as itself, several as a list. Text is a str, a resource
-// link a dict; images and audio (until minipy shows rich outputs) a short description.
+// link a dict; images and audio a short description ("[image: image/png, 1234 bytes]"): a
+// host function's result is plain data, so an upstream image cannot become one of the
+// run's displays (and reach the model as an image) without a way in the core to return one.
 func resultValue(res *mcp.CallToolResult) any {
 	if res.StructuredContent != nil {
 		if raw, err := json.Marshal(res.StructuredContent); err == nil {

@@ -5,6 +5,12 @@
 //	minipy script.py [ARGS...]
 //	echo 'print("hi")' | minipy --json
 //	minipy                       # on a terminal: a REPL with one persistent namespace
+//	minipy --save-images plots -c 'import matplotlib.pyplot as plt; plt.plot([1, 2]); plt.show()'
+//
+// Rich outputs (display() calls, matplotlib figures, an image or DataFrame value) show in
+// the output as their text form, an image as "[image 1: PNG 640x480, 23 KB]"; --json lists
+// them in full under "displays", and --save-images DIR writes the images into DIR as
+// image-1.png, image-2.png, ... numbered on across runs, never over an existing file.
 //
 // --backend picks the engine: inprocess (the embedded interpreter), isolated (sandboxed
 // worker processes) or auto (the default: isolated on the project's virtualenv when the
@@ -15,6 +21,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -45,10 +52,22 @@ type jsonResult struct {
 	Repr       string          `json:"repr"`
 	Stdout     string          `json:"stdout"`
 	Stderr     string          `json:"stderr"`
+	Displays   []jsonDisplay   `json:"displays,omitempty"`
 	Error      *jsonError      `json:"error,omitempty"`
 	DurationMS float64         `json:"duration_ms"`
 	TimedOut   bool            `json:"timed_out,omitempty"`
 	Cancelled  bool            `json:"cancelled,omitempty"`
+}
+
+// jsonDisplay is one of Result.Displays in the --json document, as Jupyter's nbformat
+// keeps an output's data: text types (isTextMIME) as strings, binary ones (images, PDF)
+// as standard base64.
+type jsonDisplay struct {
+	Data  map[string]string `json:"data"`
+	Value bool              `json:"value"`
+	// Path is where --save-images wrote the display's image: with --json the paths are
+	// here, for whatever reads the document, rather than on stderr.
+	Path string `json:"path,omitempty"`
 }
 
 type jsonError struct {
@@ -66,6 +85,7 @@ type config struct {
 	timeout    time.Duration
 	maxOutput  int
 	backend    string
+	saveImages string // --save-images DIR
 	isolated   minipy.IsolatedConfig
 	isoFlags   []string // isolated-only flags given
 }
@@ -75,7 +95,11 @@ func parseArgs(args []string, stderr io.Writer) (*config, bool) {
 	fs := flag.NewFlagSet("minipy", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.code, "c", "", "Python code to run (default: a FILE, else stdin, else a REPL on a terminal)")
-	fs.BoolVar(&c.asJSON, "json", false, "print the result as JSON (value, repr, stdout, stderr, error, duration) at the end instead of streaming")
+	fs.BoolVar(&c.asJSON, "json", false, "print the result as JSON (value, repr, stdout, stderr, displays, error, duration) at the end instead of streaming; "+
+		"a display's data is a string for text types (text/*, application/json, application/javascript, *+json, *+xml such as SVG) "+
+		"and base64 for the rest (images, PDF), as in Jupyter's notebook files")
+	fs.StringVar(&c.saveImages, "save-images", "", "write each image a run shows (figures, display(), an image value) into `DIR` as image-N.png (.jpg, .gif, .webp), "+
+		"numbered on across runs and skipping names already taken; the paths go to stderr, or with --json to each display's \"path\"")
 	fs.DurationVar(&c.timeout, "timeout", 0, "stop each run after this long (0: 30s for -c and stdin, none for a FILE or the REPL; negative: none)")
 	fs.IntVar(&c.maxOutput, "max-output", 0, "cap each of stdout, stderr and the repr of the result at this many characters (0: default, negative: none)")
 	fs.StringVar(&c.backend, "backend", minipy.BackendAuto, "`engine`: inprocess, isolated (sandboxed worker processes), or auto (isolated on the project's virtualenv if there is one, else inprocess)")
@@ -166,6 +190,11 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 	}
 
+	var saver *imageSaver // nil: no --save-images
+	if c.saveImages != "" {
+		saver = &imageSaver{dir: c.saveImages}
+	}
+
 	eng, err := newEngine(c)
 	if err != nil {
 		fmt.Fprintf(stderr, "%v\n", err)
@@ -173,7 +202,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	defer eng.Close()
 	if interactive {
-		return repl(eng, opts, stdin.(*os.File), stdout, stderr)
+		return repl(eng, opts, saver, stdin.(*os.File), stdout, stderr)
 	}
 	if c.file != "" {
 		ns := eng.NewNamespace()
@@ -194,12 +223,25 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "%v\n", err)
 			return 1
 		}
-		return printJSON(stdout, stderr, res, err)
+		// Images are saved even when the code raised: those shown before the error are real.
+		saved, saveErr := saver.save(res)
+		status := printJSON(stdout, stderr, res, err, saved)
+		if saveErr != nil {
+			fmt.Fprintf(stderr, "minipy: saving images: %v\n", saveErr)
+			status = 1
+		}
+		return status
 	}
 	out, errOut := &tailWriter{w: stdout}, &tailWriter{w: stderr}
 	opts.Stdout, opts.Stderr = out, errOut
 	res, err := eng.Run(ctx, src, opts)
-	return report(res, err, out, errOut)
+	// The output already named each image ("[image 1: ...]" where it was shown, the value's
+	// in its repr); the saved paths follow, after the value or traceback.
+	status := report(res, err, out, errOut)
+	if !saver.saveAndReport(res, errOut) {
+		status = 1
+	}
+	return status
 }
 
 // newEngine starts the engine --backend asks for (auto: for the current directory).
@@ -273,7 +315,8 @@ func (t *tailWriter) startLine() {
 	}
 }
 
-func printJSON(stdout, stderr io.Writer, res *minipy.Result, err error) int {
+// printJSON prints the --json document of a run, with the paths its images were saved to.
+func printJSON(stdout, stderr io.Writer, res *minipy.Result, err error, saved []savedImage) int {
 	doc := jsonResult{
 		HasValue:   res.HasValue,
 		Value:      json.RawMessage("null"),
@@ -283,6 +326,20 @@ func printJSON(stdout, stderr io.Writer, res *minipy.Result, err error) int {
 		DurationMS: float64(res.Duration.Microseconds()) / 1000,
 		TimedOut:   errors.Is(err, minipy.ErrTimeout),
 		Cancelled:  errors.Is(err, context.Canceled),
+	}
+	for _, d := range res.Displays {
+		jd := jsonDisplay{Data: make(map[string]string, len(d.Data)), Value: d.Value}
+		for mime, data := range d.Data {
+			if isTextMIME(mime) {
+				jd.Data[mime] = string(data)
+			} else {
+				jd.Data[mime] = base64.StdEncoding.EncodeToString(data)
+			}
+		}
+		doc.Displays = append(doc.Displays, jd)
+	}
+	for _, si := range saved {
+		doc.Displays[si.display].Path = si.path
 	}
 	if v, e := json.Marshal(res.Value); e == nil {
 		doc.Value = v
@@ -295,6 +352,7 @@ func printJSON(stdout, stderr io.Writer, res *minipy.Result, err error) int {
 	}
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false) // a person reads this too: "<div>" in text/html, not "\u003cdiv\u003e"
 	if e := enc.Encode(doc); e != nil {
 		fmt.Fprintf(stderr, "minipy: %v\n", e)
 		return 1

@@ -2,15 +2,21 @@ package main
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
+	"image"
+	_ "image/png" // image.DecodeConfig of saved plots
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/minipy-go/minipy"
 )
 
 func cli(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
@@ -93,4 +99,128 @@ func TestCLIWithoutCgoExplainsItself(t *testing.T) {
 	require.ErrorAs(t, err, &exitErr)
 	assert.Contains(t, stderr.String(), "CGO_ENABLED=1")
 	assert.Contains(t, stderr.String(), "python3-dev")
+}
+
+const plotCode = "import matplotlib.pyplot as plt; plt.plot([1, 2]); plt.show()"
+
+func TestCLIJSONDisplays(t *testing.T) {
+	code, out, errOut := cli(t, "", "--json", "-c", plotCode)
+	require.Equal(t, 0, code, errOut)
+	var doc struct {
+		Stdout   string
+		Displays []struct {
+			Data  map[string]any
+			Value bool
+			Path  *string
+		}
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &doc))
+	assert.Contains(t, doc.Stdout, "[image 1: PNG ")
+	require.Len(t, doc.Displays, 1)
+	d := doc.Displays[0]
+	assert.False(t, d.Value)
+	assert.Nil(t, d.Path, "no --save-images, no path")
+	require.IsType(t, "", d.Data["image/png"])
+	png, err := base64.StdEncoding.DecodeString(d.Data["image/png"].(string))
+	require.NoError(t, err, "binary data is standard base64")
+	assert.True(t, bytes.HasPrefix(png, []byte("\x89PNG")))
+	require.IsType(t, "", d.Data["text/plain"])
+	assert.Contains(t, d.Data["text/plain"], "Figure")
+
+	// A DataFrame value: text/html is text, given as is.
+	code, out, errOut = cli(t, "", "--json", "-c", "import pandas as pd; pd.DataFrame({'a': [1, 2]})")
+	require.Equal(t, 0, code, errOut)
+	require.NoError(t, json.Unmarshal([]byte(out), &doc))
+	require.Len(t, doc.Displays, 1)
+	assert.True(t, doc.Displays[0].Value)
+	require.IsType(t, "", doc.Displays[0].Data["text/html"])
+	assert.Contains(t, doc.Displays[0].Data["text/html"], "<table")
+	assert.Contains(t, out, "<table", "HTML is not escaped to \\u003c")
+
+	// No displays: no key.
+	code, out, _ = cli(t, "", "--json", "-c", "1")
+	require.Equal(t, 0, code)
+	assert.NotContains(t, out, "displays")
+}
+
+func TestIsTextMIME(t *testing.T) {
+	for _, mime := range []string{"text/plain", "text/html", "text/markdown", "image/svg+xml", "application/json",
+		"application/javascript", "application/vnd.vegalite.v5+json", "application/xhtml+xml", "text/plain; charset=utf-8"} {
+		assert.True(t, isTextMIME(mime), mime)
+	}
+	for _, mime := range []string{"image/png", "image/jpeg", "application/pdf", "application/octet-stream"} {
+		assert.False(t, isTextMIME(mime), mime)
+	}
+}
+
+func TestCLISaveImages(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "plots") // created by the CLI
+	code, out, errOut := cli(t, "", "--save-images", dir, "-c", plotCode)
+	require.Equal(t, 0, code, errOut)
+	assert.Regexp(t, `^\[image 1: PNG \d+x\d+, \d+ KB\]\n$`, out, "the marker is in the streamed output")
+	first := filepath.Join(dir, "image-1.png")
+	assert.Regexp(t, `^minipy: saved image 1 \(PNG \d+x\d+, \d+ KB\) to `+regexp.QuoteMeta(first)+"\n$", errOut)
+	data, err := os.ReadFile(first)
+	require.NoError(t, err)
+	assert.True(t, bytes.HasPrefix(data, []byte("\x89PNG\r\n\x1a\n")))
+	cfg, format, err := image.DecodeConfig(bytes.NewReader(data))
+	require.NoError(t, err)
+	assert.Equal(t, "png", format)
+	assert.Positive(t, cfg.Width)
+	info, err := os.Stat(dir)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o755), info.Mode().Perm())
+
+	// A second run (as from another process: the count starts again) skips the taken name.
+	code, _, errOut = cli(t, "", "--save-images", dir, "-c", "from PIL import Image; Image.new('RGB', (30, 20), 'red')")
+	require.Equal(t, 0, code, errOut)
+	second := filepath.Join(dir, "image-2.png")
+	assert.Equal(t, "minipy: saved image 1 (PNG 30x20, 1 KB) to "+second+"\n", errOut)
+	again, err := os.ReadFile(first)
+	require.NoError(t, err)
+	assert.Equal(t, data, again, "the first image is not overwritten")
+	data, err = os.ReadFile(second)
+	require.NoError(t, err)
+	cfg, _, err = image.DecodeConfig(bytes.NewReader(data))
+	require.NoError(t, err)
+	assert.Equal(t, [2]int{30, 20}, [2]int{cfg.Width, cfg.Height})
+
+	// With --json the path is in the display, not on stderr; a figure then the value.
+	code, out, errOut = cli(t, "", "--json", "--save-images", dir, "-c",
+		plotCode+"\nfrom PIL import Image; Image.new('L', (8, 8))")
+	require.Equal(t, 0, code, errOut)
+	assert.Empty(t, errOut)
+	var doc struct {
+		Repr     string
+		Displays []struct {
+			Value bool
+			Path  string
+		}
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &doc))
+	assert.Contains(t, doc.Repr, "[image 2: PNG 8x8, 1 KB]")
+	require.Len(t, doc.Displays, 2)
+	assert.Equal(t, filepath.Join(dir, "image-3.png"), doc.Displays[0].Path)
+	assert.Equal(t, filepath.Join(dir, "image-4.png"), doc.Displays[1].Path)
+	assert.True(t, doc.Displays[1].Value)
+	assert.FileExists(t, doc.Displays[1].Path)
+
+	// The count goes on across runs of one process (the REPL's cells).
+	saver := &imageSaver{dir: dir}
+	img := minipy.Display{Data: map[string][]byte{"image/jpeg": []byte("\xff\xd8jpeg"), "text/plain": []byte("x")}}
+	for _, want := range []string{"image-1.jpg", "image-2.jpg"} {
+		saved, err := saver.save(&minipy.Result{Displays: []minipy.Display{img}})
+		require.NoError(t, err)
+		require.Len(t, saved, 1)
+		assert.Equal(t, filepath.Join(dir, want), saved[0].path)
+	}
+}
+
+func TestCLISaveImagesError(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	code, out, errOut := cli(t, "", "--save-images", file, "-c", plotCode)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, out, "[image 1: PNG ")
+	assert.Contains(t, errOut, "minipy: saving images: ")
 }

@@ -26,7 +26,7 @@ func isTerminal(r io.Reader) bool {
 // (a blank line ends a block), values are echoed as the tool shows them, errors printed.
 // Ctrl-C at the prompt drops the input; during a run it stops the run, not the REPL.
 // Ctrl-D on an empty line exits.
-func repl(eng minipy.Engine, opts *minipy.Options, in *os.File, stdout, stderr io.Writer) int {
+func repl(eng minipy.Engine, opts *minipy.Options, saver *imageSaver, in *os.File, stdout, stderr io.Writer) int {
 	cfg := &readline.Config{
 		Prompt:          ">>> ",
 		Stdin:           in,
@@ -89,12 +89,13 @@ func repl(eng minipy.Engine, opts *minipy.Options, in *os.File, stdout, stderr i
 			continue
 		}
 		cell = nil
-		runCell(eng, &run, src, sigint, stdout, stderr)
+		runCell(eng, &run, saver, src, sigint, stdout, stderr)
 	}
 }
 
-// runCell runs one cell, stopping it when Ctrl-C arrives, and prints what it gave.
-func runCell(eng minipy.Engine, opts *minipy.Options, src string, sigint <-chan os.Signal, stdout, stderr io.Writer) {
+// runCell runs one cell, stopping it when Ctrl-C arrives, prints what it gave and saves
+// its images (--save-images; a stopped cell's too, they were shown).
+func runCell(eng minipy.Engine, opts *minipy.Options, saver *imageSaver, src string, sigint <-chan os.Signal, stdout, stderr io.Writer) {
 	for len(sigint) > 0 {
 		<-sigint // a Ctrl-C that came between cells
 	}
@@ -116,9 +117,10 @@ func runCell(eng minipy.Engine, opts *minipy.Options, src string, sigint <-chan 
 		out.startLine()
 		errOut.startLine()
 		fmt.Fprintln(errOut, "KeyboardInterrupt")
-		return
+	} else {
+		report(res, err, out, errOut)
 	}
-	report(res, err, out, errOut)
+	saver.saveAndReport(res, errOut)
 }
 
 // needsMore reports whether src is an unfinished cell: inside brackets, a triple-quoted

@@ -192,3 +192,28 @@ func TestCLIBackendFlag(t *testing.T) {
 	assert.Equal(t, 2, code)
 	assert.Contains(t, errOut, "--network only apply to --backend isolated")
 }
+
+// --save-images in the REPL: each cell's images are saved, numbered on across cells.
+func TestREPLSavesImages(t *testing.T) {
+	dir := t.TempDir()
+	term := startTerminal(t, "--backend", "inprocess", "--save-images", dir)
+	term.expect(">>> ")
+	term.send("from PIL import Image; Image.new('RGB', (4, 3))\r")
+	term.expect("[image 1: PNG 4x3, 1 KB]")
+	term.expect("minipy: saved image 1 (PNG 4x3, 1 KB) to " + filepath.Join(dir, "image-1.png"))
+	term.expect(">>> ")
+	term.send("import matplotlib.pyplot as plt; plt.plot([1, 2]); plt.show()\r")
+	term.expect("[image 1: PNG ")
+	term.expect("minipy: saved image 1 (PNG ")
+	term.expect(filepath.Join(dir, "image-2.png"))
+	term.expect(">>> ")
+	term.send("\x04")
+	select {
+	case <-term.done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Ctrl-D did not end the REPL")
+	}
+	require.NoError(t, term.cmd.Wait())
+	assert.FileExists(t, filepath.Join(dir, "image-1.png"))
+	assert.FileExists(t, filepath.Join(dir, "image-2.png"))
+}

@@ -1,10 +1,12 @@
 // Package agent is the tool loop of the examples on anthropic-sdk-go: the model is offered
 // minipy (with whatever host functions opts.Globals has), each tool_use it asks for is run
-// in that namespace, the tool_result goes back, and the loop ends when the model answers.
+// in that namespace, the tool_result goes back (its text, and one image block per image the
+// code showed: plots, display() of a picture), and the loop ends when the model answers.
 package agent
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"strings"
 
@@ -41,11 +43,11 @@ func Claude(ctx context.Context, client anthropic.Client, model anthropic.Model,
 			case anthropic.TextBlock:
 				answer.WriteString(b.Text)
 			case anthropic.ToolUseBlock:
-				text, isError := "[error]\nThere is no tool named "+b.Name+".\n", true
+				r := minipy.ToolResult{Text: "[error]\nThere is no tool named " + b.Name + ".\n", IsError: true}
 				if b.Name == minipy.ToolName {
-					text, isError = minipy.CallTool(ctx, b.Input, opts)
+					r = minipy.CallToolResult(ctx, b.Input, opts)
 				}
-				results = append(results, anthropic.NewToolResultBlock(b.ID, text, isError))
+				results = append(results, toolResultBlock(b.ID, r))
 			}
 		}
 		if len(results) == 0 {
@@ -54,4 +56,15 @@ func Claude(ctx context.Context, client anthropic.Client, model anthropic.Model,
 		messages = append(messages, anthropic.NewUserMessage(results...))
 	}
 	return "", ErrTooManyTurns
+}
+
+// toolResultBlock is the tool_result answering toolUseID: the text, then the images in
+// order (the text's "[image N: ...]" is the Nth), as base64 image blocks.
+func toolResultBlock(toolUseID string, r minipy.ToolResult) anthropic.ContentBlockParamUnion {
+	block := anthropic.NewToolResultBlock(toolUseID, r.Text, r.IsError)
+	for _, img := range r.Images {
+		image := anthropic.NewImageBlockBase64(img.MIMEType, base64.StdEncoding.EncodeToString(img.Data))
+		block.OfToolResult.Content = append(block.OfToolResult.Content, anthropic.ToolResultBlockParamContentUnion{OfImage: image.OfImage})
+	}
+	return block
 }

@@ -660,7 +660,7 @@ def _c_writefile(args, cell, frame, lineno):
 
 class CapturedIO:
     """What %%capture keeps (IPython's CapturedIO): .stdout and .stderr as text and .outputs,
-    the displays; show() (or calling it) writes them out again."""
+    the displays' bundles; show() (or calling it) writes them out again."""
 
     def __init__(self, stdout, stderr, outputs):
         self.stdout, self.stderr, self.outputs = stdout, stderr, outputs
@@ -671,6 +671,8 @@ class CapturedIO:
     def show(self):
         sys.stdout.write(self.stdout)
         sys.stderr.write(self.stderr)
+        for bundle in self.outputs:
+            _emit_display(dict(bundle))
 
     __call__ = show
 
@@ -686,10 +688,14 @@ def _c_capture(args, cell, frame, lineno):
         sys.stdout = out
     if "--no-stderr" not in flags:
         sys.stderr = err
+    if "--no-display" not in flags:
+        _display_sinks.append(outputs)
     try:
         _run_part(cell, frame, lineno)
     finally:
         sys.stdout, sys.stderr = saved
+        if "--no-display" not in flags:
+            _display_sinks.remove(outputs)
     captured = CapturedIO(out.getvalue(), err.getvalue(), outputs)
     if names:
         frame.f_locals[names[0]] = captured
@@ -801,3 +807,569 @@ class _Shell:
 
 __minipy__ = _Shell()
 builtins.__minipy__ = __minipy__
+
+
+# ---------------------------------------------------------------------------------------
+# Rich output: display(), IPython's display protocol, figures and images. A display is a
+# bundle {MIME type: str or bytes}; the run's reply carries them (Result.Displays), and
+# its text form goes to stdout where it happened, as a terminal IPython prints it, so the
+# model's text keeps the order: an image shows as "[image N: PNG 640x480, 23 KB]".
+# ---------------------------------------------------------------------------------------
+
+_MIME_METHODS = (
+    ("image/png", "_repr_png_"), ("image/jpeg", "_repr_jpeg_"), ("image/svg+xml", "_repr_svg_"),
+    ("text/html", "_repr_html_"), ("text/markdown", "_repr_markdown_"), ("text/latex", "_repr_latex_"),
+    ("application/json", "_repr_json_"), ("application/javascript", "_repr_javascript_"),
+    ("application/pdf", "_repr_pdf_"),
+)
+_BINARY_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp", "application/pdf")
+_PLAIN_TYPES = frozenset((int, float, complex, str, bytes, bytearray, bool, list, tuple, dict, set, frozenset,
+                          type(None), range))
+_rich_types = {}  # type -> whether its objects may have more than text/plain
+_display_sinks = []  # %%capture's lists of bundles, innermost last
+
+
+class _Displays:
+    """The displays of the run in progress and its image limits (from Go's run request)."""
+
+    __slots__ = ("bundles", "images", "max_images", "max_image_bytes")
+
+    def __init__(self):
+        self.reset(-1, -1)
+
+    def reset(self, max_images, max_image_bytes):
+        self.bundles = []  # [bundle, is the run's value]
+        self.images = 0
+        self.max_images = max_images
+        self.max_image_bytes = max_image_bytes
+
+
+_displays = _Displays()
+
+
+def _is_rich(obj):
+    t = type(obj)
+    if t in _PLAIN_TYPES:
+        return False
+    rich = _rich_types.get(t)
+    if rich is None:
+        rich = (any(hasattr(t, m) for _, m in _MIME_METHODS) or hasattr(t, "_repr_mimebundle_")
+                or _figure_class(obj) or _pil_class(obj))
+        if len(_rich_types) > 4096:
+            _rich_types.clear()
+        _rich_types[t] = rich
+    return rich
+
+
+def _figure_class(obj):
+    mod = sys.modules.get("matplotlib.figure")
+    return mod is not None and isinstance(obj, mod.Figure)
+
+
+def _pil_class(obj):
+    mod = sys.modules.get("PIL.Image")
+    return mod is not None and isinstance(obj, mod.Image)
+
+
+def _note(text):
+    sys.stderr.write("minipy: %s\n" % text)
+
+
+def format_bundle(obj, include=None, exclude=None, text=None):
+    """IPython's display protocol: obj's {MIME type: data}, text/plain always included."""
+    data = {}
+    if _figure_class(obj):
+        png = _figure_png(obj)
+        if png is not None:
+            data["image/png"] = png
+    elif _pil_class(obj):
+        data["image/png"] = _pil_png(obj)
+    elif not isinstance(obj, type) and getattr(obj, "_ipython_canary_method_should_not_exist_", None) is None:
+        method = getattr(obj, "_repr_mimebundle_", None)
+        if callable(method):
+            try:
+                got = method(include=include, exclude=exclude)
+                if isinstance(got, tuple):
+                    got = got[0]
+                if isinstance(got, dict):
+                    data.update(got)
+            except Exception as exc:
+                _note("%s._repr_mimebundle_ failed: %s: %s" % (type(obj).__name__, type_name(type(exc)), exc))
+        for mime, name in _MIME_METHODS:
+            if mime in data:
+                continue
+            method = getattr(obj, name, None)
+            if not callable(method):
+                continue
+            try:
+                got = method()
+            except NotImplementedError:
+                continue
+            except Exception as exc:
+                _note("%s.%s failed: %s: %s" % (type(obj).__name__, name, type_name(type(exc)), exc))
+                continue
+            if isinstance(got, tuple):
+                got = got[0]
+            if got is not None:
+                data[mime] = got
+    if "text/plain" not in data:
+        data["text/plain"] = text if text is not None else value_repr(obj, 64 << 10)
+    return _normalize(data, include, exclude)
+
+
+def _normalize(data, include=None, exclude=None):
+    import base64
+    import json
+
+    out = {}
+    for mime, value in data.items():
+        if not isinstance(mime, str) or (include and mime not in include and mime != "text/plain") or (
+                exclude and mime in exclude):
+            continue
+        if mime in _BINARY_TYPES:
+            if isinstance(value, str):  # IPython allows base64 text for binary types
+                try:
+                    value = base64.b64decode(value)
+                except ValueError:
+                    continue
+            if not isinstance(value, (bytes, bytearray, memoryview)):
+                continue
+            value = bytes(value)
+        elif mime == "application/json" or mime.endswith("+json"):
+            if not isinstance(value, str):
+                try:
+                    value = json.dumps(value)
+                except (TypeError, ValueError):
+                    continue
+        elif isinstance(value, (bytes, bytearray)):
+            value = bytes(value).decode("utf-8", "replace")
+        elif not isinstance(value, str):
+            value = str(value)
+        out[mime] = value
+    return out
+
+
+def _image_size(data):
+    """(width, height) from a PNG, GIF or JPEG header, or None."""
+    if data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) >= 24:
+        return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    if data[:6] in (b"GIF87a", b"GIF89a") and len(data) >= 10:
+        return int.from_bytes(data[6:8], "little"), int.from_bytes(data[8:10], "little")
+    if data[:2] == b"\xff\xd8":
+        i = 2
+        while i + 9 < len(data):
+            if data[i] != 0xFF:
+                return None
+            marker = data[i + 1]
+            if marker in (0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF):
+                return int.from_bytes(data[i + 7:i + 9], "big"), int.from_bytes(data[i + 5:i + 7], "big")
+            i += 2 + int.from_bytes(data[i + 2:i + 4], "big")
+    return None
+
+
+def _size_text(n):
+    if n >= 1 << 20:
+        return "%.1f MB" % (n / (1 << 20))
+    return "%d KB" % max(1, (n + 512) // 1024)
+
+
+def _image_type(bundle):
+    for mime in IMAGE_TYPES:
+        if mime in bundle:
+            return mime
+    return None
+
+
+def _fit_image(bundle, mime, source):
+    """Apply the run's limits to bundle's image; return the text the model reads for it."""
+    d = _displays
+    data = bundle[mime]
+    kind = mime.split("/")[1].upper()
+    if 0 <= d.max_images <= d.images:
+        del bundle[mime]
+        return "[image not shown: a run shows at most %d images]" % d.max_images
+    limit = d.max_image_bytes
+    if 0 <= limit < len(data):
+        smaller = _shrink(source, limit, len(data)) if source is not None else None
+        if smaller is None:
+            del bundle[mime]
+            return "[image not shown: its %s of %s is over the limit of %s per image]" % (
+                kind, _size_text(len(data)), _size_text(limit))
+        data = bundle[mime] = smaller
+        mime = "image/png"
+        kind = "PNG"
+    d.images += 1
+    size = _image_size(data)
+    dims = " %dx%d" % size if size else ""
+    return "[image %d: %s%s, %s]" % (d.images, kind, dims, _size_text(len(data)))
+
+
+def _shrink(source, limit, size):
+    """A PNG of source (a figure or a PIL image, size bytes as first rendered) at most limit
+    bytes, or None. The bytes shrink more slowly than the pixels (lines and text stay
+    sharp), so each try scales by the root of the ratio still to go, with some margin."""
+    scale = 1.0
+    for _ in range(5):
+        scale *= min(0.9, 0.9 * (limit / size) ** 0.5)
+        if _figure_class(source):
+            png = _figure_png(source, scale)
+        else:
+            img = source.copy()
+            img.thumbnail((max(1, int(source.width * scale)), max(1, int(source.height * scale))))
+            png = _pil_png(img)
+        if png is None:
+            return None
+        if len(png) <= limit:
+            return png
+        size = len(png)
+    return None
+
+
+def _display_text(bundle):
+    """The text form of a display without an image: text/plain, unless that is only an
+    object's default repr and the bundle has a readable form."""
+    text = bundle.get("text/plain", "")
+    if _re.match(r"^<[\w.]+ object( at 0x[0-9a-f]+)?>$", text):
+        for mime in ("text/markdown", "text/latex", "application/json", "text/html", "image/svg+xml"):
+            if mime in bundle:
+                return bundle[mime]
+    return text
+
+
+def _emit_display(bundle, source=None, result=False):
+    """Record bundle as a display of the run; return the text the model reads for it (also
+    written to stdout, except for the run's value, whose text is its repr)."""
+    if _display_sinks:
+        _display_sinks[-1].append(bundle)
+        return ""
+    mime = _image_type(bundle)
+    text = _fit_image(bundle, mime, source) if mime else _display_text(bundle)
+    _displays.bundles.append([bundle, result])
+    if not result:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return text if mime else ""
+
+
+def display(*objs, include=None, exclude=None, metadata=None, transient=None, display_id=None, raw=False,
+            clear=False, **kwargs):
+    """Show objects as a notebook does: each becomes a display of the run (its richest forms
+    by IPython's display protocol: PNG, HTML, Markdown, ...), and its text form (for an
+    image, "[image N: PNG WxH, S KB]") is printed where the call happened."""
+    for obj in objs:
+        if raw and isinstance(obj, dict):
+            _emit_display(_normalize(dict(obj), include, exclude))
+        else:
+            source = obj if _figure_class(obj) or _pil_class(obj) else None
+            _emit_display(format_bundle(obj, include, exclude), source)
+            if source is not None and _figure_class(obj):
+                _close_figure(obj)
+    if display_id is not None:
+        return DisplayHandle(display_id)
+    return None
+
+
+class DisplayHandle:
+    """What display(..., display_id=...) returns; update() shows the object again."""
+
+    def __init__(self, display_id=None):
+        self.display_id = display_id
+
+    def display(self, obj, **kwargs):
+        display(obj, **kwargs)
+
+    def update(self, obj, **kwargs):
+        display(obj, **kwargs)
+
+
+def update_display(obj, *, display_id=None, **kwargs):
+    display(obj, **kwargs)
+
+
+def clear_output(wait=False):
+    """Accepted: a run's output is kept whole."""
+
+
+# ---------------------------------------------------------------------------------------
+# matplotlib: the inline backend. Figures render with Agg (no window can open); plt.show()
+# and every figure still open when the run ends become PNG displays and are closed, as
+# Jupyter's inline backend does. The backend is chosen when matplotlib is imported.
+# ---------------------------------------------------------------------------------------
+
+_BACKEND = "module://minipy_inline"
+
+
+def _figure_png(fig, scale=1.0):
+    """fig as PNG bytes (tight bounding box, as Jupyter), or None for an empty figure."""
+    if not fig.axes and not fig.lines and not fig.texts and not fig.images and not fig.patches:
+        return None
+    buf = io.BytesIO()
+    fig.canvas.print_figure(buf, format="png", bbox_inches="tight", dpi=fig.dpi * scale,
+                            facecolor=fig.get_facecolor(), edgecolor=fig.get_edgecolor())
+    return buf.getvalue()
+
+
+def _pil_png(img):
+    buf = io.BytesIO()
+    if img.mode not in ("1", "L", "LA", "I", "I;16", "P", "RGB", "RGBA"):
+        img = img.convert("RGBA" if "A" in img.mode else "RGB")
+    img.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _close_figure(fig):
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is not None:
+        pyplot.close(fig)
+
+
+def _show(*args, **kwargs):
+    """plt.show(): every open figure becomes a display, then is closed."""
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is None:
+        return
+    from matplotlib._pylab_helpers import Gcf
+
+    for manager in list(Gcf.get_all_fig_managers()):
+        fig = manager.canvas.figure
+        display(fig)
+
+
+def flush_figures(skip=None):
+    """At the end of a run: the figures still open become displays (skip, the run's value,
+    is shown as that), then all are closed."""
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is None:
+        return
+    from matplotlib._pylab_helpers import Gcf
+
+    try:
+        for manager in list(Gcf.get_all_fig_managers()):
+            fig = manager.canvas.figure
+            if fig is not skip:
+                display(fig)
+    except Exception as exc:  # never hides the cell's own error
+        _note("showing the open figures failed: %s: %s" % (type_name(type(exc)), exc))
+    finally:
+        pyplot.close("all")
+
+
+def _inline_backend():
+    mod = types.ModuleType("minipy_inline", "minipy's matplotlib backend: Agg, figures shown as PNG displays.")
+    from matplotlib.backend_bases import FigureManagerBase
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    mod.FigureCanvas = FigureCanvasAgg
+    mod.FigureManager = FigureManagerBase
+    mod.show = _show
+
+    def new_figure_manager(num, *args, FigureClass=None, **kwargs):
+        from matplotlib.figure import Figure
+
+        fig = (FigureClass or Figure)(*args, **kwargs)
+        return new_figure_manager_given_figure(num, fig)
+
+    def new_figure_manager_given_figure(num, figure):
+        return FigureManagerBase(FigureCanvasAgg(figure), num)
+
+    mod.new_figure_manager = new_figure_manager
+    mod.new_figure_manager_given_figure = new_figure_manager_given_figure
+    return mod
+
+
+_NON_INTERACTIVE = ("agg", "cairo", "pdf", "pgf", "ps", "svg", "template")
+
+
+def _after_matplotlib(mpl):
+    """Once matplotlib is imported: use the inline backend, and keep it (matplotlib.use of
+    a GUI backend would open windows; it is refused with a note)."""
+    os.environ.setdefault("MPLBACKEND", "Agg")  # child Pythons render without a display too
+    mpl.rcParams["backend"] = _BACKEND
+    real_use = mpl.use
+
+    def use(backend, *args, **kwargs):
+        name = str(backend).lower()
+        if name in _NON_INTERACTIVE or name.startswith("module://minipy"):
+            return real_use(backend, *args, **kwargs) if name != "agg" else None
+        _note("matplotlib.use(%r) ignored: figures come back as images here" % backend)
+
+    use.__doc__ = real_use.__doc__
+    mpl.use = use
+
+
+# ---------------------------------------------------------------------------------------
+# Imports that minipy adjusts: a finder that runs a hook after a module's own code (matplotlib
+# above, IPython.display below) and provides modules that are not installed (the backend,
+# and IPython.display's names when IPython is missing).
+# ---------------------------------------------------------------------------------------
+
+
+class _PostImport:
+    """A meta path finder in front: for the hooked names it finds the module with the other
+    finders and runs the hook once the module has loaded."""
+
+    def __init__(self, hooks):
+        self.hooks = hooks
+        self.busy = set()
+
+    def find_spec(self, name, path=None, target=None):
+        hook = self.hooks.get(name)
+        if hook is None or name in self.busy:
+            return None
+        import importlib.util
+
+        self.busy.add(name)
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        finally:
+            self.busy.discard(name)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        loader = spec.loader
+
+        def exec_module(module):
+            loader.exec_module(module)
+            hook(module)
+
+        spec.loader = _HookedLoader(loader, exec_module)
+        return spec
+
+
+class _HookedLoader:
+    def __init__(self, loader, exec_module):
+        self._loader = loader
+        self.exec_module = exec_module
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+
+class _Provided:
+    """A meta path finder at the end: modules minipy makes when nothing else provides them."""
+
+    def __init__(self, makers):
+        self.makers = makers
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in self.makers:
+            return None
+        import importlib.machinery
+
+        return importlib.machinery.ModuleSpec(name, self, is_package=name in ("IPython", "IPython.core"))
+
+    def create_module(self, spec):
+        return self.makers[spec.name]()
+
+    def exec_module(self, module):
+        pass
+
+
+def _after_ipython_display(mod):
+    # Outside an IPython shell, IPython's own display() prints text only: use minipy's.
+    mod.display = display
+    mod.clear_output = clear_output
+    mod.update_display = update_display
+
+
+def _package(name, doc):
+    mod = types.ModuleType(name, doc)
+    mod.__path__ = []
+    return mod
+
+
+def _ipython_stand_in():
+    mod = _package("IPython", "minipy's stand-in for IPython (not installed here): display and its objects.")
+    mod.get_ipython = lambda: None
+    mod.display = display
+    return mod
+
+
+class _DisplayObject:
+    """IPython.display's objects, for when IPython is not installed: data (or a url or
+    file name to read it from) shown as one MIME type."""
+
+    _mime = "text/plain"
+
+    def __init__(self, data=None, url=None, filename=None, metadata=None, **kwargs):
+        if data is not None and isinstance(data, str) and filename is None and url is None and len(data) < 4096 \
+                and self._mime in _BINARY_TYPES and os.path.exists(data):
+            filename, data = data, None
+        if filename is not None:
+            with open(filename, "rb" if self._mime in _BINARY_TYPES else "r") as f:
+                data = f.read()
+        if url is not None and data is None:
+            raise ValueError("minipy's %s cannot fetch a url; pass data or a file name" % type(self).__name__)
+        self.data, self.url, self.filename, self.metadata = data, url, filename, metadata
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        return {self._mime: self.data, "text/plain": self._text()}
+
+    def _text(self):
+        return "<%s.%s object>" % (type(self).__module__, type(self).__name__)
+
+    def __repr__(self):
+        return self._text()
+
+
+def _display_classes():
+    def make(name, mime, text=None):
+        cls = type(name, (_DisplayObject,), {"_mime": mime, "__module__": "IPython.core.display"})
+        if text is not None:
+            cls._text = text
+        return cls
+
+    def image_init(self, data=None, url=None, filename=None, format=None, embed=None, width=None, height=None,
+                   **kwargs):
+        if isinstance(data, (bytes, bytearray)) and format is None:
+            format = "jpeg" if bytes(data[:2]) == b"\xff\xd8" else "gif" if bytes(data[:3]) == b"GIF" else "png"
+        name = filename or (data if isinstance(data, str) else "") or url or ""
+        if format is None:
+            format = "jpeg" if name.lower().endswith((".jpg", ".jpeg")) else "gif" if name.lower().endswith(".gif") \
+                else "png"
+        self._mime = "image/" + ("jpeg" if format in ("jpg", "jpeg") else format)
+        self.width, self.height = width, height
+        _DisplayObject.__init__(self, data, url, filename)
+
+    classes = {
+        "HTML": make("HTML", "text/html"),
+        "Markdown": make("Markdown", "text/markdown", lambda self: str(self.data)),
+        "Latex": make("Latex", "text/latex", lambda self: str(self.data)),
+        "Math": make("Math", "text/latex", lambda self: str(self.data)),
+        "SVG": make("SVG", "image/svg+xml"),
+        "JSON": make("JSON", "application/json"),
+        "Javascript": make("Javascript", "application/javascript"),
+        "Pretty": make("Pretty", "text/plain", lambda self: str(self.data)),
+        "Image": make("Image", "image/png"),
+    }
+    classes["Image"].__init__ = image_init
+    classes["Math"]._repr_mimebundle_ = lambda self, include=None, exclude=None: {
+        "text/latex": "$\\displaystyle %s$" % str(self.data).strip("$"), "text/plain": str(self.data)}
+    return classes
+
+
+def _ipython_display_stand_in():
+    mod = types.ModuleType("IPython.display", "minipy's stand-in for IPython.display.")
+    mod.__dict__.update(_display_classes())
+    mod.display = display
+    mod.clear_output = clear_output
+    mod.update_display = update_display
+    mod.DisplayHandle = DisplayHandle
+    mod.DisplayObject = _DisplayObject
+    return mod
+
+
+def _install_notebook():
+    builtins.display = display
+    sys.meta_path.insert(0, _PostImport({"matplotlib": _after_matplotlib, "IPython.display": _after_ipython_display,
+                                         "IPython.core.display_functions": _after_ipython_display}))
+    sys.meta_path.append(_Provided({
+        "minipy_inline": _inline_backend,
+        "IPython": _ipython_stand_in,
+        "IPython.core": lambda: _package("IPython.core", "minipy's stand-in for IPython.core."),
+        "IPython.display": _ipython_display_stand_in,
+        "IPython.core.display": _ipython_display_stand_in,
+    }))

@@ -93,6 +93,20 @@ const (
 	CallRefused = 4 // no such function in this run (or no run): minipy.HostError
 )
 
+// ImageTypes are the MIME types of displays that count as images: the ones model APIs
+// take (Anthropic's image blocks, OpenAI's image_url, MCP's ImageContent). A display with
+// one of them is numbered in the model's text ("[image 1: ...]") and its image is sent;
+// the first present in this order is the display's image.
+var ImageTypes = []string{"image/png", "image/jpeg", "image/gif", "image/webp"}
+
+func quoted(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = fmt.Sprintf("%q", s)
+	}
+	return strings.Join(q, ", ")
+}
+
 // constantsLine is the line of runtime.py and worker.py that withConstants replaces.
 const constantsLine = "# @constants: pyrt.go puts the constants shared with Go on this line\n"
 
@@ -120,6 +134,7 @@ func prelude() string {
 			b(FrameReply)),
 		fmt.Sprintf("CALL_OK, CALL_ERROR, CALL_BAD_ARGS, CALL_STOPPED, CALL_REFUSED = %d, %d, %d, %d, %d",
 			CallOK, CallError, CallBadArgs, CallStopped, CallRefused),
+		fmt.Sprintf("IMAGE_TYPES = (%s,)", quoted(ImageTypes)),
 	}
 	return strings.Join(defs, "; ")
 }

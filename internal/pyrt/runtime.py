@@ -1309,9 +1309,10 @@ def _memory_captures(max_output, live):
 new_captures = _memory_captures
 
 
-def run(gid, lid, max_output, flags, src):
+def run(gid, lid, max_output, flags, src, max_images=-1, max_image_bytes=-1):
     """Run one cell; the reply is status 0, then has_value, value (or X), repr, stdout, stderr,
-    error ([type, message, traceback] or None) and seconds, each a codec value."""
+    error ([type, message, traceback] or None), seconds and displays ([[{MIME type: str or
+    bytes}, is the value], ...], or None when there are none), each a codec value."""
     g = _space(gid)
     l = _space(lid) if lid else g
     out, err = new_captures(max_output, bool(flags & RUN_LIVE))
@@ -1324,6 +1325,7 @@ def run(gid, lid, max_output, flags, src):
     active = threading._active
     state.threads_before = set(active) if len(active) > 1 else None
     state.stage_raised = 0
+    _displays.reset(max_images, max_image_bytes)
     _begin_run_processes(gid)
     started = time.perf_counter()
     try:
@@ -1334,10 +1336,24 @@ def run(gid, lid, max_output, flags, src):
             if _kick_stage():  # kicked while inactive (a deadline of microseconds): stop now,
                 _on_kick(0, None)  # not at the next repeat of the kick, 20 ms later
             name = register_cell(src)
-            has_value, value = exec_cell(src, name, g, l)
+            try:
+                has_value, value = exec_cell(src, name, g, l)
+            finally:
+                if "matplotlib.pyplot" in sys.modules and not (state.stage_raised or _kick_stage()):
+                    # As Jupyter's inline backend: the figures left open are shown, even
+                    # when the cell raised, and closed.
+                    flush_figures(value if has_value else None)
             if has_value:
                 text = value_repr(value, max_output)
                 value_bytes = encode_or_opaque(value)
+                if _is_rich(value):
+                    bundle = format_bundle(value, text=text)
+                    if len(bundle) > 1:
+                        shown = _emit_display(bundle, value, result=True)
+                        if shown:  # an image: the model reads its marker under the repr
+                            text += "\n" + shown
+                    if _figure_class(value):
+                        _close_figure(value)
             value = None
         finally:
             state.active = False
@@ -1369,6 +1385,9 @@ def run(gid, lid, max_output, flags, src):
     _enc(error, buf, 0)
     buf += b"f"
     buf += _D.pack(seconds)
+    _enc(_displays.bundles or None, buf, 0)
+    if _displays.bundles:
+        _displays.reset(-1, -1)
     return bytes(buf)
 
 
@@ -1429,6 +1448,7 @@ def info():
 
 
 _HEADER = struct.Struct("<BIIiI")
+_IMAGE_LIMITS = struct.Struct("<ii")  # after _HEADER: images per run, bytes per image (-1: none)
 
 
 def dispatch(req):
@@ -1439,7 +1459,9 @@ def dispatch(req):
         op = req[0]
         if op == OP_RUN:
             _, gid, lid, max_output, flags = _HEADER.unpack_from(req, 0)
-            return run(gid, lid, max_output, flags, req[_HEADER.size:])
+            max_images, max_image_bytes = _IMAGE_LIMITS.unpack_from(req, _HEADER.size)
+            return run(gid, lid, max_output, flags, req[_HEADER.size + _IMAGE_LIMITS.size:], max_images,
+                       max_image_bytes)
         if op == OP_NEW:
             return b"\x00" + encode(new_namespace())
         args = decode(req, 1) if len(req) > 1 else []
@@ -1597,5 +1619,6 @@ def install(kick_signal, native, executable=""):
     if native is not None:
         _guard_in_process(kick_signal)
         sys.stdout, sys.stderr, sys.stdin = _discard, _discard, _eof_stdin
+    _install_notebook()
     new_namespace()  # DEFAULT_NAMESPACE
     return dispatch

@@ -1,7 +1,8 @@
 // Command anthropic is a complete agent loop on the official anthropic-sdk-go (the loop
 // itself is examples/agent): the model is offered minipy, each tool_use it asks for is run
-// in a namespace that persists for the conversation, the tool_result goes back, and the
-// loop ends when the model answers.
+// in a namespace that persists for the conversation, the tool_result goes back (with an
+// image block for each plot or picture the code showed), and the loop ends when the model
+// answers.
 //
 //	ANTHROPIC_API_KEY=... go run ./toolloop/anthropic "What is the 100th prime?"
 package main

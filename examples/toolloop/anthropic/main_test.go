@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"testing"
 
@@ -107,4 +109,41 @@ func TestToolLoopGivesUp(t *testing.T) {
 	client := anthropic.NewClient(option.WithBaseURL(url), option.WithAPIKey("test-key"), option.WithMaxRetries(0))
 	_, err := ask(context.Background(), client, anthropic.ModelClaudeSonnet4_5, "loop")
 	assert.ErrorIs(t, err, agent.ErrTooManyTurns)
+}
+
+// plotCode makes a matplotlib plot, which the tool result carries as an image.
+const plotCode = "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()"
+
+// The model plots; the tool_result carries the text, which names the image, and the image
+// as a base64 PNG block after it.
+func TestToolLoopImages(t *testing.T) {
+	url := scripted.Serve(t, "/v1/messages",
+		func(t *testing.T, req map[string]any) any {
+			return message("msg_1", "tool_use", toolUse("toolu_1", map[string]any{"code": plotCode}))
+		},
+		func(t *testing.T, req map[string]any) any {
+			msgs, _ := req["messages"].([]any)
+			require.NotEmpty(t, msgs)
+			block := scripted.Get(msgs[len(msgs)-1], "content", 0)
+			assert.Equal(t, "tool_result", scripted.Get(block, "type"))
+			assert.Equal(t, "toolu_1", scripted.Get(block, "tool_use_id"))
+			assert.Equal(t, false, scripted.Get(block, "is_error"))
+			content, _ := scripted.Get(block, "content").([]any)
+			require.Len(t, content, 2, "the text block and one image block")
+			assert.Equal(t, "text", scripted.Get(content, 0, "type"))
+			assert.Contains(t, scripted.Get(content, 0, "text"), "[image 1: PNG")
+			assert.Equal(t, "image", scripted.Get(content, 1, "type"))
+			assert.Equal(t, "base64", scripted.Get(content, 1, "source", "type"))
+			assert.Equal(t, "image/png", scripted.Get(content, 1, "source", "media_type"))
+			data, _ := scripted.Get(content, 1, "source", "data").(string)
+			png, err := base64.StdEncoding.DecodeString(data)
+			require.NoError(t, err)
+			assert.True(t, bytes.HasPrefix(png, []byte("\x89PNG\r\n\x1a\n")), "the image is a PNG file")
+			return message("msg_2", "end_turn", text("A rising line."))
+		},
+	)
+	client := anthropic.NewClient(option.WithBaseURL(url), option.WithAPIKey("test-key"), option.WithMaxRetries(0))
+	answer, err := ask(context.Background(), client, anthropic.ModelClaudeSonnet4_5, "Plot 1, 2, 3.")
+	require.NoError(t, err)
+	assert.Equal(t, "A rising line.", answer)
 }

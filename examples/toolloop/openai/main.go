@@ -1,12 +1,15 @@
 // Command openai is the same agent loop as ../anthropic on the official openai-go, with
 // the Chat Completions API: minipy is offered as a function tool, each tool call is run in
-// a namespace that persists for the conversation and answered with a tool message.
+// a namespace that persists for the conversation and answered with a tool message. Tool
+// messages take only text, so the images the code showed (plots, display() of a picture)
+// follow the turn's tool messages in one user message, as data URLs.
 //
 //	OPENAI_API_KEY=... go run ./openai "What is the 100th prime?"
 package main
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log"
@@ -65,14 +68,55 @@ func ask(ctx context.Context, client openai.Client, model openai.ChatModel, prom
 			return msg.Content, nil
 		}
 		messages = append(messages, msg.ToParam())
+		var shown []shownImages
 		for _, call := range msg.ToolCalls {
-			text := "[error]\nThere is no tool named " + call.Function.Name + ".\n"
+			r := minipy.ToolResult{Text: "[error]\nThere is no tool named " + call.Function.Name + ".\n"}
 			if call.Function.Name == minipy.ToolName {
 				// Chat Completions has no error flag on tool results: the text's labels say it.
-				text, _ = minipy.CallTool(ctx, []byte(call.Function.Arguments), opts)
+				r = minipy.CallToolResult(ctx, []byte(call.Function.Arguments), opts)
 			}
-			messages = append(messages, openai.ToolMessage(text, call.ID))
+			messages = append(messages, openai.ToolMessage(r.Text, call.ID))
+			if len(r.Images) > 0 {
+				shown = append(shown, shownImages{call.ID, r.Images})
+			}
+		}
+		if len(shown) > 0 {
+			messages = append(messages, imagesMessage(shown, len(msg.ToolCalls) > 1))
 		}
 	}
 	return "", errTooManyTurns
+}
+
+// shownImages are the images of one tool call.
+type shownImages struct {
+	callID string
+	images []minipy.Image
+}
+
+// imagesMessage is the user message that shows the model the images of a turn's tool
+// calls, which tool messages cannot carry: a text part saying which is which ("[image N:
+// ...]" in a call's text is its Nth; with byCall, which call's), then the images in that
+// order, as data URLs.
+func imagesMessage(shown []shownImages, byCall bool) openai.ChatCompletionMessageParamUnion {
+	var names []string
+	var parts []openai.ChatCompletionContentPartUnionParam
+	for _, s := range shown {
+		for i, img := range s.images {
+			name := fmt.Sprintf("image %d", i+1)
+			if byCall {
+				name += " of " + s.callID
+			}
+			names = append(names, name)
+			parts = append(parts, openai.ImageContentPart(openai.ChatCompletionContentPartImageImageURLParam{
+				URL: "data:" + img.MIMEType + ";base64," + base64.StdEncoding.EncodeToString(img.Data),
+			}))
+		}
+	}
+	intro := "Images shown by the minipy tool call above, in order: "
+	if byCall {
+		intro = "Images shown by the minipy tool calls above, in order: "
+	}
+	return openai.UserMessage(append([]openai.ChatCompletionContentPartUnionParam{
+		openai.TextContentPart(intro + strings.Join(names, ", ") + "."),
+	}, parts...))
 }

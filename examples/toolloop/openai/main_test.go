@@ -1,8 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/openai/openai-go/v3"
@@ -97,4 +101,76 @@ func TestToolLoopGivesUp(t *testing.T) {
 	client := openai.NewClient(option.WithBaseURL(url+"/v1/"), option.WithAPIKey("test-key"), option.WithMaxRetries(0))
 	_, err := ask(context.Background(), client, openai.ChatModelGPT4o, "loop")
 	assert.ErrorIs(t, err, errTooManyTurns)
+}
+
+// plotCode makes a matplotlib plot, which the tool result names and shows as an image.
+const plotCode = "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()"
+
+// shownMessage checks that the request's last message is the user message showing the
+// turn's images and returns its text part and image URLs.
+func shownMessage(t *testing.T, req map[string]any) (string, []string) {
+	msgs, _ := req["messages"].([]any)
+	require.NotEmpty(t, msgs)
+	msg := msgs[len(msgs)-1]
+	assert.Equal(t, "user", scripted.Get(msg, "role"))
+	parts, _ := scripted.Get(msg, "content").([]any)
+	require.NotEmpty(t, parts)
+	assert.Equal(t, "text", scripted.Get(parts, 0, "type"))
+	text, _ := scripted.Get(parts, 0, "text").(string)
+	var urls []string
+	for i := 1; i < len(parts); i++ {
+		assert.Equal(t, "image_url", scripted.Get(parts, i, "type"))
+		url, _ := scripted.Get(parts, i, "image_url", "url").(string)
+		urls = append(urls, url)
+	}
+	return text, urls
+}
+
+// isPNG checks that url is a data URL of a PNG file.
+func isPNG(t *testing.T, url string) {
+	data, ok := strings.CutPrefix(url, "data:image/png;base64,")
+	require.True(t, ok, "a PNG data URL: %.40s", url)
+	png, err := base64.StdEncoding.DecodeString(data)
+	require.NoError(t, err)
+	assert.True(t, bytes.HasPrefix(png, []byte("\x89PNG\r\n\x1a\n")), "the image is a PNG file")
+}
+
+// The model plots; the tool message names the image, and a user message after it shows it.
+// Then two calls in one turn, one of them plotting: the tool messages come first, then
+// one user message whose text says which call each image is from.
+func TestToolLoopImages(t *testing.T) {
+	url := scripted.Serve(t, "/v1/chat/completions",
+		func(t *testing.T, req map[string]any) any {
+			return completion("chatcmpl-1", "tool_calls", map[string]any{"content": nil, "tool_calls": []any{
+				toolCall("call_1", `{"code": `+strconv.Quote(plotCode)+`}`),
+			}})
+		},
+		func(t *testing.T, req map[string]any) any {
+			assert.Contains(t, toolMessage(t, req, 2, "call_1"), "[image 1: PNG")
+			text, urls := shownMessage(t, req)
+			assert.Equal(t, "Images shown by the minipy tool call above, in order: image 1.", text)
+			require.Len(t, urls, 1)
+			isPNG(t, urls[0])
+			return completion("chatcmpl-2", "tool_calls", map[string]any{"content": nil, "tool_calls": []any{
+				toolCall("call_2", `{"code": "print('no plot')"}`),
+				toolCall("call_3", `{"code": "plt.plot([3, 2, 1])\nplt.show()\nplt.plot([1, 1, 1])\nplt.show()"}`),
+			}})
+		},
+		func(t *testing.T, req map[string]any) any {
+			assert.Equal(t, "[stdout]\nno plot\n", toolMessage(t, req, 3, "call_2"))
+			third := toolMessage(t, req, 2, "call_3")
+			assert.Contains(t, third, "[image 1: PNG")
+			assert.Contains(t, third, "[image 2: PNG")
+			text, urls := shownMessage(t, req)
+			assert.Equal(t, "Images shown by the minipy tool calls above, in order: image 1 of call_3, image 2 of call_3.", text)
+			require.Len(t, urls, 2)
+			isPNG(t, urls[0])
+			isPNG(t, urls[1])
+			return completion("chatcmpl-3", "stop", map[string]any{"content": "Three lines."})
+		},
+	)
+	client := openai.NewClient(option.WithBaseURL(url+"/v1/"), option.WithAPIKey("test-key"), option.WithMaxRetries(0))
+	answer, err := ask(context.Background(), client, openai.ChatModelGPT4o, "Plot some lines.")
+	require.NoError(t, err)
+	assert.Equal(t, "Three lines.", answer)
 }

@@ -16,11 +16,22 @@ const first = await client.callTool(
 );
 const second = await client.callTool({ name: "minipy", arguments: { code: "x * 7" } });
 const error = await client.callTool({ name: "minipy", arguments: { code: "1/0" } });
+const plot = await client.callTool({
+  name: "minipy",
+  arguments: { code: "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()" },
+});
 console.log(JSON.stringify({
   tools,
   first: text(first),
   progress: progress.map((p) => p.message),
   second: text(second),
   error: { isError: error.isError, text: text(error) },
+  // Each content item's type and mimeType, and the first bytes (hex) of an image's decoded data.
+  plot: plot.content.map((c) => ({
+    type: c.type,
+    mimeType: c.mimeType,
+    text: c.text,
+    head: c.data === undefined ? undefined : Buffer.from(c.data, "base64").subarray(0, 4).toString("hex"),
+  })),
 }));
 await client.close();
