@@ -293,3 +293,37 @@ func BenchmarkPlotCell(b *testing.B) {
 		})
 	}
 }
+
+// A host function's result can show displays (WithDisplays): shown where the call was made,
+// numbered with the run's other images and within its caps.
+func TestHostFunctionDisplays(t *testing.T) {
+	pic := pngOf(t, 5, 4)
+	chart := minipy.Function{
+		Name: "chart",
+		Call: func(context.Context, map[string]any) (any, error) {
+			return minipy.WithDisplays(map[string]any{"points": 3},
+				minipy.Display{Data: map[string][]byte{"image/png": pic, "text/plain": []byte("<chart>")}},
+				minipy.Display{Data: map[string][]byte{"text/markdown": []byte("**summary**")}}), nil
+		},
+	}
+	for _, e := range engines(t) {
+		t.Run(e.name, func(t *testing.T) {
+			h := newHostEnv(t, e.eng, chart)
+			res, err := h.run(t, "print('before')\nr = chart()\nprint(r)")
+			require.NoError(t, err)
+			assert.Equal(t, "before\n[image 1: PNG 5x4, 1 KB]\n**summary**\n{'points': 3}\n", res.Stdout)
+			require.Len(t, res.Displays, 2)
+			assert.Equal(t, pic, res.Displays[0].Data["image/png"])
+			assert.Equal(t, "<chart>", res.Displays[0].Text())
+			assert.Equal(t, "**summary**", res.Displays[1].Text(), "text/plain is always there")
+			assert.Equal(t, []minipy.Image{{MIMEType: "image/png", Data: pic, Width: 5, Height: 4}}, res.Images())
+
+			opts := *h.opts
+			opts.MaxImages = 1
+			res, err = h.eng.Run(context.Background(), "chart(); chart()", &opts)
+			require.NoError(t, err)
+			assert.Len(t, res.Images(), 1)
+			assert.Contains(t, res.Stdout, "[image not shown: a run shows at most 1 image]")
+		})
+	}
+}

@@ -831,11 +831,40 @@ func (h *hostCalls) run(v any) (status byte, payload []byte) {
 	case err != nil:
 		return pyrt.CallError, []byte(err.Error())
 	}
+	status = pyrt.CallOK
+	if s, ok := result.(shown); ok {
+		bundles := make([]any, len(s.displays))
+		for i, d := range s.displays {
+			bundle := make(map[string]any, len(d.Data))
+			for mime, data := range d.Data {
+				bundle[mime] = data
+			}
+			bundles[i] = bundle
+		}
+		status, result = pyrt.CallShow, []any{s.value, bundles}
+	}
 	out, err := appendValue(nil, result, 0)
 	if err != nil {
 		return pyrt.CallError, fmt.Appendf(nil, "the result of %s() cannot be converted to Python: %v", hf.fn.Name, err)
 	}
-	return pyrt.CallOK, out
+	return status, out
+}
+
+// WithDisplays is a host function's result that also shows displays: the code gets value,
+// and each display is shown as if the code had called display() on it as the call
+// returned. Its text form (for an image, "[image N: PNG 640x480, 23 KB]") is printed where
+// the call was made, it is in Result.Displays, and CallToolResult sends its image to the
+// model, within Options.MaxImages and MaxImageBytes. Give each display a "text/plain" that
+// says what it is; without one, its Markdown, LaTeX, JSON or HTML stands in, or else
+// "<display from NAME()>".
+func WithDisplays(value any, displays ...Display) any {
+	return shown{value: value, displays: displays}
+}
+
+// shown is WithDisplays' result.
+type shown struct {
+	value    any
+	displays []Display
 }
 
 // callSafely calls fn, turning a panic into an error.

@@ -169,8 +169,9 @@ func upstreamFunctions(ctx context.Context, cs *mcp.ClientSession, group string)
 			return nil, fmt.Errorf("tool %s: input schema: %w", name, err)
 		}
 		output, _ := schemaMap(tool.OutputSchema)
+		pyName := group + "." + unique(minipy.Identifier(name), used)
 		fns = append(fns, minipy.Function{
-			Name:         group + "." + unique(minipy.Identifier(name), used),
+			Name:         pyName,
 			Description:  desc,
 			InputSchema:  input,
 			OutputSchema: output,
@@ -182,7 +183,7 @@ func upstreamFunctions(ctx context.Context, cs *mcp.ClientSession, group string)
 				if res.IsError {
 					return nil, errors.New(resultText(res))
 				}
-				return resultValue(res), nil
+				return resultValue(pyName+"()", res), nil
 			},
 		})
 	}
@@ -217,10 +218,27 @@ func schemaMap(s any) (map[string]any, error) {
 
 // resultValue is a tool result as a Python value: its structured content when it has
 // some, else its content: one item as itself, several as a list. Text is a str, a resource
-// link a dict; images and audio a short description ("[image: image/png, 1234 bytes]"): a
-// host function's result is plain data, so an upstream image cannot become one of the
-// run's displays (and reach the model as an image) without a way in the core to return one.
-func resultValue(res *mcp.CallToolResult) any {
+// link a dict; images and audio a short description ("[image: image/png, 1234 bytes]").
+// Each image is also shown (minipy.WithDisplays), as if the code had displayed it, so that
+// it reaches the model as an image.
+func resultValue(tool string, res *mcp.CallToolResult) any {
+	var displays []minipy.Display
+	for _, c := range res.Content {
+		if img, ok := c.(*mcp.ImageContent); ok {
+			displays = append(displays, minipy.Display{Data: map[string][]byte{
+				img.MIMEType: img.Data,
+				"text/plain": fmt.Appendf(nil, "<%s image from %s>", img.MIMEType, tool),
+			}})
+		}
+	}
+	value := plainValue(res)
+	if len(displays) > 0 {
+		return minipy.WithDisplays(value, displays...)
+	}
+	return value
+}
+
+func plainValue(res *mcp.CallToolResult) any {
 	if res.StructuredContent != nil {
 		if raw, err := json.Marshal(res.StructuredContent); err == nil {
 			return json.RawMessage(raw) // minipy converts it as the JSON value it holds

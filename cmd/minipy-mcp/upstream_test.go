@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -66,7 +67,7 @@ func TestUpstreamEverything(t *testing.T) {
 			assert.Contains(t, desc, `everything.get_structured_content(location: Literal["New York", "Chicago", "Los Angeles"]) -> dict`)
 			assert.Contains(t, desc, "\n  inner_minipy.minipy(code: str, timeout: float | None = None) — Run Python code")
 
-			text, isError := run(t, cs, map[string]any{"code": `
+			res := callContent(t, cs, map[string]any{"code": `
 print(everything.echo(message="hi"))
 print(everything.get_sum(2, 3))
 w = everything.get_structured_content(location="Chicago")
@@ -78,9 +79,17 @@ try:
 except TypeError as e:
     print("TypeError:", e)
 `})
+			// The upstream image is shown as the run's image, after the text.
+			require.Len(t, res.Content, 2)
+			text, isError := res.Content[0].(*mcp.TextContent).Text, res.IsError
+			img, ok := res.Content[1].(*mcp.ImageContent)
+			require.True(t, ok, "content[1] is %T", res.Content[1])
+			assert.Equal(t, "image/png", img.MIMEType)
+			assert.True(t, bytes.HasPrefix(img.Data, []byte("\x89PNG")))
 			require.False(t, isError, text)
 			assert.Contains(t, text, "[stdout]\nEcho: hi\nThe sum of 2 and 3 is 5.\n"+
 				"['conditions', 'humidity', 'temperature'] int\n")
+			assert.Contains(t, text, "[image 1: PNG ")
 			assert.Contains(t, text, "[image: image/png, ")
 			assert.Contains(t, text, "[value]\n42\n")
 			assert.Contains(t, text, "TypeError: everything.get_sum() argument 'a' must be float, not str")
@@ -130,13 +139,13 @@ func TestUpstreamConfigErrors(t *testing.T) {
 }
 
 func TestResultValue(t *testing.T) {
-	assert.Nil(t, resultValue(&mcp.CallToolResult{}))
-	assert.Equal(t, "hi", resultValue(&mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "hi"}}}))
-	assert.Equal(t, json.RawMessage(`{"n":3}`), resultValue(&mcp.CallToolResult{StructuredContent: map[string]any{"n": 3},
+	assert.Nil(t, resultValue("s.t()", &mcp.CallToolResult{}))
+	assert.Equal(t, "hi", resultValue("s.t()", &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "hi"}}}))
+	assert.Equal(t, json.RawMessage(`{"n":3}`), resultValue("s.t()", &mcp.CallToolResult{StructuredContent: map[string]any{"n": 3},
 		Content: []mcp.Content{&mcp.TextContent{Text: `{"n": 3}`}}}))
 	assert.Equal(t, []any{"a", "[image: image/png, 3 bytes]", map[string]any{"type": "resource_link", "uri": "file:///x", "name": "x"},
 		map[string]any{"type": "resource", "uri": "file:///y", "text": "body"}},
-		resultValue(&mcp.CallToolResult{Content: []mcp.Content{
+		plainValue(&mcp.CallToolResult{Content: []mcp.Content{
 			&mcp.TextContent{Text: "a"},
 			&mcp.ImageContent{MIMEType: "image/png", Data: []byte{1, 2, 3}},
 			&mcp.ResourceLink{URI: "file:///x", Name: "x"},

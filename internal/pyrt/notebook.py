@@ -987,7 +987,7 @@ def _fit_image(bundle, mime, source):
     kind = mime.split("/")[1].upper()
     if 0 <= d.max_images <= d.images:
         del bundle[mime]
-        return "[image not shown: a run shows at most %d images]" % d.max_images
+        return "[image not shown: a run shows at most %d image%s]" % (d.max_images, "" if d.max_images == 1 else "s")
     limit = d.max_image_bytes
     if 0 <= limit < len(data):
         smaller = _shrink(source, limit, len(data)) if source is not None else None
@@ -1029,7 +1029,7 @@ def _display_text(bundle):
     """The text form of a display without an image: text/plain, unless that is only an
     object's default repr and the bundle has a readable form."""
     text = bundle.get("text/plain", "")
-    if _re.match(r"^<[\w.]+ object( at 0x[0-9a-f]+)?>$", text):
+    if not text or _re.match(r"^<[\w.]+ object( at 0x[0-9a-f]+)?>$", text):
         for mime in ("text/markdown", "text/latex", "application/json", "text/html", "image/svg+xml"):
             if mime in bundle:
                 return bundle[mime]

@@ -91,6 +91,7 @@ const (
 	CallBadArgs = 2 // the arguments do not match the function's schema: TypeError
 	CallStopped = 3 // the run was stopped (deadline, cancel): minipy.TimeoutInterrupt
 	CallRefused = 4 // no such function in this run (or no run): minipy.HostError
+	CallShow    = 5 // the function's result and displays to show: codec [result, [{MIME type: bytes}, ...]]
 )
 
 // ImageTypes are the MIME types of displays that count as images: the ones model APIs
@@ -132,8 +133,8 @@ func prelude() string {
 		fmt.Sprintf("F_REQUEST, F_KICK, F_READY, F_ANSWER, F_EXIT, F_OUTPUT, F_CALL, F_REPLY = %s, %s, %s, %s, %s, %s, %s, %s",
 			b(FrameRequest), b(FrameKick), b(FrameReady), b(FrameAnswer), b(FrameExit), b(FrameOutput), b(FrameCall),
 			b(FrameReply)),
-		fmt.Sprintf("CALL_OK, CALL_ERROR, CALL_BAD_ARGS, CALL_STOPPED, CALL_REFUSED = %d, %d, %d, %d, %d",
-			CallOK, CallError, CallBadArgs, CallStopped, CallRefused),
+		fmt.Sprintf("CALL_OK, CALL_ERROR, CALL_BAD_ARGS, CALL_STOPPED, CALL_REFUSED, CALL_SHOW = %d, %d, %d, %d, %d, %d",
+			CallOK, CallError, CallBadArgs, CallStopped, CallRefused, CallShow),
 		fmt.Sprintf("IMAGE_TYPES = (%s,)", quoted(ImageTypes)),
 	}
 	return strings.Join(defs, "; ")

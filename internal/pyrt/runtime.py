@@ -1125,6 +1125,14 @@ def _call(fid, qualname, args):
     status, data = call_host(payload)
     if status == CALL_OK:
         return decode(data)
+    if status == CALL_SHOW:  # minipy.WithDisplays: show them as display() would, here
+        value, bundles = decode(data)
+        for bundle in bundles:
+            bundle = _normalize(bundle)
+            if "text/plain" not in bundle:
+                bundle["text/plain"] = _display_text(bundle) or "<display from %s()>" % qualname
+            _emit_display(bundle)
+        return value
     message = bytes(data).decode("utf-8", "replace")
     if status == CALL_BAD_ARGS:
         raise TypeError(message)
