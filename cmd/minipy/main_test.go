@@ -4,8 +4,9 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"image"
-	_ "image/png" // image.DecodeConfig of saved plots
+	"image/png"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -101,10 +102,24 @@ func TestCLIWithoutCgoExplainsItself(t *testing.T) {
 	assert.Contains(t, stderr.String(), "python3-dev")
 }
 
-const plotCode = "import matplotlib.pyplot as plt; plt.plot([1, 2]); plt.show()"
+// imageCode displays a w x h PNG made in Go: the CLI's tests need no matplotlib or PIL,
+// which a Python built for `make compat` lacks (the core's tests cover those).
+func imageCode(t *testing.T, w, h int, display bool) string {
+	t.Helper()
+	var b bytes.Buffer
+	require.NoError(t, png.Encode(&b, image.NewRGBA(image.Rect(0, 0, w, h))))
+	code := fmt.Sprintf("Image(data=base64.b64decode('%s'))", base64.StdEncoding.EncodeToString(b.Bytes()))
+	if display {
+		code = "display(" + code + ")"
+	}
+	return "from IPython.display import Image; import base64; " + code
+}
+
+// htmlValue is a value with an HTML form, as a DataFrame has.
+const htmlValue = "class Table:\n    def _repr_html_(self): return '<table><tr><td>1</td></tr></table>'\nTable()"
 
 func TestCLIJSONDisplays(t *testing.T) {
-	code, out, errOut := cli(t, "", "--json", "-c", plotCode)
+	code, out, errOut := cli(t, "", "--json", "-c", imageCode(t, 40, 30, true))
 	require.Equal(t, 0, code, errOut)
 	var doc struct {
 		Stdout   string
@@ -125,10 +140,10 @@ func TestCLIJSONDisplays(t *testing.T) {
 	require.NoError(t, err, "binary data is standard base64")
 	assert.True(t, bytes.HasPrefix(png, []byte("\x89PNG")))
 	require.IsType(t, "", d.Data["text/plain"])
-	assert.Contains(t, d.Data["text/plain"], "Figure")
+	assert.Contains(t, d.Data["text/plain"], "Image object")
 
-	// A DataFrame value: text/html is text, given as is.
-	code, out, errOut = cli(t, "", "--json", "-c", "import pandas as pd; pd.DataFrame({'a': [1, 2]})")
+	// A value with an HTML form (a DataFrame's, say): text/html is text, given as is.
+	code, out, errOut = cli(t, "", "--json", "-c", htmlValue)
 	require.Equal(t, 0, code, errOut)
 	require.NoError(t, json.Unmarshal([]byte(out), &doc))
 	require.Len(t, doc.Displays, 1)
@@ -155,9 +170,9 @@ func TestIsTextMIME(t *testing.T) {
 
 func TestCLISaveImages(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "plots") // created by the CLI
-	code, out, errOut := cli(t, "", "--save-images", dir, "-c", plotCode)
+	code, out, errOut := cli(t, "", "--save-images", dir, "-c", imageCode(t, 40, 30, true))
 	require.Equal(t, 0, code, errOut)
-	assert.Regexp(t, `^\[image 1: PNG \d+x\d+, \d+ KB\]\n$`, out, "the marker is in the streamed output")
+	assert.Regexp(t, `^\[image 1: PNG 40x30, \d+ KB\]\n$`, out, "the marker is in the streamed output")
 	first := filepath.Join(dir, "image-1.png")
 	assert.Regexp(t, `^minipy: saved image 1 \(PNG \d+x\d+, \d+ KB\) to `+regexp.QuoteMeta(first)+"\n$", errOut)
 	data, err := os.ReadFile(first)
@@ -172,7 +187,7 @@ func TestCLISaveImages(t *testing.T) {
 	assert.Equal(t, os.FileMode(0o755), info.Mode().Perm())
 
 	// A second run (as from another process: the count starts again) skips the taken name.
-	code, _, errOut = cli(t, "", "--save-images", dir, "-c", "from PIL import Image; Image.new('RGB', (30, 20), 'red')")
+	code, _, errOut = cli(t, "", "--save-images", dir, "-c", imageCode(t, 30, 20, false))
 	require.Equal(t, 0, code, errOut)
 	second := filepath.Join(dir, "image-2.png")
 	assert.Equal(t, "minipy: saved image 1 (PNG 30x20, 1 KB) to "+second+"\n", errOut)
@@ -187,7 +202,7 @@ func TestCLISaveImages(t *testing.T) {
 
 	// With --json the path is in the display, not on stderr; a figure then the value.
 	code, out, errOut = cli(t, "", "--json", "--save-images", dir, "-c",
-		plotCode+"\nfrom PIL import Image; Image.new('L', (8, 8))")
+		imageCode(t, 40, 30, true)+"\n"+imageCode(t, 8, 8, false))
 	require.Equal(t, 0, code, errOut)
 	assert.Empty(t, errOut)
 	var doc struct {
@@ -219,7 +234,7 @@ func TestCLISaveImages(t *testing.T) {
 func TestCLISaveImagesError(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "file")
 	require.NoError(t, os.WriteFile(file, nil, 0o644))
-	code, out, errOut := cli(t, "", "--save-images", file, "-c", plotCode)
+	code, out, errOut := cli(t, "", "--save-images", file, "-c", imageCode(t, 40, 30, true))
 	assert.Equal(t, 1, code)
 	assert.Contains(t, out, "[image 1: PNG ")
 	assert.Contains(t, errOut, "minipy: saving images: ")
