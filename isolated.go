@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -89,6 +90,12 @@ type IsolatedConfig struct {
 	KickSignal syscall.Signal
 	// StartTimeout bounds a worker's start; 0 means 30 s.
 	StartTimeout time.Duration
+	// Preload names modules ("numpy", "pandas", "matplotlib.pyplot") that every worker
+	// imports as it starts, before its first run: workers are started ahead of need (at
+	// NewIsolated, and as soon as one is lost), so a session's first cell does not pay for
+	// them. A module that cannot be imported fails the worker's start (NewIsolated returns
+	// the error). The imports count towards StartTimeout and run under the worker's limits.
+	Preload []string
 }
 
 // Mount shares a host path with sandboxed workers (IsolatedConfig.Mounts).
@@ -136,6 +143,9 @@ type nsBinding struct {
 	epoch uint64
 }
 
+// moduleName is a dotted Python module name.
+var moduleName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
+
 // NewIsolated starts an isolated engine: it makes its private working directory, starts
 // every worker (waiting for the first, so that a bad configuration is reported here) and
 // returns. Call Close to stop the workers and remove the directory.
@@ -173,6 +183,11 @@ func newIsolated(cfg IsolatedConfig, sandbox bool) (*Isolated, error) {
 	}
 	if err := checkEnv(cfg.Env, len(cfg.Command) > 0); err != nil {
 		return nil, err
+	}
+	for _, name := range cfg.Preload {
+		if !moduleName.MatchString(name) {
+			return nil, fmt.Errorf("minipy: IsolatedConfig.Preload: %q is not a module name (such as numpy or matplotlib.pyplot)", name)
+		}
 	}
 	mounts, err := checkMounts(cfg.Mounts)
 	if err != nil {

@@ -736,3 +736,27 @@ func TestIsolatedRefusesAnOldPython(t *testing.T) {
 	_, err := minipy.NewIsolated(minipy.IsolatedConfig{Python: fake})
 	require.ErrorIs(t, err, minipy.ErrPythonVersion)
 }
+
+// Preload's modules are imported as each worker starts: already in sys.modules on the first
+// run, and again in a worker that replaced a lost one. A module that cannot be imported
+// fails NewIsolated with an error naming it.
+func TestIsolatedPreload(t *testing.T) {
+	preload := []string{"json", "xml.dom.minidom"}
+	eng := newIsolated(t, minipy.IsolatedConfig{Preload: preload})
+	check := "import sys\n[m in sys.modules for m in ('json', 'xml.dom.minidom', 'xml.sax')]"
+	r, err := eng.Minipy(check, nil)
+	require.NoError(t, err)
+	assert.Equal(t, []any{true, true, false}, r.Value)
+	_, err = eng.Minipy("import os\nos._exit(3)", nil)
+	require.ErrorIs(t, err, minipy.ErrStateLost)
+	r, err = eng.Minipy(check, nil)
+	require.NoError(t, err)
+	assert.Equal(t, []any{true, true, false}, r.Value, "the replacement worker preloads too")
+
+	_, err = minipy.NewIsolated(minipy.IsolatedConfig{Preload: []string{"json", "minipy_no_such_module"}})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "IsolatedConfig.Preload: importing minipy_no_such_module failed: ModuleNotFoundError")
+	_, err = minipy.NewIsolated(minipy.IsolatedConfig{Preload: []string{"os; import this"}})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `"os; import this" is not a module name`)
+}

@@ -239,6 +239,9 @@ func workerConfigFrame(e *Isolated) ([]byte, error) {
 	fmt.Fprintf(&b, "kick_signal=%d\nworkdir=%s\nmemory=%d\nfile_size=%d\nopen_files=%d\nprocesses=%d\ncpu_seconds=%d\n",
 		int(e.cfg.KickSignal), workdir, e.cfg.MemoryLimit, e.cfg.FileSizeLimit, e.cfg.OpenFiles, e.cfg.Processes,
 		int64((e.cfg.CPULimit+time.Second-1)/time.Second))
+	if len(e.cfg.Preload) > 0 {
+		fmt.Fprintf(&b, "preload=%s\n", strings.Join(e.cfg.Preload, ","))
+	}
 	var tag string
 	var code []byte
 	if c, ok := compiledRuntimes.Load(e.runtimeKey()); ok {

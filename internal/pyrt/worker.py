@@ -732,7 +732,21 @@ def _read_config(read):
     return cfg
 
 
-_TEXT_KEYS = ("workdir", "code_tag", "root", "host_workdir")
+_TEXT_KEYS = ("workdir", "code_tag", "root", "host_workdir", "preload")
+
+
+def _preload(w, names):
+    """IsolatedConfig.Preload: import the modules now, before the first run. What they
+    print at import is dropped with the next run's fresh capture."""
+    import importlib
+
+    for name in filter(None, names.split(",")):
+        try:
+            importlib.import_module(name)
+        except BaseException as exc:
+            os.write(w.host_err, ("minipy worker: IsolatedConfig.Preload: importing %s failed: %s: %s\n" % (
+                name, _rt.type_name(type(exc)), exc)).encode())
+            os._exit(70)
 
 
 def _load_runtime(cfg, runtime):
@@ -782,6 +796,7 @@ def _start(w, cfg, runtime):
     threading.Thread(target=w.control, name="minipy-control", daemon=True).start()
     w.pump = _Pump(w)
     _set_limits(cfg)  # after the control thread: RLIMIT_AS must leave room for its stack
+    _preload(w, cfg.get("preload", ""))
     ready = ["%d.%d.%d" % sys.version_info[:3], sys.executable, os.getpid()] + compiled
     w.write_frame(F_READY, _rt.encode(ready))
     w.serve(dispatch)
