@@ -19,8 +19,13 @@ import (
 // IsolatedConfig configures an isolated engine (see NewIsolated). The zero value is one
 // local worker of the default Python with no resource limits and no network.
 type IsolatedConfig struct {
-	// Workers is how many worker processes run at once (0 means 1). Namespaces are spread
-	// over them; runs in namespaces on different workers proceed in parallel.
+	// Workers packs namespaces into shared worker processes. 0 (the default) gives every
+	// namespace a worker of its own, started in the background by NewNamespace (the
+	// default namespace's at NewIsolated) and killed by its Close: namespaces never share
+	// memory, a crash costs no other namespace its variables, and runs in different
+	// namespaces proceed in parallel. N > 0 runs N workers and spreads the namespaces over
+	// them round-robin: fewer processes, but namespaces on one worker can reach each
+	// other's objects (gc.get_objects) and are lost together.
 	Workers int
 	// Python is the worker executable (a project's venv python works; 3.11 or later). ""
 	// means the interpreter of the libpython minipy is built against, found from the
@@ -92,9 +97,10 @@ type IsolatedConfig struct {
 	StartTimeout time.Duration
 	// Preload names modules ("numpy", "pandas", "matplotlib.pyplot") that every worker
 	// imports as it starts, before its first run: workers are started ahead of need (at
-	// NewIsolated, and as soon as one is lost), so a session's first cell does not pay for
-	// them. A module that cannot be imported fails the worker's start (NewIsolated returns
-	// the error). The imports count towards StartTimeout and run under the worker's limits.
+	// NewIsolated and NewNamespace, and as soon as one is lost), so a session's first cell
+	// does not pay for them. A module that cannot be imported fails the worker's start
+	// (NewIsolated, or the namespace's first use, returns the error). The imports count
+	// towards StartTimeout and run under the worker's limits.
 	Preload []string
 }
 
@@ -120,11 +126,12 @@ type Mount struct {
 // in parallel; runs on one worker take turns.
 type Isolated struct {
 	cfg     IsolatedConfig
-	dir     string // the engine's private directory: workdir and, sandboxed, rootdir
-	workdir string // the workers' working directory on the host (sandboxWorkdir inside)
-	rootdir string // the (empty) mount point of a sandboxed worker's root tmpfs
-	sandbox bool   // local workers get Linux namespaces
-	slots   []*workerSlot
+	dir     string        // the engine's private directory: workdir and, sandboxed, rootdir
+	workdir string        // the workers' working directory on the host (sandboxWorkdir inside)
+	rootdir string        // the (empty) mount point of a sandboxed worker's root tmpfs
+	sandbox bool          // local workers get Linux namespaces
+	slots   []*workerSlot // the shared workers; with one worker per namespace, the default's
+	perNS   bool          // Workers 0: each namespace gets a slot of its own
 	nextNS  atomic.Uint32
 	spread  atomic.Uint32
 	// defaultNS is the namespace of runs that pass no Globals (id 1, on the first worker).
@@ -133,6 +140,7 @@ type Isolated struct {
 
 	mu     sync.Mutex
 	closed bool
+	own    map[*workerSlot]struct{} // perNS: the slots of the namespaces made, until closed
 }
 
 // nsBinding ties a namespace to the worker slot that holds it. epoch is the worker
@@ -156,8 +164,8 @@ func NewIsolated(cfg IsolatedConfig) (*Isolated, error) {
 // newIsolated is NewIsolated; tests pass sandbox false to act as if the kernel refused
 // namespaces, to exercise AllowUnsandboxed on a kernel that allows them.
 func newIsolated(cfg IsolatedConfig, sandbox bool) (*Isolated, error) {
-	if cfg.Workers <= 0 {
-		cfg.Workers = 1
+	if cfg.Workers < 0 {
+		return nil, errors.New("minipy: IsolatedConfig.Workers must not be negative")
 	}
 	if cfg.KickSignal == 0 {
 		cfg.KickSignal = DefaultKickSignal
@@ -197,7 +205,7 @@ func newIsolated(cfg IsolatedConfig, sandbox bool) (*Isolated, error) {
 	if len(cfg.Command) > 0 && len(cfg.Mounts) > 0 {
 		return nil, errors.New("minipy: IsolatedConfig.Mounts apply to local workers; a Command worker's files are the other side's")
 	}
-	e := &Isolated{cfg: cfg}
+	e := &Isolated{cfg: cfg, perNS: cfg.Workers == 0, own: map[*workerSlot]struct{}{}}
 	if len(cfg.Command) == 0 {
 		err := errors.New("namespaces turned off")
 		if sandbox {
@@ -222,7 +230,7 @@ func newIsolated(cfg IsolatedConfig, sandbox bool) (*Isolated, error) {
 		return nil, err
 	}
 	e.nextNS.Store(pyrt.DefaultNamespace)
-	e.slots = make([]*workerSlot, cfg.Workers)
+	e.slots = make([]*workerSlot, max(cfg.Workers, 1))
 	for i := range e.slots {
 		e.slots[i] = &workerSlot{e: e, token: make(turn, 1)}
 	}
@@ -260,17 +268,43 @@ func (e *Isolated) Run(ctx context.Context, code string, opts *Options) (*Result
 	return e.run(ctx, code, opts)
 }
 
-// NewNamespace makes a fresh namespace on one of the engine's workers (spread round-robin).
-// Its variables live in that worker; they are lost if the worker is killed or crashes.
-// On a closed engine it returns a namespace whose every use fails with ErrEngineClosed.
+// NewNamespace makes a fresh namespace: by default in a worker process of its own, which
+// it starts in the background (a start that fails is the error of the namespace's first
+// use), else on one of the IsolatedConfig.Workers (spread round-robin). Its variables live
+// in that worker; they are lost if the worker is killed or crashes. On a closed engine it
+// returns a namespace whose every use fails with ErrEngineClosed.
 func (e *Isolated) NewNamespace() *Namespace {
-	if e.isClosed() {
+	id := e.nextNS.Add(1)
+	if !e.perNS {
+		if e.isClosed() {
+			return &Namespace{closed: true, ref: ErrEngineClosed}
+		}
+		// Start after the first slot, which holds the default namespace.
+		slot := e.slots[int(e.spread.Add(1))%len(e.slots)]
+		return newNamespace(e, id, &nsBinding{slot: slot})
+	}
+	slot := &workerSlot{e: e, token: make(turn, 1), own: true}
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
 		return &Namespace{closed: true, ref: ErrEngineClosed}
 	}
-	id := e.nextNS.Add(1)
-	// Start after the first slot, which holds the default namespace.
-	slot := e.slots[int(e.spread.Add(1))%len(e.slots)]
+	e.own[slot] = struct{}{}
+	e.mu.Unlock()
+	slot.startNext()
 	return newNamespace(e, id, &nsBinding{slot: slot})
+}
+
+// closeOwn ends the worker of a namespace that has one of its own (after the run in
+// progress, if any).
+func (e *Isolated) closeOwn(slot *workerSlot) {
+	if err := slot.token.acquire(context.Background(), deadline{}); err == nil {
+		defer slot.token.release()
+	}
+	e.mu.Lock()
+	delete(e.own, slot)
+	e.mu.Unlock()
+	slot.shutdown()
 }
 
 // Close kills every worker (and everything they started) and removes the engine's working
@@ -282,10 +316,20 @@ func (e *Isolated) Close() error {
 		return nil
 	}
 	e.closed = true
-	e.mu.Unlock()
-	for _, s := range e.slots {
-		s.shutdown()
+	slots := append([]*workerSlot(nil), e.slots...)
+	for s := range e.own {
+		slots = append(slots, s)
 	}
+	e.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, s := range slots {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.shutdown()
+		}()
+	}
+	wg.Wait()
 	return os.RemoveAll(e.dir)
 }
 
@@ -323,6 +367,11 @@ func (e *Isolated) run(ctx context.Context, code string, opts *Options) (*Result
 	if lid != 0 {
 		lb := bindingOf(opts.Locals)
 		if lb.slot != bindings[0].slot {
+			if e.perNS {
+				return nil, errors.New("minipy: Options.Locals is another process than Options.Globals: each " +
+					"namespace of this isolated engine has a worker of its own (set IsolatedConfig.Workers to pack " +
+					"namespaces into shared workers, which can run one with another's as Locals)")
+			}
 			return nil, errors.New("minipy: Options.Locals lives on another worker than Options.Globals; " +
 				"an isolated run needs both in one worker (make Locals with the same engine and run it there first)")
 		}
@@ -443,6 +492,10 @@ func (e *Isolated) do(ns *Namespace, op byte, args ...any) (any, error) {
 		return nil, err
 	}
 	slot := b.slot
+	if op == pyrt.OpFree && slot.own {
+		e.closeOwn(slot)
+		return nil, nil
+	}
 	if err := slot.token.acquire(context.Background(), deadline{}); err != nil {
 		return nil, err
 	}
@@ -605,6 +658,7 @@ func (r *isolatedRun) wake() { r.w.wake() }
 type workerSlot struct {
 	e     *Isolated
 	token turn
+	own   bool // the worker of one namespace (IsolatedConfig.Workers 0)
 	// calls is the host calls of the run in progress, if it may make any: a Run or
 	// Namespace method on this slot from inside one of them fails with ErrReentrant.
 	calls atomic.Pointer[hostCalls]
@@ -619,7 +673,7 @@ type workerSlot struct {
 }
 
 // startNext starts the slot's next worker in the background (workers are started ahead of
-// need: at NewIsolated and as soon as one is lost).
+// need: at NewIsolated, at NewNamespace for a namespace's own, and as soon as one is lost).
 func (s *workerSlot) startNext() {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -267,7 +267,7 @@ os.wait()
 }
 
 func TestIsolatedCrashesAreReportedAndSurvived(t *testing.T) {
-	e := newIsolated(t, minipy.IsolatedConfig{})
+	e := newIsolated(t, minipy.IsolatedConfig{Workers: 1}) // namespaces share the worker
 	other := e.NewNamespace()
 	_, err := e.Minipy("x = 1", &minipy.Options{Globals: other})
 	require.NoError(t, err)
@@ -759,4 +759,56 @@ func TestIsolatedPreload(t *testing.T) {
 	_, err = minipy.NewIsolated(minipy.IsolatedConfig{Preload: []string{"os; import this"}})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `"os; import this" is not a module name`)
+}
+
+// By default each namespace is a worker process of its own: one cannot reach another's
+// objects, one's crash leaves the other's variables, and Close (the namespace's or the
+// engine's) leaves none of its processes behind.
+func TestIsolatedNamespacesAreProcesses(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{})
+	a, b := e.NewNamespace(), e.NewNamespace()
+	run := func(ns *minipy.Namespace, code string) (*minipy.Result, error) {
+		return e.Run(context.Background(), code, &minipy.Options{Globals: ns, Timeout: 20 * time.Second})
+	}
+	_, err := run(a, "secret = 'a-s3cret-value'\nx = 1")
+	require.NoError(t, err)
+	r, err := run(b, "import gc\nany(isinstance(o, dict) and o.get('secret') == 'a-s3cret-value' for o in gc.get_objects())")
+	require.NoError(t, err)
+	assert.Equal(t, false, r.Value, "b cannot find a's namespace")
+	_, err = run(b, "y = 2")
+	require.NoError(t, err)
+
+	_, err = run(a, "import os; os._exit(3)")
+	require.ErrorIs(t, err, minipy.ErrStateLost)
+	r, err = run(b, "y")
+	require.NoError(t, err, "b's process never noticed")
+	assert.Equal(t, int64(2), r.Value)
+
+	_, err = e.Run(context.Background(), "1", &minipy.Options{Globals: a, Locals: b})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "set IsolatedConfig.Workers to pack namespaces")
+
+	sleeper := func(ns *minipy.Namespace, marker string) {
+		_, err := run(ns, fmt.Sprintf("import subprocess, sys\nP = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)', %q])", marker))
+		require.NoError(t, err)
+	}
+	gone := func(marker string) {
+		require.Eventually(t, func() bool {
+			pids, zombies := markerProcs(t, marker)
+			return len(pids) == 0 && len(zombies) == 0
+		}, 5*time.Second, 10*time.Millisecond, "nothing of %s is left", marker)
+	}
+	base := fmt.Sprintf("minipy-ns-%d-%d", os.Getpid(), time.Now().UnixNano())
+	sleeper(a, base+"-a")
+	sleeper(b, base+"-b")
+	require.NoError(t, a.Close())
+	gone(base + "-a")
+	r, err = run(b, "y")
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), r.Value, "b's process lives on")
+	c := e.NewNamespace()
+	sleeper(c, base+"-c")
+	require.NoError(t, e.Close())
+	gone(base + "-b")
+	gone(base + "-c")
 }

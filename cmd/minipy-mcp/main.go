@@ -20,7 +20,8 @@
 //	-timeout duration   default run timeout, also the most a model may ask for (default: the
 //	                    tool's 60 s default, up to 600 s on request)
 //	-max-output int     character budget of a reply (default 16384)
-//	-workers int        worker processes with -backend isolated (default 2)
+//	-workers int        with -backend isolated: pack the sessions into this many shared worker
+//	                    processes (default 0: a worker process of its own per session)
 //	-memory-limit int   bytes of memory per worker with -backend isolated (0: none)
 //	-http addr          serve Streamable HTTP on addr (host:port) instead of stdio
 //	-session-timeout d  with -http: close sessions idle this long (default 30m)
@@ -75,7 +76,7 @@ func main() {
 	timeout := flag.Duration("timeout", 0, "default run timeout and the most a model may ask for (0: minipy's tool defaults)")
 	maxOutput := flag.Int("max-output", 0, "character budget of a reply (0: minipy.DefaultToolOutput)")
 	isolated := flag.Bool("isolated", false, "same as -backend isolated")
-	workers := flag.Int("workers", 2, "worker processes with -backend isolated")
+	workers := flag.Int("workers", 0, "with -backend isolated: pack the sessions into this many shared worker processes (0: a worker process of its own per session)")
 	memoryLimit := flag.Int64("memory-limit", 0, "bytes of memory per worker with -backend isolated (0: no limit)")
 	httpAddr := flag.String("http", "", "serve the Streamable HTTP transport on `addr` (host:port) instead of stdio")
 	sessionTimeout := flag.Duration("session-timeout", 30*time.Minute, "with -http: close a session (and free its namespace) after this long without a request")
