@@ -20,10 +20,10 @@ import (
 // local worker of the default Python with no resource limits and no network.
 type IsolatedConfig struct {
 	// Workers packs namespaces into shared worker processes. 0 (the default) gives every
-	// namespace a worker of its own, started in the background by NewNamespace (the
-	// default namespace's at NewIsolated) and killed by its Close: namespaces never share
-	// memory, a crash costs no other namespace its variables, and runs in different
-	// namespaces proceed in parallel. N > 0 runs N workers and spreads the namespaces over
+	// namespace a worker of its own, killed by its Close: namespaces never share memory, a
+	// crash costs no other namespace its variables, and runs in different namespaces
+	// proceed in parallel. NewNamespace takes a spare worker started ahead (after the first
+	// NewNamespace, one is kept starting), so a namespace rarely waits for a start. N > 0 runs N workers and spreads the namespaces over
 	// them round-robin: fewer processes, but namespaces on one worker can reach each
 	// other's objects (gc.get_objects) and are lost together.
 	Workers int
@@ -140,7 +140,8 @@ type Isolated struct {
 
 	mu     sync.Mutex
 	closed bool
-	own    map[*workerSlot]struct{} // perNS: the slots of the namespaces made, until closed
+	own    map[*workerSlot]struct{} // perNS: the slots of the namespaces made, and the spare
+	spare  *workerSlot              // perNS: a worker started ahead for the next namespace
 }
 
 // nsBinding ties a namespace to the worker slot that holds it. epoch is the worker
@@ -283,15 +284,28 @@ func (e *Isolated) NewNamespace() *Namespace {
 		slot := e.slots[int(e.spread.Add(1))%len(e.slots)]
 		return newNamespace(e, id, &nsBinding{slot: slot})
 	}
-	slot := &workerSlot{e: e, token: make(turn, 1), own: true}
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
 		return &Namespace{closed: true, ref: ErrEngineClosed}
 	}
-	e.own[slot] = struct{}{}
+	// The namespace takes the spare, whose worker started ahead (it may still be starting),
+	// and another spare starts for the next one. The first namespace finds none: an engine
+	// that never makes one keeps no idle worker.
+	slot := e.spare
+	fresh := slot == nil
+	if fresh {
+		slot = &workerSlot{e: e, token: make(turn, 1), own: true}
+		e.own[slot] = struct{}{}
+	}
+	spare := &workerSlot{e: e, token: make(turn, 1), own: true}
+	e.own[spare] = struct{}{}
+	e.spare = spare
 	e.mu.Unlock()
-	slot.startNext()
+	if fresh {
+		slot.startNext()
+	}
+	spare.startNext()
 	return newNamespace(e, id, &nsBinding{slot: slot})
 }
 

@@ -765,6 +765,7 @@ func TestIsolatedPreload(t *testing.T) {
 // objects, one's crash leaves the other's variables, and Close (the namespace's or the
 // engine's) leaves none of its processes behind.
 func TestIsolatedNamespacesAreProcesses(t *testing.T) {
+	before := workerProcesses(t)
 	e := newIsolated(t, minipy.IsolatedConfig{})
 	a, b := e.NewNamespace(), e.NewNamespace()
 	run := func(ns *minipy.Namespace, code string) (*minipy.Result, error) {
@@ -808,7 +809,38 @@ func TestIsolatedNamespacesAreProcesses(t *testing.T) {
 	assert.Equal(t, int64(2), r.Value, "b's process lives on")
 	c := e.NewNamespace()
 	sleeper(c, base+"-c")
+	// Besides the default namespace's worker and the three namespaces', a spare is started
+	// ahead for the next NewNamespace.
+	assert.Equal(t, before+4, workerProcesses(t), "the default's, b's, c's and the spare")
 	require.NoError(t, e.Close())
 	gone(base + "-b")
 	gone(base + "-c")
+	require.Eventually(t, func() bool { return workerProcesses(t) == before }, 5*time.Second, 10*time.Millisecond,
+		"no worker is left, the spare included")
+}
+
+// workerProcesses counts the live worker processes (their guardians) this test process
+// started: its children running the worker bootstrap.
+func workerProcesses(t *testing.T) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	require.NoError(t, err)
+	me := strconv.Itoa(os.Getpid())
+	n := 0
+	for _, ent := range entries {
+		stat, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		s := string(stat)
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(fields) < 2 || fields[1] != me || fields[0] == "Z" {
+			continue
+		}
+		if cmd, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "cmdline")); err == nil &&
+			strings.Contains(string(cmd), "def _read(n)") {
+			n++
+		}
+	}
+	return n
 }
