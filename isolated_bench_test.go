@@ -1,7 +1,13 @@
 package minipy_test
 
 import (
+	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -108,4 +114,105 @@ func BenchmarkIsolatedWorkerRestart(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkIsolatedNewNamespace is NewNamespace until its first run (`import numpy`, numpy
+// preloaded) has answered, then Close: "spare" with a pause between namespaces in which
+// the spare worker is ready (not timed), "back-to-back" without one (bound by worker starts).
+func BenchmarkIsolatedNewNamespace(b *testing.B) {
+	e := newIsolated(b, minipy.IsolatedConfig{Preload: []string{"numpy"}})
+	first := func(b *testing.B) {
+		ns := e.NewNamespace()
+		if _, err := e.Run(context.Background(), "import numpy", &minipy.Options{Globals: ns}); err != nil {
+			b.Fatal(err)
+		}
+		ns.Close()
+	}
+	b.Run("spare", func(b *testing.B) {
+		for b.Loop() {
+			b.StopTimer()
+			time.Sleep(150 * time.Millisecond)
+			b.StartTimer()
+			first(b)
+		}
+	})
+	b.Run("back-to-back", func(b *testing.B) {
+		for b.Loop() {
+			first(b)
+		}
+	})
+}
+
+// BenchmarkIsolatedIdleNamespaces reports the memory (sum of PSS over the engine's
+// processes) of 50 namespaces that have each run a line, one worker per namespace
+// (the default) and packed into 2 workers.
+func BenchmarkIsolatedIdleNamespaces(b *testing.B) {
+	for _, workers := range []int{0, 2} {
+		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
+			for b.Loop() {
+				e, err := minipy.NewIsolated(minipy.IsolatedConfig{Workers: workers})
+				if err != nil {
+					b.Fatal(err)
+				}
+				var spaces []*minipy.Namespace // kept: a collected namespace is closed
+				for i := 0; i < 50; i++ {
+					ns := e.NewNamespace()
+					spaces = append(spaces, ns)
+					if _, err := e.Run(context.Background(), "x = list(range(1000))", &minipy.Options{Globals: ns}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				kb, procs := pssUnder(b, os.Getpid())
+				runtime.KeepAlive(spaces)
+				b.ReportMetric(float64(kb)/1024, "MB-PSS")
+				b.ReportMetric(float64(procs), "processes")
+				e.Close()
+			}
+		})
+	}
+}
+
+// pssUnder sums the PSS (kB) of root's descendants, and counts them.
+func pssUnder(b *testing.B, root int) (kb, n int) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		b.Fatal(err)
+	}
+	parent := map[int]int{}
+	for _, ent := range entries {
+		pid, err := strconv.Atoi(ent.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		s := string(stat)
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(fields) > 1 {
+			parent[pid], _ = strconv.Atoi(fields[1])
+		}
+	}
+	for pid := range parent {
+		p := parent[pid]
+		for p != 0 && p != root {
+			p = parent[p]
+		}
+		if p != root {
+			continue
+		}
+		rollup, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "smaps_rollup"))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(rollup), "\n") {
+			if f := strings.Fields(line); len(f) > 1 && f[0] == "Pss:" {
+				v, _ := strconv.Atoi(f[1])
+				kb += v
+				n++
+			}
+		}
+	}
+	return kb, n
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -812,6 +813,8 @@ func TestIsolatedNamespacesAreProcesses(t *testing.T) {
 	// Besides the default namespace's worker and the three namespaces', a spare is started
 	// ahead for the next NewNamespace.
 	assert.Equal(t, before+4, workerProcesses(t), "the default's, b's, c's and the spare")
+	runtime.KeepAlive(b) // a namespace that is collected is closed, its worker with it
+	runtime.KeepAlive(c)
 	require.NoError(t, e.Close())
 	gone(base + "-b")
 	gone(base + "-c")
