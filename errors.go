@@ -167,6 +167,10 @@ type WorkerLostError struct {
 	// Earlier is true when the worker ended before this run (another run on the same
 	// worker crashed it, or it died while idle); this run did not start.
 	Earlier bool
+	// RolledBack is true when a snapshot of the worker taken before this run took its
+	// place: the namespace is exactly as it was before the run (what the run assigned is
+	// gone, what came before is kept), so the error does not match ErrStateLost.
+	RolledBack bool
 }
 
 func (e *WorkerLostError) Error() string {
@@ -183,13 +187,19 @@ func (e *WorkerLostError) Error() string {
 	default:
 		what = fmt.Sprintf("the worker exited with status %d", e.ExitCode)
 	}
+	if e.RolledBack {
+		return "minipy: " + strings.TrimPrefix(what, "minipy: ") + "; the namespace was rolled back to before this run"
+	}
 	return "minipy: " + strings.TrimPrefix(what, "minipy: ") + "; the namespace's variables are lost"
 }
 
 // Unwrap gives errors.Is ErrStateLost, ErrLimit when a limit ended the worker, and the
 // interruption (ErrTimeout, context errors) when minipy killed it.
 func (e *WorkerLostError) Unwrap() []error {
-	errs := []error{ErrStateLost}
+	var errs []error
+	if !e.RolledBack {
+		errs = append(errs, ErrStateLost)
+	}
 	if e.Limit != "" {
 		errs = append(errs, ErrLimit)
 	}

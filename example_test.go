@@ -97,11 +97,14 @@ func ExampleNewIsolated() {
 	defer eng.Close()
 	r, _ := eng.Minipy("import os, socket\nsocket.gethostname(), os.getcwd(), os.path.exists('/home')", nil)
 	fmt.Println(r.Repr)
-	_, err = eng.Minipy("import os; os._exit(3)", nil)
+	// A crash costs only the run: the worker's snapshot from before it takes over.
+	_, err = eng.Minipy("x = 1\nimport os; os._exit(3)", nil)
+	fmt.Println(err)
 	fmt.Println(errors.Is(err, minipy.ErrStateLost))
 	// Output:
 	// ('minipy', '/work', False)
-	// true
+	// minipy: the worker exited with status 3; the namespace was rolled back to before this run
+	// false
 }
 
 // CallTool serves a model's tool call: JSON arguments in, the text to send back out.

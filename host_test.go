@@ -527,7 +527,7 @@ func TestRegisterReplaces(t *testing.T) {
 
 // A worker that replaces a crashed one gets the namespace's functions again.
 func TestHostFunctionsSurviveWorkerLoss(t *testing.T) {
-	e := newIsolated(t, minipy.IsolatedConfig{})
+	e := newIsolated(t, minipy.IsolatedConfig{NoRollback: true})
 	h := newHostEnv(t, e, addFunction)
 	assert.Equal(t, int64(3), h.value(t, "add(1, 2)"))
 	_, err := h.run(t, "import os; os._exit(3)")
@@ -601,7 +601,7 @@ func TestSetStruct(t *testing.T) {
 
 // Functions registered before and after a worker was lost are all there in its replacement.
 func TestRegisterAfterWorkerLoss(t *testing.T) {
-	e := newIsolated(t, minipy.IsolatedConfig{})
+	e := newIsolated(t, minipy.IsolatedConfig{NoRollback: true})
 	h := newHostEnv(t, e, addFunction)
 	_, err := h.run(t, "import os; os._exit(3)")
 	require.ErrorIs(t, err, minipy.ErrStateLost)

@@ -95,6 +95,14 @@ type IsolatedConfig struct {
 	KickSignal syscall.Signal
 	// StartTimeout bounds a worker's start; 0 means 30 s.
 	StartTimeout time.Duration
+	// NoRollback turns off rollback snapshots. By default a local worker forks a snapshot
+	// of itself after each request it answers (copy-on-write, between requests); when a
+	// run crashes the worker (os._exit, a segfault, a limit) or is killed at its deadline,
+	// the snapshot takes over, so its namespaces are exactly as they were before that run,
+	// and the error (a *WorkerLostError with RolledBack) does not match ErrStateLost.
+	// Threads and child processes that earlier runs left running are not in the snapshot.
+	// Command workers have no snapshots.
+	NoRollback bool
 	// Preload names modules ("numpy", "pandas", "matplotlib.pyplot") that every worker
 	// imports as it starts, before its first run: workers are started ahead of need (at
 	// NewIsolated and NewNamespace, and as soon as one is lost), so a session's first cell
@@ -437,12 +445,24 @@ func (e *Isolated) run(ctx context.Context, code string, opts *Options) (*Result
 	calls.end()
 	live.finish()
 	if s.abandoned {
-		w.kill()
 		s.abandoned = false // the isolated engine does not leave the code running
 		intr, _ := s.interrupted(started, nil).(*InterruptedError)
+		if d, ok := w.killWorker(time.Second); ok && d.snapshot {
+			return e.rolledBack(slot, w, bindings, intr, res, started)
+		}
+		w.kill()
 		return e.lost(slot, w, bindings, intr, res, started)
 	}
 	if h.reply == nil {
+		if d, ok := w.awaitDeath(time.Second); ok && d.snapshot {
+			res, err := e.rolledBack(slot, w, bindings, nil, res, started)
+			var lost *WorkerLostError
+			if s.cause != nil && errors.As(err, &lost) && lost.Signal == syscall.SIGKILL {
+				lost.Killed = true
+				lost.Interrupted, _ = s.interrupted(started, nil).(*InterruptedError)
+			}
+			return res, err
+		}
 		res, err := e.lost(slot, w, bindings, nil, res, started)
 		var lost *WorkerLostError
 		if s.cause != nil && errors.As(err, &lost) && lost.Signal == syscall.SIGKILL {
@@ -454,6 +474,7 @@ func (e *Isolated) run(ctx context.Context, code string, opts *Options) (*Result
 		return res, err
 	}
 	w.created(bindings, ids)
+	w.answered()
 	py, err := runReply(h.reply.resp, res)
 	res.Duration = time.Since(started)
 	if err != nil {
@@ -486,6 +507,32 @@ func (e *Isolated) lost(slot *workerSlot, w *worker, bindings []*nsBinding, intr
 		return res, fmt.Errorf("%w (%w)", ErrEngineClosed, ErrStateLost)
 	}
 	return res, w.lostError(intr)
+}
+
+// rolledBack handles a run whose worker ended while its snapshot waits: the snapshot takes
+// over, so the namespaces are as they were before the run; if it cannot, the run is lost.
+func (e *Isolated) rolledBack(slot *workerSlot, w *worker, bindings []*nsBinding, intr *InterruptedError,
+	res *Result, started time.Time) (*Result, error) {
+	select { // the end of what it wrote (a segfault's traceback): its stderr pipe ends with it
+	case <-w.stderrDone:
+	case <-time.After(time.Second):
+	}
+	lostErr := w.lostError(intr)
+	nw, err := w.rollBack(e.cfg.StartTimeout)
+	if err != nil {
+		w.kill()
+		return e.lost(slot, w, bindings, intr, res, started)
+	}
+	slot.mu.Lock()
+	if slot.cur == w {
+		slot.cur = nw
+	}
+	slot.mu.Unlock()
+	res.Duration = time.Since(started)
+	if le, ok := lostErr.(*WorkerLostError); ok {
+		le.RolledBack = true
+	}
+	return res, lostErr
 }
 
 // do runs one namespace request on the namespace's worker. Namespace operations wait for
@@ -547,6 +594,7 @@ func (e *Isolated) do(ns *Namespace, op byte, args ...any) (any, error) {
 	if op != pyrt.OpFree {
 		w.created([]*nsBinding{b}, []uint32{ns.id})
 	}
+	w.answered()
 	return opReply(h.reply.resp)
 }
 
@@ -576,6 +624,7 @@ func (e *Isolated) registerAgain(w *worker, bindings []*nsBinding, ids, create [
 			return create, err
 		}
 		w.created(bindings, ids)
+		w.answered()
 		create = nil // the request above created them all
 	}
 	return create, nil
@@ -634,6 +683,10 @@ func (r *isolatedRun) wait(d time.Duration) bool {
 		body, err := r.w.readFrame(until)
 		switch {
 		case errors.Is(err, os.ErrDeadlineExceeded):
+			if r.w.ended() { // the guardian reported the worker's end (its snapshot holds the pipe)
+				r.ended = true
+				return true
+			}
 			return false
 		case err != nil:
 			r.ended = true

@@ -15,17 +15,32 @@ import (
 	"github.com/minipy-go/minipy"
 )
 
-// BenchmarkIsolatedRoundTrip is a warm `1+1` on one worker: frame out, dispatch, frame back.
+// BenchmarkIsolatedRoundTrip is a warm `1+1` on one worker: frame out, dispatch, frame back;
+// with the rollback snapshot the worker forks after each answer (the default), and without.
+// "rollback-paced" leaves the fork time between runs, as a model's turns do.
 func BenchmarkIsolatedRoundTrip(b *testing.B) {
-	e := newIsolated(b, minipy.IsolatedConfig{})
-	if _, err := e.Minipy("1+1", nil); err != nil {
-		b.Fatal(err)
-	}
-	b.ResetTimer()
-	for b.Loop() {
-		if _, err := e.Minipy("1+1", nil); err != nil {
-			b.Fatal(err)
-		}
+	for _, c := range []struct {
+		name  string
+		cfg   minipy.IsolatedConfig
+		paced bool
+	}{{"rollback", minipy.IsolatedConfig{}, false}, {"rollback-paced", minipy.IsolatedConfig{}, true},
+		{"no-rollback", minipy.IsolatedConfig{NoRollback: true}, false}} {
+		b.Run(c.name, func(b *testing.B) {
+			e := newIsolated(b, c.cfg)
+			if _, err := e.Minipy("1+1", nil); err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				if c.paced {
+					b.StopTimer()
+					time.Sleep(5 * time.Millisecond)
+					b.StartTimer()
+				}
+				if _, err := e.Minipy("1+1", nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 

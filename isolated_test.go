@@ -155,7 +155,7 @@ func TestIsolatedSoftTimeoutKeepsState(t *testing.T) {
 }
 
 func TestIsolatedHardTimeoutKillsCLoop(t *testing.T) {
-	e := newIsolated(t, minipy.IsolatedConfig{})
+	e := newIsolated(t, minipy.IsolatedConfig{NoRollback: true})
 	ns := e.NewNamespace()
 	_, err := e.Minipy("kept = 7", &minipy.Options{Globals: ns})
 	require.NoError(t, err)
@@ -181,7 +181,7 @@ func TestIsolatedHardTimeoutKillsCLoop(t *testing.T) {
 }
 
 func TestIsolatedContextCancelKillsCLoop(t *testing.T) {
-	e := newIsolated(t, minipy.IsolatedConfig{})
+	e := newIsolated(t, minipy.IsolatedConfig{NoRollback: true})
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(100*time.Millisecond, cancel)
 	_, err := e.Run(ctx, "sum(range(10**12))", nil)
@@ -258,8 +258,14 @@ os.wait()
 		return len(pids) == 3
 	}, 10*time.Second, 20*time.Millisecond, "the code's three detached sleepers run")
 
+	// The worker is killed at the deadline and its snapshot takes over; what the earlier
+	// run left running was the worker's, not the snapshot's, and goes with it.
 	_, err = e.Minipy("sum(range(10**12))", &minipy.Options{Timeout: 100 * time.Millisecond})
-	require.ErrorIs(t, err, minipy.ErrStateLost)
+	require.ErrorIs(t, err, minipy.ErrTimeout)
+	var lost *minipy.WorkerLostError
+	require.ErrorAs(t, err, &lost)
+	assert.True(t, lost.Killed)
+	assert.True(t, lost.RolledBack)
 	// The kill is synchronous for the worker; give the kernel a moment for the rest.
 	require.Eventually(t, func() bool {
 		pids, zombies := markerProcs(t, marker)
@@ -268,7 +274,8 @@ os.wait()
 }
 
 func TestIsolatedCrashesAreReportedAndSurvived(t *testing.T) {
-	e := newIsolated(t, minipy.IsolatedConfig{Workers: 1}) // namespaces share the worker
+	// Namespaces share the worker, and there is no snapshot to roll back to.
+	e := newIsolated(t, minipy.IsolatedConfig{Workers: 1, NoRollback: true})
 	other := e.NewNamespace()
 	_, err := e.Minipy("x = 1", &minipy.Options{Globals: other})
 	require.NoError(t, err)
@@ -324,7 +331,7 @@ func TestIsolatedMemoryLimit(t *testing.T) {
 }
 
 func TestIsolatedCPULimit(t *testing.T) {
-	e := newIsolated(t, minipy.IsolatedConfig{CPULimit: time.Second})
+	e := newIsolated(t, minipy.IsolatedConfig{CPULimit: time.Second, NoRollback: true})
 	_, err := e.Minipy("sum(range(10**6))", nil)
 	require.NoError(t, err, "short runs stay under the per-run limit")
 	start := time.Now()
@@ -549,7 +556,7 @@ func TestIsolatedCloseStopsRunsInProgress(t *testing.T) {
 }
 
 func TestIsolatedCodeThatWritesToTheProtocolIsContained(t *testing.T) {
-	e := newIsolated(t, minipy.IsolatedConfig{})
+	e := newIsolated(t, minipy.IsolatedConfig{NoRollback: true})
 	// The code finds the worker's private pipes and writes a frame header claiming ~1 GB:
 	// the host must neither allocate it nor wait past the run's deadline.
 	code := `import os
@@ -628,7 +635,7 @@ func TestIsolatedCallTool(t *testing.T) {
 	text, isError = e.CallTool(context.Background(), json.RawMessage(`{"code": "import os; os._exit(3)"}`), opts)
 	assert.True(t, isError)
 	assert.Contains(t, text, "exited with status 3", "the model learns what happened")
-	assert.Contains(t, text, "variables are lost")
+	assert.Contains(t, text, "the namespace was rolled back to before this run")
 	text, isError = e.CallTool(context.Background(), json.RawMessage(`{"code": "'still serving'"}`), opts)
 	assert.False(t, isError, text)
 	assert.Contains(t, text, "still serving")
@@ -696,7 +703,7 @@ func TestIsolatedTimeoutRunsFinallyAndWithExits(t *testing.T) {
 func TestIsolatedSwallowerStoppedInPython(t *testing.T) {
 	// Code that swallows the first interrupt meets the worker's hard stage (a tracer that
 	// raises at the next line, re-armed by each repeated kick) before the kill.
-	e := newIsolated(t, minipy.IsolatedConfig{})
+	e := newIsolated(t, minipy.IsolatedConfig{NoRollback: true})
 	ns := e.NewNamespace()
 	code := "swallowed = 0\nwhile True:\n    try:\n        n = 0\n        while True:\n            n += 1\n    except:\n        swallowed += 1\n"
 	_, err := e.Minipy(code, &minipy.Options{Globals: ns, Timeout: 100 * time.Millisecond})
@@ -743,7 +750,7 @@ func TestIsolatedRefusesAnOldPython(t *testing.T) {
 // fails NewIsolated with an error naming it.
 func TestIsolatedPreload(t *testing.T) {
 	preload := []string{"json", "xml.dom.minidom"}
-	eng := newIsolated(t, minipy.IsolatedConfig{Preload: preload})
+	eng := newIsolated(t, minipy.IsolatedConfig{Preload: preload, NoRollback: true})
 	check := "import sys\n[m in sys.modules for m in ('json', 'xml.dom.minidom', 'xml.sax')]"
 	r, err := eng.Minipy(check, nil)
 	require.NoError(t, err)
@@ -781,7 +788,8 @@ func TestIsolatedNamespacesAreProcesses(t *testing.T) {
 	require.NoError(t, err)
 
 	_, err = run(a, "import os; os._exit(3)")
-	require.ErrorIs(t, err, minipy.ErrStateLost)
+	var lost *minipy.WorkerLostError
+	require.ErrorAs(t, err, &lost)
 	r, err = run(b, "y")
 	require.NoError(t, err, "b's process never noticed")
 	assert.Equal(t, int64(2), r.Value)
@@ -812,7 +820,8 @@ func TestIsolatedNamespacesAreProcesses(t *testing.T) {
 	sleeper(c, base+"-c")
 	// Besides the default namespace's worker and the three namespaces', a spare is started
 	// ahead for the next NewNamespace.
-	assert.Equal(t, before+4, workerProcesses(t), "the default's, b's, c's and the spare")
+	assert.Eventually(t, func() bool { return workerProcesses(t) == before+4 }, 5*time.Second, 10*time.Millisecond,
+		"the default's, b's, c's and the spare (its start may still be under way)")
 	runtime.KeepAlive(b) // a namespace that is collected is closed, its worker with it
 	runtime.KeepAlive(c)
 	require.NoError(t, e.Close())
@@ -846,4 +855,68 @@ func workerProcesses(t *testing.T) int {
 		}
 	}
 	return n
+}
+
+// A run that crashes its worker or is killed at its deadline costs only itself: the
+// worker's snapshot from before it takes over, the variables set before it are there and
+// its own are not, and the error says what happened without matching ErrStateLost. It
+// rolls back again after a rollback, and host functions are still bound.
+func TestIsolatedRollback(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{MemoryLimit: 1 << 30, CPULimit: time.Second})
+	ns := e.NewNamespace()
+	require.NoError(t, ns.Register(minipy.Function{Name: "host_add", Call: func(_ context.Context, args map[string]any) (any, error) {
+		return args["a"].(int64) + 1, nil
+	}, InputSchema: map[string]any{"type": "object", "properties": map[string]any{"a": map[string]any{"type": "integer"}}}}))
+	opts := &minipy.Options{Globals: ns, Timeout: 3 * time.Second}
+	run := func(code string) (*minipy.Result, error) { return e.Run(context.Background(), code, opts) }
+	short := &minipy.Options{Globals: ns, Timeout: 200 * time.Millisecond} // before the CPU limit
+	_, err := run("kept = [1, 2, 3]")
+	require.NoError(t, err)
+	crashes := []struct {
+		name, code string
+		check      func(t *testing.T, lost *minipy.WorkerLostError)
+	}{
+		{"exit", "import os; os._exit(7)", func(t *testing.T, lost *minipy.WorkerLostError) {
+			assert.Equal(t, 7, lost.ExitCode)
+		}},
+		{"segfault", "import ctypes; ctypes.string_at(0)", func(t *testing.T, lost *minipy.WorkerLostError) {
+			assert.Equal(t, syscall.SIGSEGV, lost.Signal)
+			assert.Contains(t, lost.Stderr, "Segmentation fault")
+		}},
+		{"memory limit", "import ctypes\nlibc = ctypes.CDLL(None)\nlibc.malloc.restype = ctypes.c_void_p\n" +
+			"p = libc.malloc(ctypes.c_size_t(1 << 31))\nctypes.memset(p or 0, 1, 1)", func(t *testing.T, lost *minipy.WorkerLostError) {
+			assert.Equal(t, syscall.SIGSEGV, lost.Signal, "malloc failed under RLIMIT_AS and C wrote through NULL")
+		}},
+		{"cpu limit", "while True: pass", func(t *testing.T, lost *minipy.WorkerLostError) {
+			assert.Equal(t, "cpu", lost.Limit)
+			assert.ErrorIs(t, lost, minipy.ErrLimit)
+		}},
+		{"hard kill", "sum(range(10**12))", func(t *testing.T, lost *minipy.WorkerLostError) {
+			assert.True(t, lost.Killed)
+			assert.ErrorIs(t, lost, minipy.ErrTimeout)
+		}},
+	}
+	for i, c := range crashes {
+		t.Run(c.name, func(t *testing.T) {
+			o := opts
+			if c.name == "hard kill" {
+				o = short
+			}
+			_, err := e.Run(context.Background(), fmt.Sprintf("lost_%d = 1\n", i)+c.code, o)
+			var lost *minipy.WorkerLostError
+			require.ErrorAs(t, err, &lost)
+			assert.True(t, lost.RolledBack)
+			assert.NotErrorIs(t, err, minipy.ErrStateLost)
+			assert.Contains(t, err.Error(), "the namespace was rolled back to before this run")
+			c.check(t, lost)
+			r, err := run(fmt.Sprintf("kept, 'lost_%d' in dir(), host_add(%d)", i, i))
+			require.NoError(t, err)
+			assert.Equal(t, []any{[]any{int64(1), int64(2), int64(3)}, false, int64(i + 1)}, r.Value)
+			_, err = run(fmt.Sprintf("kept.append(%d)\nkept.pop()", i)) // a change that stays
+			require.NoError(t, err)
+		})
+	}
+	v, err := ns.Get("kept")
+	require.NoError(t, err)
+	assert.Equal(t, []any{int64(1), int64(2), int64(3)}, v)
 }

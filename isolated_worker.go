@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -73,6 +75,21 @@ type worker struct {
 	// Guarded by the slot's token.
 	known  map[uint32]bool
 	runSeq uint64
+
+	// Rollback (local workers): ctl is the control socket to the guardian (fd 3 there);
+	// snapKnown is known as of the last answered request, when the worker forked the
+	// snapshot that a rollback would wake; died is the guardian's report of the worker's end.
+	ctl        *net.UnixConn
+	snapKnown  map[uint32]bool
+	stderrDone chan struct{} // closed when the worker's stderr pipe has ended
+	died       chan death
+	deathNote  atomic.Pointer[death]
+}
+
+// death is the guardian's report (b"D") that the worker process ended.
+type death struct {
+	status   syscall.WaitStatus
+	snapshot bool // a snapshot of it waits to take over
 }
 
 // startWorker starts a worker for e and waits until it is ready.
@@ -159,10 +176,30 @@ func launchWorker(e *Isolated, epoch uint64) (*worker, error) {
 		return nil, err
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
+	var ctl *net.UnixConn
+	var ctlChild *os.File
+	if local && !e.cfg.NoRollback {
+		if ctl, ctlChild, err = controlSocket(); err != nil {
+			inR.Close()
+			inW.Close()
+			outR.Close()
+			outW.Close()
+			errR.Close()
+			errW.Close()
+			return nil, err
+		}
+		cmd.ExtraFiles = []*os.File{ctlChild} // fd 3
+	}
 	err = cmd.Start()
 	inR.Close()
 	outW.Close()
 	errW.Close()
+	if ctlChild != nil {
+		ctlChild.Close()
+	}
+	if err != nil && ctl != nil {
+		ctl.Close()
+	}
 	if err != nil {
 		inW.Close()
 		outR.Close()
@@ -184,17 +221,24 @@ func launchWorker(e *Isolated, epoch uint64) (*worker, error) {
 		exited: make(chan struct{}),
 		out:    outR,
 		known:  map[uint32]bool{pyrt.DefaultNamespace: true},
+		ctl:    ctl,
 	}
 	w.stderr.max = stderrKeep
+	w.stderrDone = make(chan struct{})
 	go func() {
 		io.Copy(&w.stderr, errR) //nolint:errcheck // ends with the worker
 		errR.Close()
+		close(w.stderrDone)
 	}()
 	go func() {
 		cmd.Wait() //nolint:errcheck // the status is read from ProcessState
 		w.state = cmd.ProcessState
 		close(w.exited)
+		if w.ctl != nil {
+			w.ctl.Close()
+		}
 	}()
+	w.watchControl()
 	cfgFrame, err := workerConfigFrame(e)
 	if err != nil {
 		w.kill()
@@ -239,6 +283,9 @@ func workerConfigFrame(e *Isolated) ([]byte, error) {
 	fmt.Fprintf(&b, "kick_signal=%d\nworkdir=%s\nmemory=%d\nfile_size=%d\nopen_files=%d\nprocesses=%d\ncpu_seconds=%d\n",
 		int(e.cfg.KickSignal), workdir, e.cfg.MemoryLimit, e.cfg.FileSizeLimit, e.cfg.OpenFiles, e.cfg.Processes,
 		int64((e.cfg.CPULimit+time.Second-1)/time.Second))
+	if len(e.cfg.Command) == 0 && !e.cfg.NoRollback {
+		b.WriteString("rollback=1\n")
+	}
 	if len(e.cfg.Preload) > 0 {
 		fmt.Fprintf(&b, "preload=%s\n", strings.Join(e.cfg.Preload, ","))
 	}
@@ -401,6 +448,14 @@ func (w *worker) created(bindings []*nsBinding, ids []uint32) {
 	}
 }
 
+// answered records that the worker answered a request: it snapshots itself before the
+// next one, holding the namespaces it knows now.
+func (w *worker) answered() {
+	if w.ctl != nil {
+		w.snapKnown = maps.Clone(w.known)
+	}
+}
+
 // kill kills the worker's whole process tree: in its pid namespace, killing its init
 // (the worker's pid 1) makes the kernel kill every process in it, however detached;
 // otherwise the process group and every descendant found in /proc are killed.
@@ -434,7 +489,9 @@ func (w *worker) lostError(intr *InterruptedError) error {
 		return e
 	}
 	var ws syscall.WaitStatus
-	if w.exitFrame {
+	if d := w.deathNote.Load(); d != nil {
+		ws = d.status // the guardian's report
+	} else if w.exitFrame {
 		ws = w.exitStatus // the real worker's status, from its pid-namespace init
 	} else {
 		select {
@@ -564,4 +621,157 @@ func (w *worker) reply(id uint64, status byte, payload []byte) {
 	f = append(f, status)
 	f = append(f, payload...)
 	w.send(f) //nolint:errcheck // a dead worker is noticed by the run's wait
+}
+
+// controlSocket makes the rollback control socket: the host's end, and the guardian's (fd
+// 3 of the worker process), a SOCK_SEQPACKET pair so that each message arrives whole.
+func controlSocket() (*net.UnixConn, *os.File, error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("minipy: the worker's control socket: %w", err)
+	}
+	host := os.NewFile(uintptr(fds[0]), "minipy-control")
+	defer host.Close()
+	c, err := net.FileConn(host)
+	if err != nil {
+		syscall.Close(fds[1])
+		return nil, nil, fmt.Errorf("minipy: the worker's control socket: %w", err)
+	}
+	return c.(*net.UnixConn), os.NewFile(uintptr(fds[1]), "minipy-control-child"), nil
+}
+
+// watchControl reads the guardian's reports: a b"D" (the worker ended) is kept for the run
+// that waits, which it wakes.
+func (w *worker) watchControl() {
+	if w.ctl == nil {
+		return
+	}
+	w.died = make(chan death, 1)
+	go func() {
+		buf := make([]byte, 16)
+		for {
+			n, err := w.ctl.Read(buf)
+			if err != nil {
+				return
+			}
+			if n == 6 && buf[0] == 'D' {
+				d := death{status: syscall.WaitStatus(int32(binary.LittleEndian.Uint32(buf[1:5]))), snapshot: buf[5] == 1}
+				w.deathNote.Store(&d)
+				w.died <- d
+				w.wake()
+				return
+			}
+		}
+	}()
+}
+
+// ended reports whether the guardian said the worker process ended.
+func (w *worker) ended() bool { return w.deathNote.Load() != nil }
+
+// killWorker asks the guardian to kill the worker process but not its snapshot (the hard
+// stop at a deadline), and waits up to wait for its report; false when there is no report
+// (no control socket, or no answer): the caller then kills the whole guardian.
+func (w *worker) killWorker(wait time.Duration) (death, bool) {
+	if w.ctl == nil {
+		return death{}, false
+	}
+	if d := w.deathNote.Load(); d != nil {
+		return *d, true
+	}
+	if _, err := w.ctl.Write([]byte{'K'}); err != nil {
+		return death{}, false
+	}
+	return w.awaitDeath(wait)
+}
+
+// awaitDeath waits up to wait for the guardian's report that the worker ended.
+func (w *worker) awaitDeath(wait time.Duration) (death, bool) {
+	if w.ctl == nil {
+		return death{}, false
+	}
+	if d := w.deathNote.Load(); d != nil {
+		return *d, true
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case d := <-w.died:
+		return d, true
+	case <-w.exited:
+	case <-t.C:
+	}
+	if d := w.deathNote.Load(); d != nil {
+		return *d, true
+	}
+	return death{}, false
+}
+
+// rollBack wakes the snapshot of w (which ended) as the worker: new pipes go to it through
+// the guardian, and it answers with a ready frame on them. The returned worker shares w's
+// process (the guardian) and epoch, and knows the namespaces the snapshot holds.
+func (w *worker) rollBack(timeout time.Duration) (*worker, error) {
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		return nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		outR.Close()
+		outW.Close()
+		return nil, err
+	}
+	rights := syscall.UnixRights(int(inR.Fd()), int(outW.Fd()), int(errW.Fd()))
+	_, _, err = w.ctl.WriteMsgUnix([]byte{'T'}, rights, nil)
+	inR.Close()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		inW.Close()
+		outR.Close()
+		errR.Close()
+		return nil, err
+	}
+	nw := &worker{
+		epoch:  w.epoch,
+		cmd:    w.cmd,
+		stdin:  inW,
+		pidns:  w.pidns,
+		exited: w.exited,
+		out:    outR,
+		known:  maps.Clone(w.snapKnown),
+		ctl:    w.ctl,
+	}
+	if nw.known == nil {
+		nw.known = map[uint32]bool{pyrt.DefaultNamespace: true}
+	}
+	nw.stderr.max = stderrKeep
+	nw.stderrDone = make(chan struct{})
+	go func() {
+		io.Copy(&nw.stderr, errR) //nolint:errcheck // ends with the worker
+		errR.Close()
+		close(nw.stderrDone)
+	}()
+	nw.watchControl()
+	w.stdin.Close()
+	w.out.Close()
+	until := time.Now().Add(timeout)
+	for {
+		body, err := nw.readFrame(until)
+		if err != nil {
+			nw.stdin.Close()
+			nw.out.Close()
+			return nil, fmt.Errorf("minipy: the rollback snapshot did not take over: %w", err)
+		}
+		if body[0] == pyrt.FrameReady {
+			return nw, nil
+		}
+	}
 }

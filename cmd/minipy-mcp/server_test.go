@@ -190,23 +190,32 @@ func TestBinary(t *testing.T) {
 	})
 }
 
-// With -isolated the code runs in worker processes: a crash costs the session its variables,
-// not the server.
+// With -isolated the code runs in worker processes: a crash costs the session only the run
+// (its namespace is rolled back), or, without rollback, its variables; never the server.
 func TestIsolated(t *testing.T) {
-	iso, err := minipy.NewIsolated(minipy.IsolatedConfig{Workers: 1})
-	require.NoError(t, err)
-	defer iso.Close()
-	cs := connectInProcess(t, newServer(iso, &minipy.Options{}))
-	text, isError := run(t, cs, map[string]any{"code": fmt.Sprintf("import os\nx = 6\nos.getpid() != %d", os.Getpid())})
-	require.False(t, isError, text)
-	assert.Equal(t, "[value]\nTrue\n", text, "the code runs in another process")
-	text, isError = run(t, cs, map[string]any{"code": "import os; os._exit(1)"})
-	assert.True(t, isError)
-	assert.Contains(t, text, "variables are lost")
-	text, isError = run(t, cs, map[string]any{"code": "'x' in dir()"})
-	require.False(t, isError, text)
-	assert.Equal(t, "[value]\nFalse\n", text, "the session goes on with a fresh namespace")
-	checkTimeoutSyntaxErrorAndHugeOutput(t, cs, minipy.DefaultToolOutput)
+	for _, c := range []struct {
+		cfg   minipy.IsolatedConfig
+		says  string
+		after string
+	}{
+		{minipy.IsolatedConfig{}, "the namespace was rolled back to before this run", "[value]\nTrue\n"},
+		{minipy.IsolatedConfig{Workers: 1, NoRollback: true}, "variables are lost", "[value]\nFalse\n"},
+	} {
+		iso, err := minipy.NewIsolated(c.cfg)
+		require.NoError(t, err)
+		defer iso.Close()
+		cs := connectInProcess(t, newServer(iso, &minipy.Options{}))
+		text, isError := run(t, cs, map[string]any{"code": fmt.Sprintf("import os\nx = 6\nos.getpid() != %d", os.Getpid())})
+		require.False(t, isError, text)
+		assert.Equal(t, "[value]\nTrue\n", text, "the code runs in another process")
+		text, isError = run(t, cs, map[string]any{"code": "import os; os._exit(1)"})
+		assert.True(t, isError)
+		assert.Contains(t, text, c.says)
+		text, isError = run(t, cs, map[string]any{"code": "'x' in dir()"})
+		require.False(t, isError, text)
+		assert.Equal(t, c.after, text, "the session goes on, rolled back or with a fresh namespace")
+		checkTimeoutSyntaxErrorAndHugeOutput(t, cs, minipy.DefaultToolOutput)
+	}
 }
 
 // plotCode shows one matplotlib figure.

@@ -35,6 +35,10 @@ import time
 import types
 
 _LEN = struct.Struct("<I")
+_real_fork = os.fork  # before the runtime wraps it: a snapshot is not a child of a run
+_snap_sock = None  # the worker's end of the guardian's rollback socket (IsolatedConfig rollback)
+_CTL_FD = 3  # the host's rollback control socket, when the config says rollback=1
+_kept = []  # a snapshot's objects over the worker's closed pipes (see _Worker.snapshot)
 _RUN_ID = struct.Struct("<Q")
 _STOP_MS = struct.Struct("<I")
 _COUNT = struct.Struct("<H")
@@ -188,6 +192,10 @@ class _Worker:
         self.call_seq = 0
         self.main_ident = threading.get_ident()
         self.deadman = None
+        self.snap_sock = _snap_sock  # the guardian's socket for rollback snapshots, or None
+        self.snap_pid = 0
+        self.unreaped = []  # replaced snapshots, killed, not yet reaped
+        self.changed = True  # the last request may have changed the state: snapshot again
 
     # -- frames ---------------------------------------------------------------------------
 
@@ -304,6 +312,9 @@ class _Worker:
     def serve(self, dispatch):
         state = _rt._state
         while True:
+            if self.snap_sock is not None and self.changed:
+                while self.snapshot():  # a snapshot that took over snapshots itself again
+                    pass
             self.request_ready.acquire()
             body, self.request = self.request, None
             run_id = _RUN_ID.unpack_from(body, 1)[0]
@@ -317,6 +328,8 @@ class _Worker:
             if self.cpu_limit:
                 self.arm_cpu_limit()
             request = body[pos:]
+            # Reading requests change nothing: the snapshot stays good.
+            self.changed = bool(count) or request[:1] not in (bytes((OP_GET,)), bytes((OP_NAMES,)), bytes((OP_INFO,)))
             host_calls = request[0] == OP_RUN and bool(_FLAGS.unpack_from(request, 13)[0] & RUN_HOST_CALLS)
             with self.lock:
                 # stage 0 first: a kick signal of an earlier run that is delivered late then
@@ -339,6 +352,104 @@ class _Worker:
                 kicked = self.kicked
                 state.stage = 0
             self.write_frame(F_ANSWER, body[1:9], b"\x01" if kicked else b"\x00", resp)
+
+    # -- rollback -------------------------------------------------------------------------
+
+    def snapshot(self):
+        """Fork a copy of this worker as it is between requests (the snapshot), replacing the
+        previous one, and tell the guardian its pid. Returns False in the worker; in the
+        snapshot it waits, and returns True once it has taken over from a worker that died
+        (the host sent it fresh pipes through the guardian)."""
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # 3.12+: fork() of a multi-threaded process
+            pid = _real_fork()
+        if pid:
+            # The guardian learns of the new one before the old one goes, so that a crash
+            # in between still finds a snapshot; the old one is reaped later, without waiting.
+            try:
+                os.write(self.snap_sock, b"S" + pid.to_bytes(4, "little"))
+            except OSError:
+                pass
+            old, self.snap_pid = self.snap_pid, pid
+            if old:
+                try:
+                    os.kill(old, signal.SIGKILL)
+                except OSError:
+                    pass
+                self.unreaped.append(old)
+            for p in list(self.unreaped):
+                try:
+                    if os.waitpid(p, os.WNOHANG)[0]:
+                        self.unreaped.remove(p)
+                except ChildProcessError:
+                    self.unreaped.remove(p)
+            return False
+        # The worker's pipes are its own: held here too, they would not end when it does. The
+        # objects over them are kept, never used again: collected, they would close their fd
+        # numbers, which the new pipes may have by then.
+        _kept.extend((self.rin, getattr(self, "fault_file", None)))
+        for fd in (self.rin.fileno(), self.out_fd, self.host_err):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.take_over(self.wait_for_pipes())
+        return True
+
+    def wait_for_pipes(self):
+        """In the snapshot: wait for the guardian to hand over the host's new pipes."""
+        import array
+        import socket
+
+        sock = socket.socket(fileno=os.dup(self.snap_sock))
+        size = socket.CMSG_SPACE(3 * array.array("i").itemsize)
+        while True:
+            try:
+                msg, anc, _, _ = sock.recvmsg(16, size)
+            except InterruptedError:
+                continue
+            if not msg:
+                os._exit(0)  # the guardian is gone
+            fds = array.array("i")
+            for level, kind, data in anc:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+            if msg[:1] == b"T" and len(fds) == 3:
+                sock.close()
+                return list(fds)
+            for fd in fds:
+                os.close(fd)
+
+    def take_over(self, fds):
+        """In the snapshot: become the worker, on the new pipes. Only this thread survived the
+        fork: the control and output threads start again, and every lock is new (another
+        thread may have held one when the fork happened)."""
+        import faulthandler
+
+        new_in, self.out_fd, self.host_err = fds
+        for fd in fds:
+            os.set_inheritable(fd, False)
+        self.rin = os.fdopen(new_in, "rb", buffering=1 << 16)
+        self.write_lock = threading.Lock()
+        self.lock = threading.Lock()
+        self.request_ready = threading.Lock()
+        self.request_ready.acquire()
+        self.request = None
+        self.current = 0
+        self.running = self.kicked = self.host_calls = False
+        self.calls = {}
+        self.snap_pid, self.unreaped, self.changed = 0, [], True  # the worker's, not this one's
+        self.main_ident = threading.get_ident()
+        _rt._main_ident = self.main_ident
+        self.fault_file = os.fdopen(self.host_err, "w", closefd=False)
+        faulthandler.enable(file=self.fault_file)
+        threading.Thread(target=self.control, name="minipy-control", daemon=True).start()
+        self.pump = _Pump(self)
+        for s in self.streams.values():
+            s._pump = self.pump
+        self.write_frame(F_READY, _rt.encode(["%d.%d.%d" % sys.version_info[:3], sys.executable, os.getpid()]))
 
     # -- limits ---------------------------------------------------------------------------
 
@@ -641,13 +752,26 @@ def _become_guardian(cfg, runtime):
     os.set_blocking(wake_w, False)
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # a handler: the wakeup fd is written
     signal.set_wakeup_fd(wake_w)
+    rollback = bool(cfg.get("rollback"))
+    if rollback:
+        import socket
+
+        v_g, v_w = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     pid = os.fork()
     if pid == 0:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.close(wake_r)
         os.close(wake_w)
+        if rollback:
+            global _snap_sock
+            os.close(_CTL_FD)
+            v_g.close()
+            _snap_sock = v_w.detach()
         return
+    if rollback:
+        v_w.close()
+        _guard_rollback(pid, v_g, wake_r, init)
     poller = select.poll()
     poller.register(wake_r, select.POLLIN)
     poller.register(0, 0)  # only POLLHUP/POLLERR: the host closed its end
@@ -685,6 +809,137 @@ def _become_guardian(cfg, runtime):
         except OSError:
             pass
     os._exit(0)
+
+
+def _children_of():
+    """{parent pid: [child pids]} from /proc."""
+    children = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open("/proc/%s/stat" % name, "rb") as f:
+                    data = f.read()
+                children.setdefault(int(data[data.rindex(b")") + 2:].split()[1]), []).append(int(name))
+            except (OSError, ValueError, IndexError):
+                pass
+    return children
+
+
+def _kill_trees(roots, spare):
+    """SIGKILL roots and all their descendants but spare, stopping them first, round after
+    round, so that none forks past the scan."""
+    stopped = set()
+    for _ in range(20):
+        children = _children_of()
+        fresh, queue = [], [r for r in roots if r != spare]
+        while queue:
+            p = queue.pop()
+            if p != spare and p not in stopped:
+                fresh.append(p)
+                queue.extend(children.get(p, ()))
+        if not fresh:
+            break
+        for p in fresh:
+            try:
+                os.kill(p, signal.SIGSTOP)
+            except OSError:
+                pass
+            stopped.add(p)
+    for p in stopped:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def _guard_rollback(worker, v, wake_r, init):
+    """The guardian of a worker with rollback snapshots (docs/protocol.md, "Rollback"). The
+    worker tells it each snapshot's pid (b"S" u32) over v; the host talks to it over the
+    control socket (fd 3): b"K" kills the worker (not its snapshot); when the worker ends,
+    the guardian kills what is left of its tree but the snapshot and sends b"D" i32 wait
+    status, u8 snapshot alive; then b"T" with three fds (the new stdin, stdout, stderr
+    pipes) makes it hand them to the snapshot, which becomes the worker. The host closing
+    the socket, or a worker ending without a snapshot, ends it all, as the plain guardian."""
+    import array
+    import select
+    import socket
+
+    ctl = socket.socket(fileno=_CTL_FD)
+    me = os.getpid()
+    snap = 0
+    dead = False  # the worker ended; waiting for the host's b"T" (or its end)
+    poller = select.poll()
+    poller.register(wake_r, select.POLLIN)
+    poller.register(ctl.fileno(), select.POLLIN)
+    poller.register(v.fileno(), select.POLLIN)
+    fd_size = socket.CMSG_SPACE(3 * array.array("i").itemsize)
+
+    def end(status):
+        _kill_trees(_children_of().get(me, ()), 0)
+        if status is not None:
+            try:
+                os.write(1, _LEN.pack(5) + F_EXIT + struct.pack("<i", status))
+            except OSError:
+                pass
+        os._exit(0)
+
+    while True:
+        while True:
+            try:
+                got, st = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                got = 0
+            if not got:
+                break
+            if got == snap:
+                snap = 0
+            if got == worker and not dead:
+                _kill_trees([p for p in _children_of().get(me, ()) if p != snap], snap)
+                alive = 1 if snap else 0
+                try:
+                    ctl.send(b"D" + struct.pack("<i", st) + bytes((alive,)))
+                except OSError:
+                    end(st)
+                if not alive:
+                    end(st)
+                dead = True
+        try:
+            events = poller.poll()
+        except InterruptedError:
+            continue
+        for fd, ev in events:
+            if fd == wake_r:
+                os.read(wake_r, 512)
+            elif fd == v.fileno():
+                try:
+                    msg = v.recv(16)
+                except OSError:
+                    msg = b""
+                if not msg:  # no worker or snapshot holds the other end any more
+                    poller.unregister(v.fileno())
+                elif msg[:1] == b"S" and len(msg) == 5 and not dead:
+                    snap = int.from_bytes(msg[1:5], "little")
+            elif fd == ctl.fileno():
+                try:
+                    msg, anc, _, _ = ctl.recvmsg(16, fd_size)
+                except OSError:
+                    msg, anc = b"", []
+                fds = array.array("i")
+                for level, kind, data in anc:
+                    if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                        fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+                if not msg:
+                    end(None)  # the host is gone, or done with this worker
+                if msg[:1] == b"K" and not dead:
+                    _kill_trees([worker], snap)
+                elif msg[:1] == b"T" and dead and snap and len(fds) == 3:
+                    try:
+                        v.sendmsg([b"T"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds.tobytes())])
+                        worker, snap, dead = snap, 0, False
+                    except OSError:
+                        end(None)
+                for f in fds:
+                    os.close(f)
 
 
 def main(read):
