@@ -157,24 +157,11 @@ func launchWorker(e *Isolated, epoch uint64) (*worker, error) {
 	} else {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	}
-	inR, inW, err := os.Pipe()
+	p, err := newWorkerPipes()
 	if err != nil {
 		return nil, err
 	}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		inR.Close()
-		inW.Close()
-		return nil, err
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		inR.Close()
-		inW.Close()
-		outR.Close()
-		outW.Close()
-		return nil, err
-	}
+	inR, inW, outR, outW, errR, errW := p[0], p[1], p[2], p[3], p[4], p[5]
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
 	var ctl *net.UnixConn
 	var ctlChild *os.File
@@ -623,6 +610,23 @@ func (w *worker) reply(id uint64, status byte, payload []byte) {
 	w.send(f) //nolint:errcheck // a dead worker is noticed by the run's wait
 }
 
+// newWorkerPipes makes a worker's stdin, stdout and stderr pipes: read and write end of
+// each, in that order.
+func newWorkerPipes() ([6]*os.File, error) {
+	var p [6]*os.File
+	for i := 0; i < 6; i += 2 {
+		r, w, err := os.Pipe()
+		if err != nil {
+			for _, f := range p[:i] {
+				f.Close()
+			}
+			return p, err
+		}
+		p[i], p[i+1] = r, w
+	}
+	return p, nil
+}
+
 // controlSocket makes the rollback control socket: the host's end, and the guardian's (fd
 // 3 of the worker process), a SOCK_SEQPACKET pair so that each message arrives whole.
 func controlSocket() (*net.UnixConn, *os.File, error) {
@@ -710,24 +714,11 @@ func (w *worker) awaitDeath(wait time.Duration) (death, bool) {
 // the guardian, and it answers with a ready frame on them. The returned worker shares w's
 // process (the guardian) and epoch, and knows the namespaces the snapshot holds.
 func (w *worker) rollBack(timeout time.Duration) (*worker, error) {
-	inR, inW, err := os.Pipe()
+	p, err := newWorkerPipes()
 	if err != nil {
 		return nil, err
 	}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		inR.Close()
-		inW.Close()
-		return nil, err
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		inR.Close()
-		inW.Close()
-		outR.Close()
-		outW.Close()
-		return nil, err
-	}
+	inR, inW, outR, outW, errR, errW := p[0], p[1], p[2], p[3], p[4], p[5]
 	rights := syscall.UnixRights(int(inR.Fd()), int(outW.Fd()), int(errW.Fd()))
 	_, _, err = w.ctl.WriteMsgUnix([]byte{'T'}, rights, nil)
 	inR.Close()

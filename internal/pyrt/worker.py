@@ -400,25 +400,19 @@ class _Worker:
 
     def wait_for_pipes(self):
         """In the snapshot: wait for the guardian to hand over the host's new pipes."""
-        import array
         import socket
 
         sock = socket.socket(fileno=os.dup(self.snap_sock))
-        size = socket.CMSG_SPACE(3 * array.array("i").itemsize)
         while True:
             try:
-                msg, anc, _, _ = sock.recvmsg(16, size)
+                msg, fds = _recv_fds(sock)
             except InterruptedError:
                 continue
             if not msg:
                 os._exit(0)  # the guardian is gone
-            fds = array.array("i")
-            for level, kind, data in anc:
-                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                    fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
             if msg[:1] == b"T" and len(fds) == 3:
                 sock.close()
-                return list(fds)
+                return fds
             for fd in fds:
                 os.close(fd)
 
@@ -804,11 +798,29 @@ def _become_guardian(cfg, runtime):
         me = os.getpid()
         _rt.kill_processes([(p, _rt._proc_start(p), False) for p in _rt._children_by_parent().get(me, ())])
     if status is not None and not host_gone:
-        try:
-            os.write(1, _LEN.pack(5) + F_EXIT + struct.pack("<i", status))
-        except OSError:
-            pass
+        _report_exit(status)
     os._exit(0)
+
+
+def _recv_fds(sock):
+    """One message of sock and the fds it carries (SCM_RIGHTS, at most three)."""
+    import array
+    import socket
+
+    msg, anc, _, _ = sock.recvmsg(16, socket.CMSG_SPACE(3 * array.array("i").itemsize))
+    fds = array.array("i")
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+    return msg, list(fds)
+
+
+def _report_exit(status):
+    """The guardian's last frame: the worker's wait status (b"X" i32)."""
+    try:
+        os.write(1, _LEN.pack(5) + F_EXIT + struct.pack("<i", status))
+    except OSError:
+        pass
 
 
 def _children_of():
@@ -827,7 +839,8 @@ def _children_of():
 
 def _kill_trees(roots, spare):
     """SIGKILL roots and all their descendants but spare, stopping them first, round after
-    round, so that none forks past the scan."""
+    round, so that none forks past the scan. (runtime.kill_processes does this for a run's
+    children; the guardian has no runtime loaded, and loading it costs ~10 ms.)"""
     stopped = set()
     for _ in range(20):
         children = _children_of()
@@ -872,15 +885,11 @@ def _guard_rollback(worker, v, wake_r, init):
     poller.register(wake_r, select.POLLIN)
     poller.register(ctl.fileno(), select.POLLIN)
     poller.register(v.fileno(), select.POLLIN)
-    fd_size = socket.CMSG_SPACE(3 * array.array("i").itemsize)
 
     def end(status):
         _kill_trees(_children_of().get(me, ()), 0)
         if status is not None:
-            try:
-                os.write(1, _LEN.pack(5) + F_EXIT + struct.pack("<i", status))
-            except OSError:
-                pass
+            _report_exit(status)
         os._exit(0)
 
     while True:
@@ -921,20 +930,16 @@ def _guard_rollback(worker, v, wake_r, init):
                     snap = int.from_bytes(msg[1:5], "little")
             elif fd == ctl.fileno():
                 try:
-                    msg, anc, _, _ = ctl.recvmsg(16, fd_size)
+                    msg, fds = _recv_fds(ctl)
                 except OSError:
-                    msg, anc = b"", []
-                fds = array.array("i")
-                for level, kind, data in anc:
-                    if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                        fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+                    msg, fds = b"", []
                 if not msg:
                     end(None)  # the host is gone, or done with this worker
                 if msg[:1] == b"K" and not dead:
                     _kill_trees([worker], snap)
                 elif msg[:1] == b"T" and dead and snap and len(fds) == 3:
                     try:
-                        v.sendmsg([b"T"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds.tobytes())])
+                        v.sendmsg([b"T"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())])
                         worker, snap, dead = snap, 0, False
                     except OSError:
                         end(None)
