@@ -101,7 +101,8 @@ type IsolatedConfig struct {
 	// the snapshot takes over, so its namespaces are exactly as they were before that run,
 	// and the error (a *WorkerLostError with RolledBack) does not match ErrStateLost.
 	// Threads and child processes that earlier runs left running are not in the snapshot.
-	// Command workers have no snapshots.
+	// Command workers have no snapshots, nor have workers of a free-threaded Python with a
+	// MemoryLimit (a snapshot could not start its threads under it).
 	NoRollback bool
 	// Preload names modules ("numpy", "pandas", "matplotlib.pyplot") that every worker
 	// imports as it starts, before its first run: workers are started ahead of need (at

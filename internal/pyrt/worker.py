@@ -172,6 +172,7 @@ class _Pump:
 class _Worker:
     def __init__(self, proto_in, proto_out, host_err, out_mem, err_mem):
         self.rin = os.fdopen(proto_in, "rb", buffering=1 << 16)
+        self.in_fd = proto_in  # rin's: a snapshot must not call rin (the control thread may hold it)
         self.out_fd = proto_out
         self.host_err = host_err
         self.out_mem = out_mem
@@ -390,12 +391,20 @@ class _Worker:
         # objects over them are kept, never used again: collected, they would close their fd
         # numbers, which the new pipes may have by then.
         _kept.extend((self.rin, getattr(self, "fault_file", None)))
-        for fd in (self.rin.fileno(), self.out_fd, self.host_err):
+        for fd in (self.in_fd, self.out_fd, self.host_err):
             try:
                 os.close(fd)
             except OSError:
                 pass
-        self.take_over(self.wait_for_pipes())
+        fds = self.wait_for_pipes()
+        try:
+            self.take_over(fds)
+        except BaseException:
+            import traceback
+
+            os.write(fds[2], ("minipy worker: the rollback snapshot failed to take over:\n" +
+                              traceback.format_exc()).encode())
+            os._exit(70)
         return True
 
     def wait_for_pipes(self):
@@ -422,10 +431,10 @@ class _Worker:
         thread may have held one when the fork happened)."""
         import faulthandler
 
-        new_in, self.out_fd, self.host_err = fds
+        self.in_fd, self.out_fd, self.host_err = fds
         for fd in fds:
             os.set_inheritable(fd, False)
-        self.rin = os.fdopen(new_in, "rb", buffering=1 << 16)
+        self.rin = os.fdopen(self.in_fd, "rb", buffering=1 << 16)
         self.write_lock = threading.Lock()
         self.lock = threading.Lock()
         self.request_ready = threading.Lock()
@@ -439,8 +448,14 @@ class _Worker:
         _rt._main_ident = self.main_ident
         self.fault_file = os.fdopen(self.host_err, "w", closefd=False)
         faulthandler.enable(file=self.fault_file)
-        threading.Thread(target=self.control, name="minipy-control", daemon=True).start()
-        self.pump = _Pump(self)
+        # RLIMIT_AS is set by now (the worker started its threads before setting it): small
+        # stacks, which these loops need, still fit under it.
+        size = threading.stack_size(1 << 18)
+        try:
+            threading.Thread(target=self.control, name="minipy-control", daemon=True).start()
+            self.pump = _Pump(self)
+        finally:
+            threading.stack_size(size)
         for s in self.streams.values():
             s._pump = self.pump
         self.write_frame(F_READY, _rt.encode(["%d.%d.%d" % sys.version_info[:3], sys.executable, os.getpid()]))
@@ -761,7 +776,13 @@ def _become_guardian(cfg, runtime):
             global _snap_sock
             os.close(_CTL_FD)
             v_g.close()
-            _snap_sock = v_w.detach()
+            # A snapshot starts its threads again under the worker's RLIMIT_AS; a
+            # free-threaded build's allocator has reserved too much address space by then
+            # for any new thread, so there such a worker takes no snapshots.
+            if cfg.get("memory") and not getattr(sys, "_is_gil_enabled", lambda: True)():
+                v_w.close()
+            else:
+                _snap_sock = v_w.detach()
         return
     if rollback:
         v_w.close()
