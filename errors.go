@@ -146,6 +146,12 @@ var ErrNoSandbox = errors.New("minipy: the kernel refuses the namespaces and mou
 // ErrEngineClosed is matched by the error of any use of a closed isolated engine.
 var ErrEngineClosed = errors.New("minipy: the isolated engine is closed")
 
+// ErrNoFork is matched by Namespace.Fork's error for a namespace that cannot be copied
+// into a process of its own: one of the in-process engine (the host process is its
+// process), of an isolated engine that packs namespaces into shared workers
+// (IsolatedConfig.Workers), or of Command workers.
+var ErrNoFork = errors.New("minipy: this namespace cannot be forked")
+
 // WorkerLostError is the error of a run whose worker process ended (errors.Is(err,
 // ErrStateLost)): killed because the run did not yield within the grace period after its
 // deadline (Killed; errors.Is(err, ErrTimeout) then holds too), killed by a limit (Limit),

@@ -107,6 +107,31 @@ func ExampleNewIsolated() {
 	// false
 }
 
+// Fork branches a session: the copy starts with the namespace's variables, in a process
+// of its own, and the two diverge from there.
+func ExampleNamespace_Fork() {
+	eng, err := minipy.NewIsolated(minipy.IsolatedConfig{})
+	if err != nil {
+		panic(err)
+	}
+	defer eng.Close()
+	trunk := eng.NewNamespace()
+	eng.Minipy("plan = ['load', 'clean']", &minipy.Options{Globals: trunk})
+	branch, err := trunk.Fork()
+	if err != nil {
+		panic(err)
+	}
+	eng.Minipy("plan.append('plot')", &minipy.Options{Globals: branch})
+	eng.Minipy("plan.append('fit')", &minipy.Options{Globals: trunk})
+	for _, ns := range []*minipy.Namespace{trunk, branch} {
+		r, _ := eng.Minipy("plan", &minipy.Options{Globals: ns})
+		fmt.Println(r.Repr)
+	}
+	// Output:
+	// ['load', 'clean', 'fit']
+	// ['load', 'clean', 'plot']
+}
+
 // CallTool serves a model's tool call: JSON arguments in, the text to send back out.
 func ExampleCallTool() {
 	ns := minipy.NewNamespace()

@@ -148,7 +148,7 @@ func (ns *Namespace) Register(fns ...Function) error {
 type hostFunc struct {
 	fn       Function
 	id       uint64
-	ns       uint32
+	refs     int // the namespaces that hold it (a Fork's copy shares its functions)
 	params   []hostParam
 	resolved *jsonschema.Resolved
 	validate bool  // the schema says more than the Python side checks (types and enums)
@@ -641,13 +641,19 @@ func (r *hostRegistry) add(ns uint32, fns []*hostFunc) {
 	}
 	for _, hf := range fns {
 		r.next++
-		hf.id, hf.ns = r.next, ns
+		hf.id, hf.refs = r.next, 1
 		hf.spec[1] = int64(hf.id)
 		if old := names[hf.fn.Name]; old != nil {
-			delete(r.byID, old.id)
+			r.unref(old)
 		}
 		names[hf.fn.Name] = hf
 		r.byID[hf.id] = hf
+	}
+}
+
+func (r *hostRegistry) unref(hf *hostFunc) {
+	if hf.refs--; hf.refs == 0 {
+		delete(r.byID, hf.id)
 	}
 }
 
@@ -656,9 +662,32 @@ func (r *hostRegistry) forget(ns uint32) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, hf := range r.byNS[ns] {
-		delete(r.byID, hf.id)
+		r.unref(hf)
 	}
 	delete(r.byNS, ns)
+}
+
+// fork gives namespace to the functions of namespace from (a Fork's copy): the same
+// functions, with the same ids, which the copy's Python functions call.
+func (r *hostRegistry) fork(from, to uint32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.byNS[from]) == 0 {
+		return
+	}
+	names := make(map[string]*hostFunc, len(r.byNS[from]))
+	for name, hf := range r.byNS[from] {
+		hf.refs++
+		names[name] = hf
+	}
+	r.byNS[to] = names
+}
+
+// holds reports whether hf is one of namespace ns's functions.
+func (r *hostRegistry) holds(ns uint32, hf *hostFunc) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return ns != 0 && r.byNS[ns][hf.fn.Name] == hf
 }
 
 // has reports whether any of the namespaces has functions.
@@ -810,7 +839,7 @@ func (h *hostCalls) run(v any) (status byte, payload []byte) {
 		return pyrt.CallRefused, []byte("host functions can be called only while a run of their namespace is in progress")
 	case hf == nil || args == nil:
 		return pyrt.CallRefused, []byte("no such host function (it was replaced or its namespace closed)")
-	case hf.ns != h.gid && hf.ns != h.lid:
+	case !h.reg.holds(h.gid, hf) && !h.reg.holds(h.lid, hf):
 		return pyrt.CallRefused, fmt.Appendf(nil, "%s() belongs to another namespace than this run's", hf.fn.Name)
 	}
 	if hf.validate {

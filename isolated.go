@@ -142,6 +142,7 @@ type Isolated struct {
 	slots   []*workerSlot // the shared workers; with one worker per namespace, the default's
 	perNS   bool          // Workers 0: each namespace gets a slot of its own
 	nextNS  atomic.Uint32
+	forks   atomic.Uint64 // tokens that pair a Fork's copy with its pipes in the guardian
 	spread  atomic.Uint32
 	// defaultNS is the namespace of runs that pass no Globals (id 1, on the first worker).
 	defaultNS *nsBinding
@@ -558,14 +559,11 @@ func (e *Isolated) do(ns *Namespace, op byte, args ...any) (any, error) {
 		e.closeOwn(slot)
 		return nil, nil
 	}
-	if err := slot.token.acquire(context.Background(), deadline{}); err != nil {
-		return nil, err
-	}
-	defer slot.token.release()
-	w, err := slot.live(context.Background())
+	w, err := slot.hold()
 	if err != nil {
 		return nil, err
 	}
+	defer slot.token.release()
 	if op == pyrt.OpFree {
 		if b.epoch != w.epoch || !w.known[ns.id] {
 			return nil, nil // nothing of it lives in this worker
@@ -597,6 +595,95 @@ func (e *Isolated) do(ns *Namespace, op byte, args ...any) (any, error) {
 	}
 	w.answered()
 	return opReply(h.reply.resp)
+}
+
+// fork is Namespace.Fork: the namespace's worker forks a copy of itself, which its
+// guardian hands pipes and a control socket of its own (docs/protocol.md, "Fork"); the copy
+// becomes the worker of a new slot, holding the namespace's variables under a new id.
+func (e *Isolated) fork(ns *Namespace) (*Namespace, error) {
+	if e.isClosed() {
+		return nil, ErrEngineClosed
+	}
+	b := bindingOf(ns)
+	if b == nil || !b.slot.own {
+		return nil, fmt.Errorf("%w: its worker holds other namespaces too (IsolatedConfig.Workers packs them, "+
+			"or it is the engine's default namespace): a copy of the process would copy theirs", ErrNoFork)
+	}
+	if len(e.cfg.Command) > 0 {
+		return nil, fmt.Errorf("%w: Command workers run elsewhere, without a guardian that minipy controls", ErrNoFork)
+	}
+	if b.slot.calls.Load().inCall(nil) {
+		return nil, ErrReentrant
+	}
+	slot := b.slot
+	w, err := slot.hold()
+	if err != nil {
+		return nil, err
+	}
+	defer slot.token.release()
+	if w.line == nil {
+		return nil, fmt.Errorf("%w: its worker has no control socket", ErrNoFork)
+	}
+	ids := []uint32{ns.id}
+	create, lost := w.prepare([]*nsBinding{b}, ids)
+	if lost != nil {
+		return nil, lost
+	}
+	if create, err = e.registerAgain(w, []*nsBinding{b}, ids, create); err != nil {
+		_, err := e.lost(slot, w, []*nsBinding{b}, nil, &Result{}, time.Now())
+		return nil, err
+	}
+	id := e.nextNS.Add(1)
+	token := e.forks.Add(1)
+	req := []byte{pyrt.OpFork}
+	req = binary.LittleEndian.AppendUint64(req, token)
+	req = binary.LittleEndian.AppendUint32(req, ns.id)
+	req = binary.LittleEndian.AppendUint32(req, id)
+	h := &isolatedRun{w: w, id: w.nextRun()}
+	if err := w.send(requestFrame(h.id, 0, create, req)); err == nil {
+		for !h.wait(-1) {
+		}
+	}
+	if h.reply == nil {
+		_, err := e.lost(slot, w, []*nsBinding{b}, nil, &Result{}, time.Now())
+		return nil, err
+	}
+	w.created([]*nsBinding{b}, ids)
+	if _, err := opReply(h.reply.resp); err != nil {
+		return nil, err
+	}
+	// The copy waits for its pipes and control socket, which the guardian pairs with it by
+	// the token.
+	ctl, ctlChild, err := controlSocket()
+	if err != nil {
+		return nil, err
+	}
+	defer ctlChild.Close()
+	line := &workerLine{guardian: w.line.guardian, done: make(chan struct{})}
+	line.guardian.n.Add(1)
+	msg := binary.LittleEndian.AppendUint64([]byte{'F'}, token)
+	known := map[uint32]bool{pyrt.DefaultNamespace: true, id: true}
+	cw, err := w.handOver(ctl, line, msg, []*os.File{ctlChild}, 1, known, e.cfg.StartTimeout)
+	if err == nil {
+		ctlChild.Close()
+		line.watch(cw)
+	}
+	if err != nil {
+		line.release()
+		ctl.Close()
+		return nil, fmt.Errorf("%w: the copy did not start: %w", ErrNoFork, err)
+	}
+	copySlot := &workerSlot{e: e, token: make(turn, 1), own: true, cur: cw, epoch: 1}
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		cw.kill()
+		return nil, ErrEngineClosed
+	}
+	e.own[copySlot] = struct{}{}
+	e.mu.Unlock()
+	e.hostReg.fork(ns.id, id)
+	return newNamespace(e, id, &nsBinding{slot: copySlot, epoch: 1}), nil
 }
 
 // registerAgain binds the host functions of the namespaces that w is about to create
@@ -804,14 +891,12 @@ func (s *workerSlot) live(ctx context.Context) (*worker, error) {
 			return nil, ErrEngineClosed
 		}
 		if w != nil {
-			select {
-			case <-w.exited:
+			if w.gone() {
 				w.kill()
 				s.replace(w)
 				continue
-			default:
-				return w, nil
 			}
+			return w, nil
 		}
 		s.startNext() // no-op when a start is in progress
 		w, err := s.awaitPending(ctx)
@@ -825,6 +910,20 @@ func (s *workerSlot) live(ctx context.Context) (*worker, error) {
 			return w, nil
 		}
 	}
+}
+
+// hold takes the slot's token, waiting without a deadline, and returns its live worker;
+// the caller releases the token (unless hold failed).
+func (s *workerSlot) hold() (*worker, error) {
+	if err := s.token.acquire(context.Background(), deadline{}); err != nil {
+		return nil, err
+	}
+	w, err := s.live(context.Background())
+	if err != nil {
+		s.token.release()
+		return nil, err
+	}
+	return w, nil
 }
 
 // replace drops w (which has ended) and starts its successor.

@@ -158,12 +158,41 @@ func BenchmarkIsolatedNewNamespace(b *testing.B) {
 	})
 }
 
+// BenchmarkIsolatedFork measures Namespace.Fork of a namespace that has imported numpy
+// and holds an 8 MB array, the copy's first run, and its Close.
+func BenchmarkIsolatedFork(b *testing.B) {
+	e := newIsolated(b, minipy.IsolatedConfig{})
+	ns := e.NewNamespace()
+	if _, err := e.Run(context.Background(), "import numpy\nA = numpy.ones(1 << 20)", &minipy.Options{Globals: ns}); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		cp, err := ns.Fork()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := e.Run(context.Background(), "A.sum()", &minipy.Options{Globals: cp}); err != nil {
+			b.Fatal(err)
+		}
+		cp.Close()
+	}
+	runtime.KeepAlive(ns)
+}
+
 // BenchmarkIsolatedIdleNamespaces reports the memory (sum of PSS over the engine's
-// processes) of 50 namespaces that have each run a line, one worker per namespace
-// (the default) and packed into 2 workers.
+// processes) of 50 namespaces that have each run a line: one worker per namespace (the
+// default), packed into 2 workers, and 49 forks of the first namespace (copy-on-write).
 func BenchmarkIsolatedIdleNamespaces(b *testing.B) {
-	for _, workers := range []int{0, 2} {
-		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
+	for _, variant := range []struct {
+		workers int
+		forked  bool
+	}{{0, false}, {2, false}, {0, true}} {
+		workers, forked := variant.workers, variant.forked
+		name := fmt.Sprintf("workers=%d", workers)
+		if forked {
+			name = "forked" // 49 forks of the first namespace
+		}
+		b.Run(name, func(b *testing.B) {
 			for b.Loop() {
 				e, err := minipy.NewIsolated(minipy.IsolatedConfig{Workers: workers})
 				if err != nil {
@@ -172,6 +201,12 @@ func BenchmarkIsolatedIdleNamespaces(b *testing.B) {
 				var spaces []*minipy.Namespace // kept: a collected namespace is closed
 				for i := 0; i < 50; i++ {
 					ns := e.NewNamespace()
+					if forked && i > 0 {
+						var err error
+						if ns, err = spaces[0].Fork(); err != nil {
+							b.Fatal(err)
+						}
+					}
 					spaces = append(spaces, ns)
 					if _, err := e.Run(context.Background(), "x = list(range(1000))", &minipy.Options{Globals: ns}); err != nil {
 						b.Fatal(err)

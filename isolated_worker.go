@@ -76,10 +76,13 @@ type worker struct {
 	known  map[uint32]bool
 	runSeq uint64
 
-	// Rollback (local workers): ctl is the control socket to the guardian (fd 3 there);
-	// snapKnown is known as of the last answered request, when the worker forked the
-	// snapshot that a rollback would wake; died is the guardian's report of the worker's end.
+	// Local workers: ctl is the control socket to the guardian (fd 3 there, for the first
+	// worker of a guardian); line is what the workers of one ctl share (a rollback's worker
+	// replaces the one that ended on the same line); snapKnown is known as of the last
+	// answered request, when the worker forked the snapshot that a rollback would wake;
+	// died is the guardian's report of the worker's end.
 	ctl        *net.UnixConn
+	line       *workerLine
 	snapKnown  map[uint32]bool
 	stderrDone chan struct{} // closed when the worker's stderr pipe has ended
 	died       chan death
@@ -165,7 +168,7 @@ func launchWorker(e *Isolated, epoch uint64) (*worker, error) {
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
 	var ctl *net.UnixConn
 	var ctlChild *os.File
-	if local && !e.cfg.NoRollback {
+	if local {
 		if ctl, ctlChild, err = controlSocket(); err != nil {
 			inR.Close()
 			inW.Close()
@@ -210,6 +213,10 @@ func launchWorker(e *Isolated, epoch uint64) (*worker, error) {
 		known:  map[uint32]bool{pyrt.DefaultNamespace: true},
 		ctl:    ctl,
 	}
+	if ctl != nil {
+		w.line = &workerLine{guardian: &guardianLines{}, done: make(chan struct{})}
+		w.line.guardian.n.Store(1)
+	}
 	w.stderr.max = stderrKeep
 	w.stderrDone = make(chan struct{})
 	go func() {
@@ -221,11 +228,10 @@ func launchWorker(e *Isolated, epoch uint64) (*worker, error) {
 		cmd.Wait() //nolint:errcheck // the status is read from ProcessState
 		w.state = cmd.ProcessState
 		close(w.exited)
-		if w.ctl != nil {
-			w.ctl.Close()
-		}
 	}()
-	w.watchControl()
+	if w.line != nil {
+		w.line.watch(w)
+	}
 	cfgFrame, err := workerConfigFrame(e)
 	if err != nil {
 		w.kill()
@@ -270,8 +276,11 @@ func workerConfigFrame(e *Isolated) ([]byte, error) {
 	fmt.Fprintf(&b, "kick_signal=%d\nworkdir=%s\nmemory=%d\nfile_size=%d\nopen_files=%d\nprocesses=%d\ncpu_seconds=%d\n",
 		int(e.cfg.KickSignal), workdir, e.cfg.MemoryLimit, e.cfg.FileSizeLimit, e.cfg.OpenFiles, e.cfg.Processes,
 		int64((e.cfg.CPULimit+time.Second-1)/time.Second))
-	if len(e.cfg.Command) == 0 && !e.cfg.NoRollback {
-		b.WriteString("rollback=1\n")
+	if len(e.cfg.Command) == 0 {
+		b.WriteString("control=1\n")
+		if !e.cfg.NoRollback {
+			b.WriteString("rollback=1\n")
+		}
 	}
 	if len(e.cfg.Preload) > 0 {
 		fmt.Fprintf(&b, "preload=%s\n", strings.Join(e.cfg.Preload, ","))
@@ -448,6 +457,12 @@ func (w *worker) answered() {
 // otherwise the process group and every descendant found in /proc are killed.
 func (w *worker) kill() {
 	w.killOnce.Do(func() {
+		if w.line != nil && w.line.release() {
+			// Other workers (Fork copies) share the guardian: it ends this one's line.
+			w.ctl.CloseWrite() //nolint:errcheck // a closed socket: the line has ended
+			w.stdin.Close()
+			return
+		}
 		pid := w.cmd.Process.Pid
 		if !w.pidns {
 			killDescendants(pid)
@@ -462,9 +477,36 @@ func (w *worker) kill() {
 func (w *worker) awaitExit() {
 	t := time.NewTimer(5 * time.Second)
 	defer t.Stop()
+	if w.line != nil && w.line.detached.Load() {
+		select { // the guardian closes the line's socket once it has killed the line
+		case <-w.line.done:
+		case <-w.exited:
+		case <-t.C:
+		}
+		return
+	}
 	select {
 	case <-w.exited:
 	case <-t.C:
+	}
+}
+
+// gone reports whether w's process has ended for the host: its guardian exited, or (a
+// line of a shared guardian) the guardian ended its line.
+func (w *worker) gone() bool {
+	select {
+	case <-w.exited:
+		return true
+	default:
+	}
+	if w.line == nil {
+		return false
+	}
+	select {
+	case <-w.line.done:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -644,26 +686,60 @@ func controlSocket() (*net.UnixConn, *os.File, error) {
 	return c.(*net.UnixConn), os.NewFile(uintptr(fds[1]), "minipy-control-child"), nil
 }
 
-// watchControl reads the guardian's reports: a b"D" (the worker ended) is kept for the run
-// that waits, which it wakes.
-func (w *worker) watchControl() {
-	if w.ctl == nil {
-		return
+// guardianLines counts the lines (workers with a control socket each) of one guardian
+// process: the first worker and the copies Namespace.Fork made from it.
+type guardianLines struct{ n atomic.Int32 }
+
+// workerLine is one control socket to a guardian and the succession of workers on it (a
+// rollback's snapshot takes over from the worker that ended).
+type workerLine struct {
+	guardian *guardianLines
+	cur      atomic.Pointer[worker] // the worker the guardian's next report is about
+	released atomic.Bool
+	detached atomic.Bool   // released while other lines lived: the guardian ends it
+	done     chan struct{} // closed when the control socket has ended
+}
+
+// release gives up the line; it reports whether other lines of its guardian live on (then
+// the guardian must end this one alone, rather than be killed).
+func (l *workerLine) release() (others bool) {
+	if !l.released.CompareAndSwap(false, true) {
+		return l.detached.Load()
 	}
+	others = l.guardian.n.Add(-1) > 0
+	l.detached.Store(others)
+	return others
+}
+
+// follow makes w the worker that the line's next report is about.
+func (l *workerLine) follow(w *worker) {
+	w.line = l
 	w.died = make(chan death, 1)
+	l.cur.Store(w)
+}
+
+// watch makes w the line's current worker and reads the guardian's reports until the
+// socket ends: a b"D" (the worker ended) is kept for the run that waits, which it wakes.
+func (l *workerLine) watch(w *worker) {
+	l.follow(w)
+	ctl := w.ctl
 	go func() {
+		defer close(l.done)
 		buf := make([]byte, 16)
 		for {
-			n, err := w.ctl.Read(buf)
+			n, err := ctl.Read(buf)
 			if err != nil {
 				return
 			}
 			if n == 6 && buf[0] == 'D' {
 				d := death{status: syscall.WaitStatus(int32(binary.LittleEndian.Uint32(buf[1:5]))), snapshot: buf[5] == 1}
-				w.deathNote.Store(&d)
-				w.died <- d
-				w.wake()
-				return
+				cur := l.cur.Load()
+				cur.deathNote.Store(&d)
+				select {
+				case cur.died <- d:
+				default:
+				}
+				cur.wake()
 			}
 		}
 	}()
@@ -676,7 +752,7 @@ func (w *worker) ended() bool { return w.deathNote.Load() != nil }
 // stop at a deadline), and waits up to wait for its report; false when there is no report
 // (no control socket, or no answer): the caller then kills the whole guardian.
 func (w *worker) killWorker(wait time.Duration) (death, bool) {
-	if w.ctl == nil {
+	if w.line == nil {
 		return death{}, false
 	}
 	if d := w.deathNote.Load(); d != nil {
@@ -690,7 +766,7 @@ func (w *worker) killWorker(wait time.Duration) (death, bool) {
 
 // awaitDeath waits up to wait for the guardian's report that the worker ended.
 func (w *worker) awaitDeath(wait time.Duration) (death, bool) {
-	if w.ctl == nil {
+	if w.line == nil {
 		return death{}, false
 	}
 	if d := w.deathNote.Load(); d != nil {
@@ -702,6 +778,7 @@ func (w *worker) awaitDeath(wait time.Duration) (death, bool) {
 	case d := <-w.died:
 		return d, true
 	case <-w.exited:
+	case <-w.line.done:
 	case <-t.C:
 	}
 	if d := w.deathNote.Load(); d != nil {
@@ -712,15 +789,50 @@ func (w *worker) awaitDeath(wait time.Duration) (death, bool) {
 
 // rollBack wakes the snapshot of w (which ended) as the worker: new pipes go to it through
 // the guardian, and it answers with a ready frame on them. The returned worker shares w's
-// process (the guardian) and epoch, and knows the namespaces the snapshot holds.
+// process (the guardian), line and epoch, and knows the namespaces the snapshot holds.
 func (w *worker) rollBack(timeout time.Duration) (*worker, error) {
+	nw, err := w.handOver(w.ctl, w.line, []byte{'T'}, nil, w.epoch, w.snapKnown, timeout)
+	if err != nil {
+		return nil, fmt.Errorf("minipy: the rollback snapshot did not take over: %w", err)
+	}
+	w.stdin.Close()
+	w.out.Close()
+	return nw, nil
+}
+
+// handOver makes the host's side of a worker that w's guardian wakes on fresh pipes (a
+// rollback's snapshot, a Fork's copy): it sends msg over w's control socket with the
+// pipes' worker ends (and extra after them), and waits for the ready frame on them. The
+// new worker reports over ctl, on line.
+func (w *worker) handOver(ctl *net.UnixConn, line *workerLine, msg []byte, extra []*os.File, epoch uint64,
+	known map[uint32]bool, timeout time.Duration) (*worker, error) {
 	p, err := newWorkerPipes()
 	if err != nil {
 		return nil, err
 	}
 	inR, inW, outR, outW, errR, errW := p[0], p[1], p[2], p[3], p[4], p[5]
-	rights := syscall.UnixRights(int(inR.Fd()), int(outW.Fd()), int(errW.Fd()))
-	_, _, err = w.ctl.WriteMsgUnix([]byte{'T'}, rights, nil)
+	nw := &worker{
+		epoch:  epoch,
+		cmd:    w.cmd,
+		stdin:  inW,
+		pidns:  w.pidns,
+		exited: w.exited,
+		out:    outR,
+		known:  maps.Clone(known),
+		ctl:    ctl,
+	}
+	if nw.known == nil {
+		nw.known = map[uint32]bool{pyrt.DefaultNamespace: true}
+	}
+	nw.snapKnown = maps.Clone(nw.known)
+	nw.stderr.max = stderrKeep
+	nw.stderrDone = make(chan struct{})
+	line.follow(nw) // before the guardian can report on it
+	fds := []int{int(inR.Fd()), int(outW.Fd()), int(errW.Fd())}
+	for _, f := range extra {
+		fds = append(fds, int(f.Fd()))
+	}
+	_, _, err = w.ctl.WriteMsgUnix(msg, syscall.UnixRights(fds...), nil)
 	inR.Close()
 	outW.Close()
 	errW.Close()
@@ -730,36 +842,25 @@ func (w *worker) rollBack(timeout time.Duration) (*worker, error) {
 		errR.Close()
 		return nil, err
 	}
-	nw := &worker{
-		epoch:  w.epoch,
-		cmd:    w.cmd,
-		stdin:  inW,
-		pidns:  w.pidns,
-		exited: w.exited,
-		out:    outR,
-		known:  maps.Clone(w.snapKnown),
-		ctl:    w.ctl,
-	}
-	if nw.known == nil {
-		nw.known = map[uint32]bool{pyrt.DefaultNamespace: true}
-	}
-	nw.stderr.max = stderrKeep
-	nw.stderrDone = make(chan struct{})
 	go func() {
 		io.Copy(&nw.stderr, errR) //nolint:errcheck // ends with the worker
 		errR.Close()
 		close(nw.stderrDone)
 	}()
-	nw.watchControl()
-	w.stdin.Close()
-	w.out.Close()
 	until := time.Now().Add(timeout)
 	for {
 		body, err := nw.readFrame(until)
 		if err != nil {
 			nw.stdin.Close()
 			nw.out.Close()
-			return nil, fmt.Errorf("minipy: the rollback snapshot did not take over: %w", err)
+			select { // what it said before it ended
+			case <-nw.stderrDone:
+			case <-time.After(100 * time.Millisecond):
+			}
+			if msg := strings.TrimSpace(nw.stderr.String()); msg != "" {
+				err = fmt.Errorf("%w: %s", err, msg)
+			}
+			return nil, err
 		}
 		if body[0] == pyrt.FrameReady {
 			return nw, nil

@@ -182,6 +182,8 @@ func replyError(v any) error {
 		return fmt.Errorf("%w: %s", ErrUnsupportedValue, msg)
 	case "namespace":
 		return fmt.Errorf("%w: %s", ErrNamespaceClosed, msg)
+	case "fork":
+		return fmt.Errorf("%w: %s", ErrNoFork, msg)
 	}
 	return fmt.Errorf("minipy: internal error in the Python runtime: %s", msg)
 }

@@ -140,6 +140,33 @@ func (ns *Namespace) Names() ([]string, error) {
 	return names, nil
 }
 
+// Fork returns a copy of the namespace in a process of its own, for an agent that branches
+// a conversation: the copy has the namespace's variables, imported modules and host
+// functions as they are between runs, and from then on changes to either never reach the
+// other. It waits for a run in progress in the namespace. Threads and child processes
+// that earlier runs left running are not copied; files are shared (both run in one
+// sandbox: the working directory, /tmp). Closing one leaves the other.
+//
+// Only namespaces of an isolated engine with a worker per namespace (IsolatedConfig.Workers
+// 0) and local workers can fork; others give an error matching ErrNoFork. A fork costs
+// about as much as a rollback snapshot (a copy-on-write fork of the worker process).
+func (ns *Namespace) Fork() (*Namespace, error) {
+	ns.mu.Lock()
+	err := ns.usable()
+	ns.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	f, ok := ns.engine.(interface {
+		fork(ns *Namespace) (*Namespace, error)
+	})
+	if !ok {
+		return nil, fmt.Errorf("%w: %s runs in the host process (Fork needs the isolated engine)", ErrNoFork,
+			ns.engine.name())
+	}
+	return f.fork(ns)
+}
+
 // Close frees the namespace's variables. Later uses return ErrNamespaceClosed; closing
 // twice is not an error.
 func (ns *Namespace) Close() error {

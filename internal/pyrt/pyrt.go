@@ -48,6 +48,10 @@ const (
 	OpNames
 	OpInfo
 	OpRegister // namespace id, [function specs]: bind host functions (see host.go)
+	// OpFork is served by an isolated worker itself, not by dispatch: u64 token, u32 source
+	// namespace id, u32 copy id. The worker forks a copy of itself (Namespace.Fork;
+	// docs/protocol.md, "Fork").
+	OpFork
 )
 
 // Flags of a run request. RunLive: its output is sent while it runs (events of kind
@@ -124,8 +128,8 @@ func prelude() string {
 	b := func(kind byte) string { return fmt.Sprintf("b%q", string(kind)) }
 	defs := []string{
 		fmt.Sprintf("RUNTIME_FILE = %q", RuntimeFile),
-		fmt.Sprintf("OP_RUN, OP_NEW, OP_FREE, OP_SET, OP_GET, OP_NAMES, OP_INFO, OP_REGISTER = %d, %d, %d, %d, %d, %d, %d, %d",
-			OpRun, OpNew, OpFree, OpSet, OpGet, OpNames, OpInfo, OpRegister),
+		fmt.Sprintf("OP_RUN, OP_NEW, OP_FREE, OP_SET, OP_GET, OP_NAMES, OP_INFO, OP_REGISTER, OP_FORK = %d, %d, %d, %d, %d, %d, %d, %d, %d",
+			OpRun, OpNew, OpFree, OpSet, OpGet, OpNames, OpInfo, OpRegister, OpFork),
 		fmt.Sprintf("RUN_LIVE, RUN_HOST_CALLS = %d, %d", RunLive, RunHostCalls),
 		fmt.Sprintf("DEFAULT_NAMESPACE = %d", DefaultNamespace),
 		fmt.Sprintf("MAX_DEPTH = %d", MaxDepth),

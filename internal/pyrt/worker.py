@@ -36,8 +36,9 @@ import types
 
 _LEN = struct.Struct("<I")
 _real_fork = os.fork  # before the runtime wraps it: a snapshot is not a child of a run
-_snap_sock = None  # the worker's end of the guardian's rollback socket (IsolatedConfig rollback)
-_CTL_FD = 3  # the host's rollback control socket, when the config says rollback=1
+_snap_sock = None  # the worker's end of its socket to the guardian (config control=1)
+_forkable = False  # the worker can fork snapshots and copies that start their threads again
+_CTL_FD = 3  # the host's control socket, when the config says control=1
 _kept = []  # a snapshot's objects over the worker's closed pipes (see _Worker.snapshot)
 _RUN_ID = struct.Struct("<Q")
 _STOP_MS = struct.Struct("<I")
@@ -193,7 +194,8 @@ class _Worker:
         self.call_seq = 0
         self.main_ident = threading.get_ident()
         self.deadman = None
-        self.snap_sock = _snap_sock  # the guardian's socket for rollback snapshots, or None
+        self.snap_sock = _snap_sock  # the worker's socket to the guardian (snapshots, forks), or None
+        self.snapshots = False  # fork a rollback snapshot after each request that may change state
         self.snap_pid = 0
         self.unreaped = []  # replaced snapshots, killed, not yet reaped
         self.changed = True  # the last request may have changed the state: snapshot again
@@ -313,7 +315,7 @@ class _Worker:
     def serve(self, dispatch):
         state = _rt._state
         while True:
-            if self.snap_sock is not None and self.changed:
+            if self.snapshots and self.changed:
                 while self.snapshot():  # a snapshot that took over snapshots itself again
                     pass
             self.request_ready.acquire()
@@ -330,7 +332,14 @@ class _Worker:
                 self.arm_cpu_limit()
             request = body[pos:]
             # Reading requests change nothing: the snapshot stays good.
-            self.changed = bool(count) or request[:1] not in (bytes((OP_GET,)), bytes((OP_NAMES,)), bytes((OP_INFO,)))
+            self.changed = bool(count) or request[:1] not in (
+                bytes((OP_GET,)), bytes((OP_NAMES,)), bytes((OP_INFO,)), bytes((OP_FORK,)))
+            if request[:1] == bytes((OP_FORK,)):
+                resp = self.fork(request)
+                if resp is None:
+                    continue  # in the copy, which has taken over: its requests come on its own pipes
+                self.write_frame(F_ANSWER, body[1:9], b"\x00", resp)
+                continue
             host_calls = request[0] == OP_RUN and bool(_FLAGS.unpack_from(request, 13)[0] & RUN_HOST_CALLS)
             with self.lock:
                 # stage 0 first: a kick signal of an earlier run that is delivered late then
@@ -365,8 +374,14 @@ class _Worker:
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # 3.12+: fork() of a multi-threaded process
-            pid = _real_fork()
+            try:
+                pid = _real_fork()
+            except OSError:
+                # EAGAIN under the Processes limit: no snapshot this time. The previous one
+                # holds an older state, which is not "before this run": it goes (pid 0).
+                pid = -1
         if pid:
+            pid = max(pid, 0)
             # The guardian learns of the new one before the old one goes, so that a crash
             # in between still finds a snapshot; the old one is reaped later, without waiting.
             try:
@@ -387,25 +402,109 @@ class _Worker:
                 except ChildProcessError:
                     self.unreaped.remove(p)
             return False
-        # The worker's pipes are its own: held here too, they would not end when it does. The
-        # objects over them are kept, never used again: collected, they would close their fd
-        # numbers, which the new pipes may have by then.
+        self.leave_pipes()
+        self.resume()
+        return True
+
+    def leave_pipes(self):
+        """In a snapshot or a copy: close this process's copies of the worker's pipes, which
+        are the worker's own (held here too, they would not end when it does). The objects
+        over them are kept, never used again: collected, they would close their fd numbers,
+        which the new pipes may have by then."""
         _kept.extend((self.rin, getattr(self, "fault_file", None)))
         for fd in (self.in_fd, self.out_fd, self.host_err):
             try:
                 os.close(fd)
             except OSError:
                 pass
+
+    def resume(self):
+        """In a snapshot or a copy: wait for the host's pipes and become the worker on them."""
         fds = self.wait_for_pipes()
         try:
             self.take_over(fds)
         except BaseException:
             import traceback
 
-            os.write(fds[2], ("minipy worker: the rollback snapshot failed to take over:\n" +
+            os.write(fds[2], ("minipy worker: the snapshot or copy failed to take over:\n" +
                               traceback.format_exc()).encode())
             os._exit(70)
-        return True
+
+    def fork(self, request):
+        """OpFork (Namespace.Fork): fork a copy of this worker whose namespace copy_id is a
+        copy of namespace src. The copy is forked by a child that exits at once, so that it
+        is the guardian's child, not this worker's: it reports itself to the guardian with
+        its own socket, waits for the host's pipes, and returns None as the worker on them.
+        The worker returns the reply to the host."""
+        import socket
+
+        token, src, dst = struct.unpack_from("<QII", request, 1)
+        if self.snap_sock is None or not _forkable:
+            return b"\x01" + _rt.encode(["fork", "this worker cannot fork (no control socket to its guardian, "
+                                                  "or a free-threaded Python under a MemoryLimit)"])
+        if src not in _rt._spaces:
+            return b"\x01" + _rt.encode(["namespace", "namespace %d is closed or unknown" % src])
+        import warnings
+
+        try:
+            mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        except OSError as exc:
+            return b"\x01" + _rt.encode(["fork", "the worker cannot fork: %s" % exc])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # 3.12+: fork() of a multi-threaded process
+            try:
+                mid = _real_fork()
+            except OSError as exc:  # EAGAIN: the Processes limit, which a namespace and its copies share
+                mine.close()
+                theirs.close()
+                return b"\x01" + _rt.encode(["fork", "the worker cannot fork: %s" % exc])
+            if mid == 0:
+                try:
+                    pid = _real_fork()
+                except BaseException:
+                    pid = -1
+                if pid:
+                    os._exit(0 if pid > 0 else 1)  # the middle child
+                try:
+                    self.become_copy(mine, theirs, token, src, dst)
+                except BaseException:
+                    os._exit(70)  # the host's wait for its ready frame fails
+                return None
+        mine.close()
+        theirs.close()
+        if os.waitpid(mid, 0)[1]:
+            return b"\x01" + _rt.encode(["fork", "the worker cannot fork (the Processes limit, which a namespace "
+                                                  "and its copies share?)"])
+        return b"\x00N"
+
+    def become_copy(self, mine, theirs, token, src, dst):
+        import array
+        import socket
+
+        # To the guardian, over the parent's socket: who the copy is, and its own socket.
+        parent = socket.socket(fileno=os.dup(self.snap_sock))
+        parent.sendmsg([b"F" + struct.pack("<QI", token, os.getpid())],
+                       [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [theirs.fileno()]).tobytes())])
+        parent.close()
+        theirs.close()
+        os.close(self.snap_sock)
+        self.snap_sock = mine.detach()
+        # Memory files of its own for fds 1 and 2 (the parent's are shared by the fork).
+        for fd, name in ((self.out_mem, "minipy-stdout"), (self.err_mem, "minipy-stderr")):
+            new = os.memfd_create(name)
+            os.dup2(new, fd, inheritable=False)
+            os.close(new)
+        os.dup2(self.out_mem, 1)
+        os.dup2(self.err_mem, 2)
+        # Only the namespace copied is the copy's; the processes of the parent's runs are not
+        # its children.
+        space = _rt._spaces.pop(src)
+        for ident in [i for i in _rt._spaces if i != DEFAULT_NAMESPACE]:
+            del _rt._spaces[ident]
+        _rt._spaces[dst] = space
+        _rt._space_procs.clear()
+        self.leave_pipes()
+        self.resume()
 
     def wait_for_pipes(self):
         """In the snapshot: wait for the guardian to hand over the host's new pipes."""
@@ -444,6 +543,7 @@ class _Worker:
         self.running = self.kicked = self.host_calls = False
         self.calls = {}
         self.snap_pid, self.unreaped, self.changed = 0, [], True  # the worker's, not this one's
+        self.deadman = None  # POSIX timers are not inherited by a fork
         self.main_ident = threading.get_ident()
         _rt._main_ident = self.main_ident
         self.fault_file = os.fdopen(self.host_err, "w", closefd=False)
@@ -761,8 +861,8 @@ def _become_guardian(cfg, runtime):
     os.set_blocking(wake_w, False)
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # a handler: the wakeup fd is written
     signal.set_wakeup_fd(wake_w)
-    rollback = bool(cfg.get("rollback"))
-    if rollback:
+    control = bool(cfg.get("control"))
+    if control:
         import socket
 
         v_g, v_w = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -772,21 +872,19 @@ def _become_guardian(cfg, runtime):
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.close(wake_r)
         os.close(wake_w)
-        if rollback:
-            global _snap_sock
+        if control:
+            global _snap_sock, _forkable
             os.close(_CTL_FD)
             v_g.close()
-            # A snapshot starts its threads again under the worker's RLIMIT_AS; a
+            _snap_sock = v_w.detach()
+            # A snapshot or a copy starts its threads again under the worker's RLIMIT_AS; a
             # free-threaded build's allocator has reserved too much address space by then
-            # for any new thread, so there such a worker takes no snapshots.
-            if cfg.get("memory") and not getattr(sys, "_is_gil_enabled", lambda: True)():
-                v_w.close()
-            else:
-                _snap_sock = v_w.detach()
+            # for any new thread, so there such a worker neither snapshots nor forks.
+            _forkable = not (cfg.get("memory") and not getattr(sys, "_is_gil_enabled", lambda: True)())
         return
-    if rollback:
+    if control:
         v_w.close()
-        _guard_rollback(pid, v_g, wake_r, init)
+        _guard_lines(pid, v_g, wake_r)
     poller = select.poll()
     poller.register(wake_r, select.POLLIN)
     poller.register(0, 0)  # only POLLHUP/POLLERR: the host closed its end
@@ -824,11 +922,11 @@ def _become_guardian(cfg, runtime):
 
 
 def _recv_fds(sock):
-    """One message of sock and the fds it carries (SCM_RIGHTS, at most three)."""
+    """One message of sock and the fds it carries (SCM_RIGHTS, at most four)."""
     import array
     import socket
 
-    msg, anc, _, _ = sock.recvmsg(16, socket.CMSG_SPACE(3 * array.array("i").itemsize))
+    msg, anc, _, _ = sock.recvmsg(16, socket.CMSG_SPACE(4 * array.array("i").itemsize))
     fds = array.array("i")
     for level, kind, data in anc:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
@@ -859,16 +957,16 @@ def _children_of():
 
 
 def _kill_trees(roots, spare):
-    """SIGKILL roots and all their descendants but spare, stopping them first, round after
+    """SIGKILL roots and all their descendants but the pids in spare (and theirs), stopping them first, round after
     round, so that none forks past the scan. (runtime.kill_processes does this for a run's
     children; the guardian has no runtime loaded, and loading it costs ~10 ms.)"""
     stopped = set()
     for _ in range(20):
         children = _children_of()
-        fresh, queue = [], [r for r in roots if r != spare]
+        fresh, queue = [], [r for r in roots if r not in spare]
         while queue:
             p = queue.pop()
-            if p != spare and p not in stopped:
+            if p not in spare and p not in stopped:
                 fresh.append(p)
                 queue.extend(children.get(p, ()))
         if not fresh:
@@ -886,33 +984,114 @@ def _kill_trees(roots, spare):
             pass
 
 
-def _guard_rollback(worker, v, wake_r, init):
-    """The guardian of a worker with rollback snapshots (docs/protocol.md, "Rollback"). The
-    worker tells it each snapshot's pid (b"S" u32) over v; the host talks to it over the
-    control socket (fd 3): b"K" kills the worker (not its snapshot); when the worker ends,
-    the guardian kills what is left of its tree but the snapshot and sends b"D" i32 wait
-    status, u8 snapshot alive; then b"T" with three fds (the new stdin, stdout, stderr
-    pipes) makes it hand them to the snapshot, which becomes the worker. The host closing
-    the socket, or a worker ending without a snapshot, ends it all, as the plain guardian."""
+class _Line:
+    """A worker the guardian serves: the first one, or a copy that Namespace.Fork made. ctl
+    is the host's control socket for it (fd 3 for the first), v the socket over which it
+    and its snapshot talk to the guardian, snap its snapshot's pid (0: none), dead that
+    the worker ended and its snapshot waits for the host's b"T"."""
+
+    __slots__ = ("worker", "ctl", "v", "snap", "dead")
+
+    def __init__(self, worker, ctl, v):
+        self.worker, self.ctl, self.v, self.snap, self.dead = worker, ctl, v, 0, False
+
+
+def _guard_lines(worker, v, wake_r):
+    """The guardian of local workers, each with its own control socket from the host
+    (docs/protocol.md, "Rollback" and "Fork"). A worker tells it each snapshot's pid
+    (b"S" u32) over its v; over its control socket the host sends b"K" (kill the worker,
+    not its snapshot) and b"T" with three fds (the new stdin, stdout, stderr pipes, which
+    the guardian hands to the snapshot: it becomes the worker). When a worker ends, the
+    guardian kills what is left of its tree, but the snapshot and the other workers, and
+    sends b"D" i32 wait status, u8 snapshot alive. A Fork's copy reports itself over its
+    parent's v (b"F" u64 token, u32 pid, with its own v's other end); the host sends b"F"
+    u64 token with four fds (the copy's pipes and its control socket); the guardian pairs
+    them by token and hands the copy its pipes. The host closing a worker's control socket
+    ends that worker (and its snapshot); a worker that ends without a snapshot ends its
+    line. When no worker is left, the guardian ends it all as the plain guardian does."""
     import array
     import select
     import socket
 
-    ctl = socket.socket(fileno=_CTL_FD)
     me = os.getpid()
-    snap = 0
-    dead = False  # the worker ended; waiting for the host's b"T" (or its end)
+    lines = []
+    by_fd = {}
+    from_host = {}  # fork token -> the copy's fds, from the host
+    from_copy = {}  # fork token -> (pid, v), from the copy
     poller = select.poll()
     poller.register(wake_r, select.POLLIN)
-    poller.register(ctl.fileno(), select.POLLIN)
-    poller.register(v.fileno(), select.POLLIN)
+
+    def watch(sock, line):
+        by_fd[sock.fileno()] = (sock, line)
+        poller.register(sock.fileno(), select.POLLIN)
+
+    def unwatch(sock):
+        fd = sock.fileno()
+        if by_fd.pop(fd, None) is not None:
+            poller.unregister(fd)
+
+    def add(line):
+        lines.append(line)
+        watch(line.ctl, line)
+        watch(line.v, line)
+
+    def known():
+        pids = {p for line in lines for p in (line.worker, line.snap) if p}
+        pids.update(p for p, _ in from_copy.values())
+        return pids
+
+    def drop(line):
+        lines.remove(line)
+        # The worker may have ended already (the host closed its stdin too), its orphans
+        # the guardian's children now: whatever is no line's worker or snapshot goes too.
+        keep = known()
+        roots = [p for p in (line.worker, line.snap) if p]
+        _kill_trees(roots + [p for p in _children_of().get(me, ()) if p not in keep], keep)
+        for sock in (line.ctl, line.v):
+            unwatch(sock)
+            sock.close()
+        if not lines:
+            end(None)
 
     def end(status):
-        _kill_trees(_children_of().get(me, ()), 0)
+        _kill_trees(_children_of().get(me, ()), ())
         if status is not None:
             _report_exit(status)
         os._exit(0)
 
+    def ended(line, status):
+        # Its orphans are the guardian's children now: whatever is no worker or snapshot.
+        keep = known() - {line.worker}
+        _kill_trees([p for p in _children_of().get(me, ()) if p not in keep], keep)
+        alive = 1 if line.snap else 0
+        try:
+            line.ctl.send(b"D" + struct.pack("<i", status) + bytes((alive,)))
+        except OSError:
+            alive = 0
+        if not alive:
+            if len(lines) == 1:
+                end(status)
+            drop(line)
+        line.dead = True
+
+    def pair(token):
+        if token not in from_host or token not in from_copy:
+            return
+        fds = from_host.pop(token)
+        pid, cv = from_copy.pop(token)
+        line = _Line(pid, socket.socket(fileno=fds[3]), cv)
+        try:
+            cv.sendmsg([b"T"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds[:3]).tobytes())])
+        except OSError:
+            line.ctl.close()
+            cv.close()
+            _kill_trees([pid], known() - {pid})
+        else:
+            add(line)
+        for f in fds[:3]:
+            os.close(f)
+
+    add(_Line(worker, socket.socket(fileno=_CTL_FD), v))
     while True:
         while True:
             try:
@@ -921,51 +1100,55 @@ def _guard_rollback(worker, v, wake_r, init):
                 got = 0
             if not got:
                 break
-            if got == snap:
-                snap = 0
-            if got == worker and not dead:
-                _kill_trees([p for p in _children_of().get(me, ()) if p != snap], snap)
-                alive = 1 if snap else 0
-                try:
-                    ctl.send(b"D" + struct.pack("<i", st) + bytes((alive,)))
-                except OSError:
-                    end(st)
-                if not alive:
-                    end(st)
-                dead = True
+            for token, (pid, cv) in list(from_copy.items()):
+                if pid == got:  # a copy that died before the host's half came
+                    del from_copy[token]
+                    cv.close()
+            for line in list(lines):
+                if got == line.snap:
+                    line.snap = 0
+                if got == line.worker and not line.dead:
+                    ended(line, st)
         try:
             events = poller.poll()
         except InterruptedError:
             continue
-        for fd, ev in events:
+        for fd, _ in events:
             if fd == wake_r:
                 os.read(wake_r, 512)
-            elif fd == v.fileno():
-                try:
-                    msg = v.recv(16)
-                except OSError:
-                    msg = b""
+                continue
+            sock, line = by_fd.get(fd, (None, None))
+            if line is None or line not in lines:
+                continue  # dropped while handling an earlier event of this round
+            try:
+                msg, fds = _recv_fds(sock)
+            except OSError:
+                msg, fds = b"", []
+            if sock is line.v:
                 if not msg:  # no worker or snapshot holds the other end any more
-                    poller.unregister(v.fileno())
-                elif msg[:1] == b"S" and len(msg) == 5 and not dead:
-                    snap = int.from_bytes(msg[1:5], "little")
-            elif fd == ctl.fileno():
+                    unwatch(sock)
+                elif msg[:1] == b"S" and len(msg) == 5 and not line.dead:
+                    line.snap = int.from_bytes(msg[1:5], "little")
+                elif msg[:1] == b"F" and len(msg) == 13 and len(fds) == 1:
+                    token = msg[1:9]
+                    from_copy[token] = (int.from_bytes(msg[9:13], "little"), socket.socket(fileno=fds.pop()))
+                    pair(token)
+            elif not msg:
+                drop(line)  # the host is done with this worker (or gone)
+            elif msg[:1] == b"K" and not line.dead:
+                _kill_trees([line.worker], known() - {line.worker})
+            elif msg[:1] == b"T" and line.dead and line.snap and len(fds) == 3:
                 try:
-                    msg, fds = _recv_fds(ctl)
+                    line.v.sendmsg([b"T"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())])
+                    line.worker, line.snap, line.dead = line.snap, 0, False
                 except OSError:
-                    msg, fds = b"", []
-                if not msg:
-                    end(None)  # the host is gone, or done with this worker
-                if msg[:1] == b"K" and not dead:
-                    _kill_trees([worker], snap)
-                elif msg[:1] == b"T" and dead and snap and len(fds) == 3:
-                    try:
-                        v.sendmsg([b"T"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())])
-                        worker, snap, dead = snap, 0, False
-                    except OSError:
-                        end(None)
-                for f in fds:
-                    os.close(f)
+                    drop(line)
+            elif msg[:1] == b"F" and len(msg) == 9 and len(fds) == 4:
+                from_host[msg[1:9]] = fds
+                fds = []
+                pair(msg[1:9])
+            for f in fds:
+                os.close(f)
 
 
 def main(read):
@@ -1060,6 +1243,7 @@ def _start(w, cfg, runtime):
     _rt.new_captures = w.captures
     w.kick_signal = cfg["kick_signal"]
     w.cpu_limit = cfg.get("cpu_seconds", 0)
+    w.snapshots = bool(cfg.get("rollback")) and _forkable and w.snap_sock is not None
     dispatch = _rt.install(w.kick_signal, None)
     _rt.call_host = w.call_host
     _rt.adopter = os.getppid()  # the guardian
