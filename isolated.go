@@ -104,6 +104,13 @@ type IsolatedConfig struct {
 	// Command workers have no snapshots, nor have workers of a free-threaded Python with a
 	// MemoryLimit (a snapshot could not start its threads under it).
 	NoRollback bool
+	// NoTemplate starts each sandboxed worker as a process of its own. By default an engine
+	// with sandboxed local workers keeps a template: a process in the sandbox's file system
+	// that has loaded the runtime and Preload, from which each new worker is forked
+	// (copy-on-write, so workers share those pages) into namespaces of its own (user, pid,
+	// mount, IPC, UTS, network), with a fresh /tmp and /dev/shm, its own limits, and no
+	// capability. Workers of Command or without the sandbox always start plainly.
+	NoTemplate bool
 	// Preload names modules ("numpy", "pandas", "matplotlib.pyplot") that every worker
 	// imports as it starts, before its first run: workers are started ahead of need (at
 	// NewIsolated and NewNamespace, and as soon as one is lost), so a session's first cell
@@ -129,7 +136,9 @@ type Mount struct {
 // Isolated is an engine whose code runs in worker processes: the same Options, Result and
 // errors as the in-process engine, plus hard limits. A run that does not yield within a
 // grace period after its deadline gets its worker's whole process tree killed; a crashed or
-// killed worker is replaced, and the error says what was lost (ErrStateLost).
+// killed worker is rolled back to its snapshot from before the run (or, without one,
+// replaced, and the error says what was lost: ErrStateLost). Sandboxed workers are forked
+// from a template process (IsolatedConfig.NoTemplate).
 //
 // All methods are safe for concurrent use. Runs in namespaces on different workers proceed
 // in parallel; runs on one worker take turns.
@@ -152,6 +161,12 @@ type Isolated struct {
 	closed bool
 	own    map[*workerSlot]struct{} // perNS: the slots of the namespaces made, and the spare
 	spare  *workerSlot              // perNS: a worker started ahead for the next namespace
+
+	// The template (sandboxed local workers unless NoTemplate): the process that new
+	// workers are forked from. useTemplate turns false if a replacement fails to start.
+	tmplMu      sync.Mutex
+	tmpl        *worker
+	useTemplate bool
 }
 
 // nsBinding ties a namespace to the worker slot that holds it. epoch is the worker
@@ -166,8 +181,8 @@ type nsBinding struct {
 var moduleName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
 
 // NewIsolated starts an isolated engine: it makes its private working directory, starts
-// every worker (waiting for the first, so that a bad configuration is reported here) and
-// returns. Call Close to stop the workers and remove the directory.
+// its template (sandboxed workers) and every worker (waiting for the template and the
+// first worker, so that a bad configuration is reported here) and returns. Call Close to stop the workers and remove the directory.
 func NewIsolated(cfg IsolatedConfig) (*Isolated, error) {
 	return newIsolated(cfg, true)
 }
@@ -239,6 +254,20 @@ func newIsolated(cfg IsolatedConfig, sandbox bool) (*Isolated, error) {
 	}
 	if err := e.makeDirs(); err != nil {
 		return nil, err
+	}
+	if e.sandbox && !cfg.NoTemplate {
+		t, err := launchWorker(e, 0, true)
+		if err == nil {
+			t, err = awaitReady(e, t)
+		}
+		if err != nil {
+			e.Close()
+			if cfg.AllowUnsandboxed && errors.Is(err, ErrNoSandbox) {
+				return newIsolated(cfg, false) // the kernel refused a mount: no namespaces then
+			}
+			return nil, err
+		}
+		e.tmpl, e.useTemplate = t, true
 	}
 	e.nextNS.Store(pyrt.DefaultNamespace)
 	e.slots = make([]*workerSlot, max(cfg.Workers, 1))
@@ -354,7 +383,46 @@ func (e *Isolated) Close() error {
 		}()
 	}
 	wg.Wait()
+	e.tmplMu.Lock()
+	t := e.tmpl
+	e.tmpl = nil
+	e.tmplMu.Unlock()
+	if t != nil {
+		t.kill() // pid 1 of the pid namespace of every worker forked from it
+		t.awaitExit()
+	}
 	return os.RemoveAll(e.dir)
+}
+
+// liveTemplate returns the template that new workers are forked from, starting another if
+// it has ended (an engine closed meanwhile gets none); nil when the engine has none.
+func (e *Isolated) liveTemplate() *worker {
+	e.tmplMu.Lock()
+	defer e.tmplMu.Unlock()
+	if !e.useTemplate || e.isClosed() {
+		return nil
+	}
+	if e.tmpl != nil && !e.tmpl.gone() {
+		return e.tmpl
+	}
+	if e.tmpl != nil {
+		e.tmpl.kill()
+		e.tmpl = nil
+	}
+	t, err := launchWorker(e, 0, true)
+	if err == nil {
+		t, err = awaitReady(e, t)
+	}
+	if err != nil {
+		e.useTemplate = false // plain starts from now on
+		return nil
+	}
+	if e.isClosed() { // Close has run: it did not see this one
+		t.kill()
+		return nil
+	}
+	e.tmpl = t
+	return t
 }
 
 // WorkDir is the host directory that the workers use as their working directory (and
@@ -905,6 +973,11 @@ func (s *workerSlot) live(ctx context.Context) (*worker, error) {
 				continue // one retry: a replacement can fail while the machine is busy
 			}
 			return nil, err
+		}
+		if w != nil && w.gone() && attempt < 1 {
+			w.kill() // ended while it waited (a spare, a template's death): once more
+			s.replace(w)
+			continue
 		}
 		if w != nil {
 			return w, nil

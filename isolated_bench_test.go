@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,18 +45,26 @@ func BenchmarkIsolatedRoundTrip(b *testing.B) {
 	}
 }
 
-// BenchmarkIsolatedWorkerStart is NewIsolated (one sandboxed worker) until its first run
-// (1+1) has answered, plus Close.
+// BenchmarkIsolatedWorkerStart is NewIsolated (one sandboxed worker: with the template, the
+// template and a worker forked from it) until its first run (1+1) has answered, plus Close.
 func BenchmarkIsolatedWorkerStart(b *testing.B) {
-	for b.Loop() {
-		e, err := minipy.NewIsolated(minipy.IsolatedConfig{})
-		if err != nil {
-			b.Fatal(err)
+	for _, noTemplate := range []bool{false, true} {
+		name := "template"
+		if noTemplate {
+			name = "no-template"
 		}
-		if _, err := e.Minipy("1+1", nil); err != nil {
-			b.Fatal(err)
-		}
-		e.Close()
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				e, err := minipy.NewIsolated(minipy.IsolatedConfig{NoTemplate: noTemplate})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := e.Minipy("1+1", nil); err != nil {
+					b.Fatal(err)
+				}
+				e.Close()
+			}
+		})
 	}
 }
 
@@ -132,30 +141,45 @@ func BenchmarkIsolatedWorkerRestart(b *testing.B) {
 }
 
 // BenchmarkIsolatedNewNamespace is NewNamespace until its first run (`import numpy`, numpy
-// preloaded) has answered, then Close: "spare" with a pause between namespaces in which
-// the spare worker is ready (not timed), "back-to-back" without one (bound by worker starts).
+// preloaded) has answered, reported as the median too (ms-median); Close is not timed.
+// "spare" pauses between namespaces (not timed), so the spare worker is ready;
+// "back-to-back" does not (bound by worker starts). Each with workers forked from the
+// template (the default) and without it.
 func BenchmarkIsolatedNewNamespace(b *testing.B) {
-	e := newIsolated(b, minipy.IsolatedConfig{Preload: []string{"numpy"}})
-	first := func(b *testing.B) {
-		ns := e.NewNamespace()
-		if _, err := e.Run(context.Background(), "import numpy", &minipy.Options{Globals: ns}); err != nil {
-			b.Fatal(err)
+	for _, noTemplate := range []bool{false, true} {
+		name := "template"
+		if noTemplate {
+			name = "no-template"
 		}
-		ns.Close()
+		b.Run(name, func(b *testing.B) {
+			e := newIsolated(b, minipy.IsolatedConfig{Preload: []string{"numpy"}, NoTemplate: noTemplate})
+			for _, pause := range []time.Duration{150 * time.Millisecond, 0} {
+				name := "spare"
+				if pause == 0 {
+					name = "back-to-back"
+				}
+				b.Run(name, func(b *testing.B) {
+					var took []time.Duration
+					for b.Loop() {
+						b.StopTimer()
+						time.Sleep(pause)
+						b.StartTimer()
+						start := time.Now()
+						ns := e.NewNamespace()
+						if _, err := e.Run(context.Background(), "import numpy", &minipy.Options{Globals: ns}); err != nil {
+							b.Fatal(err)
+						}
+						took = append(took, time.Since(start))
+						b.StopTimer()
+						ns.Close()
+						b.StartTimer()
+					}
+					slices.Sort(took)
+					b.ReportMetric(float64(took[len(took)/2])/1e6, "ms-median")
+				})
+			}
+		})
 	}
-	b.Run("spare", func(b *testing.B) {
-		for b.Loop() {
-			b.StopTimer()
-			time.Sleep(150 * time.Millisecond)
-			b.StartTimer()
-			first(b)
-		}
-	})
-	b.Run("back-to-back", func(b *testing.B) {
-		for b.Loop() {
-			first(b)
-		}
-	})
 }
 
 // BenchmarkIsolatedFork measures Namespace.Fork of a namespace that has imported numpy
@@ -180,32 +204,37 @@ func BenchmarkIsolatedFork(b *testing.B) {
 }
 
 // BenchmarkIsolatedIdleNamespaces reports the memory (sum of PSS over the engine's
-// processes) of 50 namespaces that have each run a line: one worker per namespace (the
-// default), packed into 2 workers, and 49 forks of the first namespace (copy-on-write).
+// processes) of 50 namespaces that have each run a line, numpy preloaded: one worker per
+// namespace (the default) forked from the template, the same without the template, packed
+// into 2 workers, and one namespace with 49 forks of it (copy-on-write).
 func BenchmarkIsolatedIdleNamespaces(b *testing.B) {
 	for _, variant := range []struct {
-		workers int
-		forked  bool
-	}{{0, false}, {2, false}, {0, true}} {
-		workers, forked := variant.workers, variant.forked
-		name := fmt.Sprintf("workers=%d", workers)
-		if forked {
-			name = "forked" // 49 forks of the first namespace
-		}
-		b.Run(name, func(b *testing.B) {
+		name   string
+		cfg    minipy.IsolatedConfig
+		forked bool
+	}{
+		{"template", minipy.IsolatedConfig{}, false},
+		{"no-template", minipy.IsolatedConfig{NoTemplate: true}, false},
+		{"workers=2", minipy.IsolatedConfig{Workers: 2}, false},
+		{"forked", minipy.IsolatedConfig{}, true},
+	} {
+		b.Run(variant.name, func(b *testing.B) {
+			cfg := variant.cfg
+			cfg.Preload = []string{"numpy"}
 			for b.Loop() {
-				e, err := minipy.NewIsolated(minipy.IsolatedConfig{Workers: workers})
+				e, err := minipy.NewIsolated(cfg)
 				if err != nil {
 					b.Fatal(err)
 				}
 				var spaces []*minipy.Namespace // kept: a collected namespace is closed
 				for i := 0; i < 50; i++ {
-					ns := e.NewNamespace()
-					if forked && i > 0 {
-						var err error
+					var ns *minipy.Namespace
+					if variant.forked && i > 0 {
 						if ns, err = spaces[0].Fork(); err != nil {
 							b.Fatal(err)
 						}
+					} else {
+						ns = e.NewNamespace()
 					}
 					spaces = append(spaces, ns)
 					if _, err := e.Run(context.Background(), "x = list(range(1000))", &minipy.Options{Globals: ns}); err != nil {

@@ -37,3 +37,13 @@ var (
 	CheckGolden = checkGolden
 	CellNumber  = cellNumber
 )
+
+// TemplatePID is the pid of e's template process, 0 when it has none.
+func TemplatePID(e *Isolated) int {
+	e.tmplMu.Lock()
+	defer e.tmplMu.Unlock()
+	if e.tmpl == nil || e.tmpl.cmd == nil {
+		return 0
+	}
+	return e.tmpl.cmd.Process.Pid
+}

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -265,4 +266,31 @@ func TestIsolatedForkUnderProcessLimit(t *testing.T) {
 	for _, cp := range copies {
 		assert.Equal(t, int64(1), valueIn(t, e, cp, "v"))
 	}
+}
+
+// Workers are forked from the template; when it dies (and its workers with it, all in its
+// pid namespace) the namespaces' next use says their state is lost, a new template starts,
+// and work goes on.
+func TestIsolatedTemplateDies(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{Preload: []string{"json"}})
+	first := minipy.TemplatePID(e)
+	require.NotZero(t, first)
+	a := e.NewNamespace()
+	assert.Equal(t, true, valueIn(t, e, a, "import sys\nx = 1\n'json' in sys.modules"), "preloaded by the template")
+	require.NoError(t, syscall.Kill(first, syscall.SIGKILL))
+	// Reaped only once every process of its pid namespace has ended.
+	require.Eventually(t, func() bool { return syscall.Kill(first, 0) == syscall.ESRCH }, 5*time.Second, 5*time.Millisecond)
+	_, err := runIn(t, e, a, "x")
+	require.ErrorIs(t, err, minipy.ErrStateLost)
+	assert.Equal(t, int64(2), valueIn(t, e, a, "x = 2\nx"), "a fresh worker")
+	assert.Equal(t, int64(3), valueIn(t, e, e.NewNamespace(), "3"))
+	again := minipy.TemplatePID(e)
+	assert.NotZero(t, again)
+	assert.NotEqual(t, first, again, "a new template")
+	require.NoError(t, e.Close())
+	assert.Zero(t, minipy.TemplatePID(e))
+	runtime.KeepAlive(a)
+
+	plain := newIsolated(t, minipy.IsolatedConfig{NoTemplate: true})
+	assert.Zero(t, minipy.TemplatePID(plain))
 }

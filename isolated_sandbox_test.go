@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -223,4 +224,68 @@ t = threading.Thread(target=lambda: None); t.start(); t.join()  # threads start 
 	eperm := int64(1)
 	assert.Equal(t, []any{"2", eperm, eperm, eperm, int64(0), int64(0)}, r.Value,
 		"filtered; the refused calls fail with EPERM; threads, subprocess and fork still work")
+}
+
+// The sandbox's promises hold both for workers forked from the template (the default, the
+// tests above) and for workers started as processes of their own.
+func TestSandboxWithoutTemplate(t *testing.T) {
+	withoutTemplate = true
+	defer func() { withoutTemplate = false }()
+	for _, test := range []struct {
+		name string
+		fn   func(*testing.T)
+	}{
+		{"HostEnvironmentIsAbsent", TestSandboxHostEnvironmentIsAbsent},
+		{"HostFilesAreInvisible", TestSandboxHostFilesAreInvisible},
+		{"Mounts", TestSandboxMounts},
+		{"ProcShowsOnlyItsProcesses", TestSandboxProcShowsOnlyItsProcesses},
+		{"WritesOutsideWorkdirAndTmpFail", TestSandboxWritesOutsideWorkdirAndTmpFail},
+		{"DevIsMinimal", TestSandboxDevIsMinimal},
+		{"UserHasNoPrivileges", TestSandboxUserHasNoPrivileges},
+		{"SeccompRefusesKernelAttackSurface", TestSandboxSeccompRefusesKernelAttackSurface},
+		{"TenantsAreApart", TestSandboxTenantsAreApart},
+	} {
+		t.Run(test.name, test.fn)
+	}
+}
+
+// Workers of one engine (forked from one template by default) are in namespaces of their
+// own, each kind; one's /proc, /tmp, /dev/shm, abstract sockets and Processes count are
+// not another's.
+func TestSandboxTenantsAreApart(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{Processes: 24})
+	a, b := e.NewNamespace(), e.NewNamespace()
+	marker := sleepMarker()
+	ids := `import os
+{k: os.readlink("/proc/self/ns/" + k) for k in ("user", "pid", "mnt", "net", "ipc", "uts")}`
+	na, nb := valueIn(t, e, a, ids).(map[string]any), valueIn(t, e, b, ids).(map[string]any)
+	for k := range na {
+		assert.NotEqual(t, na[k], nb[k], "a %s namespace each", k)
+	}
+	_, err := runIn(t, e, a, fmt.Sprintf(`import socket, subprocess, sys
+open("/tmp/a.txt", "w").write("a")
+open("/dev/shm/a", "w").write("a")
+S = socket.socket(socket.AF_UNIX)
+S.bind("\0minipy-tenant")
+P = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", %q])
+# a's processes up to its limit: forks fail in a
+import os, time
+kids, refused = [], False
+for i in range(40):
+    try:
+        kids.append(subprocess.Popen(["sleep", "300"]))
+    except OSError:
+        refused = True
+        break`, marker))
+	require.NoError(t, err)
+	assert.Equal(t, true, valueIn(t, e, a, "refused"), "a reached its Processes limit")
+	assert.Equal(t, []any{false, false, false, true}, valueIn(t, e, b, fmt.Sprintf(`import os, socket, subprocess
+seen = any(%q in open("/proc/%%s/cmdline" %% p).read() for p in os.listdir("/proc") if p.isdigit())
+s = socket.socket(socket.AF_UNIX)
+s.bind("\0minipy-tenant")  # free in b's network namespace
+(os.path.exists("/tmp/a.txt"), os.path.exists("/dev/shm/a"), seen,
+ subprocess.run(["true"]).returncode == 0)`, marker)), "b sees nothing of a, and a's processes do not count against b")
+	valueIn(t, e, a, "for k in kids: k.kill()\nfor k in kids: k.wait()\nNone")
+	runtime.KeepAlive(a)
+	runtime.KeepAlive(b)
 }

@@ -24,8 +24,13 @@ import (
 	"github.com/minipy-go/minipy"
 )
 
+// withoutTemplate makes newIsolated's engines start each worker as a process of its own
+// (TestSandboxWithoutTemplate).
+var withoutTemplate bool
+
 func newIsolated(t testing.TB, cfg minipy.IsolatedConfig) *minipy.Isolated {
 	t.Helper()
+	cfg.NoTemplate = cfg.NoTemplate || withoutTemplate
 	e, err := minipy.NewIsolated(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { e.Close() })
@@ -818,10 +823,10 @@ func TestIsolatedNamespacesAreProcesses(t *testing.T) {
 	assert.Equal(t, int64(2), r.Value, "b's process lives on")
 	c := e.NewNamespace()
 	sleeper(c, base+"-c")
-	// Besides the default namespace's worker and the three namespaces', a spare is started
+	// Besides the template, the default namespace's worker, b's and c's, a spare is started
 	// ahead for the next NewNamespace.
-	assert.Eventually(t, func() bool { return workerProcesses(t) == before+4 }, 5*time.Second, 10*time.Millisecond,
-		"the default's, b's, c's and the spare (its start may still be under way)")
+	assert.Eventually(t, func() bool { return workerProcesses(t) == before+5 }, 5*time.Second, 10*time.Millisecond,
+		"the template, and the default's, b's, c's and the spare (its start may still be under way)")
 	runtime.KeepAlive(b) // a namespace that is collected is closed, its worker with it
 	runtime.KeepAlive(c)
 	require.NoError(t, e.Close())
@@ -831,27 +836,53 @@ func TestIsolatedNamespacesAreProcesses(t *testing.T) {
 		"no worker is left, the spare included")
 }
 
-// workerProcesses counts the live worker processes (their guardians) this test process
-// started: its children running the worker bootstrap.
+// workerProcesses counts the live sandboxes this test process started, the pid-1 processes
+// of a pid namespace that run the worker bootstrap: the guardian of each worker, and an
+// engine's template (the workers forked from it are in pid namespaces of their own).
 func workerProcesses(t *testing.T) int {
 	t.Helper()
 	entries, err := os.ReadDir("/proc")
 	require.NoError(t, err)
-	me := strconv.Itoa(os.Getpid())
-	n := 0
+	parent := map[int]int{}
+	var pid1 []int
 	for _, ent := range entries {
-		stat, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "stat"))
+		pid, err := strconv.Atoi(ent.Name())
 		if err != nil {
 			continue
 		}
-		s := string(stat)
-		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(fields) < 2 || fields[1] != me || fields[0] == "Z" {
+		status, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "status"))
+		if err != nil {
 			continue
 		}
-		if cmd, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "cmdline")); err == nil &&
-			strings.Contains(string(cmd), "def _read(n)") {
-			n++
+		var nspid []string
+		for _, line := range strings.Split(string(status), "\n") {
+			if f := strings.Fields(line); len(f) > 1 {
+				switch f[0] {
+				case "PPid:":
+					parent[pid], _ = strconv.Atoi(f[1])
+				case "NSpid:":
+					nspid = f[1:]
+				case "State:":
+					if f[1] == "Z" {
+						nspid = nil
+					}
+				}
+			}
+		}
+		if len(nspid) > 1 && nspid[len(nspid)-1] == "1" {
+			if cmd, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "cmdline")); err == nil &&
+				strings.Contains(string(cmd), "def _read(n)") {
+				pid1 = append(pid1, pid)
+			}
+		}
+	}
+	me, n := os.Getpid(), 0
+	for _, pid := range pid1 {
+		for p := parent[pid]; p > 1; p = parent[p] {
+			if p == me {
+				n++
+				break
+			}
 		}
 	}
 	return n

@@ -95,12 +95,28 @@ type death struct {
 	snapshot bool // a snapshot of it waits to take over
 }
 
-// startWorker starts a worker for e and waits until it is ready.
+// startWorker starts a worker for e and waits until it is ready: forked from e's template
+// when it has one, else a process of its own.
 func startWorker(e *Isolated, epoch uint64) (*worker, error) {
-	w, err := launchWorker(e, epoch)
+	if t := e.liveTemplate(); t != nil {
+		w, err := spawnWorker(e, t, epoch)
+		if err == nil {
+			w, err = awaitReady(e, w)
+		}
+		if err == nil || e.isClosed() {
+			return w, err
+		}
+		// The template could not fork it (or is gone): a plain start, as without one.
+	}
+	w, err := launchWorker(e, epoch, false)
 	if err != nil {
 		return nil, err
 	}
+	return awaitReady(e, w)
+}
+
+// awaitReady waits for the ready frame of a worker that is starting.
+func awaitReady(e *Isolated, w *worker) (*worker, error) {
 	until := time.Now().Add(e.cfg.StartTimeout)
 	for {
 		body, err := w.readFrame(until)
@@ -123,19 +139,26 @@ func startWorker(e *Isolated, epoch uint64) (*worker, error) {
 	if msg == "" {
 		msg = "no output"
 	}
+	how := "forked from the template"
 	select {
 	case <-w.exited:
-		if w.state.ExitCode() == sandboxRefusedExit && !w.exitFrame && w.pidns {
+		if w.state != nil && w.state.ExitCode() == sandboxRefusedExit && !w.exitFrame && w.pidns {
 			return nil, fmt.Errorf("%w: %s", ErrNoSandbox, msg)
 		}
-		msg = fmt.Sprintf("%v (worker status %v, exit frame %v): %s", w.state, w.exitStatus.ExitStatus(), w.exitFrame, msg)
+		if w.state != nil {
+			msg = fmt.Sprintf("%v (worker status %v, exit frame %v): %s", w.state, w.exitStatus.ExitStatus(), w.exitFrame, msg)
+		}
 	default:
 		msg = "no ready frame within " + e.cfg.StartTimeout.String() + ": " + msg
 	}
-	return nil, fmt.Errorf("minipy: starting a worker (%s) failed: %s", strings.Join(w.cmd.Args[:len(w.cmd.Args)-2], " "), msg)
+	if w.cmd != nil {
+		how = strings.Join(w.cmd.Args[:len(w.cmd.Args)-2], " ")
+	}
+	return nil, fmt.Errorf("minipy: starting a worker (%s) failed: %s", how, msg)
 }
 
-func launchWorker(e *Isolated, epoch uint64) (*worker, error) {
+// launchWorker starts a worker process (or, template, e's template process).
+func launchWorker(e *Isolated, epoch uint64, template bool) (*worker, error) {
 	args := append([]string(nil), e.cfg.Command...)
 	if len(args) == 0 {
 		args = []string{e.cfg.Python}
@@ -214,16 +237,9 @@ func launchWorker(e *Isolated, epoch uint64) (*worker, error) {
 		ctl:    ctl,
 	}
 	if ctl != nil {
-		w.line = &workerLine{guardian: &guardianLines{}, done: make(chan struct{})}
-		w.line.guardian.n.Store(1)
+		w.line = newLine()
 	}
-	w.stderr.max = stderrKeep
-	w.stderrDone = make(chan struct{})
-	go func() {
-		io.Copy(&w.stderr, errR) //nolint:errcheck // ends with the worker
-		errR.Close()
-		close(w.stderrDone)
-	}()
+	w.keepStderr(errR)
 	go func() {
 		cmd.Wait() //nolint:errcheck // the status is read from ProcessState
 		w.state = cmd.ProcessState
@@ -232,7 +248,7 @@ func launchWorker(e *Isolated, epoch uint64) (*worker, error) {
 	if w.line != nil {
 		w.line.watch(w)
 	}
-	cfgFrame, err := workerConfigFrame(e)
+	cfgFrame, err := workerConfigFrame(e, template)
 	if err != nil {
 		w.kill()
 		return nil, err
@@ -249,7 +265,7 @@ func launchWorker(e *Isolated, epoch uint64) (*worker, error) {
 
 // workerConfigFrame is what a worker reads after worker.py: a frame of "key=value" lines
 // (the limits, the kick signal, the working directory), then a frame with the runtime.
-func workerConfigFrame(e *Isolated) ([]byte, error) {
+func workerConfigFrame(e *Isolated, template bool) ([]byte, error) {
 	var b strings.Builder
 	workdir := e.workdir
 	if e.sandbox {
@@ -284,6 +300,9 @@ func workerConfigFrame(e *Isolated) ([]byte, error) {
 	}
 	if len(e.cfg.Preload) > 0 {
 		fmt.Fprintf(&b, "preload=%s\n", strings.Join(e.cfg.Preload, ","))
+	}
+	if template {
+		b.WriteString("template=1\n")
 	}
 	var tag string
 	var code []byte
@@ -457,8 +476,10 @@ func (w *worker) answered() {
 // otherwise the process group and every descendant found in /proc are killed.
 func (w *worker) kill() {
 	w.killOnce.Do(func() {
-		if w.line != nil && w.line.release() {
-			// Other workers (Fork copies) share the guardian: it ends this one's line.
+		if others := w.line != nil && w.line.release(); others || w.cmd == nil {
+			// Other workers (Fork copies) share the guardian: it ends this one's line. Or
+			// the worker was forked from the template: its guardian, pid 1 of its
+			// sandbox, ends everything in it when its last control socket closes.
 			w.ctl.CloseWrite() //nolint:errcheck // a closed socket: the line has ended
 			w.stdin.Close()
 			return
@@ -525,7 +546,9 @@ func (w *worker) lostError(intr *InterruptedError) error {
 	} else {
 		select {
 		case <-w.exited:
-			ws, _ = w.state.Sys().(syscall.WaitStatus)
+			if w.state != nil {
+				ws, _ = w.state.Sys().(syscall.WaitStatus)
+			}
 		default: // not reaped within awaitExit's bound: the status is unknown
 		}
 	}
@@ -686,6 +709,25 @@ func controlSocket() (*net.UnixConn, *os.File, error) {
 	return c.(*net.UnixConn), os.NewFile(uintptr(fds[1]), "minipy-control-child"), nil
 }
 
+// keepStderr keeps the end of what the worker writes on its stderr pipe (read end r) for
+// crash errors; stderrDone closes when the pipe ends.
+func (w *worker) keepStderr(r *os.File) {
+	w.stderr.max = stderrKeep
+	w.stderrDone = make(chan struct{})
+	go func() {
+		io.Copy(&w.stderr, r) //nolint:errcheck // ends with the worker
+		r.Close()
+		close(w.stderrDone)
+	}()
+}
+
+// newLine is the line of a guardian's first worker.
+func newLine() *workerLine {
+	l := &workerLine{guardian: &guardianLines{}, done: make(chan struct{})}
+	l.guardian.n.Store(1)
+	return l
+}
+
 // guardianLines counts the lines (workers with a control socket each) of one guardian
 // process: the first worker and the copies Namespace.Fork made from it.
 type guardianLines struct{ n atomic.Int32 }
@@ -825,8 +867,6 @@ func (w *worker) handOver(ctl *net.UnixConn, line *workerLine, msg []byte, extra
 		nw.known = map[uint32]bool{pyrt.DefaultNamespace: true}
 	}
 	nw.snapKnown = maps.Clone(nw.known)
-	nw.stderr.max = stderrKeep
-	nw.stderrDone = make(chan struct{})
 	line.follow(nw) // before the guardian can report on it
 	fds := []int{int(inR.Fd()), int(outW.Fd()), int(errW.Fd())}
 	for _, f := range extra {
@@ -842,11 +882,7 @@ func (w *worker) handOver(ctl *net.UnixConn, line *workerLine, msg []byte, extra
 		errR.Close()
 		return nil, err
 	}
-	go func() {
-		io.Copy(&nw.stderr, errR) //nolint:errcheck // ends with the worker
-		errR.Close()
-		close(nw.stderrDone)
-	}()
+	nw.keepStderr(errR)
 	until := time.Now().Add(timeout)
 	for {
 		body, err := nw.readFrame(until)
@@ -866,4 +902,55 @@ func (w *worker) handOver(ctl *net.UnixConn, line *workerLine, msg []byte, extra
 			return nw, nil
 		}
 	}
+}
+
+// spawnWorker has template t fork a worker sandbox (docs/protocol.md, "Template"): it sends
+// the new worker's pipes, its control socket and its life pipe (whose end the guardian
+// holds until it exits) over t's control socket.
+func spawnWorker(e *Isolated, t *worker, epoch uint64) (*worker, error) {
+	p, err := newWorkerPipes()
+	if err != nil {
+		return nil, err
+	}
+	inR, inW, outR, outW, errR, errW := p[0], p[1], p[2], p[3], p[4], p[5]
+	closeAll := func(fs ...io.Closer) {
+		for _, f := range fs {
+			f.Close()
+		}
+	}
+	ctl, ctlChild, err := controlSocket()
+	if err != nil {
+		closeAll(inR, inW, outR, outW, errR, errW)
+		return nil, err
+	}
+	lifeR, lifeW, err := os.Pipe()
+	if err != nil {
+		closeAll(inR, inW, outR, outW, errR, errW, ctl, ctlChild)
+		return nil, err
+	}
+	rights := syscall.UnixRights(int(inR.Fd()), int(outW.Fd()), int(errW.Fd()), int(ctlChild.Fd()), int(lifeW.Fd()))
+	_, _, err = t.ctl.WriteMsgUnix([]byte{'N'}, rights, nil)
+	closeAll(inR, outW, errW, ctlChild, lifeW)
+	if err != nil {
+		closeAll(inW, outR, errR, ctl, lifeR)
+		return nil, fmt.Errorf("minipy: the template is gone: %w", err)
+	}
+	w := &worker{
+		epoch:  epoch,
+		stdin:  inW,
+		pidns:  true,
+		exited: make(chan struct{}),
+		out:    outR,
+		known:  map[uint32]bool{pyrt.DefaultNamespace: true},
+		ctl:    ctl,
+		line:   newLine(),
+	}
+	w.keepStderr(errR)
+	go func() {
+		io.Copy(io.Discard, lifeR) //nolint:errcheck // nothing is written: it ends when the guardian exits
+		lifeR.Close()
+		close(w.exited)
+	}()
+	w.line.watch(w)
+	return w, nil
 }

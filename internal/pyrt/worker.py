@@ -690,8 +690,14 @@ class _Mounter:
         self.check("capset", self.libc.capset(header, data))
         self.check("no_new_privs", self.libc.prctl(38, 1, 0, 0, 0))
 
-    def seccomp(self):
-        """Installs the seccomp filter (_SECCOMP) on this process and all it will start."""
+    def seccomp(self, built=None):
+        """Installs the seccomp filter (_SECCOMP, or one filter() built) on this process and
+        all it will start."""
+        fprog = built or self.filter()
+        self.check("seccomp", self.libc.prctl(22, 2, self.ctypes.byref(fprog), 0, 0))  # PR_SET_SECCOMP, FILTER
+
+    def filter(self):
+        """The seccomp filter for this machine, as prctl takes it."""
         machine = os.uname().machine
         if machine not in _SECCOMP:
             raise OSError(38, "seccomp: no filter for " + machine)
@@ -706,7 +712,8 @@ class _Mounter:
 
         insns = (Insn * len(prog))(*[Insn(*i) for i in prog])
         fprog = Prog(len(prog), insns)
-        self.check("seccomp", self.libc.prctl(22, 2, ct.byref(fprog), 0, 0))  # PR_SET_SECCOMP, FILTER
+        fprog._insns = insns  # kept alive with it
+        return fprog
 
 
 # The seccomp filter's denied system calls, by architecture (AUDIT_ARCH value, then numbers):
@@ -742,12 +749,14 @@ def _seccomp_program(arch, clone, clone3, denied):
     return prog
 
 
-def _enter_sandbox(cfg):
+def _enter_sandbox(cfg, template=False):
     """Turns this process (pid 1 of fresh user, mount, pid, IPC and network namespaces,
     holding CAP_SYS_ADMIN there) into the sandbox: a tmpfs root holding read-only binds of
     what Python needs, the caller's Mounts, a private workdir, /tmp, /dev and /proc; then
     pivots into it, drops every capability and sets no_new_privs. Nothing of the host that
-    is not bound here is reachable afterwards. Any refusal raises OSError."""
+    is not bound here is reachable afterwards. Any refusal raises OSError. The template
+    keeps CAP_SYS_ADMIN: each worker forked from it makes namespaces of its own
+    (_become_tenant) and drops it there."""
     import socket
 
     socket.sethostname(_HOSTNAME)  # its own UTS namespace: the host's name is not the code's business
@@ -801,8 +810,168 @@ def _enter_sandbox(cfg):
     m.place("/proc", True)
     m.mount("proc", m.root + "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
     m.pivot()
+    if template:
+        return
     m.drop_privileges()
     m.seccomp()
+
+
+_CLONE_NEWNS, _CLONE_NEWUTS, _CLONE_NEWIPC, _CLONE_NEWPID, _CLONE_NEWNET = (
+    0x20000, 0x4000000, 0x8000000, 0x20000000, 0x40000000)
+_LIFE_FD = 4  # a tenant guardian's end of its life pipe: the host sees it close when it exits
+_tenant = False  # this process is a tenant guardian forked from the template
+_filter = None  # the template's seccomp filter
+
+
+def _serve_template(cfg, runtime):
+    """IsolatedConfig's template (docs/protocol.md, "Template"): a sandboxed process that has
+    loaded the runtime and the Preload modules, and forks a worker sandbox for each b"N"
+    (with five fds: stdin, stdout, stderr, control socket and life pipe of the new one) that
+    the host sends over the control socket (fd 3). It returns only in such a fork, as the
+    new sandbox's pid 1 (_become_tenant), which goes on as a guardian. The host closing the
+    socket ends the template, and with it (pid 1 of the pid namespace they are all in)
+    every worker forked from it."""
+    import importlib
+    import select
+
+    global _filter
+    _filter = _Mounter("").filter()  # built once here, installed by each fork
+    compiled = _load_runtime(cfg, runtime)
+    for name in filter(None, cfg.get("preload", "").split(",")):
+        try:
+            importlib.import_module(name)
+        except BaseException as exc:
+            os.write(2, ("minipy worker: IsolatedConfig.Preload: importing %s failed: %s: %s\n" % (
+                name, _rt.type_name(type(exc)), exc)).encode())
+            os._exit(70)
+    ready = _rt.encode(["%d.%d.%d" % sys.version_info[:3], sys.executable, os.getpid()] + compiled)
+    os.write(1, _LEN.pack(len(ready) + 1) + F_READY + ready)
+    wake_r, wake_w = _child_wakeup()
+    import socket
+
+    ctl = socket.socket(fileno=_CTL_FD)
+    poller = select.poll()
+    poller.register(wake_r, select.POLLIN)
+    poller.register(_CTL_FD, select.POLLIN)
+    while True:
+        while True:  # the tenants' first processes, which exit at once, and their guardians
+            try:
+                if not os.waitpid(-1, os.WNOHANG)[0]:
+                    break
+            except ChildProcessError:
+                break
+        for fd, _ in _poll(poller):
+            if fd == wake_r:
+                os.read(wake_r, 512)
+                continue
+            try:
+                msg, fds = _recv_fds(ctl)
+            except OSError:
+                msg, fds = b"", []
+            if not msg:
+                os._exit(0)  # the engine is closed (or the host gone)
+            pid = -1
+            if msg[:1] == b"N" and len(fds) == 5:
+                try:
+                    pid = os.fork()
+                except OSError:
+                    pass
+                if pid == 0:
+                    ctl.detach()  # fd 3 is the tenant's control socket from here on
+                    signal.set_wakeup_fd(-1)
+                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                    os.close(wake_r)
+                    os.close(wake_w)
+                    _become_tenant(cfg, fds)
+                    return
+            for f in fds:  # the fork's now, or (refused) closed here: the host's reads end
+                os.close(f)
+
+
+def _become_tenant(cfg, fds):
+    """In a fork of the template: make the worker's own sandbox, as a process started by the
+    host gets it (sandboxAttr): a user namespace of its own (its Processes count is its own)
+    mapping only the sandbox's user, then mount, pid, IPC, UTS and (without Network) network
+    namespaces; fork its pid 1, which mounts a /proc of its pid namespace and a fresh /tmp
+    and /dev/shm, names the host, drops every capability, applies the seccomp filter, takes
+    the fds as 0-4 and returns (to become the guardian). A failure exits: the host's read of
+    the new worker's pipes ends."""
+    import ctypes
+
+    err_fd = [fds[2]]
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+
+        def check(what, ret):
+            if ret != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, "%s: %s" % (what, os.strerror(err)))
+
+        uid, gid = os.getuid(), os.getgid()
+        check("unshare a user namespace", libc.unshare(_CLONE_NEWUSER))
+        for name, text in (("setgroups", "deny"), ("uid_map", "%d %d 1" % (uid, uid)),
+                           ("gid_map", "%d %d 1" % (gid, gid))):
+            with open("/proc/self/" + name, "w") as f:
+                f.write(text)
+        flags = _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWIPC | _CLONE_NEWUTS
+        if not cfg.get("network"):
+            flags |= _CLONE_NEWNET
+        check("unshare", libc.unshare(flags))
+        if os.fork():
+            os._exit(0)  # the template reaps this one and adopts its child
+        global _tenant
+        _tenant = True
+        import socket
+
+        socket.sethostname(_HOSTNAME)
+        m = _Mounter("")
+        m.mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+        # The fresh /tmp and /dev/shm cover the Mounts under them: held open, they are bound
+        # again on top (each keeps the flags it has, which are locked here).
+        under = [t for _, t, _ in cfg["mounts"] if t.startswith(("/tmp/", "/dev/shm/"))]
+        held = [(t, os.open(t, os.O_PATH)) for t in sorted(under, key=len)]
+        for d in ("/tmp", "/dev/shm"):
+            m.mount("tmpfs", d, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777,size=%d" % cfg["tmp_size"])
+        import stat
+
+        for target, fd in held:
+            dest = m.place(target, stat.S_ISDIR(os.fstat(fd).st_mode))
+            m.mount("/proc/self/fd/%d" % fd, dest, None, _MS_BIND | _MS_REC)
+            os.close(fd)
+        m.drop_privileges()
+        m.seccomp(_filter)
+        import fcntl
+
+        high = [fcntl.fcntl(f, fcntl.F_DUPFD_CLOEXEC, 10) for f in fds]  # none is clobbered below
+        for f in fds:
+            os.close(f)
+        err_fd[0] = high[2]
+        for i, f in enumerate(high):
+            os.dup2(f, i, inheritable=i < 3)
+            os.close(f)
+    except BaseException as exc:
+        try:
+            os.write(err_fd[0], ("minipy worker: making the sandbox of a worker forked from the template failed: %s\n"
+                              % exc).encode())
+        finally:
+            os._exit(70)
+
+
+def _child_wakeup():
+    """A pipe that SIGCHLD writes to (set_wakeup_fd), for a loop that polls it with others."""
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # a handler: the wakeup fd is written
+    signal.set_wakeup_fd(wake_w)
+    return wake_r, wake_w
+
+
+def _poll(poller):
+    """poller's events; none when a signal interrupted the wait."""
+    try:
+        return poller.poll()
+    except InterruptedError:
+        return ()
 
 
 class _Deadman:
@@ -857,10 +1026,7 @@ def _become_guardian(cfg, runtime):
             ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
         except (OSError, AttributeError):
             pass  # not Linux: the host still kills the process group
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # a handler: the wakeup fd is written
-    signal.set_wakeup_fd(wake_w)
+    wake_r, wake_w = _child_wakeup()
     control = bool(cfg.get("control"))
     if control:
         import socket
@@ -872,6 +1038,8 @@ def _become_guardian(cfg, runtime):
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.close(wake_r)
         os.close(wake_w)
+        if _tenant:
+            os.close(_LIFE_FD)  # the guardian's: it tells the host when the guardian is gone
         if control:
             global _snap_sock, _forkable
             os.close(_CTL_FD)
@@ -903,11 +1071,7 @@ def _become_guardian(cfg, runtime):
                 status = st
         if status is not None:
             break
-        try:
-            events = poller.poll()
-        except InterruptedError:
-            continue
-        for fd, _ in events:
+        for fd, _ in _poll(poller):
             if fd == wake_r:
                 os.read(wake_r, 512)
             else:
@@ -922,11 +1086,11 @@ def _become_guardian(cfg, runtime):
 
 
 def _recv_fds(sock):
-    """One message of sock and the fds it carries (SCM_RIGHTS, at most four)."""
+    """One message of sock and the fds it carries (SCM_RIGHTS, at most five)."""
     import array
     import socket
 
-    msg, anc, _, _ = sock.recvmsg(16, socket.CMSG_SPACE(4 * array.array("i").itemsize))
+    msg, anc, _, _ = sock.recvmsg(16, socket.CMSG_SPACE(5 * array.array("i").itemsize))
     fds = array.array("i")
     for level, kind, data in anc:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
@@ -956,19 +1120,24 @@ def _children_of():
     return children
 
 
-def _kill_trees(roots, spare):
-    """SIGKILL roots and all their descendants but the pids in spare (and theirs), stopping them first, round after
-    round, so that none forks past the scan. (runtime.kill_processes does this for a run's
-    children; the guardian has no runtime loaded, and loading it costs ~10 ms.)"""
+def _kill_trees(roots, spare, adopter=0):
+    """SIGKILL roots and all their descendants but the pids in spare (and theirs), stopping
+    them first, round after round, so that none forks past the scan; with adopter, its
+    children are roots too, found again each round (a worker that is ending hands its
+    children to the guardian while the scan runs). (runtime.kill_processes does this for a
+    run's children; the guardian has no runtime loaded, and loading it costs ~10 ms.)"""
     stopped = set()
     for _ in range(20):
         children = _children_of()
-        fresh, queue = [], [r for r in roots if r not in spare]
+        fresh, seen, queue = [], set(), list(roots) + list(children.get(adopter, ()) if adopter else ())
         while queue:
             p = queue.pop()
-            if p not in spare and p not in stopped:
+            if p in spare or p in seen:
+                continue
+            seen.add(p)
+            if p not in stopped:
                 fresh.append(p)
-                queue.extend(children.get(p, ()))
+            queue.extend(children.get(p, ()))
         if not fresh:
             break
         for p in fresh:
@@ -1044,9 +1213,7 @@ def _guard_lines(worker, v, wake_r):
         lines.remove(line)
         # The worker may have ended already (the host closed its stdin too), its orphans
         # the guardian's children now: whatever is no line's worker or snapshot goes too.
-        keep = known()
-        roots = [p for p in (line.worker, line.snap) if p]
-        _kill_trees(roots + [p for p in _children_of().get(me, ()) if p not in keep], keep)
+        _kill_trees([p for p in (line.worker, line.snap) if p], known(), me)
         for sock in (line.ctl, line.v):
             unwatch(sock)
             sock.close()
@@ -1054,15 +1221,20 @@ def _guard_lines(worker, v, wake_r):
             end(None)
 
     def end(status):
-        _kill_trees(_children_of().get(me, ()), ())
+        _kill_trees([], (), me)
         if status is not None:
             _report_exit(status)
         os._exit(0)
 
     def ended(line, status):
+        if line is first:
+            # The guardian's fd 2 is the first worker's stderr pipe: the host reads it to its
+            # end (a crash's traceback) before a rollback, so it must end with the worker.
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, 2)
+            os.close(null)
         # Its orphans are the guardian's children now: whatever is no worker or snapshot.
-        keep = known() - {line.worker}
-        _kill_trees([p for p in _children_of().get(me, ()) if p not in keep], keep)
+        _kill_trees([], known() - {line.worker}, me)
         alive = 1 if line.snap else 0
         try:
             line.ctl.send(b"D" + struct.pack("<i", status) + bytes((alive,)))
@@ -1091,7 +1263,8 @@ def _guard_lines(worker, v, wake_r):
         for f in fds[:3]:
             os.close(f)
 
-    add(_Line(worker, socket.socket(fileno=_CTL_FD), v))
+    first = _Line(worker, socket.socket(fileno=_CTL_FD), v)
+    add(first)
     while True:
         while True:
             try:
@@ -1109,11 +1282,7 @@ def _guard_lines(worker, v, wake_r):
                     line.snap = 0
                 if got == line.worker and not line.dead:
                     ended(line, st)
-        try:
-            events = poller.poll()
-        except InterruptedError:
-            continue
-        for fd, _ in events:
+        for fd, _ in _poll(poller):
             if fd == wake_r:
                 os.read(wake_r, 512)
                 continue
@@ -1155,7 +1324,7 @@ def main(read):
     cfg = _read_config(read)
     if cfg.get("root"):
         try:
-            _enter_sandbox(cfg)
+            _enter_sandbox(cfg, bool(cfg.get("template")))
         except OSError as e:
             os.write(2, ("minipy worker: the kernel refused the sandbox: %s\n" % e).encode())
             os._exit(cfg["sandbox_refused"])
@@ -1163,6 +1332,8 @@ def main(read):
     # (marshal, empty at first), usable when code_tag is this interpreter's (compiling it
     # costs ~13 ms of a worker's start). Read before the guardian forks, which keeps both.
     runtime = read(int.from_bytes(read(4), "little")), read(int.from_bytes(read(4), "little"))
+    if cfg.get("template"):
+        _serve_template(cfg, runtime)  # returns in a worker's fork of it
     _become_guardian(cfg, runtime)
     fds = _move_fds()
     try:
@@ -1232,7 +1403,7 @@ def _load_runtime(cfg, runtime):
 
 
 def _start(w, cfg, runtime):
-    compiled = _load_runtime(cfg, runtime)
+    compiled = _load_runtime(cfg, runtime) if _rt is None else []  # a template's fork has it
     workdir = cfg.get("workdir")
     if workdir:
         os.makedirs(workdir, exist_ok=True)
