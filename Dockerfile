@@ -1,14 +1,19 @@
 # minipy-mcp (Streamable HTTP, isolated engine) on Debian 12 with CPython 3.11.
 #
 #   docker build -t minipy-mcp .
-#   docker run -d -p 8080:8080 \
+#   printf 'alice:%s\n' "$(openssl rand -hex 16)" > tokens    # readable by uid 10001 only:
+#   chmod 600 tokens && sudo chown 10001 tokens
+#   docker run -d -p 8080:8080 -v "$PWD/tokens:/run/secrets/minipy-tokens:ro" \
 #     --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
 #     --security-opt systempaths=unconfined \
-#     --cap-drop ALL --security-opt no-new-privileges minipy-mcp
+#     --cap-drop ALL --security-opt no-new-privileges --stop-timeout 40 minipy-mcp
 #
 # The three --security-opt flags let the server build its workers' sandbox (user, mount, pid
 # namespaces and a fresh /proc) inside the container; docs/deploy.md says why and what the
-# Kubernetes equivalents are. The MCP endpoint is http://HOST:8080/mcp.
+# Kubernetes equivalents are. The MCP endpoint is http://HOST:8080/mcp; clients send
+# "Authorization: Bearer TOKEN" with a token of the file mounted at /run/secrets/minipy-tokens
+# (a Docker or Kubernetes secret; the server reads it again on SIGHUP). /healthz, /readyz and
+# /metrics need no token.
 
 # --- build: both commands, linked against bookworm's libpython3.11 (cgo) -------------------
 FROM golang:1.26-bookworm AS build
@@ -42,4 +47,4 @@ RUN groupadd --gid 10001 minipy \
 USER 10001:10001
 WORKDIR /home/minipy
 EXPOSE 8080
-CMD ["minipy-mcp", "-http", ":8080", "-backend", "isolated"]
+CMD ["minipy-mcp", "-http", ":8080", "-backend", "isolated", "-tokens", "/run/secrets/minipy-tokens"]

@@ -47,13 +47,20 @@ type ToolResult struct {
 	Text    string
 	Images  []Image
 	IsError bool
+	// Err is the run's error, for the host's logs and metrics (the model has the text): nil
+	// when the code ran to its end, else what Run returns (match it with errors.Is and
+	// errors.As), or an error matching ErrBadArguments when the model's arguments were not
+	// a valid call and nothing ran.
+	Err error
+	// Duration is how long the run took (Result.Duration); 0 when nothing ran.
+	Duration time.Duration
 }
 
 // CallToolResult is CallTool that also returns the images of the run.
 func CallToolResult(ctx context.Context, input json.RawMessage, opts *Options) ToolResult {
 	e, err := inProcess()
 	if err != nil {
-		return ToolResult{Text: renderError(err), IsError: true}
+		return ToolResult{Text: renderError(err), IsError: true, Err: err}
 	}
 	return callTool(ctx, e, input, opts)
 }
@@ -63,7 +70,7 @@ func callTool(ctx context.Context, e engine, input json.RawMessage, opts *Option
 	limits := toolLimitsOf(opts)
 	args, err := parseToolArguments(input)
 	if err != nil {
-		return ToolResult{Text: badArguments(err, limits), IsError: true}
+		return ToolResult{Text: badArguments(err, limits), IsError: true, Err: fmt.Errorf("%w: %w", ErrBadArguments, err)}
 	}
 	run := Options{}
 	if opts != nil {
@@ -80,7 +87,11 @@ func callTool(ctx context.Context, e engine, input json.RawMessage, opts *Option
 	run.MaxOutput = limits.output
 	res, err := e.run(ctx, args.code, &run)
 	how := toolRun{timeout: run.Timeout, asked: args.timeout, capped: capped}
-	return ToolResult{Text: renderRun(res, err, how, limits.output), Images: res.Images(), IsError: err != nil}
+	r := ToolResult{Text: renderRun(res, err, how, limits.output), Images: res.Images(), IsError: err != nil, Err: err}
+	if res != nil {
+		r.Duration = res.Duration
+	}
+	return r
 }
 
 // toolArguments are the model's arguments, decoded.

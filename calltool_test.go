@@ -268,3 +268,29 @@ func TestTruncateText(t *testing.T) {
 	assert.LessOrEqual(t, utf8.RuneCountInString(text), DefaultToolOutput+100)
 	assert.Contains(t, text, fmt.Sprintf("[... %d characters of stdout omitted ...]", 1_000_001-DefaultToolOutput))
 }
+
+// ToolResult.Err and Duration tell the host what happened, for its logs and metrics, on
+// both engines.
+func TestToolResultErr(t *testing.T) {
+	iso, err := NewIsolated(IsolatedConfig{})
+	require.NoError(t, err)
+	defer iso.Close()
+	for _, eng := range []Engine{InProcess(), iso} {
+		ok := eng.CallToolResult(context.Background(), json.RawMessage(`{"code": "1 + 1"}`), nil)
+		assert.NoError(t, ok.Err)
+		assert.Positive(t, ok.Duration)
+
+		bad := eng.CallToolResult(context.Background(), json.RawMessage(`{"cod": "1"}`), nil)
+		assert.True(t, bad.IsError)
+		assert.ErrorIs(t, bad.Err, ErrBadArguments)
+		assert.Zero(t, bad.Duration, "nothing ran")
+
+		raised := eng.CallToolResult(context.Background(), json.RawMessage(`{"code": "1/0"}`), nil)
+		var py *PythonError
+		require.ErrorAs(t, raised.Err, &py)
+		assert.Equal(t, "ZeroDivisionError", py.Type)
+
+		slow := eng.CallToolResult(context.Background(), json.RawMessage(`{"code": "import time; time.sleep(5)", "timeout": 0.2}`), nil)
+		assert.ErrorIs(t, slow.Err, ErrTimeout)
+	}
+}

@@ -22,6 +22,10 @@ var ErrNameNotFound = errors.New("minipy: name not defined")
 // for a Go value with no Python equivalent.
 var ErrUnsupportedValue = errors.New("minipy: value has no Go equivalent")
 
+// ErrBadArguments is matched by ToolResult.Err when the model's tool arguments were not a
+// valid call (no code, a timeout that is not a duration, not JSON): nothing ran.
+var ErrBadArguments = errors.New("minipy: the tool's arguments are not a valid call")
+
 // ErrNamespaceClosed is matched by the error of any use of a closed Namespace.
 var ErrNamespaceClosed = errors.New("minipy: namespace is closed")
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -143,16 +144,19 @@ type Mount struct {
 // All methods are safe for concurrent use. Runs in namespaces on different workers proceed
 // in parallel; runs on one worker take turns.
 type Isolated struct {
-	cfg     IsolatedConfig
-	dir     string        // the engine's private directory: workdir and, sandboxed, rootdir
-	workdir string        // the workers' working directory on the host (sandboxWorkdir inside)
-	rootdir string        // the (empty) mount point of a sandboxed worker's root tmpfs
-	sandbox bool          // local workers get Linux namespaces
-	slots   []*workerSlot // the shared workers; with one worker per namespace, the default's
-	perNS   bool          // Workers 0: each namespace gets a slot of its own
-	nextNS  atomic.Uint32
-	forks   atomic.Uint64 // tokens that pair a Fork's copy with its pipes in the guardian
-	spread  atomic.Uint32
+	cfg      IsolatedConfig
+	dir      string        // the engine's private directory: trees and, sandboxed, rootdir
+	trees    string        // the trees of the namespaces' working directories (workdir.go)
+	treeSeq  atomic.Uint64 // names the trees
+	rootdir  string        // the (empty) mount point of a sandboxed worker's root tmpfs
+	sandbox  bool          // local workers get Linux namespaces
+	slots    []*workerSlot // the shared workers; with one worker per namespace, the default's
+	perNS    bool          // Workers 0: each namespace gets a slot of its own
+	nextNS   atomic.Uint32
+	opened   atomic.Int64  // namespaces made and not freed (Stats)
+	startRec startRecord   // worker starts (Stats, Ready)
+	forks    atomic.Uint64 // tokens that pair a Fork's copy with its pipes in the guardian
+	spread   atomic.Uint32
 	// defaultNS is the namespace of runs that pass no Globals (id 1, on the first worker).
 	defaultNS *nsBinding
 	hostReg   hostRegistry
@@ -171,10 +175,12 @@ type Isolated struct {
 
 // nsBinding ties a namespace to the worker slot that holds it. epoch is the worker
 // generation holding its variables (0: none yet); it is read and written only while
-// holding the slot's token.
+// holding the slot's token. dir is the namespace's working directory on the host.
 type nsBinding struct {
 	slot  *workerSlot
 	epoch uint64
+	dir   string
+	freed atomic.Bool // counted out of the open namespaces (a free may come twice: Close, then the GC)
 }
 
 // moduleName is a dotted Python module name.
@@ -256,7 +262,7 @@ func newIsolated(cfg IsolatedConfig, sandbox bool) (*Isolated, error) {
 		return nil, err
 	}
 	if e.sandbox && !cfg.NoTemplate {
-		t, err := launchWorker(e, 0, true)
+		t, err := launchWorker(e, workDirs{}, 0)
 		if err == nil {
 			t, err = awaitReady(e, t)
 		}
@@ -272,9 +278,13 @@ func newIsolated(cfg IsolatedConfig, sandbox bool) (*Isolated, error) {
 	e.nextNS.Store(pyrt.DefaultNamespace)
 	e.slots = make([]*workerSlot, max(cfg.Workers, 1))
 	for i := range e.slots {
-		e.slots[i] = &workerSlot{e: e, token: make(turn, 1)}
+		e.slots[i] = &workerSlot{e: e, token: make(turn, 1), dirs: e.newDirs()}
+		if err := e.slots[i].dirs.err; err != nil {
+			e.Close()
+			return nil, err
+		}
 	}
-	e.defaultNS = &nsBinding{slot: e.slots[0]}
+	e.defaultNS = &nsBinding{slot: e.slots[0], dir: e.slots[0].dirs.homePath()}
 	for _, s := range e.slots {
 		s.startNext()
 	}
@@ -321,7 +331,12 @@ func (e *Isolated) NewNamespace() *Namespace {
 		}
 		// Start after the first slot, which holds the default namespace.
 		slot := e.slots[int(e.spread.Add(1))%len(e.slots)]
-		return newNamespace(e, id, &nsBinding{slot: slot})
+		dir, err := e.makeWorkDir(slot.dirs.tree, strconv.FormatUint(uint64(id), 10))
+		if err != nil {
+			return &Namespace{closed: true, ref: err}
+		}
+		e.opened.Add(1)
+		return newNamespace(e, id, &nsBinding{slot: slot, dir: dir})
 	}
 	e.mu.Lock()
 	if e.closed {
@@ -332,20 +347,46 @@ func (e *Isolated) NewNamespace() *Namespace {
 	// and another spare starts for the next one. The first namespace finds none: an engine
 	// that never makes one keeps no idle worker.
 	slot := e.spare
+	e.spare = nil
+	e.mu.Unlock()
 	fresh := slot == nil
 	if fresh {
-		slot = &workerSlot{e: e, token: make(turn, 1), own: true}
+		slot = e.ownSlot()
+	}
+	spare := e.ownSlot() // (its directories are made outside the lock)
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		e.releaseDirs(spare.dirs) // Close may have removed the engine's directory before they were made
+		if fresh {
+			e.releaseDirs(slot.dirs)
+		}
+		return &Namespace{closed: true, ref: ErrEngineClosed}
+	}
+	if fresh {
 		e.own[slot] = struct{}{}
 	}
-	spare := &workerSlot{e: e, token: make(turn, 1), own: true}
-	e.own[spare] = struct{}{}
-	e.spare = spare
+	keep := e.spare == nil // else another NewNamespace has just put one there
+	if keep {
+		e.own[spare] = struct{}{}
+		e.spare = spare
+	}
 	e.mu.Unlock()
 	if fresh {
 		slot.startNext()
 	}
-	spare.startNext()
-	return newNamespace(e, id, &nsBinding{slot: slot})
+	if keep {
+		spare.startNext()
+	} else {
+		e.releaseDirs(spare.dirs)
+	}
+	e.opened.Add(1)
+	return newNamespace(e, id, &nsBinding{slot: slot, dir: slot.dirs.homePath()})
+}
+
+// ownSlot is a slot for the worker of one namespace, with its working directory.
+func (e *Isolated) ownSlot() *workerSlot {
+	return &workerSlot{e: e, token: make(turn, 1), own: true, dirs: e.newDirs()}
 }
 
 // closeOwn ends the worker of a namespace that has one of its own (after the run in
@@ -358,6 +399,7 @@ func (e *Isolated) closeOwn(slot *workerSlot) {
 	delete(e.own, slot)
 	e.mu.Unlock()
 	slot.shutdown()
+	e.releaseDirs(slot.dirs)
 }
 
 // Close kills every worker (and everything they started) and removes the engine's working
@@ -409,7 +451,7 @@ func (e *Isolated) liveTemplate() *worker {
 		e.tmpl.kill()
 		e.tmpl = nil
 	}
-	t, err := launchWorker(e, 0, true)
+	t, err := launchWorker(e, workDirs{}, 0)
 	if err == nil {
 		t, err = awaitReady(e, t)
 	}
@@ -425,11 +467,25 @@ func (e *Isolated) liveTemplate() *worker {
 	return t
 }
 
-// WorkDir is the host directory that the workers use as their working directory (and
-// HOME): sandboxed workers see it as /work, others at this path. Files the code writes
-// there can be read here, and files put here are the code's to read, until Close
-// removes the directory.
-func (e *Isolated) WorkDir() string { return e.workdir }
+// WorkDir is the host directory that is the working directory (and HOME) of the engine's
+// default namespace, the one of runs without Options.Globals; every namespace has one of
+// its own (Namespace.WorkDir). Sandboxed workers see it as /work, others at this path. ""
+// for Command workers, whose files are on the far side.
+func (e *Isolated) WorkDir() string {
+	if !e.local() {
+		return ""
+	}
+	return e.defaultNS.dir
+}
+
+// workDir is Namespace.WorkDir.
+func (e *Isolated) workDir(ns *Namespace) string {
+	b := bindingOf(ns)
+	if b == nil || !e.local() {
+		return ""
+	}
+	return b.dir
+}
 
 func (e *Isolated) isClosed() bool {
 	e.mu.Lock()
@@ -623,6 +679,12 @@ func (e *Isolated) do(ns *Namespace, op byte, args ...any) (any, error) {
 		return nil, err
 	}
 	slot := b.slot
+	if op == pyrt.OpFree && b != e.defaultNS && b.freed.CompareAndSwap(false, true) {
+		e.opened.Add(-1)
+		if !slot.own && e.local() {
+			defer os.RemoveAll(b.dir) // a packed namespace's, after the worker let go of it
+		}
+	}
 	if op == pyrt.OpFree && slot.own {
 		e.closeOwn(slot)
 		return nil, nil
@@ -702,6 +764,16 @@ func (e *Isolated) fork(ns *Namespace) (*Namespace, error) {
 		return nil, err
 	}
 	id := e.nextNS.Add(1)
+	dirs, err := e.shareDirs(slot.dirs, id) // the copy moves its files there (worker.py)
+	if err != nil {
+		return nil, err
+	}
+	copied := false
+	defer func() {
+		if !copied {
+			e.releaseDirs(dirs)
+		}
+	}()
 	token := e.forks.Add(1)
 	req := []byte{pyrt.OpFork}
 	req = binary.LittleEndian.AppendUint64(req, token)
@@ -741,7 +813,7 @@ func (e *Isolated) fork(ns *Namespace) (*Namespace, error) {
 		ctl.Close()
 		return nil, fmt.Errorf("%w: the copy did not start: %w", ErrNoFork, err)
 	}
-	copySlot := &workerSlot{e: e, token: make(turn, 1), own: true, cur: cw, epoch: 1}
+	copySlot := &workerSlot{e: e, token: make(turn, 1), own: true, cur: cw, epoch: 1, dirs: dirs}
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
@@ -750,8 +822,10 @@ func (e *Isolated) fork(ns *Namespace) (*Namespace, error) {
 	}
 	e.own[copySlot] = struct{}{}
 	e.mu.Unlock()
+	copied = true
 	e.hostReg.fork(ns.id, id)
-	return newNamespace(e, id, &nsBinding{slot: copySlot, epoch: 1}), nil
+	e.opened.Add(1)
+	return newNamespace(e, id, &nsBinding{slot: copySlot, epoch: 1, dir: dirs.homePath()}), nil
 }
 
 // registerAgain binds the host functions of the namespaces that w is about to create
@@ -881,7 +955,8 @@ func (r *isolatedRun) wake() { r.w.wake() }
 type workerSlot struct {
 	e     *Isolated
 	token turn
-	own   bool // the worker of one namespace (IsolatedConfig.Workers 0)
+	own   bool     // the worker of one namespace (IsolatedConfig.Workers 0)
+	dirs  workDirs // the working directory and tree its workers bind
 	// calls is the host calls of the run in progress, if it may make any: a Run or
 	// Namespace method on this slot from inside one of them fails with ErrReentrant.
 	calls atomic.Pointer[hostCalls]
@@ -908,7 +983,10 @@ func (s *workerSlot) startNext() {
 	done := make(chan struct{})
 	s.pending = done
 	go func() {
-		w, err := startWorker(s.e, epoch)
+		w, err := startWorker(s.e, s.dirs, epoch)
+		if !errors.Is(err, ErrEngineClosed) {
+			s.e.startRec.note(err)
+		}
 		s.mu.Lock()
 		if s.closed && w != nil {
 			w.kill()

@@ -295,3 +295,22 @@ func pssUnder(b *testing.B, root int) (kb, n int) {
 	}
 	return kb, n
 }
+
+// BenchmarkIsolatedStats is Stats (a /proc walk and each process's smaps_rollup) of an
+// engine with 100 namespaces that have run code, as a /metrics scrape of minipy-mcp does.
+func BenchmarkIsolatedStats(b *testing.B) {
+	e := newIsolated(b, minipy.IsolatedConfig{})
+	for range 100 {
+		ns := e.NewNamespace()
+		b.Cleanup(func() { ns.Close() })
+		if _, err := e.Run(context.Background(), "x = 1", &minipy.Options{Globals: ns}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var st minipy.IsolatedStats
+	for b.Loop() {
+		st = e.Stats()
+	}
+	b.ReportMetric(float64(st.Processes), "processes")
+	b.ReportMetric(float64(st.MemoryBytes)/(1<<20), "PSS-MB")
+}

@@ -95,11 +95,14 @@ type death struct {
 	snapshot bool // a snapshot of it waits to take over
 }
 
-// startWorker starts a worker for e and waits until it is ready: forked from e's template
-// when it has one, else a process of its own.
-func startWorker(e *Isolated, epoch uint64) (*worker, error) {
+// startWorker starts a worker for e with dirs and waits until it is ready: forked from e's
+// template when it has one, else a process of its own.
+func startWorker(e *Isolated, dirs workDirs, epoch uint64) (*worker, error) {
+	if dirs.err != nil {
+		return nil, dirs.err
+	}
 	if t := e.liveTemplate(); t != nil {
-		w, err := spawnWorker(e, t, epoch)
+		w, err := spawnWorker(e, t, dirs, epoch)
 		if err == nil {
 			w, err = awaitReady(e, w)
 		}
@@ -108,7 +111,7 @@ func startWorker(e *Isolated, epoch uint64) (*worker, error) {
 		}
 		// The template could not fork it (or is gone): a plain start, as without one.
 	}
-	w, err := launchWorker(e, epoch, false)
+	w, err := launchWorker(e, dirs, epoch)
 	if err != nil {
 		return nil, err
 	}
@@ -157,8 +160,10 @@ func awaitReady(e *Isolated, w *worker) (*worker, error) {
 	return nil, fmt.Errorf("minipy: starting a worker (%s) failed: %s", how, msg)
 }
 
-// launchWorker starts a worker process (or, template, e's template process).
-func launchWorker(e *Isolated, epoch uint64, template bool) (*worker, error) {
+// launchWorker starts a worker process with dirs (or, when dirs.tree is nil, e's template
+// process).
+func launchWorker(e *Isolated, dirs workDirs, epoch uint64) (*worker, error) {
+	template := dirs.tree == nil
 	args := append([]string(nil), e.cfg.Command...)
 	if len(args) == 0 {
 		args = []string{e.cfg.Python}
@@ -175,8 +180,11 @@ func launchWorker(e *Isolated, epoch uint64, template bool) (*worker, error) {
 	cmd := &exec.Cmd{Path: path, Args: args}
 	local := len(e.cfg.Command) == 0
 	if local {
-		cmd.Dir = e.workdir
-		cmd.Env = e.workerEnv()
+		cmd.Dir = dirs.homePath()
+		if template {
+			cmd.Dir = e.trees
+		}
+		cmd.Env = e.workerEnv(cmd.Dir)
 	}
 	if local && e.sandbox {
 		cmd.SysProcAttr = sandboxAttr(e.cfg.Network)
@@ -248,7 +256,7 @@ func launchWorker(e *Isolated, epoch uint64, template bool) (*worker, error) {
 	if w.line != nil {
 		w.line.watch(w)
 	}
-	cfgFrame, err := workerConfigFrame(e, template)
+	cfgFrame, err := workerConfigFrame(e, dirs)
 	if err != nil {
 		w.kill()
 		return nil, err
@@ -263,19 +271,29 @@ func launchWorker(e *Isolated, epoch uint64, template bool) (*worker, error) {
 	return w, nil
 }
 
-// workerConfigFrame is what a worker reads after worker.py: a frame of "key=value" lines
-// (the limits, the kick signal, the working directory), then a frame with the runtime.
-func workerConfigFrame(e *Isolated, template bool) ([]byte, error) {
+// workerConfigFrame is what a worker with dirs (the template: no tree) reads after
+// worker.py: a frame of "key=value" lines (the limits, the kick signal, the working
+// directories), then a frame with the runtime.
+func workerConfigFrame(e *Isolated, dirs workDirs) ([]byte, error) {
 	var b strings.Builder
-	workdir := e.workdir
+	template := dirs.tree == nil
+	workdir, tree := dirs.homePath(), ""
+	if !template {
+		tree = dirs.tree.path
+	}
 	if e.sandbox {
-		workdir = sandboxWorkdir
 		network := 0
 		if e.cfg.Network {
 			network = 1
 		}
-		fmt.Fprintf(&b, "root=%s\nhost_workdir=%s\nsandbox_id=%d\nsandbox_refused=%d\ntmp_size=%d\nnetwork=%d\n",
-			e.rootdir, e.workdir, sandboxID, sandboxRefusedExit, e.cfg.TmpSize, network)
+		fmt.Fprintf(&b, "root=%s\nsandbox_id=%d\nsandbox_refused=%d\ntmp_size=%d\nnetwork=%d\n",
+			e.rootdir, sandboxID, sandboxRefusedExit, e.cfg.TmpSize, network)
+		if template {
+			fmt.Fprintf(&b, "host_tree=%s\n", e.trees) // every tree: a fork binds its own (spawnWorker)
+		} else {
+			fmt.Fprintf(&b, "host_workdir=%s\nhost_tree=%s\n", workdir, tree)
+		}
+		workdir, tree = sandboxWorkdir, sandboxTree
 		for _, m := range e.cfg.Mounts {
 			mode := "ro"
 			if m.Writable {
@@ -292,6 +310,12 @@ func workerConfigFrame(e *Isolated, template bool) ([]byte, error) {
 	fmt.Fprintf(&b, "kick_signal=%d\nworkdir=%s\nmemory=%d\nfile_size=%d\nopen_files=%d\nprocesses=%d\ncpu_seconds=%d\n",
 		int(e.cfg.KickSignal), workdir, e.cfg.MemoryLimit, e.cfg.FileSizeLimit, e.cfg.OpenFiles, e.cfg.Processes,
 		int64((e.cfg.CPULimit+time.Second-1)/time.Second))
+	if tree != "" {
+		fmt.Fprintf(&b, "tree=%s\n", tree)
+	}
+	if !e.perNS {
+		b.WriteString("packed=1\n")
+	}
 	if len(e.cfg.Command) == 0 {
 		b.WriteString("control=1\n")
 		if !e.cfg.NoRollback {
@@ -592,11 +616,19 @@ func killDescendants(pid int) {
 
 // descendants lists pid's descendants from /proc's parent links.
 func descendants(pid int) []int {
+	return processTree().below(pid)
+}
+
+// procTree is the machine's processes by parent, as /proc showed them at one moment.
+type procTree map[int][]int
+
+// processTree reads /proc's parent links.
+func processTree() procTree {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
 	}
-	children := map[int][]int{}
+	children := procTree{}
 	for _, ent := range entries {
 		p, err := strconv.Atoi(ent.Name())
 		if err != nil {
@@ -615,6 +647,11 @@ func descendants(pid int) []int {
 		ppid, _ := strconv.Atoi(fields[1])
 		children[ppid] = append(children[ppid], p)
 	}
+	return children
+}
+
+// below lists pid's descendants.
+func (children procTree) below(pid int) []int {
 	var out []int
 	queue := []int{pid}
 	for len(queue) > 0 {
@@ -904,10 +941,11 @@ func (w *worker) handOver(ctl *net.UnixConn, line *workerLine, msg []byte, extra
 	}
 }
 
-// spawnWorker has template t fork a worker sandbox (docs/protocol.md, "Template"): it sends
-// the new worker's pipes, its control socket and its life pipe (whose end the guardian
-// holds until it exits) over t's control socket.
-func spawnWorker(e *Isolated, t *worker, epoch uint64) (*worker, error) {
+// spawnWorker has template t fork a worker sandbox with dirs (docs/protocol.md,
+// "Template"): it sends the names of its tree and working directory, the new worker's
+// pipes, its control socket and its life pipe (whose end the guardian holds until it
+// exits) over t's control socket.
+func spawnWorker(e *Isolated, t *worker, dirs workDirs, epoch uint64) (*worker, error) {
 	p, err := newWorkerPipes()
 	if err != nil {
 		return nil, err
@@ -929,7 +967,7 @@ func spawnWorker(e *Isolated, t *worker, epoch uint64) (*worker, error) {
 		return nil, err
 	}
 	rights := syscall.UnixRights(int(inR.Fd()), int(outW.Fd()), int(errW.Fd()), int(ctlChild.Fd()), int(lifeW.Fd()))
-	_, _, err = t.ctl.WriteMsgUnix([]byte{'N'}, rights, nil)
+	_, _, err = t.ctl.WriteMsgUnix([]byte("N"+dirs.tree.name+"\x00"+dirs.home), rights, nil)
 	closeAll(inR, outW, errW, ctlChild, lifeW)
 	if err != nil {
 		closeAll(inW, outR, errR, ctl, lifeR)

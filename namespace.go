@@ -144,12 +144,17 @@ func (ns *Namespace) Names() ([]string, error) {
 // a conversation: the copy has the namespace's variables, imported modules and host
 // functions as they are between runs, and from then on changes to either never reach the
 // other. It waits for a run in progress in the namespace. Threads and child processes
-// that earlier runs left running are not copied; files are shared (both run in one
-// sandbox: the working directory, /tmp). Closing one leaves the other.
+// that earlier runs left running are not copied. The files of the working directory are:
+// the copy gets a working directory of its own (WorkDir; /namespaces/ID in the sandbox,
+// where it works from the same relative place) holding a copy of them, symlinks as links,
+// without special files or what Mounts put there. Both still run in one sandbox: /tmp is
+// shared, and each can read the other's working directory under /namespaces. Closing one
+// leaves the other.
 //
 // Only namespaces of an isolated engine with a worker per namespace (IsolatedConfig.Workers
 // 0) and local workers can fork; others give an error matching ErrNoFork. A fork costs
-// about as much as a rollback snapshot (a copy-on-write fork of the worker process).
+// about as much as a rollback snapshot (a copy-on-write fork of the worker process), plus
+// the copy of the files.
 func (ns *Namespace) Fork() (*Namespace, error) {
 	ns.mu.Lock()
 	err := ns.usable()
@@ -165,6 +170,24 @@ func (ns *Namespace) Fork() (*Namespace, error) {
 			ns.engine.name())
 	}
 	return f.fork(ns)
+}
+
+// WorkDir is the host directory that is the namespace's working directory (and HOME) in
+// an isolated engine: each namespace has one of its own, which its code sees as /work
+// (sandboxed; a Fork copy or a namespace packed with others into a shared worker sees
+// /namespaces/ID) and the host may read and fill, until Close removes it. Files survive a
+// lost or rolled-back worker: rollback restores variables, not files. "" for in-process
+// namespaces, whose code shares the host process's working directory, and for Command
+// workers, whose files are on the far side.
+//
+// The code can make symbolic links there, to anywhere: open what it wrote with os.Root
+// (os.OpenRoot(ns.WorkDir())), which does not follow a link out of the directory.
+func (ns *Namespace) WorkDir() string {
+	w, ok := ns.engine.(interface{ workDir(*Namespace) string })
+	if !ok {
+		return ""
+	}
+	return w.workDir(ns)
 }
 
 // Close frees the namespace's variables. Later uses return ErrNamespaceClosed; closing

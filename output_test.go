@@ -35,6 +35,7 @@ type recorder struct {
 	stream string
 	all    *recorderLog
 	delay  time.Duration
+	rate   int // bytes a second the writer takes (0: any)
 	err    error
 }
 
@@ -52,6 +53,9 @@ type liveWrite struct {
 func (r *recorder) Write(p []byte) (int, error) {
 	if r.delay > 0 {
 		time.Sleep(r.delay)
+	}
+	if r.rate > 0 {
+		time.Sleep(time.Duration(len(p)) * time.Second / time.Duration(r.rate))
 	}
 	r.all.mu.Lock()
 	r.all.writes = append(r.all.writes, liveWrite{r.stream, string(p), time.Now()})
@@ -159,7 +163,9 @@ func TestLiveOutputSlowWriterDropsWithNote(t *testing.T) {
 	for _, tc := range engines(t) {
 		t.Run(tc.name, func(t *testing.T) {
 			log := &recorderLog{}
-			opts := &minipy.Options{MaxOutput: -1, Stdout: &recorder{stream: "out", all: log, delay: 20 * time.Millisecond}}
+			// 5 MB/s, far slower than the code prints, however its output arrives: in small
+			// chunks (in-process) or in frames of up to 1 MiB a few ms apart (a worker).
+			opts := &minipy.Options{MaxOutput: -1, Stdout: &recorder{stream: "out", all: log, rate: 5 << 20}}
 			started := time.Now()
 			r, err := tc.eng.Run(context.Background(), "for i in range(40):\n    print('x' * 100_000)", opts)
 			require.NoError(t, err)

@@ -13,8 +13,11 @@ import (
 
 // The sandbox of a local worker (worker.py's _enter_sandbox builds it from the config frame).
 const (
-	// sandboxWorkdir is where a sandboxed worker sees the engine's working directory.
+	// sandboxWorkdir is where a sandboxed worker sees its namespace's working directory.
 	sandboxWorkdir = "/work"
+	// sandboxTree is where a sandboxed worker sees its tree: the working directories of the
+	// namespaces that may share its sandbox (Fork copies; packed namespaces), by id.
+	sandboxTree = "/namespaces"
 	// sandboxID is the uid and gid of the worker inside its user namespace ("user").
 	sandboxID = 1000
 	// nobodyID is the host user and group that sandboxed workers run as when the host runs
@@ -98,21 +101,22 @@ func probeNamespacesNow() error {
 // not exist (see NewIsolatedRefusingMounts).
 var breakSandboxRoot bool
 
-// makeDirs makes the engine's private directory: work/ (the working directory, owned by
-// the workers' user) and, sandboxed, root/ (the mount point of each worker's root).
+// makeDirs makes the engine's private directory: work/ (the trees of the namespaces'
+// working directories; see workTree) and, sandboxed, root/ (the mount point of each
+// worker's root).
 func (e *Isolated) makeDirs() error {
 	dir, err := os.MkdirTemp("", "minipy-isolated-")
 	if err != nil {
 		return fmt.Errorf("minipy: making the workers' directory: %w", err)
 	}
 	e.dir = dir
-	e.workdir = filepath.Join(dir, "work")
-	err = os.Mkdir(e.workdir, 0o700)
+	e.trees = filepath.Join(dir, "work")
+	err = os.Mkdir(e.trees, 0o711)
 	if err == nil && e.sandbox {
-		// The workers' user must pass through dir (owned by the host) to reach the others.
+		// The workers' user must pass through dir and trees (owned by the host) to reach
+		// their own directories, but may list neither.
 		e.rootdir = filepath.Join(dir, "root")
-		err = errors.Join(os.Chmod(dir, 0o711), os.Mkdir(e.rootdir, 0o755),
-			os.Chown(e.workdir, sandboxUID(), sandboxUID()))
+		err = errors.Join(os.Chmod(dir, 0o711), os.Chmod(e.trees, 0o711), os.Mkdir(e.rootdir, 0o755))
 	}
 	if err == nil && breakSandboxRoot {
 		e.rootdir = "/proc/minipy-no-such-dir" // nobody can make it
@@ -127,9 +131,10 @@ func (e *Isolated) makeDirs() error {
 	return nil
 }
 
-// workerEnv is a local worker's whole environment (see IsolatedConfig.Env).
-func (e *Isolated) workerEnv() []string {
-	home, tmp := e.workdir, os.TempDir()
+// workerEnv is a local worker's whole environment (see IsolatedConfig.Env), home its
+// working directory on the host.
+func (e *Isolated) workerEnv(home string) []string {
+	tmp := os.TempDir()
 	if e.sandbox {
 		home, tmp = sandboxWorkdir, "/tmp"
 	}
@@ -175,7 +180,7 @@ func checkMounts(mounts []Mount) ([]Mount, error) {
 		if strings.ContainsAny(m.Source+m.Target, "\n\r\t\x00") {
 			return nil, bad("paths may not hold line breaks, tabs or NUL bytes")
 		}
-		for _, reserved := range []string{"/proc", "/dev"} {
+		for _, reserved := range []string{"/proc", "/dev", sandboxTree} {
 			if m.Target == reserved || strings.HasPrefix(m.Target, reserved+"/") {
 				return nil, bad("the sandbox makes " + reserved + " itself")
 			}

@@ -61,8 +61,8 @@ func TestHTTPBinary(t *testing.T) {
 
 // A session idle for the timeout is closed, and its namespace freed.
 func TestHTTPSessionsExpire(t *testing.T) {
-	server, s := newServerSessions(minipy.InProcess(), &minipy.Options{})
-	srv := httptest.NewServer(httpHandler(server, 300*time.Millisecond))
+	server, s := newServerSessions(minipy.InProcess(), &minipy.Options{}, serverHooks{})
+	srv := httptest.NewServer(httpHandler(server, httpConfig{idle: 300 * time.Millisecond}))
 	defer srv.Close()
 	cs := connectClient(t, &mcp.StreamableClientTransport{Endpoint: srv.URL + "/mcp"})
 	text, isError := run(t, cs, map[string]any{"code": "x = 1\nx"})
@@ -144,7 +144,7 @@ func TestHTTPWithTypeScriptClient(t *testing.T) {
 	require.NoError(t, err, "node is needed: make deps installs it")
 
 	server := newServer(minipy.InProcess(), &minipy.Options{})
-	srv := httptest.NewServer(httpHandler(server, time.Minute))
+	srv := httptest.NewServer(httpHandler(server, httpConfig{idle: time.Minute}))
 	defer srv.Close()
 	cmd := exec.Command(node, "client.mjs", srv.URL+"/mcp")
 	cmd.Dir = dir

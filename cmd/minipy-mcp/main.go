@@ -6,10 +6,21 @@
 //
 //	{"mcpServers": {"minipy": {"command": "minipy-mcp", "args": ["-timeout", "2m"]}}}
 //
-// or serve it over HTTP for remote clients (one namespace per MCP session; a session idle
+// or serve it over HTTP for remote clients (one namespace per MCP session, in a sandboxed
+// worker process and working directory of its own with -backend isolated; a session idle
 // for -session-timeout is closed and its namespace freed):
 //
-//	minipy-mcp -http :8080 -backend isolated
+//	minipy-mcp -http :8080 -backend isolated -tokens /run/secrets/minipy-tokens
+//
+// Serving people who do not trust each other (docs/deploy.md): each client sends
+// "Authorization: Bearer TOKEN" with a token of the -tokens file, and a session serves only
+// the user who opened it. -http on an address beyond loopback refuses to start without
+// -tokens, unless -allow-anonymous. -max-sessions and -max-sessions-per-user cap the open
+// sessions (past a cap a new session gets 503 with Retry-After). /healthz answers 200 while
+// the server serves, /readyz 200 while it takes new sessions, /metrics the Prometheus
+// metrics. SIGTERM drains: no new session or call, the running calls get -drain-timeout to
+// finish, then the server closes; a second SIGTERM ends it at once. SIGHUP reads the
+// -tokens file again.
 //
 // Flags:
 //
@@ -25,6 +36,15 @@
 //	-memory-limit int   bytes of memory per worker with -backend isolated (0: none)
 //	-http addr          serve Streamable HTTP on addr (host:port) instead of stdio
 //	-session-timeout d  with -http: close sessions idle this long (default 30m)
+//	-tokens file        with -http: one NAME:TOKEN per line (# comments; a user may have
+//	                    several tokens; 16 characters at least); read again on SIGHUP
+//	-allow-anonymous    with -http beyond loopback: serve without -tokens
+//	-max-sessions n     with -http: sessions open at once (default: the memory the server
+//	                    may use, its cgroup's limit or the machine's, / 256 MiB or
+//	                    / -memory-limit, at least 4; 0: no limit)
+//	-max-sessions-per-user n  with -http: sessions one user may hold (0: no limit but
+//	                    -max-sessions; without -tokens every client is one user)
+//	-drain-timeout d    with -http: how long SIGTERM waits for running calls (default 30s)
 //	-upstream file      code mode: connect to the MCP servers of this mcpServers JSON file
 //	                    and give each of their tools to the code as a Python function,
 //	                    grouped by server: everything.echo(message="hi")
@@ -57,9 +77,11 @@ import (
 	"fmt"
 	"log"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -81,14 +103,45 @@ func main() {
 	httpAddr := flag.String("http", "", "serve the Streamable HTTP transport on `addr` (host:port) instead of stdio")
 	sessionTimeout := flag.Duration("session-timeout", 30*time.Minute, "with -http: close a session (and free its namespace) after this long without a request")
 	upstreamFile := flag.String("upstream", "", "connect to the MCP servers of this mcpServers JSON `file` and give their tools to the code as Python functions (code mode)")
+	tokensFile := flag.String("tokens", "", "with -http: the clients' bearer tokens, one NAME:TOKEN per line in this `file` (read again on SIGHUP); a session belongs to the user who opened it")
+	allowAnonymous := flag.Bool("allow-anonymous", false, "with -http on an address beyond loopback: serve without -tokens (anyone who reaches it runs code)")
+	maxSessions := flag.Int("max-sessions", -1, "with -http: the most sessions open at once (default: the memory the server may use / 256 MiB, or / -memory-limit, at least 4; 0: no limit)")
+	maxPerUser := flag.Int("max-sessions-per-user", 0, "with -http: the most sessions one user (one -tokens NAME; all clients without tokens are one user) may hold at once (0: no limit besides -max-sessions)")
+	drainTimeout := flag.Duration("drain-timeout", 30*time.Second, "with -http: at SIGTERM, how long running calls may take to finish before the server closes")
 	flag.Parse()
 	if *isolated {
 		*backend = minipy.BackendIsolated
 	}
 	var protocol *os.File
+	var ln net.Listener
+	var toks *tokens
 	if *httpAddr == "" {
+		flag.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "tokens", "allow-anonymous", "max-sessions", "max-sessions-per-user", "drain-timeout", "session-timeout":
+				log.Fatalf("minipy-mcp: -%s applies to -http; over stdio the client that started the server is its only user", f.Name)
+			}
+		})
 		var err error
 		if protocol, err = takeStdout(); err != nil {
+			log.Fatalf("minipy-mcp: %v", err)
+		}
+	} else {
+		if *tokensFile == "" && !*allowAnonymous && !isLoopback(*httpAddr) {
+			log.Fatalf("minipy-mcp: -http %s listens beyond this machine: give -tokens FILE (one NAME:TOKEN per "+
+				"line; clients send Authorization: Bearer TOKEN), or -allow-anonymous to let anyone who reaches it run code",
+				*httpAddr)
+		}
+		if *tokensFile != "" {
+			var err error
+			if toks, err = loadTokens(*tokensFile); err != nil {
+				log.Fatalf("minipy-mcp: -tokens: %v", err)
+			}
+			n, users := toks.users()
+			log.Printf("minipy-mcp: -tokens: %d tokens of %d users", n, users)
+		}
+		var err error
+		if ln, err = net.Listen("tcp", *httpAddr); err != nil {
 			log.Fatalf("minipy-mcp: %v", err)
 		}
 	}
@@ -97,13 +150,15 @@ func main() {
 		log.Fatalf("minipy-mcp: %v", err)
 	}
 	defer eng.Close()
-	if iso, ok := eng.(*minipy.Isolated); ok {
-		log.Printf("minipy-mcp: running code in the isolated engine's sandboxed workers (working directory %s)", iso.WorkDir())
+	if _, ok := eng.(*minipy.Isolated); ok {
+		log.Printf("minipy-mcp: running code in the isolated engine's sandboxed workers, each session in a " +
+			"working directory of its own")
 	} else {
 		log.Printf("minipy-mcp: running code in this process's embedded interpreter")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	context.AfterFunc(ctx, stop) // the first signal drains; a second one ends the process at once
 	var fns []minipy.Function
 	if *upstreamFile != "" {
 		up, err := connectUpstreams(ctx, *upstreamFile)
@@ -113,15 +168,78 @@ func main() {
 		defer up.Close()
 		fns = up.functions
 	}
-	server := newServer(eng, &minipy.Options{Timeout: *timeout, MaxOutput: *maxOutput}, fns...)
-	if *httpAddr != "" {
-		err = serveHTTP(ctx, server, *httpAddr, *sessionTimeout)
-	} else {
+	opts := &minipy.Options{Timeout: *timeout, MaxOutput: *maxOutput}
+	if *httpAddr == "" {
+		server := newServer(eng, opts, fns...)
 		err = server.Run(ctx, &mcp.IOTransport{Reader: os.Stdin, Writer: protocol})
+	} else {
+		if *maxSessions < 0 {
+			*maxSessions = defaultMaxSessions(*memoryLimit)
+		}
+		g := newGate(*maxSessions, *maxPerUser)
+		m := newMetrics(eng, g, "tcp")
+		g.rejected = func(reason string) { m.rejected.WithLabelValues(reason).Inc() }
+		log.Printf("minipy-mcp: sessions: %s (-max-sessions), %s per user (-max-sessions-per-user)",
+			limitText(*maxSessions), limitText(*maxPerUser))
+		cfg := httpConfig{idle: *sessionTimeout, tokens: toks, gate: g, metrics: m}
+		if iso, ok := eng.(*minipy.Isolated); ok {
+			cfg.ready = iso.Ready
+		}
+		server, _ := newServerSessions(eng, opts, serverHooks{functions: fns, metrics: m, gate: g})
+		err = serveHTTP(ctx, server, ln, cfg, *drainTimeout)
 	}
 	if err != nil && !errors.Is(err, context.Canceled) {
 		log.Fatalf("minipy-mcp: %v", err)
 	}
+}
+
+func limitText(n int) string {
+	if n <= 0 {
+		return "no limit"
+	}
+	return "at most " + strconv.Itoa(n)
+}
+
+// sessionMemory is what -max-sessions's default allows each session when -memory-limit
+// does not say: a worker with numpy and pandas imported, a figure or two, a few frames.
+const sessionMemory = 256 << 20
+
+// defaultMaxSessions is -max-sessions's default: the memory this process may use (its
+// cgroup's memory.max, else the machine's), divided by the memory a session may take
+// (-memory-limit, else sessionMemory), at least 4.
+func defaultMaxSessions(memoryLimit int64) int {
+	per := int64(sessionMemory)
+	if memoryLimit > 0 {
+		per = memoryLimit
+	}
+	return int(max(4, availableMemory()/per))
+}
+
+// availableMemory is the cgroup v2 memory limit of this process if it has one, else the
+// machine's total memory (0 if neither can be read).
+func availableMemory() int64 {
+	var total int64
+	if data, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+				kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+				total = kb << 10
+			}
+		}
+	}
+	if self, err := os.ReadFile("/proc/self/cgroup"); err == nil {
+		// cgroup v2: "0::/PATH"
+		for _, line := range strings.Split(strings.TrimSpace(string(self)), "\n") {
+			if path, ok := strings.CutPrefix(line, "0::"); ok {
+				if data, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", path, "memory.max")); err == nil {
+					if limit, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64); err == nil && (total == 0 || limit < total) {
+						total = limit
+					}
+				}
+			}
+		}
+	}
+	return total
 }
 
 // newEngine starts the engine -backend names (auto: for the current directory).
@@ -131,34 +249,6 @@ func newEngine(backend string, cfg minipy.IsolatedConfig) (minipy.Engine, error)
 		return nil, err
 	}
 	return minipy.NewBackend(backend, dir, cfg)
-}
-
-// serveHTTP serves server's Streamable HTTP transport on addr until ctx ends. Each MCP
-// session gets its own namespace (see sessions); idle sessions close after idle.
-func serveHTTP(ctx context.Context, server *mcp.Server, addr string, idle time.Duration) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return err
-	}
-	srv := &http.Server{Handler: httpHandler(server, idle), ReadHeaderTimeout: 10 * time.Second}
-	log.Printf("minipy-mcp: serving MCP over HTTP at http://%s/mcp", ln.Addr())
-	go func() {
-		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(shutdown) //nolint:errcheck // exiting anyway
-	}()
-	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return ctx.Err()
-}
-
-// httpHandler is server's Streamable HTTP transport, at /mcp (and /), with sessions closed
-// after idle without a request.
-func httpHandler(server *mcp.Server, idle time.Duration) http.Handler {
-	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
-		&mcp.StreamableHTTPOptions{SessionTimeout: idle})
 }
 
 // takeStdout moves the protocol off file descriptor 1: it returns a new descriptor for

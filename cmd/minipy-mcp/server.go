@@ -20,14 +20,36 @@ const resetToolName = "reset"
 // are ignored: each client session gets a namespace of its own, with fns registered in it),
 // and the reset tool.
 func newServer(eng minipy.Engine, opts *minipy.Options, fns ...minipy.Function) *mcp.Server {
-	server, _ := newServerSessions(eng, opts, fns...)
+	server, _ := newServerSessions(eng, opts, serverHooks{functions: fns})
 	return server
 }
 
-// newServerSessions is newServer, also returning its sessions.
-func newServerSessions(eng minipy.Engine, opts *minipy.Options, fns ...minipy.Function) (*mcp.Server, *sessions) {
-	s := &sessions{eng: eng, opts: *opts, fns: fns, spaces: map[*mcp.ServerSession]*minipy.Namespace{}}
+// serverHooks are what the HTTP server adds to the MCP server: the host functions, the
+// metrics and the gate (caps and drain). The zero value is a plain server.
+type serverHooks struct {
+	functions []minipy.Function
+	metrics   *metrics // nil: none
+	gate      *gate    // nil: every session and call is let in
+}
+
+// newServerSessions is newServer with hooks, also returning its sessions.
+func newServerSessions(eng minipy.Engine, opts *minipy.Options, hooks serverHooks) (*mcp.Server, *sessions) {
+	fns := hooks.functions
+	if hooks.metrics != nil {
+		fns = make([]minipy.Function, len(hooks.functions))
+		for i, fn := range hooks.functions {
+			fns[i] = hooks.metrics.countHostCalls(fn)
+		}
+	}
+	s := &sessions{eng: eng, opts: *opts, fns: fns, metrics: hooks.metrics, gate: hooks.gate,
+		spaces: map[*mcp.ServerSession]*minipy.Namespace{}}
 	server := mcp.NewServer(&mcp.Implementation{Name: "minipy", Version: version}, nil)
+	if hooks.metrics != nil {
+		server.AddReceivingMiddleware(hooks.metrics.middleware)
+	}
+	if hooks.gate != nil {
+		server.AddReceivingMiddleware(hooks.gate.middleware)
+	}
 	described := *opts
 	if len(fns) > 0 {
 		// The description lists the functions of a namespace that has them.
@@ -47,11 +69,13 @@ func newServerSessions(eng minipy.Engine, opts *minipy.Options, fns ...minipy.Fu
 // sessions holds one namespace per client session, made on its first run and freed when
 // the session ends.
 type sessions struct {
-	eng    minipy.Engine
-	opts   minipy.Options
-	fns    []minipy.Function // host functions of every namespace (the upstream servers' tools)
-	mu     sync.Mutex
-	spaces map[*mcp.ServerSession]*minipy.Namespace
+	eng     minipy.Engine
+	opts    minipy.Options
+	fns     []minipy.Function // host functions of every namespace (the upstream servers' tools)
+	metrics *metrics          // or nil
+	gate    *gate             // or nil
+	mu      sync.Mutex
+	spaces  map[*mcp.ServerSession]*minipy.Namespace
 }
 
 func (s *sessions) namespace(ss *mcp.ServerSession) *minipy.Namespace {
@@ -88,7 +112,19 @@ func (s *sessions) forgetWhenClosed(ss *mcp.ServerSession) {
 	}
 }
 
+// drainingText is the minipy tool's answer to a call that comes while the server drains.
+const drainingText = "[error]\nThe server is shutting down and runs no more code in this session; its variables " +
+	"are lost. Nothing of this call ran.\n"
+
 func (s *sessions) run(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	if s.gate != nil {
+		var leave func()
+		var ok bool
+		if ctx, leave, ok = s.gate.enterCall(ctx); !ok {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: drainingText}}, IsError: true}, nil
+		}
+		defer leave()
+	}
 	opts := s.opts
 	opts.Globals, opts.Locals = s.namespace(req.Session), nil
 	if token := req.Params.GetProgressToken(); token != nil {
@@ -97,6 +133,7 @@ func (s *sessions) run(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 		opts.Stdout, opts.Stderr = p, p
 	}
 	res := s.eng.CallToolResult(ctx, json.RawMessage(req.Params.Arguments), &opts)
+	s.metrics.observeRun(res)
 	return toolResult(res), nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -151,17 +152,44 @@ func TestInProcess(t *testing.T) {
 }
 
 // buildServer builds the command into a temporary directory.
+// buildServer builds the binary once per test run, into a directory TestMain removes.
 func buildServer(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "minipy-mcp")
-	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goTool); err != nil {
-		goTool = "go"
+	built.once.Do(func() {
+		dir, err := os.MkdirTemp("", "minipy-mcp-test-")
+		if err != nil {
+			built.err = err
+			return
+		}
+		built.dir = dir
+		bin := filepath.Join(dir, "minipy-mcp")
+		goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
+		if _, err := os.Stat(goTool); err != nil {
+			goTool = "go"
+		}
+		out, err := exec.Command(goTool, "build", "-o", bin, ".").CombinedOutput()
+		if err != nil {
+			built.err = fmt.Errorf("go build: %w: %s", err, out)
+			return
+		}
+		built.bin = bin
+	})
+	require.NoError(t, built.err)
+	return built.bin
+}
+
+var built struct {
+	once     sync.Once
+	dir, bin string
+	err      error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
 	}
-	build := exec.Command(goTool, "build", "-o", bin, ".")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
-	return bin
+	os.Exit(code)
 }
 
 func TestBinary(t *testing.T) {

@@ -55,7 +55,7 @@ func repl(eng minipy.Engine, opts *minipy.Options, saver *imageSaver, in *os.Fil
 	signal.Notify(sigint, os.Interrupt)
 	defer signal.Stop(sigint)
 
-	fmt.Fprintf(stdout, "minipy %s, %s. Ctrl-D exits, Ctrl-C stops a running cell.\n", pythonVersion(eng), backendName(eng))
+	fmt.Fprintf(stdout, "minipy %s, %s. Ctrl-D exits, Ctrl-C stops a running cell.\n", pythonVersion(eng), backendName(eng, ns))
 	var cell []string
 	for {
 		if len(cell) == 0 {
@@ -189,9 +189,14 @@ func pythonVersion(eng minipy.Engine) string {
 	return "Python"
 }
 
-func backendName(eng minipy.Engine) string {
-	if iso, ok := eng.(*minipy.Isolated); ok {
-		return "isolated engine (working directory " + iso.WorkDir() + ")"
+// backendName names the engine, and the host directory of ns's working directory (/work in
+// the sandbox) if it has one.
+func backendName(eng minipy.Engine, ns *minipy.Namespace) string {
+	if _, ok := eng.(*minipy.Isolated); ok {
+		if dir := ns.WorkDir(); dir != "" {
+			return "isolated engine (working directory " + dir + ")"
+		}
+		return "isolated engine"
 	}
 	return "in-process engine"
 }

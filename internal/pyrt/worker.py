@@ -44,6 +44,7 @@ _RUN_ID = struct.Struct("<Q")
 _STOP_MS = struct.Struct("<I")
 _COUNT = struct.Struct("<H")
 _FLAGS = struct.Struct("<I")  # of a run request, after op, globals, locals and output cap
+_COUNT_ID = struct.Struct("<I")  # a run request's globals id, after the op
 # @constants: pyrt.go puts the constants shared with Go on this line
 
 
@@ -199,6 +200,15 @@ class _Worker:
         self.snap_pid = 0
         self.unreaped = []  # replaced snapshots, killed, not yet reaped
         self.changed = True  # the last request may have changed the state: snapshot again
+        # Working directories (IsolatedConfig's per-namespace ones): the worker's own, and the
+        # tree that holds those of the namespaces sharing the worker (packed ones, a Fork copy).
+        self.workdir = None
+        self.tree = None
+        self.packed = False
+        self.roots = {}  # namespace id -> its working directory, where root_of's rule does not give it
+        self.cwds = {}  # packed: namespace id -> the directory it was in when another one ran
+        self.space = DEFAULT_NAMESPACE  # the namespace whose directory is the process's
+        self.moving = None  # a Fork copy's (source root, own root, current directory) until it has moved
 
     # -- frames ---------------------------------------------------------------------------
 
@@ -327,10 +337,17 @@ class _Worker:
             for ident in struct.unpack_from("<%dI" % count, body, pos):
                 if ident not in _rt._spaces:
                     _rt.new_namespace(ident)
+                    if self.packed and ident != DEFAULT_NAMESPACE:
+                        try:
+                            os.makedirs(self.root_of(ident), exist_ok=True)
+                        except OSError:
+                            pass  # the host made it (local workers); enter() falls back
             pos += 4 * count
             if self.cpu_limit:
                 self.arm_cpu_limit()
             request = body[pos:]
+            if self.packed and request[:1] == bytes((OP_RUN,)):
+                self.enter(_COUNT_ID.unpack_from(request, 1)[0])
             # Reading requests change nothing: the snapshot stays good.
             self.changed = bool(count) or request[:1] not in (
                 bytes((OP_GET,)), bytes((OP_NAMES,)), bytes((OP_INFO,)), bytes((OP_FORK,)))
@@ -361,7 +378,70 @@ class _Worker:
                 self.host_calls = False
                 kicked = self.kicked
                 state.stage = 0
+            if self.packed and request[:1] == bytes((OP_FREE,)):
+                for ident in [i for i in self.cwds if i not in _rt._spaces]:
+                    del self.cwds[ident]
             self.write_frame(F_ANSWER, body[1:9], b"\x01" if kicked else b"\x00", resp)
+
+    # -- working directories --------------------------------------------------------------
+
+    def root_of(self, ident):
+        """The working directory of namespace ident: the worker's own, or, for a namespace
+        that shares the worker with others (packed), its own in the tree."""
+        root = self.roots.get(ident)
+        if root is None:
+            root = self.workdir
+            if self.packed and ident != DEFAULT_NAMESPACE and self.tree:
+                root = os.path.join(self.tree, str(ident))
+        return root
+
+    def enter(self, ident):
+        """Before a run of namespace ident in a packed worker: make the directory it was in
+        (%cd moves it) the process's, and its root HOME and sys.path's first entry."""
+        if ident == self.space:
+            return
+        try:
+            self.cwds[self.space] = os.getcwd()
+        except OSError:
+            pass  # removed under it: that namespace starts from its root next time
+        old, root = self.root_of(self.space), self.root_of(ident)
+        for d in (self.cwds.get(ident), root, "/"):  # "/": never another namespace's directory
+            try:
+                if d:
+                    os.chdir(d)
+                    break
+            except OSError:
+                if d == root:
+                    try:
+                        os.makedirs(root, exist_ok=True)
+                        os.chdir(root)
+                        break
+                    except OSError:
+                        pass
+        self.follow(old, root)
+        self.space = ident
+
+    def follow(self, old, root):
+        """HOME and sys.path's first entry move from the working directory old to root."""
+        if os.environ.get("HOME") == old:
+            os.environ["HOME"] = root
+        if sys.path and sys.path[0] == old:
+            sys.path[0] = root
+
+    def move_into_own(self):
+        """In a Fork copy, before it answers: copy the files of the source namespace's
+        working directory into the copy's own (which the host made, empty, in the tree) and
+        move there, to the same relative place as the source's current directory."""
+        src, root, cwd = self.moving
+        self.moving = None
+        _copy_files(src, root)
+        rel = os.path.relpath(cwd, src)
+        target = root if rel == ".." or rel.startswith("../") else os.path.normpath(os.path.join(root, rel))
+        try:
+            os.chdir(target)
+        except OSError:
+            os.chdir(root)
+        self.follow(src, root)
 
     # -- rollback -------------------------------------------------------------------------
 
@@ -422,6 +502,8 @@ class _Worker:
         """In a snapshot or a copy: wait for the host's pipes and become the worker on them."""
         fds = self.wait_for_pipes()
         try:
+            if self.moving:
+                self.move_into_own()
             self.take_over(fds)
         except BaseException:
             import traceback
@@ -503,6 +585,18 @@ class _Worker:
             del _rt._spaces[ident]
         _rt._spaces[dst] = space
         _rt._space_procs.clear()
+        # Its working directory is its own, in the tree (the file copy waits for the host's
+        # pipes, so that a failure reaches the host at once, on the copy's stderr).
+        src_root = self.root_of(src)
+        try:
+            cwd = os.getcwd()
+        except OSError:
+            cwd = src_root
+        root = os.path.join(self.tree, str(dst))
+        self.roots = {dst: root}
+        self.cwds = {}
+        self.space = dst
+        self.moving = (src_root, root, cwd)
         self.leave_pipes()
         self.resume()
 
@@ -752,11 +846,14 @@ def _seccomp_program(arch, clone, clone3, denied):
 def _enter_sandbox(cfg, template=False):
     """Turns this process (pid 1 of fresh user, mount, pid, IPC and network namespaces,
     holding CAP_SYS_ADMIN there) into the sandbox: a tmpfs root holding read-only binds of
-    what Python needs, the caller's Mounts, a private workdir, /tmp, /dev and /proc; then
+    what Python needs, the caller's Mounts, the worker's working directory (workdir, from
+    host_workdir) and tree (the working directories of the namespaces that may share the
+    sandbox: Fork copies, packed namespaces; from host_tree), /tmp, /dev and /proc; then
     pivots into it, drops every capability and sets no_new_privs. Nothing of the host that
     is not bound here is reachable afterwards. Any refusal raises OSError. The template
-    keeps CAP_SYS_ADMIN: each worker forked from it makes namespaces of its own
-    (_become_tenant) and drops it there."""
+    binds every tree of the engine instead, and keeps CAP_SYS_ADMIN: each worker forked
+    from it makes namespaces of its own, binds its own tree and working directory over
+    them, and drops it there (_become_tenant)."""
     import socket
 
     socket.sethostname(_HOSTNAME)  # its own UTS namespace: the host's name is not the code's business
@@ -796,7 +893,28 @@ def _enter_sandbox(cfg, template=False):
     for p in sorted(set(python), key=len):
         if os.path.isabs(p) and p != "/" and not m.covered(p):
             m.bind(p, p, optional=True)
-    m.bind(cfg["host_workdir"], home, writable=True)
+    if template:
+        # The engine's trees, whole: each worker forked from the template binds its own
+        # tree over this and its working directory at home (_become_tenant).
+        m.place(home, True)
+        m.bind(cfg["host_tree"], cfg["tree"], writable=True)
+    else:
+        # The working directory is a directory of the tree, which the code of an earlier
+        # worker of that tree could have replaced with a symlink: opened without following
+        # one, and bound through the fd.
+        tree = os.open(cfg["host_tree"], os.O_PATH | os.O_DIRECTORY)
+        try:
+            name = os.path.relpath(cfg["host_workdir"], cfg["host_tree"])
+            if "/" in name or name in (".", ".."):
+                raise OSError(22, "the working directory %r is not in the tree" % cfg["host_workdir"])
+            workdir = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=tree)
+            try:
+                m.bind("/proc/self/fd/%d" % workdir, home, writable=True)
+            finally:
+                os.close(workdir)
+            m.bind("/proc/self/fd/%d" % tree, cfg["tree"], writable=True)
+        finally:
+            os.close(tree)
     for source, target, writable in cfg["mounts"]:
         m.bind(source, target, writable)
     m.tmpfs("/dev", 0o755, 64 << 10, _MS_NOSUID | _MS_NOEXEC)
@@ -826,8 +944,9 @@ _filter = None  # the template's seccomp filter
 def _serve_template(cfg, runtime):
     """IsolatedConfig's template (docs/protocol.md, "Template"): a sandboxed process that has
     loaded the runtime and the Preload modules, and forks a worker sandbox for each b"N"
-    (with five fds: stdin, stdout, stderr, control socket and life pipe of the new one) that
-    the host sends over the control socket (fd 3). It returns only in such a fork, as the
+    (followed by the names of the new one's tree and, in it, its working directory,
+    separated by a NUL; with five fds: stdin, stdout, stderr, control socket and life pipe
+    of the new one) that the host sends over the control socket (fd 3). It returns only in such a fork, as the
     new sandbox's pid 1 (_become_tenant), which goes on as a guardian. The host closing the
     socket ends the template, and with it (pid 1 of the pid namespace they are all in)
     every worker forked from it."""
@@ -882,20 +1001,21 @@ def _serve_template(cfg, runtime):
                     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                     os.close(wake_r)
                     os.close(wake_w)
-                    _become_tenant(cfg, fds)
+                    _become_tenant(cfg, fds, msg[1:])
                     return
             for f in fds:  # the fork's now, or (refused) closed here: the host's reads end
                 os.close(f)
 
 
-def _become_tenant(cfg, fds):
+def _become_tenant(cfg, fds, dirs):
     """In a fork of the template: make the worker's own sandbox, as a process started by the
     host gets it (sandboxAttr): a user namespace of its own (its Processes count is its own)
     mapping only the sandbox's user, then mount, pid, IPC, UTS and (without Network) network
-    namespaces; fork its pid 1, which mounts a /proc of its pid namespace and a fresh /tmp
-    and /dev/shm, names the host, drops every capability, applies the seccomp filter, takes
-    the fds as 0-4 and returns (to become the guardian). A failure exits: the host's read of
-    the new worker's pipes ends."""
+    namespaces; fork its pid 1, which mounts a /proc of its pid namespace, binds its own tree
+    (dirs: b"TREE\0HOME", names under the engine's trees) over them all and its working
+    directory over the workdir, mounts a fresh /tmp and /dev/shm, names the host, drops every
+    capability, applies the seccomp filter, takes the fds as 0-4 and returns (to become the
+    guardian). A failure exits: the host's read of the new worker's pipes ends."""
     import ctypes
 
     err_fd = [fds[2]]
@@ -926,10 +1046,26 @@ def _become_tenant(cfg, fds):
         socket.sethostname(_HOSTNAME)
         m = _Mounter("")
         m.mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
-        # The fresh /tmp and /dev/shm cover the Mounts under them: held open, they are bound
-        # again on top (each keeps the flags it has, which are locked here).
-        under = [t for _, t, _ in cfg["mounts"] if t.startswith(("/tmp/", "/dev/shm/"))]
+        # The tree and the working directory, each opened a component at a time without
+        # following a symlink (the code of an earlier worker of the tree may have made one).
+        tree_name, _, home_name = os.fsdecode(dirs).partition("\0")
+        if not tree_name or not home_name or "/" in tree_name + home_name or ".." in (tree_name, home_name):
+            raise OSError(22, "bad working directory names %r" % dirs)
+        flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW
+        trees = os.open(cfg["tree"], flags)
+        tree = os.open(tree_name, flags, dir_fd=trees)
+        home = os.open(home_name, flags, dir_fd=tree)
+        os.close(trees)
+        # The working directory, the fresh /tmp and /dev/shm cover the Mounts at and under
+        # them: held open, they are bound again on top (each keeps the flags it has, which
+        # are locked here).
+        workdir = cfg["workdir"]
+        under = [t for _, t, _ in cfg["mounts"] if t == workdir or t.startswith((workdir + "/", "/tmp/", "/dev/shm/"))]
         held = [(t, os.open(t, os.O_PATH)) for t in sorted(under, key=len)]
+        m.mount("/proc/self/fd/%d" % tree, cfg["tree"], None, _MS_BIND)
+        m.mount("/proc/self/fd/%d" % home, workdir, None, _MS_BIND)
+        os.close(tree)
+        os.close(home)
         for d in ("/tmp", "/dev/shm"):
             m.mount("tmpfs", d, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777,size=%d" % cfg["tmp_size"])
         import stat
@@ -1085,12 +1221,50 @@ def _become_guardian(cfg, runtime):
     os._exit(0)
 
 
+def _copy_files(src, dst):
+    """Copies the directories, regular files (contents, modes, times) and symlinks (as
+    symlinks: never followed) under src into dst, which exists. Leaves out special files
+    and whatever is mounted under src (a Mount under the working directory). Runs as the
+    code's own user, in its sandbox: it can copy only what the code could."""
+    if not os.listdir(src):
+        return
+    import re
+    import shutil
+    import stat
+
+    mounted = set()
+    try:
+        with open("/proc/self/mountinfo", "rb") as f:
+            for line in f:
+                point = line.split()[4].decode("utf-8", "surrogateescape")
+                # mountinfo escapes space, tab, newline and backslash as \ooo (octal)
+                point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), point)
+                if point.startswith(src.rstrip("/") + "/"):
+                    mounted.add(point)
+    except OSError:
+        pass
+
+    def skip(directory, names):
+        out = []
+        for name in names:
+            path = os.path.join(directory, name)
+            try:
+                mode = os.lstat(path).st_mode
+            except OSError:
+                mode = 0
+            if path in mounted or not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+                out.append(name)
+        return out
+
+    shutil.copytree(src, dst, symlinks=True, ignore=skip, dirs_exist_ok=True)
+
+
 def _recv_fds(sock):
     """One message of sock and the fds it carries (SCM_RIGHTS, at most five)."""
     import array
     import socket
 
-    msg, anc, _, _ = sock.recvmsg(16, socket.CMSG_SPACE(5 * array.array("i").itemsize))
+    msg, anc, _, _ = sock.recvmsg(256, socket.CMSG_SPACE(5 * array.array("i").itemsize))
     fds = array.array("i")
     for level, kind, data in anc:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
@@ -1367,7 +1541,7 @@ def _read_config(read):
     return cfg
 
 
-_TEXT_KEYS = ("workdir", "code_tag", "root", "host_workdir", "preload")
+_TEXT_KEYS = ("workdir", "tree", "code_tag", "root", "host_workdir", "host_tree", "preload")
 
 
 def _preload(w, names):
@@ -1410,6 +1584,7 @@ def _start(w, cfg, runtime):
         os.chdir(workdir)
         if sys.path and sys.path[0] in ("", "."):
             sys.path[0] = workdir
+    w.workdir, w.tree, w.packed = workdir, cfg.get("tree"), bool(cfg.get("packed"))
     sys.modules["_minipy_runtime"] = _rt
     _rt.new_captures = w.captures
     w.kick_signal = cfg["kick_signal"]

@@ -1,0 +1,150 @@
+package main
+
+// Serving over HTTP: the MCP endpoint behind tokens and caps, the health endpoints and the
+// metrics, and the drain at SIGTERM.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// httpConfig is how the HTTP server serves an MCP server.
+type httpConfig struct {
+	idle    time.Duration // close a session idle this long (0: never)
+	tokens  *tokens       // nil: no authentication
+	gate    *gate         // sessions' caps and the drain; nil: none
+	metrics *metrics      // nil: no /metrics
+	// ready reports whether a new session's worker can start (the isolated engine's Ready);
+	// nil: always.
+	ready func(context.Context) error
+}
+
+// readyTimeout bounds /readyz's check of the engine.
+const readyTimeout = 5 * time.Second
+
+// httpHandler serves server's Streamable HTTP transport at /mcp (and /), with sessions
+// closed after cfg.idle without a request, behind cfg's tokens and caps; /healthz, /readyz
+// and /metrics beside it, without a token (they tell nothing of a session).
+func httpHandler(server *mcp.Server, cfg httpConfig) http.Handler {
+	var endpoint http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
+		&mcp.StreamableHTTPOptions{SessionTimeout: cfg.idle})
+	if cfg.gate != nil {
+		endpoint = cfg.gate.admit(endpoint)
+	}
+	if cfg.tokens != nil {
+		var unauthed func()
+		if cfg.metrics != nil {
+			unauthed = cfg.metrics.unauthed.Inc
+		}
+		endpoint = requireTokens(cfg.tokens, endpoint, unauthed)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/", endpoint)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok") // serving: while the process answers, even as it drains
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if cfg.gate != nil {
+			if _, draining := cfg.gate.state(); draining {
+				http.Error(w, "draining: no new sessions", http.StatusServiceUnavailable)
+				return
+			}
+		}
+		if cfg.ready != nil {
+			ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+			defer cancel()
+			if err := cfg.ready(ctx); err != nil {
+				http.Error(w, "no worker can start: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	if cfg.metrics != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.metrics.registry, promhttp.HandlerOpts{}))
+	}
+	return mux
+}
+
+// serveHTTP serves handler on ln until ctx ends (SIGTERM, SIGINT), then drains: the gate
+// refuses new sessions and calls, the running calls get up to drainTimeout to finish, then
+// the sessions close and serveHTTP returns. A SIGHUP reloads the tokens.
+func serveHTTP(ctx context.Context, server *mcp.Server, ln net.Listener, cfg httpConfig, drainTimeout time.Duration) error {
+	srv := &http.Server{Handler: httpHandler(server, cfg), ReadHeaderTimeout: 10 * time.Second}
+	log.Printf("minipy-mcp: serving MCP over HTTP at http://%s/mcp", ln.Addr())
+	if cfg.tokens != nil {
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-hup:
+					if err := cfg.tokens.reload(); err != nil {
+						log.Printf("minipy-mcp: -tokens: reading it again failed, the tokens stay as they were: %v", err)
+						continue
+					}
+					n, users := cfg.tokens.users()
+					log.Printf("minipy-mcp: -tokens: read again: %d tokens of %d users", n, users)
+				}
+			}
+		}()
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	log.Printf("minipy-mcp: draining (up to %v): no new sessions; running calls finish", drainTimeout)
+	drainCtx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	defer cancel()
+	if cfg.gate != nil {
+		if n := cfg.gate.drain(drainCtx); n > 0 {
+			log.Printf("minipy-mcp: -drain-timeout %v passed with %d calls running: they are stopped", drainTimeout, n)
+			cfg.gate.stopCalls()
+		}
+	}
+	// The sessions' streams (a GET's event stream lasts as long as its session) would keep
+	// Shutdown waiting: close the sessions first.
+	for ss := range server.Sessions() {
+		ss.Close() //nolint:errcheck // closing anyway
+	}
+	shutdown, cancelShutdown := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancelShutdown()
+	if err := srv.Shutdown(shutdown); err != nil {
+		srv.Close() //nolint:errcheck // what Shutdown did not end
+	}
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	log.Printf("minipy-mcp: drained")
+	return nil
+}
+
+// isLoopback reports whether addr (host:port) listens on this machine only.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return false // ":8080" is every interface
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,136 @@
+package minipy
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/minipy-go/minipy/internal/pyrt"
+)
+
+// The working directories of an isolated engine's namespaces. Each namespace has one of its
+// own on the host; the engine keeps them in trees under its private directory:
+//
+//	DIR/work/TREE/work   the working directory of the namespace a worker was started for
+//	DIR/work/TREE/ID     the working directory of namespace ID that shares that worker's
+//	                     sandbox: a Fork copy, or a namespace packed into a shared worker
+//
+// A sandboxed worker sees its own working directory at sandboxWorkdir and its tree at
+// sandboxTree, nothing of other trees: namespaces with a worker of their own (the default)
+// cannot see each other's files at all; a Fork copy and its source, which share a sandbox,
+// and namespaces packed into one worker (which share a process anyway) can.
+//
+// A tree and its directories are made by the host, owned by it (a tree) and by the workers'
+// user (a working directory); the code cannot add entries to a tree when the host runs as
+// root. The host never follows a link in them: it makes directories with mkdir and lchown
+// and removes them with os.RemoveAll, none of which follow a symlink the code put there.
+
+// workTree is one tree: the directory of the working directories of the namespaces that may
+// share one worker sandbox.
+type workTree struct {
+	name string // its directory's name under the engine's trees
+	path string // its host path
+	refs int    // the worker slots whose workers bind it; guarded by Isolated.mu
+}
+
+// workDirs are a worker slot's directories: the tree its workers bind, and the name in it of
+// the working directory they bind at sandboxWorkdir (their namespace's).
+type workDirs struct {
+	tree *workTree
+	home string
+	err  error // making them failed: the slot's workers cannot start
+}
+
+// homeName is the name of the working directory of the namespace a tree was made for.
+const homeName = "work"
+
+func (d workDirs) homePath() string {
+	if d.tree == nil {
+		return ""
+	}
+	return filepath.Join(d.tree.path, d.home)
+}
+
+// local reports whether the engine's workers run here, so that their directories are the
+// host's to make (a Command worker makes its own, on the far side, at the same paths).
+func (e *Isolated) local() bool { return len(e.cfg.Command) == 0 }
+
+// newDirs makes a tree with a working directory in it, for a worker slot of its own.
+func (e *Isolated) newDirs() workDirs {
+	seq := e.treeSeq.Add(1)
+	t := &workTree{name: strconv.FormatUint(seq, 10), refs: 1}
+	t.path = filepath.Join(e.trees, t.name)
+	if e.local() {
+		if err := os.Mkdir(t.path, 0o755); err != nil {
+			return workDirs{err: fmt.Errorf("minipy: making a namespace's working directory: %w", err)}
+		}
+	}
+	d := workDirs{tree: t, home: homeName}
+	if _, err := e.makeWorkDir(t, homeName); err != nil {
+		os.RemoveAll(t.path)
+		return workDirs{err: err}
+	}
+	return d
+}
+
+// shareDirs returns directories in the tree of d for a namespace id that shares its
+// workers' sandbox (a Fork copy), making its working directory.
+func (e *Isolated) shareDirs(d workDirs, id uint32) (workDirs, error) {
+	name := strconv.FormatUint(uint64(id), 10)
+	if _, err := e.makeWorkDir(d.tree, name); err != nil {
+		return workDirs{}, err
+	}
+	e.mu.Lock()
+	d.tree.refs++
+	e.mu.Unlock()
+	return workDirs{tree: d.tree, home: name}, nil
+}
+
+// makeWorkDir makes the working directory name in tree t, empty, owned by the workers'
+// user, and returns its path. Whatever the code put at that name (it may have guessed a
+// namespace id) is removed first, links included, never followed.
+func (e *Isolated) makeWorkDir(t *workTree, name string) (string, error) {
+	path := filepath.Join(t.path, name)
+	if !e.local() {
+		return path, nil
+	}
+	err := os.Mkdir(path, 0o700)
+	if errors.Is(err, fs.ErrExist) {
+		if err = os.RemoveAll(path); err == nil {
+			err = os.Mkdir(path, 0o700)
+		}
+	}
+	if err == nil && e.sandbox {
+		err = os.Lchown(path, sandboxUID(), sandboxUID())
+	}
+	if err != nil {
+		return "", fmt.Errorf("minipy: making a namespace's working directory: %w", err)
+	}
+	return path, nil
+}
+
+// releaseDirs removes the working directory of d, and its tree once no slot uses it.
+func (e *Isolated) releaseDirs(d workDirs) {
+	if d.tree == nil || !e.local() {
+		return
+	}
+	os.RemoveAll(d.homePath())
+	e.mu.Lock()
+	d.tree.refs--
+	last := d.tree.refs == 0
+	e.mu.Unlock()
+	if last {
+		os.RemoveAll(d.tree.path)
+	}
+}
+
+// nsDirPath is the working directory of namespace id packed into a worker of slot s.
+func (s *workerSlot) nsDirPath(id uint32) string {
+	if id == pyrt.DefaultNamespace || s.dirs.tree == nil { // the worker's own
+		return s.dirs.homePath()
+	}
+	return filepath.Join(s.dirs.tree.path, strconv.FormatUint(uint64(id), 10))
+}
