@@ -161,10 +161,11 @@ type Isolated struct {
 	defaultNS *nsBinding
 	hostReg   hostRegistry
 
-	mu     sync.Mutex
-	closed bool
-	own    map[*workerSlot]struct{} // perNS: the slots of the namespaces made, and the spare
-	spare  *workerSlot              // perNS: a worker started ahead for the next namespace
+	mu        sync.Mutex
+	closed    bool
+	closeDone chan struct{}            // closed when Close has finished
+	own       map[*workerSlot]struct{} // perNS: the slots of the namespaces made, and the spare
+	spare     *workerSlot              // perNS: a worker started ahead for the next namespace
 
 	// The template (sandboxed local workers unless NoTemplate): the process that new
 	// workers are forked from. useTemplate turns false if a replacement fails to start.
@@ -237,7 +238,7 @@ func newIsolated(cfg IsolatedConfig, sandbox bool) (*Isolated, error) {
 	if len(cfg.Command) > 0 && len(cfg.Mounts) > 0 {
 		return nil, errors.New("minipy: IsolatedConfig.Mounts apply to local workers; a Command worker's files are the other side's")
 	}
-	e := &Isolated{cfg: cfg, perNS: cfg.Workers == 0, own: map[*workerSlot]struct{}{}}
+	e := &Isolated{cfg: cfg, perNS: cfg.Workers == 0, own: map[*workerSlot]struct{}{}, closeDone: make(chan struct{})}
 	if len(cfg.Command) == 0 {
 		err := errors.New("namespaces turned off")
 		if sandbox {
@@ -403,14 +404,17 @@ func (e *Isolated) closeOwn(slot *workerSlot) {
 }
 
 // Close kills every worker (and everything they started) and removes the engine's working
-// directory. Runs in progress and later calls return an error matching ErrEngineClosed.
+// directories. Runs in progress and later calls return an error matching ErrEngineClosed.
+// A Close while another is in progress waits for it to finish.
 func (e *Isolated) Close() error {
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
+		<-e.closeDone
 		return nil
 	}
 	e.closed = true
+	defer close(e.closeDone)
 	slots := append([]*workerSlot(nil), e.slots...)
 	for s := range e.own {
 		slots = append(slots, s)

@@ -79,7 +79,8 @@ func TestIsolatedWorkerDiesWithItsHost(t *testing.T) {
 	}
 	mark := uniqueMarker("host")
 	host := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1")
-	host.Env = append(os.Environ(), key+"="+mark)
+	// Its engine's directory goes where this test removes it: the killed host cannot.
+	host.Env = append(os.Environ(), key+"="+mark, "TMPDIR="+sandboxReadableDir(t))
 	require.NoError(t, host.Start())
 	defer host.Process.Kill()
 	require.Eventually(t, func() bool { return len(procsWith(t, mark)) >= 3 }, 10*time.Second, 10*time.Millisecond,

@@ -2,11 +2,13 @@ package minipy_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -302,4 +304,24 @@ func TestIsolatedReady(t *testing.T) {
 	assert.Positive(t, e.Stats().StartFailures)
 	require.NoError(t, e.Close())
 	assert.ErrorIs(t, e.Ready(ctx), minipy.ErrEngineClosed)
+}
+
+// A Close while another is in progress returns once the engine is closed: its directories
+// are gone (a server that exits after either must leave nothing behind).
+func TestIsolatedCloseWaitsForAnotherClose(t *testing.T) {
+	e, err := minipy.NewIsolated(minipy.IsolatedConfig{})
+	require.NoError(t, err)
+	ns := e.NewNamespace()
+	valueIn(t, e, ns, "open('f.txt', 'w').write('x')")
+	dir := filepath.Dir(filepath.Dir(ns.WorkDir()))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.Close()
+	}()
+	require.Eventually(t, func() bool { return errors.Is(e.Ready(context.Background()), minipy.ErrEngineClosed) },
+		10*time.Second, time.Millisecond, "the first Close has begun")
+	require.NoError(t, e.Close())
+	assert.NoDirExists(t, dir, "the second Close returned before the directories were removed")
+	<-done
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"sync"
 	"testing"
 	"time"
@@ -24,28 +22,8 @@ import (
 // The binary serves Streamable HTTP with -http: two clients over real TCP, each with its
 // own namespace.
 func TestHTTPBinary(t *testing.T) {
-	bin := buildServer(t)
-	cmd := exec.Command(bin, "-http", "127.0.0.1:0", "-backend", "isolated")
-	stderr, err := cmd.StderrPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		cmd.Process.Kill() //nolint:errcheck
-		cmd.Wait()         //nolint:errcheck
-	})
-	lines := bufio.NewScanner(stderr)
-	url := ""
-	for url == "" && lines.Scan() {
-		if m := regexp.MustCompile(`(http://\S+/mcp)`).FindStringSubmatch(lines.Text()); m != nil {
-			url = m[1]
-		}
-	}
-	require.NotEmpty(t, url, "the server never said where it listens")
-	go func() {
-		for lines.Scan() { // keep draining the log
-		}
-	}()
-
+	s := startServer(t, "-backend", "isolated") // stopped (SIGTERM) and checked at the test's end
+	url := s.base + "/mcp"
 	a := connectClient(t, &mcp.StreamableClientTransport{Endpoint: url})
 	b := connectClient(t, &mcp.StreamableClientTransport{Endpoint: url})
 	text, isError := run(t, a, map[string]any{"code": "import socket\nsecret = 'a'\nsocket.gethostname()"})

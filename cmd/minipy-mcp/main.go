@@ -82,6 +82,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -158,7 +159,24 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	context.AfterFunc(ctx, stop) // the first signal drains; a second one ends the process at once
+	var forced atomic.Bool
+	go func() {
+		// The first signal drains (or ends a stdio session); a second one ends the process
+		// at once (exit status 1), its workers and their directories with it.
+		<-ctx.Done()
+		again := make(chan os.Signal, 1)
+		signal.Notify(again, os.Interrupt, syscall.SIGTERM)
+		<-again
+		forced.Store(true)
+		log.Printf("minipy-mcp: a second signal: stopping now")
+		eng.Close()
+		os.Exit(1)
+	}()
+	defer func() {
+		if forced.Load() {
+			select {} // the exit is the goroutine's, once the engine is closed
+		}
+	}()
 	var fns []minipy.Function
 	if *upstreamFile != "" {
 		up, err := connectUpstreams(ctx, *upstreamFile)
