@@ -54,6 +54,11 @@ type ToolResult struct {
 	Err error
 	// Duration is how long the run took (Result.Duration); 0 when nothing ran.
 	Duration time.Duration
+	// Files and MoreFiles are Result's: the files the run created or changed, for a host
+	// that hands them to the model's client (minipy-mcp links them after the text). The
+	// text does not list them.
+	Files     []FileInfo
+	MoreFiles int
 }
 
 // CallToolResult is CallTool that also returns the images of the run.
@@ -90,6 +95,7 @@ func callTool(ctx context.Context, e engine, input json.RawMessage, opts *Option
 	r := ToolResult{Text: renderRun(res, err, how, limits.output), Images: res.Images(), IsError: err != nil, Err: err}
 	if res != nil {
 		r.Duration = res.Duration
+		r.Files, r.MoreFiles = res.Files, res.MoreFiles
 	}
 	return r
 }

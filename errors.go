@@ -147,6 +147,26 @@ var ErrLimit = errors.New("minipy: resource limit hit")
 // own root file system) and AllowUnsandboxed is false.
 var ErrNoSandbox = errors.New("minipy: the kernel refuses the namespaces and mounts that isolate workers")
 
+// ErrSandboxAccess is matched (with fs.ErrPermission) by the error of NewIsolated or of a
+// worker's start when a host path that sandboxed workers need, their Python or a Mount's
+// Source, is one they may not reach; the error names it. They reach the host's paths as the
+// host's user or, on a root host, as root within a user namespace of their own, which passes
+// root's private directories (/root) but not another user's. It never matches ErrNoSandbox:
+// AllowUnsandboxed does not fall back on it.
+var ErrSandboxAccess = errors.New("minipy: the sandboxed workers may not reach a path they need")
+
+// ErrBadPath is matched by the error of a Namespace file method (WriteFile, ReadFile,
+// ListFiles, ...) given a name that is absolute, holds "..", or resolves through a
+// symbolic link out of the namespace's working directory (the code may make links to
+// anywhere; the host never follows one out). Nothing was read or written.
+var ErrBadPath = errors.New("minipy: the name is not a path inside the working directory")
+
+// ErrNoFiles is matched by the error of a Namespace file method on a namespace whose files
+// the host cannot reach apart from its own: an in-process namespace's code shares the host
+// process's file system and working directory (use the os package), and a Command worker's
+// files are on the far side.
+var ErrNoFiles = errors.New("minipy: this namespace has no working directory of its own")
+
 // ErrEngineClosed is matched by the error of any use of a closed isolated engine.
 var ErrEngineClosed = errors.New("minipy: the isolated engine is closed")
 

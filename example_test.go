@@ -132,6 +132,45 @@ func ExampleNamespace_Fork() {
 	// ['load', 'clean', 'plot']
 }
 
+// Files go in before a run and come out after it: Result.Files names what the run made.
+func ExampleNamespace_WriteFile() {
+	eng, err := minipy.NewIsolated(minipy.IsolatedConfig{})
+	if err != nil {
+		panic(err)
+	}
+	defer eng.Close()
+	ns := eng.NewNamespace()
+	defer ns.Close()
+	if err := ns.WriteFile("data/sales.csv", []byte("region,amount\nnorth,120\nsouth,80\nnorth,30\n")); err != nil {
+		panic(err)
+	}
+	r, err := eng.Minipy(`import csv, collections, os
+totals = collections.Counter()
+for row in csv.DictReader(open("data/sales.csv")):
+    totals[row["region"]] += int(row["amount"])
+os.makedirs("out", exist_ok=True)
+with open("out/totals.csv", "w") as f:
+    f.writelines(f"{k},{v}\n" for k, v in sorted(totals.items()))
+dict(totals)`, &minipy.Options{Globals: ns})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(r.Repr)
+	for _, f := range r.Files {
+		fmt.Println(f.Name, f.Size)
+	}
+	out, _ := ns.ReadFile("out/totals.csv")
+	fmt.Print(string(out))
+	_, err = ns.ReadFile("../etc/passwd")
+	fmt.Println(errors.Is(err, minipy.ErrBadPath))
+	// Output:
+	// {'north': 150, 'south': 80}
+	// out/totals.csv 19
+	// north,150
+	// south,80
+	// true
+}
+
 // CallTool serves a model's tool call: JSON arguments in, the text to send back out.
 func ExampleCallTool() {
 	ns := minipy.NewNamespace()

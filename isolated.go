@@ -34,8 +34,11 @@ type IsolatedConfig struct {
 	// /usr/bin, /usr/local/bin or on PATH (never a pyenv shim), so that both engines run
 	// one Python build. Its prefix (and a venv's base) and the directories on its sys.path
 	// are bound read-only into the sandbox at their own paths. When the host runs as root,
-	// sandboxed workers run as the unprivileged user nobody: the venv must be readable by
-	// others.
+	// sandboxed workers start it as root of a user namespace of their own, which enters
+	// root's private directories (a venv under /root works) but not another user's (that is
+	// ErrSandboxAccess), and they become the unprivileged user nobody before they build the
+	// sandbox: the code imports from the venv as nobody, so the venv's own files must be
+	// readable by others, as the usual umask makes them.
 	Python string
 	// Command, when set, starts each worker through a command that pipes stdin and stdout to
 	// a Python interpreter elsewhere: the engine appends "-c" and the worker's bootstrap
@@ -123,7 +126,11 @@ type IsolatedConfig struct {
 
 // Mount shares a host path with sandboxed workers (IsolatedConfig.Mounts).
 type Mount struct {
-	// Source is the host's file or directory (an absolute path that exists).
+	// Source is the host's file or directory (an absolute path that exists). Sandboxed
+	// workers open it as they set up their sandbox, with the host's user's access or, when
+	// the host runs as root, that of root in a user namespace of their own, which enters
+	// root's private directories but not another user's (ErrSandboxAccess); the code then
+	// reads and writes it as the workers' user.
 	Source string
 	// Target is where the worker sees it (absolute; "" means Source). It may not be "/"
 	// or lie under /proc or /dev. Under /work (the worker's working directory), its mount
@@ -160,6 +167,7 @@ type Isolated struct {
 	// defaultNS is the namespace of runs that pass no Globals (id 1, on the first worker).
 	defaultNS *nsBinding
 	hostReg   hostRegistry
+	watch     fileWatch // Result.Files
 
 	mu        sync.Mutex
 	closed    bool
@@ -239,6 +247,7 @@ func newIsolated(cfg IsolatedConfig, sandbox bool) (*Isolated, error) {
 		return nil, errors.New("minipy: IsolatedConfig.Mounts apply to local workers; a Command worker's files are the other side's")
 	}
 	e := &Isolated{cfg: cfg, perNS: cfg.Workers == 0, own: map[*workerSlot]struct{}{}, closeDone: make(chan struct{})}
+	e.watch.e = e
 	if len(cfg.Command) == 0 {
 		err := errors.New("namespaces turned off")
 		if sandbox {
@@ -437,6 +446,7 @@ func (e *Isolated) Close() error {
 		t.kill() // pid 1 of the pid namespace of every worker forked from it
 		t.awaitExit()
 	}
+	e.watch.close()
 	return os.RemoveAll(e.dir)
 }
 
@@ -502,7 +512,7 @@ func bindingOf(ns *Namespace) *nsBinding {
 	return b
 }
 
-func (e *Isolated) run(ctx context.Context, code string, opts *Options) (*Result, error) {
+func (e *Isolated) run(ctx context.Context, code string, opts *Options) (res *Result, err error) {
 	started := time.Now()
 	if e.isClosed() {
 		return nil, ErrEngineClosed
@@ -543,6 +553,13 @@ func (e *Isolated) run(ctx context.Context, code string, opts *Options) (*Result
 			deadline: errors.Is(err, context.DeadlineExceeded)}
 	}
 	defer slot.token.release()
+	track := e.watch.begin(bindings[0])
+	defer func() {
+		files, more := e.watch.end(track)
+		if res != nil {
+			res.Files, res.MoreFiles = files, more
+		}
+	}()
 	w, err := slot.live(ctx)
 	if err != nil {
 		return nil, err
@@ -551,7 +568,7 @@ func (e *Isolated) run(ctx context.Context, code string, opts *Options) (*Result
 	if lost != nil {
 		return nil, lost
 	}
-	res := &Result{}
+	res = &Result{}
 	if create, err = e.registerAgain(w, bindings, ids, create); err != nil {
 		return e.lost(slot, w, bindings, nil, res, started)
 	}
@@ -685,6 +702,7 @@ func (e *Isolated) do(ns *Namespace, op byte, args ...any) (any, error) {
 	slot := b.slot
 	if op == pyrt.OpFree && b != e.defaultNS && b.freed.CompareAndSwap(false, true) {
 		e.opened.Add(-1)
+		e.watch.forget(b)
 		if !slot.own && e.local() {
 			defer os.RemoveAll(b.dir) // a packed namespace's, after the worker let go of it
 		}

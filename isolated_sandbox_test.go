@@ -187,6 +187,35 @@ status = dict(l.split(":\t", 1) for l in open("/proc/self/status").read().splitl
 	}
 }
 
+// A worker that starts as a process of its own (not forked from the template) imports
+// modules before its sandbox is built, with the access it starts with (root's, on a root
+// host): never from the namespace's working directory, where the code of an earlier worker
+// can leave modules with the names of those the worker imports then (worker.py's imports
+// up to _enter_sandbox's).
+func TestSandboxWorkdirModulesAreNotImportedAtStart(t *testing.T) {
+	marks := sandboxReadableDir(t)
+	require.NoError(t, os.Chmod(marks, 0o777)) // whoever the planted code would run as could write here
+	e := newIsolated(t, minipy.IsolatedConfig{NoTemplate: true, NoRollback: true})
+	plant := fmt.Sprintf(`import os
+open("mymod.py", "w").write("X = 5\n")
+for name in ("signal", "struct", "threading", "types", "socket", "ctypes", "stat", "faulthandler"):
+    with open(name + ".py", "w") as f:
+        f.write("open(%%r + '/' + __name__, 'w').write(repr(__import__('os').getuid()))\n" %% %q)
+os._exit(3)`, marks)
+	_, err := e.Minipy(plant, nil)
+	var lost *minipy.WorkerLostError
+	require.ErrorAs(t, err, &lost, "the worker exits, without a snapshot to roll back to")
+	r, err := e.Minipy("import os; sorted(n for n in os.listdir('.') if n.endswith('.py'))[:2], os.getuid()", nil)
+	require.NoError(t, err, "a fresh worker starts (the worker's own imports, in the sandbox too, skip the working directory)")
+	assert.Equal(t, []any{[]any{"ctypes.py", "faulthandler.py"}, int64(1000)}, r.Value, "the planted files are there")
+	r, err = e.Minipy("import mymod; mymod.X", nil)
+	require.NoError(t, err)
+	assert.Equal(t, int64(5), r.Value, "the code imports its own modules from the working directory")
+	found, err := os.ReadDir(marks)
+	require.NoError(t, err)
+	assert.Empty(t, found, "no planted module ran outside the sandbox")
+}
+
 func TestSandboxNumpyFindsItsBLAS(t *testing.T) {
 	needModule(t, "numpy")
 	r, err := newIsolated(t, minipy.IsolatedConfig{}).Minipy("import numpy as np; float((np.ones((3, 3)) @ np.ones(3)).sum())", nil)
@@ -288,4 +317,48 @@ s.bind("\0minipy-tenant")  # free in b's network namespace
 	valueIn(t, e, a, "for k in kids: k.kill()\nfor k in kids: k.wait()\nNone")
 	runtime.KeepAlive(a)
 	runtime.KeepAlive(b)
+}
+
+// A sandboxed worker runs site (its .pth files, sitecustomize) inside its sandbox, as its
+// user: code that can write to a venv (a writable Mount of it) must not get to run with the
+// host's access at the next worker's start.
+func TestSandboxSiteRunsInside(t *testing.T) {
+	venv := filepath.Join(sandboxReadableDir(t), "venv")
+	out, err := exec.Command(minipy.LinkedPython(), "-m", "venv", "--without-pip", venv).CombinedOutput()
+	require.NoError(t, err, string(out))
+	site, err := filepath.Glob(filepath.Join(venv, "lib", "python3*", "site-packages"))
+	require.NoError(t, err)
+	require.Len(t, site, 1)
+	require.NoError(t, os.MkdirAll(filepath.Join(site[0], "extra"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(site[0], "extra", "from_pth.py"), []byte("X = 1\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(site[0], "minipy_test.pth"), []byte(
+		"extra\nimport builtins, os; builtins.minipy_pth = (os.getuid(), os.path.isdir('/namespaces'))\n"), 0o644))
+	for _, noTemplate := range []bool{false, true} {
+		e := newIsolated(t, minipy.IsolatedConfig{Python: filepath.Join(venv, "bin", "python"), NoTemplate: noTemplate})
+		r, err := e.Minipy("import sys, from_pth; minipy_pth, sys.prefix, from_pth.X", nil)
+		require.NoError(t, err)
+		assert.Equal(t, []any{[]any{int64(1000), true}, venv, int64(1)}, r.Value,
+			"NoTemplate=%v: the .pth ran in the sandbox as its user, and its path line counts", noTemplate)
+	}
+}
+
+// PYTHONPATH (IsolatedConfig.Env) reaches the code, but nothing is imported from it before
+// the sandbox exists: it may be a directory the code can write to.
+func TestSandboxPythonPathRunsInside(t *testing.T) {
+	lib, marks := sandboxReadableDir(t), sandboxReadableDir(t)
+	require.NoError(t, os.Chmod(marks, 0o777))
+	require.NoError(t, os.WriteFile(filepath.Join(lib, "mylib.py"), []byte("X = 7\n"), 0o644))
+	for _, name := range []string{"struct", "signal", "threading", "encodings"} {
+		require.NoError(t, os.WriteFile(filepath.Join(lib, name+".py"), []byte(fmt.Sprintf(
+			"open(%q + '/' + __name__, 'w').write('ran')\n", marks)), 0o644))
+	}
+	for _, noTemplate := range []bool{false, true} {
+		e := newIsolated(t, minipy.IsolatedConfig{NoTemplate: noTemplate, Env: []string{"PYTHONPATH=" + lib}})
+		r, err := e.Minipy("import os, sys, mylib; mylib.X, os.environ['PYTHONPATH'], sys.path.index(os.environ['PYTHONPATH'])", nil)
+		require.NoError(t, err)
+		assert.Equal(t, []any{int64(7), lib, int64(1)}, r.Value, "NoTemplate=%v", noTemplate)
+		found, err := os.ReadDir(marks)
+		require.NoError(t, err)
+		assert.Empty(t, found, "NoTemplate=%v: nothing of PYTHONPATH ran outside the sandbox", noTemplate)
+	}
 }

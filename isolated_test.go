@@ -676,13 +676,17 @@ func TestIsolatedDefaultPythonIsTheLinkedOne(t *testing.T) {
 }
 
 func TestIsolatedPythonTheSandboxCannotReach(t *testing.T) {
-	// A python in a directory that the sandbox's unprivileged user may not enter (a build
-	// under /root, say) gets an error that says why, not a bare "permission denied".
+	// A python in a directory that the sandbox's workers may not enter gets an error that
+	// says why, not a bare "permission denied". (A root host's workers start as root of their
+	// user namespace, which enters root's private directories, /root say, but not another
+	// user's: TestSandboxRootUnreachablePaths.)
 	dir := t.TempDir()
 	link := filepath.Join(dir, "python")
 	require.NoError(t, os.Symlink(minipy.LinkedPython(), link))
 	require.NoError(t, os.Chmod(dir, 0o700))
-	if os.Geteuid() != 0 {
+	if os.Geteuid() == 0 {
+		require.NoError(t, os.Chown(dir, 54321, 54321)) // another user's
+	} else {
 		// Sandboxed workers of a non-root host run as that same user: shut it out too.
 		require.NoError(t, os.Chmod(dir, 0o000))
 		t.Cleanup(func() { os.Chmod(dir, 0o700) })
@@ -691,7 +695,8 @@ func TestIsolatedPythonTheSandboxCannotReach(t *testing.T) {
 	require.Error(t, err)
 	assert.ErrorIs(t, err, fs.ErrPermission)
 	if os.Geteuid() == 0 {
-		assert.Contains(t, err.Error(), "searchable by others")
+		assert.ErrorIs(t, err, minipy.ErrSandboxAccess)
+		assert.Contains(t, err.Error(), link)
 	}
 }
 
@@ -763,8 +768,8 @@ func TestIsolatedRefusesAnOldPython(t *testing.T) {
 	// A stand-in "python" that runs the real one with sys.version_info faked as 3.10: the
 	// worker starts, and the engine refuses it by the version it reports.
 	fake := filepath.Join(sandboxReadableDir(t), "python3.10")
-	script := "#!/bin/sh\nexec " + minipy.LinkedPython() + " -c 'import sys\nclass V(tuple):\n    pass\n" +
-		"sys.version_info = V((3, 10, 4))\nexec(sys.argv[1])' \"$2\"\n"
+	script := "#!/bin/sh\nfor a; do last=$a; done\nexec " + minipy.LinkedPython() + " -S -c 'import sys\nclass V(tuple):\n    pass\n" +
+		"sys.version_info = V((3, 10, 4))\nexec(sys.argv[1])' \"$last\"\n" // the bootstrap, after -S -c
 	require.NoError(t, os.WriteFile(fake, []byte(script), 0o755))
 	_, err := minipy.NewIsolated(minipy.IsolatedConfig{Python: fake})
 	require.ErrorIs(t, err, minipy.ErrPythonVersion)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -145,8 +146,15 @@ func awaitReady(e *Isolated, w *worker) (*worker, error) {
 	how := "forked from the template"
 	select {
 	case <-w.exited:
-		if w.state != nil && w.state.ExitCode() == sandboxRefusedExit && !w.exitFrame && w.pidns {
-			return nil, fmt.Errorf("%w: %s", ErrNoSandbox, msg)
+		if w.state != nil && !w.exitFrame && w.pidns {
+			switch w.state.ExitCode() {
+			case sandboxRefusedExit:
+				return nil, fmt.Errorf("%w: %s", ErrNoSandbox, msg)
+			case sandboxAccessExit:
+				// The worker could not open a path to bind (its stderr names it): the host's
+				// permissions, not the kernel, are in the way.
+				return nil, fmt.Errorf("%w (%w): %s", ErrSandboxAccess, fs.ErrPermission, msg)
+			}
 		}
 		if w.state != nil {
 			msg = fmt.Sprintf("%v (worker status %v, exit frame %v): %s", w.state, w.exitStatus.ExitStatus(), w.exitFrame, msg)
@@ -163,10 +171,14 @@ func awaitReady(e *Isolated, w *worker) (*worker, error) {
 // launchWorker starts a worker process with dirs (or, when dirs.tree is nil, e's template
 // process).
 func launchWorker(e *Isolated, dirs workDirs, epoch uint64) (*worker, error) {
-	template := dirs.tree == nil
 	args := append([]string(nil), e.cfg.Command...)
 	if len(args) == 0 {
 		args = []string{e.cfg.Python}
+		if e.sandbox {
+			// No site before the sandbox exists: worker.py's _site_dirs says why, and runs it
+			// inside.
+			args = append(args, "-S")
+		}
 	}
 	if e.cfg.CommandShell {
 		args = append(args, "-c", shellQuote(workerBootstrap))
@@ -181,10 +193,22 @@ func launchWorker(e *Isolated, dirs workDirs, epoch uint64) (*worker, error) {
 	local := len(e.cfg.Command) == 0
 	if local {
 		cmd.Dir = dirs.homePath()
-		if template {
+		if e.sandbox { // the template too
+			// Python imports from its working directory ("" on sys.path with -c) as it
+			// starts, before the sandbox is built, with the access it starts with (root's on
+			// a root host): never from the namespace's directory, where earlier code may have
+			// left a signal.py. The trees' directory is the host's, and nobody else may write
+			// there; the worker moves to its working directory (/work) in its sandbox.
 			cmd.Dir = e.trees
 		}
 		cmd.Env = e.workerEnv(cmd.Dir)
+		if e.sandbox {
+			// Python imports from PYTHONPATH as it starts, before the sandbox exists and with
+			// the access it starts with: the worker puts it on sys.path in its sandbox
+			// instead (the config's pythonpath), where it may be a directory the code can
+			// write to.
+			cmd.Env = slices.DeleteFunc(cmd.Env, func(kv string) bool { return strings.HasPrefix(kv, "PYTHONPATH=") })
+		}
 	}
 	if local && e.sandbox {
 		cmd.SysProcAttr = sandboxAttr(e.cfg.Network)
@@ -225,12 +249,15 @@ func launchWorker(e *Isolated, dirs workDirs, epoch uint64) (*worker, error) {
 		inW.Close()
 		outR.Close()
 		errR.Close()
-		if local && e.sandbox && errors.Is(err, fs.ErrPermission) {
-			uid, _ := sandboxIDs()
-			return nil, fmt.Errorf("minipy: starting a worker: %w (sandboxed workers run as uid %d, who must be able "+
-				"to reach and run %s: every directory on its path must be searchable by others, as a home "+
-				"directory such as /root often is not)",
-				err, uid, path)
+		if local && e.sandbox && errors.Is(err, syscall.EACCES) {
+			// The exec was refused (EPERM could be the clone's: the kernel's refusal).
+			who := "the host's user"
+			if os.Geteuid() == 0 {
+				who = "root in a user namespace of their own, which passes root's private directories but not " +
+					"another user's"
+			}
+			return nil, fmt.Errorf("%w: the python %s: %w (sandboxed workers start it as %s)",
+				ErrSandboxAccess, path, err, who)
 		}
 		return nil, fmt.Errorf("minipy: starting a worker: %w", err)
 	}
@@ -286,14 +313,19 @@ func workerConfigFrame(e *Isolated, dirs workDirs) ([]byte, error) {
 		if e.cfg.Network {
 			network = 1
 		}
-		fmt.Fprintf(&b, "root=%s\nsandbox_id=%d\nsandbox_refused=%d\ntmp_size=%d\nnetwork=%d\n",
-			e.rootdir, sandboxID, sandboxRefusedExit, e.cfg.TmpSize, network)
+		fmt.Fprintf(&b, "root=%s\nsandbox_id=%d\nsandbox_refused=%d\nsandbox_access=%d\ntmp_size=%d\nnetwork=%d\n",
+			e.rootdir, sandboxID, sandboxRefusedExit, sandboxAccessExit, e.cfg.TmpSize, network)
 		if template {
 			fmt.Fprintf(&b, "host_tree=%s\n", e.trees) // every tree: a fork binds its own (spawnWorker)
 		} else {
 			fmt.Fprintf(&b, "host_workdir=%s\nhost_tree=%s\n", workdir, tree)
 		}
 		workdir, tree = sandboxWorkdir, sandboxTree
+		for _, kv := range e.cfg.Env {
+			if pp, ok := strings.CutPrefix(kv, "PYTHONPATH="); ok {
+				fmt.Fprintf(&b, "pythonpath=%s\n", pp) // (the last one is what Python would read)
+			}
+		}
 		for _, m := range e.cfg.Mounts {
 			mode := "ro"
 			if m.Writable {

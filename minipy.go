@@ -73,7 +73,19 @@ type Result struct {
 	Displays []Display
 	// Duration is the wall time of the call, waiting for the interpreter included.
 	Duration time.Duration
+	// Files are the files under the namespace's working directory that the run created or
+	// changed (written, made, moved there; not removed, not directories, not Hidden ones
+	// such as the caches libraries keep there), as they are when it ends, sorted by name,
+	// at most MaxResultFiles; MoreFiles counts the rest. Only
+	// isolated engines with local workers track them (Namespace.WorkDir); writes made
+	// between runs (the host's WriteFile, threads the code left running) do not count.
+	Files []FileInfo
+	// MoreFiles is how many changed files Files leaves out.
+	MoreFiles int
 }
+
+// MaxResultFiles caps Result.Files.
+const MaxResultFiles = 100
 
 // Text renders the result as a model should read it: the printed output, then stderr,
 // then the value's repr, each on lines of its own.

@@ -180,8 +180,9 @@ func (ns *Namespace) Fork() (*Namespace, error) {
 // namespaces, whose code shares the host process's working directory, and for Command
 // workers, whose files are on the far side.
 //
-// The code can make symbolic links there, to anywhere: open what it wrote with os.Root
-// (os.OpenRoot(ns.WorkDir())), which does not follow a link out of the directory.
+// The code can make symbolic links there, to anywhere: reach its files with the file
+// methods (WriteFile, ReadFile, ListFiles), which never follow a link out of the directory,
+// or with os.Root (os.OpenRoot(ns.WorkDir())), not with plain paths.
 func (ns *Namespace) WorkDir() string {
 	w, ok := ns.engine.(interface{ workDir(*Namespace) string })
 	if !ok {

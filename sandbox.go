@@ -26,6 +26,10 @@ const (
 	// sandboxRefusedExit is the exit status of a worker whose kernel refused a mount of
 	// its sandbox (sent to it in the config frame).
 	sandboxRefusedExit = 71
+	// sandboxAccessExit is the exit status of a worker that could not reach a host path its
+	// sandbox binds (a Mount's Source; EACCES or EPERM): a permission problem of the host's
+	// files, not the kernel's refusal (sent to it in the config frame).
+	sandboxAccessExit = 72
 	// defaultTmpSize caps /tmp and /dev/shm when IsolatedConfig.TmpSize is 0.
 	defaultTmpSize = 256 << 20
 	// capSysAdmin (linux/capability.h) is what the worker needs, inside its own user
@@ -34,27 +38,47 @@ const (
 )
 
 // sandboxAttr puts a local worker in its own user, mount, pid, IPC, UTS and (without
-// Network) network namespaces, as the unprivileged sandboxID inside, mapped to the host's user (or
-// nobody when the host is root), holding CAP_SYS_ADMIN of its namespaces as an ambient
+// Network) network namespaces. On an unprivileged host it runs as the unprivileged sandboxID
+// inside, mapped to the host's user, holding CAP_SYS_ADMIN of its namespaces as an ambient
 // capability until it has built its root.
+//
+// A root host maps its root as well and starts the worker as root inside (mapped to root):
+// the worker then execs the python and opens what its sandbox binds with root's access, so a
+// venv or a Mount under a private directory of root's (/root, t.TempDir()) works. It cannot
+// be given root's access otherwise: bind sources could be passed as open fds, but the python
+// itself must start and find its venv. Before it builds anything, worker.py's become_user
+// makes it sandboxID (nobody on the host) with no supplementary group and CAP_SYS_ADMIN
+// alone, exactly as an unprivileged host starts it, so the sandbox it builds, the template
+// and the code it runs are the same either way. As root there it passes root's own
+// directories, private ones too, but not another user's private ones: the capabilities of a
+// user namespace (CAP_DAC_OVERRIDE) cover only files whose owner and group it maps.
 func sandboxAttr(network bool) *syscall.SysProcAttr {
 	flags := uintptr(syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC |
 		syscall.CLONE_NEWUTS)
 	if !network {
 		flags |= syscall.CLONE_NEWNET
 	}
+	if os.Geteuid() == 0 {
+		return &syscall.SysProcAttr{
+			Setpgid:     true,
+			Cloneflags:  flags,
+			UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1}, {ContainerID: sandboxID, HostID: nobodyID, Size: 1}},
+			GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1}, {ContainerID: sandboxID, HostID: nobodyID, Size: 1}},
+			// Root may (and does) drop its supplementary groups, which would otherwise keep
+			// root's group access inside.
+			GidMappingsEnableSetgroups: true,
+			Credential:                 &syscall.Credential{Uid: 0, Gid: 0},
+		}
+	}
 	uid, gid := sandboxIDs()
-	root := os.Geteuid() == 0
 	return &syscall.SysProcAttr{
 		Setpgid:     true,
 		Cloneflags:  flags,
 		UidMappings: []syscall.SysProcIDMap{{ContainerID: sandboxID, HostID: uid, Size: 1}},
 		GidMappings: []syscall.SysProcIDMap{{ContainerID: sandboxID, HostID: gid, Size: 1}},
-		// Root may (and does) drop its supplementary groups, which would otherwise keep
-		// root's group access inside; an unprivileged host may not call setgroups at all.
-		GidMappingsEnableSetgroups: root,
-		Credential:                 &syscall.Credential{Uid: sandboxID, Gid: sandboxID, NoSetGroups: !root},
-		AmbientCaps:                []uintptr{capSysAdmin},
+		// An unprivileged host may not call setgroups in the namespace at all.
+		Credential:  &syscall.Credential{Uid: sandboxID, Gid: sandboxID, NoSetGroups: true},
+		AmbientCaps: []uintptr{capSysAdmin},
 	}
 }
 
@@ -149,14 +173,16 @@ func (e *Isolated) workerEnv(home string) []string {
 	return append(env, e.cfg.Env...)
 }
 
-// checkEnv checks IsolatedConfig.Env; a Command worker gets it through a config frame of
-// lines, so its values may not hold line breaks.
+// checkEnv checks IsolatedConfig.Env; a Command worker gets it (and a sandboxed worker
+// PYTHONPATH) through a config frame of lines, so those values may not hold line breaks.
 func checkEnv(env []string, command bool) error {
 	for _, kv := range env {
 		key, _, ok := strings.Cut(kv, "=")
-		if !ok || key == "" || strings.ContainsRune(kv, 0) || command && strings.ContainsAny(kv, "\n\r") {
+		// A Command worker gets Env, and a sandboxed one PYTHONPATH, through the config frame.
+		lines := command || key == "PYTHONPATH"
+		if !ok || key == "" || strings.ContainsRune(kv, 0) || lines && strings.ContainsAny(kv, "\n\r") {
 			return fmt.Errorf("minipy: IsolatedConfig.Env entry %q is not KEY=VALUE (a non-empty key, no NUL byte"+
-				", no line break for Command workers)", kv)
+				", no line break for Command workers or in PYTHONPATH)", kv)
 		}
 	}
 	return nil

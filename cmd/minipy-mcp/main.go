@@ -108,6 +108,7 @@ func main() {
 	allowAnonymous := flag.Bool("allow-anonymous", false, "with -http on an address beyond loopback: serve without -tokens (anyone who reaches it runs code)")
 	maxSessions := flag.Int("max-sessions", -1, "with -http: the most sessions open at once (default: the memory the server may use / 256 MiB, or / -memory-limit, at least 4; 0: no limit)")
 	maxPerUser := flag.Int("max-sessions-per-user", 0, "with -http: the most sessions one user (one -tokens NAME; all clients without tokens are one user) may hold at once (0: no limit besides -max-sessions)")
+	maxResource := flag.Int64("max-resource-size", defaultMaxResourceSize, "with -backend isolated: the largest file of a session's working directory that resources/read returns, in `bytes`")
 	drainTimeout := flag.Duration("drain-timeout", 30*time.Second, "with -http: at SIGTERM, how long running calls may take to finish before the server closes")
 	flag.Parse()
 	if *isolated {
@@ -188,7 +189,7 @@ func main() {
 	}
 	opts := &minipy.Options{Timeout: *timeout, MaxOutput: *maxOutput}
 	if *httpAddr == "" {
-		server := newServer(eng, opts, fns...)
+		server, _ := newServerSessions(eng, opts, serverHooks{functions: fns, maxResourceSize: *maxResource})
 		err = server.Run(ctx, &mcp.IOTransport{Reader: os.Stdin, Writer: protocol})
 	} else {
 		if *maxSessions < 0 {
@@ -203,7 +204,8 @@ func main() {
 		if iso, ok := eng.(*minipy.Isolated); ok {
 			cfg.ready = iso.Ready
 		}
-		server, _ := newServerSessions(eng, opts, serverHooks{functions: fns, metrics: m, gate: g})
+		server, _ := newServerSessions(eng, opts, serverHooks{functions: fns, metrics: m, gate: g,
+			maxResourceSize: *maxResource})
 		err = serveHTTP(ctx, server, ln, cfg, *drainTimeout)
 	}
 	if err != nil && !errors.Is(err, context.Canceled) {

@@ -250,11 +250,24 @@ func TestServeUsersApart(t *testing.T) {
 		Message string `json:"message"`
 	}
 	var got struct {
-		Wrote, Probe, StillA, AfterHijack string
-		Hijack, NoToken, WrongToken       refusal
+		Wrote, Probe, StillA, AfterHijack    string
+		Links, ListA, ListB                  []string
+		ReadText, ReadBlob                   string
+		Hijack, NoToken, WrongToken, ReadByB refusal
 	}
 	require.NoError(t, json.Unmarshal(out, &got), "%s", out)
 	assert.Equal(t, "[stdout]\n/work\n", got.Wrote)
+	assert.Equal(t, []string{
+		"minipy://files/blob.bin blob.bin application/octet-stream 256",
+		"minipy://files/sub/deeper/tenant_a.txt sub/deeper/tenant_a.txt text/plain 13",
+		"minipy://files/sub/tenant_a.txt sub/tenant_a.txt text/plain 13",
+		"minipy://files/tenant_a.txt tenant_a.txt text/plain 13",
+	}, got.Links, "A's new files are linked after the text (not /tmp's)")
+	assert.Equal(t, []string{"blob.bin", "sub/deeper/tenant_a.txt", "sub/tenant_a.txt", "tenant_a.txt"}, got.ListA)
+	assert.Equal(t, "tenant-a-7731", got.ReadText)
+	assert.Equal(t, "application/octet-stream 256", got.ReadBlob)
+	assert.Empty(t, got.ListB, "B's resources are its own files: none")
+	assert.NotZero(t, got.ReadByB.Code, "B cannot read A's file: %s", got.ReadByB.Message)
 	var probe struct {
 		Hits      []string `json:"hits"`
 		Secret    bool     `json:"secret"`

@@ -30,6 +30,9 @@ type serverHooks struct {
 	functions []minipy.Function
 	metrics   *metrics // nil: none
 	gate      *gate    // nil: every session and call is let in
+	// maxResourceSize caps what resources/read returns of a session's file (0:
+	// defaultMaxResourceSize).
+	maxResourceSize int64
 }
 
 // newServerSessions is newServer with hooks, also returning its sessions.
@@ -42,7 +45,10 @@ func newServerSessions(eng minipy.Engine, opts *minipy.Options, hooks serverHook
 		}
 	}
 	s := &sessions{eng: eng, opts: *opts, fns: fns, metrics: hooks.metrics, gate: hooks.gate,
-		spaces: map[*mcp.ServerSession]*minipy.Namespace{}}
+		spaces: map[*mcp.ServerSession]*minipy.Namespace{}, maxResourceSize: hooks.maxResourceSize}
+	if s.maxResourceSize <= 0 {
+		s.maxResourceSize = defaultMaxResourceSize
+	}
 	server := mcp.NewServer(&mcp.Implementation{Name: "minipy", Version: version}, nil)
 	if hooks.metrics != nil {
 		server.AddReceivingMiddleware(hooks.metrics.middleware)
@@ -60,9 +66,12 @@ func newServerSessions(eng minipy.Engine, opts *minipy.Options, hooks serverHook
 	server.AddTool(&mcp.Tool{Name: tool.Name, Description: tool.Description, InputSchema: tool.InputSchema.Map()}, s.run)
 	server.AddTool(&mcp.Tool{
 		Name:        resetToolName,
-		Description: "Empty the Python namespace of the " + tool.Name + " tool: forget every variable, function and import of this session.",
+		Description: "Empty the Python namespace of the " + tool.Name + " tool: forget every variable, function and import of this session, and its files.",
 		InputSchema: map[string]any{"type": "object", "properties": map[string]any{}},
 	}, s.reset)
+	if w, ok := eng.(interface{ WorkDir() string }); ok && w.WorkDir() != "" {
+		s.addFileResources(server) // an isolated engine with local workers: files of their own
+	}
 	return server, s
 }
 
@@ -74,8 +83,17 @@ type sessions struct {
 	fns     []minipy.Function // host functions of every namespace (the upstream servers' tools)
 	metrics *metrics          // or nil
 	gate    *gate             // or nil
-	mu      sync.Mutex
-	spaces  map[*mcp.ServerSession]*minipy.Namespace
+	// maxResourceSize caps resources/read.
+	maxResourceSize int64
+	mu              sync.Mutex
+	spaces          map[*mcp.ServerSession]*minipy.Namespace
+}
+
+// existing is the session's namespace, or nil if it has none yet.
+func (s *sessions) existing(ss *mcp.ServerSession) *minipy.Namespace {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.spaces[ss]
 }
 
 func (s *sessions) namespace(ss *mcp.ServerSession) *minipy.Namespace {
@@ -138,14 +156,28 @@ func (s *sessions) run(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 }
 
 // toolResult is a run's result as MCP content: the text first, then each image it names
-// ("[image N: ...]" is the Nth ImageContent after the text).
+// ("[image N: ...]" is the Nth ImageContent after the text), then a resource link to each
+// file it created or changed.
 func toolResult(res minipy.ToolResult) *mcp.CallToolResult {
-	content := make([]mcp.Content, 0, 1+len(res.Images))
-	content = append(content, &mcp.TextContent{Text: res.Text})
+	links, note := fileLinks(res)
+	content := make([]mcp.Content, 0, 1+len(res.Images)+len(links))
+	content = append(content, &mcp.TextContent{Text: joinLines(res.Text, note)})
 	for _, img := range res.Images {
 		content = append(content, &mcp.ImageContent{Data: img.Data, MIMEType: img.MIMEType}) // the SDK base64-encodes Data
 	}
+	content = append(content, links...)
 	return &mcp.CallToolResult{Content: content, IsError: res.IsError}
+}
+
+// joinLines appends line (if any) to text on a line of its own.
+func joinLines(text, line string) string {
+	if line == "" {
+		return text
+	}
+	if text != "" && !strings.HasSuffix(text, "\n") {
+		text += "\n"
+	}
+	return text + line
 }
 
 func (s *sessions) reset(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -159,7 +191,7 @@ func (s *sessions) reset(_ context.Context, req *mcp.CallToolRequest) (*mcp.Call
 		old.Close() //nolint:errcheck // freeing is best effort
 	}
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{
-		Text: "[reset]\nThe namespace is empty: every variable, function and import of this session is gone.\n"}}}, nil
+		Text: "[reset]\nThe namespace is empty: every variable, function, import and file of this session is gone.\n"}}}, nil
 }
 
 // progressEvery is how often a run that prints sends a progress notification, and

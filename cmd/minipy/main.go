@@ -6,6 +6,7 @@
 //	echo 'print("hi")' | minipy --json
 //	minipy                       # on a terminal: a REPL with one persistent namespace
 //	minipy --save-images plots -c 'import matplotlib.pyplot as plt; plt.plot([1, 2]); plt.show()'
+//	minipy --isolated --put sales.csv --out results -c 'import pandas as pd; pd.read_csv("sales.csv").describe().to_csv("summary.csv")'
 //
 // Rich outputs (display() calls, matplotlib figures, an image or DataFrame value) show in
 // the output as their text form, an image as "[image 1: PNG 640x480, 23 KB]"; --json lists
@@ -15,6 +16,19 @@
 // --backend picks the engine: inprocess (the embedded interpreter), isolated (sandboxed
 // worker processes) or auto (the default: isolated on the project's virtualenv when the
 // current directory belongs to one, as minipy.Auto decides; in-process otherwise).
+//
+// An isolated run works in a directory of its own (the code sees it as /work and starts
+// there), not in this machine's files. --put LOCAL[:NAME] copies a local file, or a
+// directory's files recursively (not its symbolic links, special files or empty folders),
+// in as NAME (by default LOCAL's base name; "data/" puts it in data/, "." takes a
+// directory's files to the top) before the run, or before the REPL's first cell. --out DIR
+// copies the files a run created or changed (Result.Files) out into DIR after it, also
+// after one that raised or timed out, keeping their relative paths and overwriting what is
+// there; --put files the run left unchanged are not copied. When a run changed more files
+// than Result.Files lists (Result.MoreFiles), --out copies the rest too: the files of the
+// working directory modified from one second before the run began. It says on stderr where
+// each file went, or with --json lists them under "files", which an isolated run's
+// --json document has even without --out. Both flags make the backend isolated.
 //
 // It exits 1 when the code raised (or timed out) and 2 on bad usage.
 package main
@@ -57,6 +71,19 @@ type jsonResult struct {
 	DurationMS float64         `json:"duration_ms"`
 	TimedOut   bool            `json:"timed_out,omitempty"`
 	Cancelled  bool            `json:"cancelled,omitempty"`
+	// Files are the files the run created or changed in its working directory (isolated
+	// runs: Result.Files), with where --out copied each; MoreFiles counts those left out
+	// (Result.MoreFiles), which --out finds and lists here too.
+	Files     []jsonFile `json:"files,omitempty"`
+	MoreFiles int        `json:"more_files,omitempty"`
+}
+
+// jsonFile is one of a run's files in the --json document.
+type jsonFile struct {
+	Name string `json:"name"` // relative to the working directory, slash-separated
+	Size int64  `json:"size"`
+	// Path is where --out wrote it.
+	Path string `json:"path,omitempty"`
 }
 
 // jsonDisplay is one of Result.Displays in the --json document, as Jupyter's nbformat
@@ -86,16 +113,19 @@ type config struct {
 	maxOutput  int
 	backend    string
 	saveImages string // --save-images DIR
+	puts       []putSpec
+	outDir     string // --out DIR
 	isolated   minipy.IsolatedConfig
 	isoFlags   []string // isolated-only flags given
 }
 
 func parseArgs(args []string, stderr io.Writer) (*config, bool) {
 	c := &config{}
+	var puts []string
 	fs := flag.NewFlagSet("minipy", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.code, "c", "", "Python code to run (default: a FILE, else stdin, else a REPL on a terminal)")
-	fs.BoolVar(&c.asJSON, "json", false, "print the result as JSON (value, repr, stdout, stderr, displays, error, duration) at the end instead of streaming; "+
+	fs.BoolVar(&c.asJSON, "json", false, "print the result as JSON (value, repr, stdout, stderr, displays, error, duration, files) at the end instead of streaming; "+
 		"a display's data is a string for text types (text/*, application/json, application/javascript, *+json, *+xml such as SVG) "+
 		"and base64 for the rest (images, PDF), as in Jupyter's notebook files")
 	fs.StringVar(&c.saveImages, "save-images", "", "write each image a run shows (figures, display(), an image value) into `DIR` as image-N.png (.jpg, .gif, .webp), "+
@@ -116,10 +146,22 @@ func parseArgs(args []string, stderr io.Writer) (*config, bool) {
 		c.isolated.Env = append(c.isolated.Env, v)
 		return nil
 	})
+	fs.Func("put", "isolated: copy the local file or directory into the run's working directory (where the code starts, /work "+
+		"in the sandbox) before it runs, as `LOCAL[:NAME]` (NAME: LOCAL's base name by default; ending in / to put it in that "+
+		"directory; . for a directory's files at the top); a directory's files go recursively, links and special files are "+
+		"skipped (repeatable)", func(v string) error {
+		puts = append(puts, v) // checked below: an error there needs no usage text
+		return nil
+	})
+	fs.StringVar(&c.outDir, "out", "", "isolated: after each run, also one that raised or timed out, copy the files it created or "+
+		"changed in its working directory into `DIR` with their relative paths, overwriting; the paths go to stderr, "+
+		"or with --json to \"files\"")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: minipy [flags] [-c CODE | FILE [ARGS...]]\n\n"+
 			"Runs Python code (from -c, a file, or stdin; a REPL on a terminal) in an embedded CPython\n"+
-			"and prints what a model would see: the output as it comes, then the value or the traceback.\n\n")
+			"and prints what a model would see: the output as it comes, then the value or the traceback.\n"+
+			"An isolated run works in a directory of its own: --put copies files in, --out copies out those it makes or changes.\n\n"+
+			"  minipy --isolated --put sales.csv --out results -c 'import pandas as pd; ...'\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -129,7 +171,7 @@ func parseArgs(args []string, stderr io.Writer) (*config, bool) {
 		switch f.Name {
 		case "c":
 			c.hasCode = true
-		case "python", "network", "memory-limit", "mount", "env":
+		case "python", "network", "memory-limit", "mount", "env", "put", "out":
 			c.isoFlags = append(c.isoFlags, "--"+f.Name)
 		}
 	})
@@ -144,10 +186,22 @@ func parseArgs(args []string, stderr io.Writer) (*config, bool) {
 	}
 	if len(c.isoFlags) > 0 {
 		if c.backend == minipy.BackendInProcess {
-			fmt.Fprintf(stderr, "minipy: %s only apply to --backend isolated\n", strings.Join(c.isoFlags, ", "))
+			verb := "applies"
+			if len(c.isoFlags) > 1 {
+				verb = "apply"
+			}
+			fmt.Fprintf(stderr, "minipy: %s only %s to --backend isolated\n", strings.Join(c.isoFlags, ", "), verb)
 			return nil, false
 		}
 		c.backend = minipy.BackendIsolated
+	}
+	for _, v := range puts {
+		p, err := parsePut(v)
+		if err != nil {
+			fmt.Fprintf(stderr, "minipy: --put %s: %v\n", v, err)
+			return nil, false
+		}
+		c.puts = append(c.puts, p)
 	}
 	if fs.NArg() > 0 {
 		if c.hasCode {
@@ -194,6 +248,13 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if c.saveImages != "" {
 		saver = &imageSaver{dir: c.saveImages}
 	}
+	var files *runFiles // nil: neither --put nor --out
+	if len(c.puts) > 0 || c.outDir != "" {
+		files = &runFiles{puts: c.puts}
+		if c.outDir != "" {
+			files.out = &outCopier{dir: c.outDir}
+		}
+	}
 
 	eng, err := newEngine(c)
 	if err != nil {
@@ -202,43 +263,75 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	defer eng.Close()
 	if interactive {
-		return repl(eng, opts, saver, stdin.(*os.File), stdout, stderr)
+		return repl(eng, opts, saver, files, stdin.(*os.File), stdout, stderr)
+	}
+	var ns *minipy.Namespace // the run's, when it needs one of its own
+	if c.file != "" || files != nil {
+		ns = eng.NewNamespace()
+		defer ns.Close()
+		opts.Globals = ns
 	}
 	if c.file != "" {
-		ns := eng.NewNamespace()
-		defer ns.Close()
 		if err := setArgv(eng, ns, c.file, c.argv); err != nil {
 			fmt.Fprintf(stderr, "minipy: %v\n", err)
 			return 1
 		}
-		opts.Globals = ns
+	} else if ns != nil {
+		// Start the namespace's worker (setArgv does for a file), so that --timeout bounds
+		// the code, not the worker's start too, as with the default namespace's.
+		if _, err := eng.Run(context.Background(), "pass", &minipy.Options{Globals: ns, Timeout: -1}); err != nil {
+			fmt.Fprintf(stderr, "minipy: %v\n", err)
+			return 1
+		}
+	}
+	if status, err := files.put(ns); err != nil {
+		fmt.Fprintf(stderr, "minipy: %v\n", err)
+		return status
 	}
 
 	// Ctrl-C cancels the run (the code gets the interrupt) instead of killing the process.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if c.asJSON {
+		started := time.Now()
 		res, err := eng.Run(ctx, src, opts)
 		if res == nil {
 			fmt.Fprintf(stderr, "%v\n", err)
 			return 1
 		}
-		// Images are saved even when the code raised: those shown before the error are real.
+		// Images and files are saved even when the code raised: those made before the error
+		// are real.
 		saved, saveErr := saver.save(res)
-		status := printJSON(stdout, stderr, res, err, saved)
+		var copied []outFile
+		var notes []string
+		var copyErr error
+		if files != nil && files.out != nil {
+			copied, notes, copyErr = files.out.copyResult(ns, res, started)
+		}
+		status := printJSON(stdout, stderr, res, err, saved, copied, files != nil && files.out != nil)
 		if saveErr != nil {
 			fmt.Fprintf(stderr, "minipy: saving images: %v\n", saveErr)
+			status = 1
+		}
+		for _, note := range notes {
+			fmt.Fprintf(stderr, "minipy: %s\n", note)
+		}
+		if copyErr != nil {
 			status = 1
 		}
 		return status
 	}
 	out, errOut := &tailWriter{w: stdout}, &tailWriter{w: stderr}
 	opts.Stdout, opts.Stderr = out, errOut
+	started := time.Now()
 	res, err := eng.Run(ctx, src, opts)
 	// The output already named each image ("[image 1: ...]" where it was shown, the value's
-	// in its repr); the saved paths follow, after the value or traceback.
+	// in its repr); the saved paths follow, after the value or traceback, then the files.
 	status := report(res, err, out, errOut)
 	if !saver.saveAndReport(res, errOut) {
+		status = 1
+	}
+	if !files.collect(ns, res, started, errOut) {
 		status = 1
 	}
 	return status
@@ -315,8 +408,9 @@ func (t *tailWriter) startLine() {
 	}
 }
 
-// printJSON prints the --json document of a run, with the paths its images were saved to.
-func printJSON(stdout, stderr io.Writer, res *minipy.Result, err error, saved []savedImage) int {
+// printJSON prints the --json document of a run, with the paths its images were saved to
+// and the files --out copied (out: --out was given; copied then lists every file found).
+func printJSON(stdout, stderr io.Writer, res *minipy.Result, err error, saved []savedImage, copied []outFile, out bool) int {
 	doc := jsonResult{
 		HasValue:   res.HasValue,
 		Value:      json.RawMessage("null"),
@@ -341,6 +435,7 @@ func printJSON(stdout, stderr io.Writer, res *minipy.Result, err error, saved []
 	for _, si := range saved {
 		doc.Displays[si.display].Path = si.path
 	}
+	doc.Files, doc.MoreFiles = jsonFiles(res, copied, out)
 	if v, e := json.Marshal(res.Value); e == nil {
 		doc.Value = v
 	}
@@ -361,6 +456,37 @@ func printJSON(stdout, stderr io.Writer, res *minipy.Result, err error, saved []
 		return 1
 	}
 	return 0
+}
+
+// jsonFiles lists a run's files for the --json document: Result.Files, with where --out
+// copied each, then the files --out found and copied beyond them (Result.MoreFiles), and
+// how many remain unlisted.
+func jsonFiles(res *minipy.Result, copied []outFile, out bool) ([]jsonFile, int) {
+	var files []jsonFile
+	at := make(map[string]int, len(copied))
+	for i, f := range copied {
+		at[f.name] = i
+	}
+	listed := make(map[string]bool, len(res.Files))
+	for _, fi := range res.Files {
+		jf := jsonFile{Name: fi.Name, Size: fi.Size}
+		if i, ok := at[fi.Name]; ok {
+			jf.Size, jf.Path = copied[i].size, copied[i].path
+		}
+		files = append(files, jf)
+		listed[fi.Name] = true
+	}
+	if !out {
+		return files, res.MoreFiles
+	}
+	more := res.MoreFiles
+	for _, f := range copied {
+		if !listed[f.name] {
+			files = append(files, jsonFile{Name: f.name, Size: f.size, Path: f.path})
+			more--
+		}
+	}
+	return files, max(more, 0)
 }
 
 // parseMount parses --mount's SOURCE[:TARGET][:rw] (a relative SOURCE is taken from the

@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/chzyer/readline"
 
@@ -26,7 +27,15 @@ func isTerminal(r io.Reader) bool {
 // (a blank line ends a block), values are echoed as the tool shows them, errors printed.
 // Ctrl-C at the prompt drops the input; during a run it stops the run, not the REPL.
 // Ctrl-D on an empty line exits.
-func repl(eng minipy.Engine, opts *minipy.Options, saver *imageSaver, in *os.File, stdout, stderr io.Writer) int {
+//
+// --put's files go into the namespace before the first cell; --out copies each cell's files.
+func repl(eng minipy.Engine, opts *minipy.Options, saver *imageSaver, files *runFiles, in *os.File, stdout, stderr io.Writer) int {
+	ns := eng.NewNamespace()
+	defer ns.Close()
+	if status, err := files.put(ns); err != nil {
+		fmt.Fprintf(stderr, "minipy: %v\n", err)
+		return status
+	}
 	cfg := &readline.Config{
 		Prompt:          ">>> ",
 		Stdin:           in,
@@ -45,8 +54,6 @@ func repl(eng minipy.Engine, opts *minipy.Options, saver *imageSaver, in *os.Fil
 	}
 	defer rl.Close()
 
-	ns := eng.NewNamespace()
-	defer ns.Close()
 	run := *opts
 	run.Globals = ns
 	// SIGINT only reaches us while a cell runs (readline reads Ctrl-C as a key): it stops
@@ -89,13 +96,14 @@ func repl(eng minipy.Engine, opts *minipy.Options, saver *imageSaver, in *os.Fil
 			continue
 		}
 		cell = nil
-		runCell(eng, &run, saver, src, sigint, stdout, stderr)
+		runCell(eng, &run, saver, files, src, sigint, stdout, stderr)
 	}
 }
 
 // runCell runs one cell, stopping it when Ctrl-C arrives, prints what it gave and saves
-// its images (--save-images; a stopped cell's too, they were shown).
-func runCell(eng minipy.Engine, opts *minipy.Options, saver *imageSaver, src string, sigint <-chan os.Signal, stdout, stderr io.Writer) {
+// its images (--save-images) and files (--out): a stopped cell's too, they were made.
+func runCell(eng minipy.Engine, opts *minipy.Options, saver *imageSaver, files *runFiles, src string, sigint <-chan os.Signal,
+	stdout, stderr io.Writer) {
 	for len(sigint) > 0 {
 		<-sigint // a Ctrl-C that came between cells
 	}
@@ -110,6 +118,7 @@ func runCell(eng minipy.Engine, opts *minipy.Options, saver *imageSaver, src str
 	}()
 	out, errOut := &tailWriter{w: stdout}, &tailWriter{w: stderr}
 	opts.Stdout, opts.Stderr = out, errOut
+	started := time.Now()
 	res, err := eng.Run(ctx, src, opts)
 	close(done)
 	cancel()
@@ -121,6 +130,7 @@ func runCell(eng minipy.Engine, opts *minipy.Options, saver *imageSaver, src str
 		report(res, err, out, errOut)
 	}
 	saver.saveAndReport(res, errOut)
+	files.collect(opts.Globals, res, started, errOut)
 }
 
 // needsMore reports whether src is an unfinished cell: inside brackets, a triple-quoted

@@ -89,6 +89,18 @@ func (term *terminal) expect(s string) {
 	term.t.Fatalf("never saw %q; the terminal shows:\n%s", s, term.out.String()[term.seen:])
 }
 
+// exit ends the REPL with Ctrl-D, which must make it exit 0.
+func (term *terminal) exit() {
+	term.t.Helper()
+	term.send("\x04")
+	select {
+	case <-term.done:
+	case <-time.After(20 * time.Second):
+		term.t.Fatal("Ctrl-D did not end the REPL")
+	}
+	require.NoError(term.t, term.cmd.Wait())
+}
+
 func (term *terminal) send(s string) {
 	term.t.Helper()
 	_, err := io.WriteString(term.tty, s)
@@ -132,13 +144,8 @@ func testREPL(t *testing.T, args ...string) {
 	term.expect(">>> ")
 	term.send("'y' in globals()\r")
 	term.expect("False\r\n")
-	term.send("\x04") // Ctrl-D exits
-	select {
-	case <-term.done:
-	case <-time.After(20 * time.Second):
-		t.Fatal("Ctrl-D did not end the REPL")
-	}
-	require.NoError(t, term.cmd.Wait())
+	term.expect(">>> ") // readline reads again: a Ctrl-D before that could reach the line discipline
+	term.exit()
 }
 
 func TestREPLInProcess(t *testing.T) { testREPL(t, "--backend", "inprocess") }
@@ -190,7 +197,7 @@ func TestCLIBackendFlag(t *testing.T) {
 	assert.Contains(t, errOut, "the backend must be auto, inprocess or isolated")
 	code, _, errOut = cli(t, "", "--backend", "inprocess", "--network", "-c", "1")
 	assert.Equal(t, 2, code)
-	assert.Contains(t, errOut, "--network only apply to --backend isolated")
+	assert.Contains(t, errOut, "--network only applies to --backend isolated")
 }
 
 // --save-images in the REPL: each cell's images are saved, numbered on across cells.
@@ -207,13 +214,7 @@ func TestREPLSavesImages(t *testing.T) {
 	term.expect("minipy: saved image 1 (PNG 5x5, 1 KB)")
 	term.expect(filepath.Join(dir, "image-2.png"))
 	term.expect(">>> ")
-	term.send("\x04")
-	select {
-	case <-term.done:
-	case <-time.After(20 * time.Second):
-		t.Fatal("Ctrl-D did not end the REPL")
-	}
-	require.NoError(t, term.cmd.Wait())
+	term.exit()
 	assert.FileExists(t, filepath.Join(dir, "image-1.png"))
 	assert.FileExists(t, filepath.Join(dir, "image-2.png"))
 }

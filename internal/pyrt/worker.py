@@ -685,6 +685,7 @@ def _set_limits(cfg):
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
 _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
 _LOCKED = ((2, _MS_NOSUID), (4, _MS_NODEV), (8, _MS_NOEXEC), (1024, 1024), (2048, 2048), (4096, 1 << 21))
+_CAP_SYS_ADMIN = 21  # linux/capability.h
 _PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "loongarch64": 41, "ppc64le": 203, "s390x": 217}
 
 # What a sandboxed worker sees of the host besides its python: the system directories
@@ -704,8 +705,15 @@ _GROUP = "root:x:0:\nuser:x:%d:\nnogroup:x:65534:\n"
 _HOSTNAME = "minipy"
 
 
+class _Unreachable(OSError):
+    """A host path that the sandbox binds could not be opened (_Mounter.reach): the host's
+    files, not the kernel, are in the way."""
+
+
 class _Mounter:
-    """Builds the sandbox's root file system in a fresh tmpfs, then pivots into it."""
+    """Builds the sandbox's root file system in a fresh tmpfs, then pivots into it. The host
+    paths it binds are opened first (reach), with the access the worker started with, and
+    bound through those fds once it is the sandbox's user (become_user)."""
 
     def __init__(self, root):
         import ctypes
@@ -714,16 +722,69 @@ class _Mounter:
         self.libc = ctypes.CDLL(None, use_errno=True)
         self.root = root
         self.bound = []
+        self.held = {}  # host path -> O_PATH fd (reach)
+        self.dropped = False  # become_user changed the uid
 
     def check(self, what, ret):
         if ret != 0:
             err = self.ctypes.get_errno()
             raise OSError(err, "%s: %s" % (what, os.strerror(err)))
 
-    def mount(self, source, target, fstype, flags, data=None):
+    def mount(self, source, target, fstype, flags, data=None, name=None):
         enc = lambda s: None if s is None else os.fsencode(s)
-        self.check("mount %s on %s" % (source or fstype, target),
+        self.check("mount %s on %s" % (name or source or fstype, target),
                    self.libc.mount(enc(source), enc(target), enc(fstype), self.ctypes.c_ulong(flags), enc(data)))
+
+    def reach(self, source, optional=False):
+        """Opens the host's source (following symlinks, as a bind does) as an O_PATH fd for
+        bind, with the access the worker started with. On a root host that is root's, which
+        become_user gives up: reached here, a source under a private directory of root's is
+        bound all the same. An optional source that is missing or unreachable is left out;
+        a required one raises _Unreachable."""
+        if source in self.held:
+            return
+        try:
+            self.held[source] = os.open(source, os.O_PATH | os.O_CLOEXEC)
+        except OSError as e:
+            if not optional:
+                raise _Unreachable(e.errno, e.strerror, source) from None
+
+    def release(self):
+        """Closes the fds reach opened: nothing of the host stays open once the sandbox is built."""
+        for fd in self.held.values():
+            os.close(fd)
+        self.held = {}
+
+    def become_user(self, sid):
+        """On a root host the worker starts as root of its user namespace, mapped to the host's
+        root (sandboxAttr), so that it can exec the python and reach what the sandbox binds;
+        this makes it the sandbox's user sid (nobody on the host) before it builds anything:
+        no supplementary group, uid and gid sid (real, effective, saved), CAP_SYS_ADMIN of its
+        namespaces alone (permitted, effective, inheritable, ambient), as an unprivileged host
+        starts it. No code but the interpreter's start and this file has run as root, and
+        root's uid is out of reach from here on: nothing keeps CAP_SETUID."""
+        if os.getuid() != 0:
+            return
+        self.check("keep capabilities", self.libc.prctl(8, 1, 0, 0, 0))  # PR_SET_KEEPCAPS: setresuid keeps the permitted set
+        os.setgroups([])
+        os.setresgid(sid, sid, sid)
+        os.setresuid(sid, sid, sid)
+        self.check("keep capabilities off", self.libc.prctl(8, 0, 0, 0, 0))
+        header = (self.ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
+        data = (self.ctypes.c_uint32 * 6)()
+        data[0] = data[1] = data[2] = 1 << _CAP_SYS_ADMIN  # effective, permitted, inheritable
+        self.check("capset", self.libc.capset(header, data))
+        self.check("raise the ambient CAP_SYS_ADMIN", self.libc.prctl(47, 2, _CAP_SYS_ADMIN, 0, 0))  # PR_CAP_AMBIENT_RAISE
+        if os.getresuid() != (sid,) * 3 or os.getresgid() != (sid,) * 3 or os.getgroups():
+            raise OSError(1, "becoming the sandbox's user %d failed" % sid)
+        self.dropped = True
+
+    def dumpable(self):
+        """Makes the process dumpable again after become_user (a change of uid clears it), as a
+        worker exec'd as the sandbox's user is: its /proc/self/ files are then its user's, not
+        root's. Called once reach's fds are closed."""
+        if self.dropped:
+            self.check("dumpable", self.libc.prctl(4, 1, 0, 0, 0))  # PR_SET_DUMPABLE
 
     def place(self, target, is_dir):
         """Makes the mount point for target inside the new root."""
@@ -735,19 +796,20 @@ class _Mounter:
             os.close(os.open(dest, os.O_WRONLY | os.O_CREAT, 0o644))
         return dest
 
-    def bind(self, source, target, writable=False, optional=False):
-        """Binds the host's source at target, read-only unless writable, never setuid or
-        device files. An optional source that is missing or unreachable is skipped."""
+    def bind(self, source, target, writable=False, optional=False, fd=None):
+        """Binds the host's source (through the fd reach opened, or fd) at target, read-only
+        unless writable, never setuid or device files. An optional source that reach could
+        not open is skipped."""
         import stat
 
-        try:
-            st = os.stat(source)
-        except OSError:
+        if fd is None:
+            fd = self.held.get(source)
+        if fd is None:
             if optional:
                 return
-            raise
-        dest = self.place(target, stat.S_ISDIR(st.st_mode))
-        self.mount(source, dest, None, _MS_BIND | _MS_REC)
+            raise OSError(2, "bind %s: not opened before the sandbox's user took over" % source)
+        dest = self.place(target, stat.S_ISDIR(os.fstat(fd).st_mode))
+        self.mount("/proc/self/fd/%d" % fd, dest, None, _MS_BIND | _MS_REC, name=source)
         flags = _MS_REMOUNT | _MS_BIND | _MS_NOSUID | _MS_NODEV | (0 if writable else _MS_RDONLY)
         vfs = os.statvfs(dest).f_flag
         for st_flag, ms_flag in _LOCKED:
@@ -843,21 +905,115 @@ def _seccomp_program(arch, clone, clone3, denied):
     return prog
 
 
+def _site_dirs():
+    """The directories that site.main() will add to sys.path, found without running it: a
+    sandboxed worker starts with -S, so that no .pth file or sitecustomize (which code that
+    may write there, through a writable Mount of a venv, could have planted) runs before the
+    sandbox exists, with the host's access; main() runs site.main() inside it. Like
+    site.addpackage, minus the "import" lines, which it would execute."""
+    if not sys.flags.no_site:
+        return []
+    import site
+
+    dirs = []
+    prefixes = list(site.PREFIXES)
+    # A venv, found as site.venv finds it (which would run its .pth files): its directory
+    # (pyvenv.cfg, which site.main() reads in the sandbox) and its site-packages first.
+    exe_dir = os.path.dirname(os.path.abspath(sys.executable))
+    for conf in (os.path.join(exe_dir, "pyvenv.cfg"), os.path.join(os.path.dirname(exe_dir), "pyvenv.cfg")):
+        if os.path.isfile(conf):
+            system = True
+            try:
+                with open(conf, encoding="utf-8") as f:
+                    for line in f:
+                        key, eq, value = line.partition("=")
+                        if eq and key.strip().lower() == "include-system-site-packages":
+                            system = value.strip().lower() == "true"
+            except OSError:
+                pass
+            venv = os.path.dirname(exe_dir)
+            dirs.append(venv)
+            prefixes = [venv] + (prefixes if system else [])
+            break
+    for sitedir in site.getsitepackages(prefixes):
+        if not os.path.isdir(sitedir):
+            continue
+        dirs.append(sitedir)
+        try:
+            names = sorted(n for n in os.listdir(sitedir) if n.endswith(".pth") and not n.startswith("."))
+        except OSError:
+            continue
+        for name in names:
+            try:
+                with open(os.path.join(sitedir, name), encoding="utf-8", errors="replace") as f:
+                    for line in f:
+                        line = line.rstrip()
+                        if line and not line.startswith(("#", "import ", "import\t")):
+                            path = os.path.join(sitedir, line)
+                            if os.path.isdir(path):
+                                dirs.append(os.path.normpath(path))
+            except OSError:
+                pass
+    return dirs
+
+
+def _python_path(cfg):
+    """IsolatedConfig.Env's PYTHONPATH, which the host keeps out of a sandboxed worker's
+    environment so that nothing is imported from it before the sandbox exists (see
+    _site_dirs); main() puts it on sys.path and back in os.environ inside."""
+    pp = cfg.get("pythonpath")
+    return [p for p in pp.split(os.pathsep) if p] if pp else []
+
+
 def _enter_sandbox(cfg, template=False):
     """Turns this process (pid 1 of fresh user, mount, pid, IPC and network namespaces,
-    holding CAP_SYS_ADMIN there) into the sandbox: a tmpfs root holding read-only binds of
+    holding CAP_SYS_ADMIN there, or root there on a root host) into the sandbox. First it
+    opens every host path the sandbox binds, with the access it started with (_Mounter.reach;
+    root's on a root host), then becomes the sandbox's user with CAP_SYS_ADMIN alone
+    (_Mounter.become_user) and builds, as that user, a tmpfs root holding read-only binds of
     what Python needs, the caller's Mounts, the worker's working directory (workdir, from
     host_workdir) and tree (the working directories of the namespaces that may share the
     sandbox: Fork copies, packed namespaces; from host_tree), /tmp, /dev and /proc; then
     pivots into it, drops every capability and sets no_new_privs. Nothing of the host that
-    is not bound here is reachable afterwards. Any refusal raises OSError. The template
-    binds every tree of the engine instead, and keeps CAP_SYS_ADMIN: each worker forked
-    from it makes namespaces of its own, binds its own tree and working directory over
-    them, and drops it there (_become_tenant)."""
+    is not bound here is reachable afterwards. A host path that cannot be opened raises
+    _Unreachable, any refusal of the kernel OSError. The template binds every tree of the
+    engine instead, and keeps CAP_SYS_ADMIN: each worker forked from it makes namespaces of
+    its own, binds its own tree and working directory over them, and drops it there
+    (_become_tenant)."""
     import socket
 
-    socket.sethostname(_HOSTNAME)  # its own UTS namespace: the host's name is not the code's business
     m = _Mounter(cfg["root"])
+    # The interpreter: its prefixes (a venv's and its base's) and every directory on
+    # sys.path that the system directories do not hold, read-only, where the host has them.
+    python = [sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix,
+              os.path.dirname(sys.executable), os.path.dirname(os.path.realpath(sys.executable))]
+    python += [p for p in sys.path + _site_dirs() + _python_path(cfg) if p and os.path.isabs(p)]
+    python = [p for p in sorted(set(python), key=len) if os.path.isabs(p) and p != "/"]
+    etc = list(_ETC) + sorted(d for d in os.listdir("/etc") if d.startswith("python3"))
+    for d in _SYSTEM_DIRS:
+        if not os.path.islink(d) and os.path.isdir(d):
+            m.reach(d)
+    for name in etc + (["hosts"] if cfg.get("network") else []):
+        m.reach("/etc/" + name, optional=True)
+    for p in python:
+        m.reach(p, optional=True)
+    if template:
+        m.reach(cfg["host_tree"])
+    else:
+        # The working directory is a directory of the tree, which the code of an earlier
+        # worker of that tree could have replaced with a symlink: opened without following
+        # one, and bound through the fd.
+        tree = os.open(cfg["host_tree"], os.O_PATH | os.O_DIRECTORY)
+        m.held[cfg["host_tree"]] = tree
+        name = os.path.relpath(cfg["host_workdir"], cfg["host_tree"])
+        if "/" in name or name in (".", ".."):
+            raise OSError(22, "the working directory %r is not in the tree" % cfg["host_workdir"])
+        workdir = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=tree)
+    for source, _, _ in cfg["mounts"]:
+        m.reach(source)
+    m.become_user(cfg["sandbox_id"])
+
+    socket.sethostname(_HOSTNAME)  # its own UTS namespace: the host's name is not the code's business
     m.mount(None, "/", None, _MS_REC | _MS_PRIVATE)
     m.tmpfs("", 0o755, 8 << 20)
     for d in _SYSTEM_DIRS:
@@ -865,11 +1021,8 @@ def _enter_sandbox(cfg, template=False):
             os.symlink(os.readlink(d), m.root + d)
         elif os.path.isdir(d):
             m.bind(d, d)
-    for name in _ETC:
+    for name in etc:
         m.bind("/etc/" + name, "/etc/" + name, optional=True)
-    for d in os.listdir("/etc"):
-        if d.startswith("python3"):
-            m.bind("/etc/" + d, "/etc/" + d, optional=True)
     home = cfg["workdir"]
     sid = cfg["sandbox_id"]
     with open(m.root + "/etc/passwd", "w") as f:
@@ -885,13 +1038,8 @@ def _enter_sandbox(cfg, template=False):
             f.write("127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\n" % _HOSTNAME)
     tmp_size = cfg["tmp_size"]
     m.tmpfs("/tmp", 0o1777, tmp_size)
-    # The interpreter: its prefixes (a venv's and its base's) and every directory on
-    # sys.path that the system directories do not hold, read-only, where the host has them.
-    python = [sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix,
-              os.path.dirname(sys.executable), os.path.dirname(os.path.realpath(sys.executable))]
-    python += [p for p in sys.path if p and os.path.isabs(p)]
-    for p in sorted(set(python), key=len):
-        if os.path.isabs(p) and p != "/" and not m.covered(p):
+    for p in python:
+        if not m.covered(p):
             m.bind(p, p, optional=True)
     if template:
         # The engine's trees, whole: each worker forked from the template binds its own
@@ -899,24 +1047,14 @@ def _enter_sandbox(cfg, template=False):
         m.place(home, True)
         m.bind(cfg["host_tree"], cfg["tree"], writable=True)
     else:
-        # The working directory is a directory of the tree, which the code of an earlier
-        # worker of that tree could have replaced with a symlink: opened without following
-        # one, and bound through the fd.
-        tree = os.open(cfg["host_tree"], os.O_PATH | os.O_DIRECTORY)
         try:
-            name = os.path.relpath(cfg["host_workdir"], cfg["host_tree"])
-            if "/" in name or name in (".", ".."):
-                raise OSError(22, "the working directory %r is not in the tree" % cfg["host_workdir"])
-            workdir = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=tree)
-            try:
-                m.bind("/proc/self/fd/%d" % workdir, home, writable=True)
-            finally:
-                os.close(workdir)
-            m.bind("/proc/self/fd/%d" % tree, cfg["tree"], writable=True)
+            m.bind(cfg["host_workdir"], home, writable=True, fd=workdir)
         finally:
-            os.close(tree)
+            os.close(workdir)
+        m.bind(cfg["host_tree"], cfg["tree"], writable=True)
     for source, target, writable in cfg["mounts"]:
         m.bind(source, target, writable)
+    m.release()
     m.tmpfs("/dev", 0o755, 64 << 10, _MS_NOSUID | _MS_NOEXEC)
     for name in _DEVICES:
         dest = m.place("/dev/" + name, False)
@@ -928,7 +1066,9 @@ def _enter_sandbox(cfg, template=False):
     m.place("/proc", True)
     m.mount("proc", m.root + "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
     m.pivot()
+    m.dumpable()
     if template:
+        _template_binds[:] = m.bound
         return
     m.drop_privileges()
     m.seccomp()
@@ -939,6 +1079,7 @@ _CLONE_NEWNS, _CLONE_NEWUTS, _CLONE_NEWIPC, _CLONE_NEWPID, _CLONE_NEWNET = (
 _LIFE_FD = 4  # a tenant guardian's end of its life pipe: the host sees it close when it exits
 _tenant = False  # this process is a tenant guardian forked from the template
 _filter = None  # the template's seccomp filter
+_template_binds = []  # the targets of the template's binds (_enter_sandbox), for its tenants
 
 
 def _serve_template(cfg, runtime):
@@ -1056,11 +1197,11 @@ def _become_tenant(cfg, fds, dirs):
         tree = os.open(tree_name, flags, dir_fd=trees)
         home = os.open(home_name, flags, dir_fd=tree)
         os.close(trees)
-        # The working directory, the fresh /tmp and /dev/shm cover the Mounts at and under
-        # them: held open, they are bound again on top (each keeps the flags it has, which
-        # are locked here).
+        # The working directory, the fresh /tmp and /dev/shm cover the binds at and under
+        # them (Mounts, a python under /tmp): held open, they are bound again on top (each
+        # keeps the flags it has, which are locked here).
         workdir = cfg["workdir"]
-        under = [t for _, t, _ in cfg["mounts"] if t == workdir or t.startswith((workdir + "/", "/tmp/", "/dev/shm/"))]
+        under = [t for t in _template_binds if t == workdir or t.startswith((workdir + "/", "/tmp/", "/dev/shm/"))]
         held = [(t, os.open(t, os.O_PATH)) for t in sorted(under, key=len)]
         m.mount("/proc/self/fd/%d" % tree, cfg["tree"], None, _MS_BIND)
         m.mount("/proc/self/fd/%d" % home, workdir, None, _MS_BIND)
@@ -1499,9 +1640,33 @@ def main(read):
     if cfg.get("root"):
         try:
             _enter_sandbox(cfg, bool(cfg.get("template")))
+        except _Unreachable as e:
+            import errno
+
+            if e.errno not in (errno.EACCES, errno.EPERM):
+                os.write(2, ("minipy worker: opening %s for the sandbox failed: %s\n" % (e.filename, e.strerror)).encode())
+                os._exit(70)
+            who = "root in a user namespace of their own, which passes root's private directories but " \
+                  "not another user's" if os.getuid() == 0 else "the host's user"
+            os.write(2, ("minipy worker: %s, which the sandbox binds: %s (the workers open it as %s)\n" % (
+                e.filename, e.strerror, who)).encode())
+            os._exit(cfg["sandbox_access"])
         except OSError as e:
             os.write(2, ("minipy worker: the kernel refused the sandbox: %s\n" % e).encode())
             os._exit(cfg["sandbox_refused"])
+    if sys.flags.no_site:
+        import site
+
+        # In the sandbox now, as its user (see _site_dirs). python -c puts the current
+        # directory ("") first after site has run, which would make it absolute.
+        first = sys.path.pop(0) if sys.path and sys.path[0] in ("", ".") else None
+        site.main()
+        if first is not None:
+            sys.path.insert(0, first)
+    if cfg.get("pythonpath") is not None:
+        os.environ["PYTHONPATH"] = cfg["pythonpath"]  # for the code's own subprocesses
+        at = 1 if sys.path and sys.path[0] in ("", ".") else 0
+        sys.path[at:at] = _python_path(cfg)  # where Python puts it: after the script's directory
     # The runtime's source, then the runtime compiled by an earlier worker of the engine
     # (marshal, empty at first), usable when code_tag is this interpreter's (compiling it
     # costs ~13 ms of a worker's start). Read before the guardian forks, which keeps both.
@@ -1541,7 +1706,7 @@ def _read_config(read):
     return cfg
 
 
-_TEXT_KEYS = ("workdir", "tree", "code_tag", "root", "host_workdir", "host_tree", "preload")
+_TEXT_KEYS = ("workdir", "tree", "code_tag", "root", "host_workdir", "host_tree", "preload", "pythonpath")
 
 
 def _preload(w, names):
@@ -1579,11 +1744,16 @@ def _load_runtime(cfg, runtime):
 def _start(w, cfg, runtime):
     compiled = _load_runtime(cfg, runtime) if _rt is None else []  # a template's fork has it
     workdir = cfg.get("workdir")
+    # The working directory goes first on sys.path, as the current directory does for
+    # python -c, but only once the worker's own imports, limits and Preload are done: a
+    # module the code left there (faulthandler.py, numpy.py) must not run before the limits
+    # or shadow what the worker imports.
+    cwd_first = bool(sys.path) and sys.path[0] in ("", ".")
+    if cwd_first:
+        del sys.path[0]
     if workdir:
         os.makedirs(workdir, exist_ok=True)
         os.chdir(workdir)
-        if sys.path and sys.path[0] in ("", "."):
-            sys.path[0] = workdir
     w.workdir, w.tree, w.packed = workdir, cfg.get("tree"), bool(cfg.get("packed"))
     sys.modules["_minipy_runtime"] = _rt
     _rt.new_captures = w.captures
@@ -1608,6 +1778,8 @@ def _start(w, cfg, runtime):
     w.pump = _Pump(w)
     _set_limits(cfg)  # after the control thread: RLIMIT_AS must leave room for its stack
     _preload(w, cfg.get("preload", ""))
+    if cwd_first:
+        sys.path.insert(0, workdir or "")
     ready = ["%d.%d.%d" % sys.version_info[:3], sys.executable, os.getpid()] + compiled
     w.write_frame(F_READY, _rt.encode(ready))
     w.serve(dispatch)

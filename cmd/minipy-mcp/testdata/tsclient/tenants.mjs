@@ -1,7 +1,7 @@
 // Two users of one minipy-mcp server (serve_test.go), as the official TypeScript SDK's
-// clients: user A leaves files, a variable and a process behind; user B looks for them;
-// then B tries A's session with its own token, and clients come without a token and with a
-// wrong one. Arguments: the MCP endpoint, A's token, B's token. Prints one JSON document.
+// clients: user A leaves files, a variable and a process behind; user B looks for them,
+// through the code and as MCP resources; then B tries A's session with its own token, and
+// clients come without a token and with a wrong one. Arguments: the MCP endpoint, A's token, B's token. Prints one JSON document.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 
@@ -35,13 +35,24 @@ async function refusal(fn) {
 
 const a = await connect(tokenA);
 const b = await connect(tokenB);
-const wrote = await run(a.client, `import os, subprocess
+const wroteResult = await a.client.callTool({ name: "minipy", arguments: { code: `import os, subprocess
 secret = "tenant-a-7731"
 os.makedirs("sub/deeper", exist_ok=True)
 for path in ("tenant_a.txt", "sub/tenant_a.txt", "sub/deeper/tenant_a.txt", "/tmp/tenant_a.txt", "/dev/shm/tenant_a.txt"):
     open(path, "w").write(secret)
+open("blob.bin", "wb").write(bytes(range(256)))
 sleeper = subprocess.Popen(["sleep", "120"])
-print(os.getcwd())`);
+print(os.getcwd())` } });
+const wrote = text(wroteResult);
+// A's files as MCP resources: the links after the text, the list, a text and a blob read.
+const links = wroteResult.content.filter((c) => c.type === "resource_link")
+  .map((c) => `${c.uri} ${c.name} ${c.mimeType ?? ""} ${c.size}`);
+const listA = (await a.client.listResources()).resources.map((r) => r.name);
+const readText = (await a.client.readResource({ uri: "minipy://files/sub/deeper/tenant_a.txt" })).contents[0].text;
+const blob = (await a.client.readResource({ uri: "minipy://files/blob.bin" })).contents[0];
+const readBlob = `${blob.mimeType} ${Buffer.from(blob.blob, "base64").length}`;
+const listB = (await b.client.listResources()).resources.map((r) => r.name);
+const readByB = await refusal(() => b.client.readResource({ uri: "minipy://files/tenant_a.txt" }));
 
 const probe = await run(b.client, `import glob, json, os
 hits = []
@@ -75,4 +86,5 @@ for (const c of [a, b]) {
   await c.transport.terminateSession();
   await c.client.close();
 }
-console.log(JSON.stringify({ wrote, probe, stillA, hijack, noToken, wrongToken, afterHijack }));
+console.log(JSON.stringify({ wrote, links, listA, readText, readBlob, listB, readByB, probe, stillA, hijack, noToken,
+  wrongToken, afterHijack }));

@@ -1,0 +1,419 @@
+package minipy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+// FileInfo describes a file of a namespace's working directory (Namespace.ListFiles,
+// Result.Files).
+type FileInfo struct {
+	// Name is the file's path relative to the working directory, slash-separated
+	// ("out/chart.png"): what ReadFile takes.
+	Name string
+	// Size is its length in bytes (a symbolic link's: the length of its target's name).
+	Size int64
+	// ModTime is when its content last changed.
+	ModTime time.Time
+	// IsDir reports a directory.
+	IsDir bool
+}
+
+// Hidden reports a file that Result.Files and minipy-mcp's resources leave out: one with a
+// hidden name in its path (".cache/matplotlib/fontlist.json": the working directory is the
+// code's HOME, where libraries keep caches and settings) or in a __pycache__ directory.
+// ListFiles lists them as any other.
+func (f FileInfo) Hidden() bool {
+	for part := range strings.SplitSeq(f.Name, "/") {
+		if strings.HasPrefix(part, ".") || part == "__pycache__" {
+			return true
+		}
+	}
+	return false
+}
+
+// The Namespace file methods work on the host's side, on the namespace's working directory
+// (WorkDir), whatever its worker is doing: they neither wait for a run nor start a worker.
+// Every name is resolved by the kernel (openat2 with RESOLVE_BENEATH, Linux 5.6) below that
+// directory, which is itself opened without following a link: the code may leave links to
+// anywhere, and a link that leads out gives ErrBadPath instead of being followed. A link
+// that stays inside (relative, as "data.csv -> raw/data.csv") is followed; one with an
+// absolute target (even "/work/...", which the code sees) leads out from the host's point
+// of view. Files the host makes belong to the workers' user, so the code can change them.
+
+// WriteFile writes data to the file name, relative to the namespace's working directory,
+// making the directories it needs and replacing what the file held. The namespace's code
+// sees it at once (under /work when sandboxed). It is WriteFileFrom with a bytes.Reader.
+func (ns *Namespace) WriteFile(name string, data []byte) error {
+	_, err := ns.WriteFileFrom(name, bytes.NewReader(data))
+	return err
+}
+
+// WriteFileFrom writes what r yields to the file name (see WriteFile), streaming: the host
+// holds a buffer, not the file. It returns the bytes written. If writing fails (r's error,
+// or ENOSPC past IsolatedConfig.WorkSize) the file is removed. The errors: ErrBadPath for a
+// name that is not inside the working directory, ErrNoFiles for an in-process namespace,
+// ErrNamespaceClosed, or an *fs.PathError.
+func (ns *Namespace) WriteFileFrom(name string, r io.Reader) (int64, error) {
+	root, clean, err := ns.fileRoot("write", name, false)
+	if err != nil {
+		return 0, err
+	}
+	defer root.close()
+	return root.write(clean, r)
+}
+
+// ReadFile returns the content of the file name, relative to the namespace's working
+// directory. A missing file gives an error matching fs.ErrNotExist; a directory, FIFO or
+// other file that is not a regular one an *fs.PathError (fs.ErrInvalid), without opening it
+// for reading; otherwise as WriteFileFrom.
+func (ns *Namespace) ReadFile(name string) ([]byte, error) {
+	root, clean, err := ns.fileRoot("read", name, false)
+	if err != nil {
+		return nil, err
+	}
+	defer root.close()
+	f, size, err := root.openRead(clean)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var b bytes.Buffer
+	b.Grow(int(min(size, 1<<30)) + 1) // one allocation unless it grows meanwhile
+	if _, err := b.ReadFrom(f); err != nil {
+		return nil, &fs.PathError{Op: "read", Path: clean, Err: err}
+	}
+	return b.Bytes(), nil
+}
+
+// ReadFileTo copies the file name (see ReadFile) to w, streaming, and returns the bytes
+// copied.
+func (ns *Namespace) ReadFileTo(name string, w io.Writer) (int64, error) {
+	root, clean, err := ns.fileRoot("read", name, false)
+	if err != nil {
+		return 0, err
+	}
+	defer root.close()
+	f, _, err := root.openRead(clean)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	n, err := io.Copy(w, f)
+	if err != nil {
+		err = &fs.PathError{Op: "read", Path: clean, Err: err}
+	}
+	return n, err
+}
+
+// ListFiles lists the directory dir (relative to the working directory; "" is the working
+// directory itself), one level, sorted by name: each FileInfo's Name is the entry's path
+// relative to the working directory, so that ReadFile takes it. Symbolic links are listed
+// as they are, not followed.
+func (ns *Namespace) ListFiles(dir string) ([]FileInfo, error) {
+	root, clean, err := ns.fileRoot("list", dir, true)
+	if err != nil {
+		return nil, err
+	}
+	defer root.close()
+	return root.list(clean)
+}
+
+// fileRoot opens the namespace's working directory for a file method, and checks name.
+func (ns *Namespace) fileRoot(op, name string, dirOK bool) (*workRoot, string, error) {
+	ns.mu.Lock()
+	err := ns.usable()
+	ns.mu.Unlock()
+	if err != nil {
+		return nil, "", err
+	}
+	clean, err := cleanFileName(op, name, dirOK)
+	if err != nil {
+		return nil, "", err
+	}
+	f, ok := ns.engine.(interface {
+		workRoot(ns *Namespace) (*workRoot, error)
+	})
+	if !ok {
+		return nil, "", fmt.Errorf("%w: %s runs code in the host process, which shares the host's files (use the os "+
+			"package)", ErrNoFiles, ns.engine.name())
+	}
+	root, err := f.workRoot(ns)
+	if err != nil {
+		return nil, "", err
+	}
+	return root, clean, nil
+}
+
+// cleanFileName checks a name given to a file method: relative, no "..", no NUL. It returns
+// it cleaned ("." for the working directory itself, which only dirOK methods take).
+func cleanFileName(op, name string, dirOK bool) (string, error) {
+	bad := func() error { return &fs.PathError{Op: op, Path: name, Err: ErrBadPath} }
+	if strings.ContainsRune(name, 0) || filepath.IsAbs(name) {
+		return "", bad()
+	}
+	for _, part := range strings.Split(filepath.ToSlash(name), "/") {
+		if part == ".." {
+			return "", bad()
+		}
+	}
+	clean := path.Clean(filepath.ToSlash(name))
+	if clean == "." && !dirOK {
+		return "", &fs.PathError{Op: op, Path: name, Err: fs.ErrInvalid}
+	}
+	return clean, nil
+}
+
+// workRoot is a namespace's working directory, open.
+type workRoot struct {
+	fd    int
+	owner int // the workers' host user, who gets what the host makes; -1: the host's own
+}
+
+func (r *workRoot) close() { syscall.Close(r.fd) }
+
+// workRoot opens the working directory of ns: a path made of names the host made, in the
+// engine's trees, which only the host sees, opened without following a link (as non-root,
+// the code's user owns a tree and could put one there).
+func (e *Isolated) workRoot(ns *Namespace) (*workRoot, error) {
+	return e.rootOf(bindingOf(ns))
+}
+
+func (e *Isolated) rootOf(b *nsBinding) (*workRoot, error) {
+	if b == nil || !e.local() {
+		return nil, fmt.Errorf("%w: a Command worker's files are on the far side", ErrNoFiles)
+	}
+	if e.isClosed() {
+		return nil, ErrEngineClosed
+	}
+	rel, err := filepath.Rel(e.trees, b.dir)
+	if err != nil || rel == "." || strings.HasPrefix(rel, "..") {
+		return nil, fmt.Errorf("minipy: the working directory %s is not in the engine's trees", b.dir)
+	}
+	trees, err := syscall.Open(e.trees, oPath|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("minipy: opening the working directory: %w", &fs.PathError{Op: "open", Path: e.trees, Err: err})
+	}
+	defer syscall.Close(trees)
+	fd, err := openat2(trees, rel, oPath|syscall.O_DIRECTORY, 0, resolveBeneath|resolveNoSymlinks)
+	if err != nil {
+		return nil, fmt.Errorf("minipy: opening the working directory: %w", &fs.PathError{Op: "open", Path: b.dir, Err: err})
+	}
+	owner := -1
+	if e.sandbox && os.Geteuid() == 0 {
+		owner = sandboxUID()
+	}
+	return &workRoot{fd: fd, owner: owner}, nil
+}
+
+// openat opens name below the root, following links only as long as they stay below it.
+func (r *workRoot) openat(op, name string, flags int, mode uint32) (int, error) {
+	fd, err := openat2(r.fd, name, flags, mode, resolveBeneath|resolveNoMagiclinks)
+	if err == syscall.EXDEV || err == syscall.ELOOP && flags&syscall.O_NOFOLLOW == 0 {
+		return -1, &fs.PathError{Op: op, Path: name, Err: ErrBadPath}
+	}
+	if err != nil {
+		return -1, &fs.PathError{Op: op, Path: name, Err: err}
+	}
+	return fd, nil
+}
+
+// openRead opens the regular file name for reading, and returns its size.
+func (r *workRoot) openRead(name string) (*os.File, int64, error) {
+	// O_NONBLOCK: a FIFO the code left there must not hang the host (it is refused below).
+	fd, err := r.openat("open", name, syscall.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, 0, err
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		syscall.Close(fd)
+		return nil, 0, &fs.PathError{Op: "stat", Path: name, Err: err}
+	}
+	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		syscall.Close(fd)
+		return nil, 0, &fs.PathError{Op: "open", Path: name, Err: fmt.Errorf("%w: not a regular file", fs.ErrInvalid)}
+	}
+	return os.NewFile(uintptr(fd), name), st.Size, nil
+}
+
+// write writes r to the file name, making its directories.
+func (r *workRoot) write(name string, src io.Reader) (int64, error) {
+	if err := r.mkdirAll(path.Dir(name)); err != nil {
+		return 0, err
+	}
+	fd, err := r.openat("open", name, syscall.O_WRONLY|syscall.O_CREAT|syscall.O_NONBLOCK, 0o644)
+	if errors.Is(err, syscall.ENXIO) { // a FIFO that nothing reads
+		return 0, &fs.PathError{Op: "open", Path: name, Err: fmt.Errorf("%w: not a regular file", fs.ErrInvalid)}
+	}
+	if err != nil {
+		return 0, err
+	}
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		return 0, &fs.PathError{Op: "stat", Path: name, Err: err}
+	}
+	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		return 0, &fs.PathError{Op: "open", Path: name, Err: fmt.Errorf("%w: not a regular file", fs.ErrInvalid)}
+	}
+	if r.owner >= 0 && int(st.Uid) != r.owner {
+		if err := syscall.Fchown(fd, r.owner, r.owner); err != nil {
+			return 0, &fs.PathError{Op: "chown", Path: name, Err: err}
+		}
+	}
+	if err := syscall.Ftruncate(fd, 0); err != nil {
+		return 0, &fs.PathError{Op: "truncate", Path: name, Err: err}
+	}
+	n, err := io.Copy(f, src)
+	if err == nil {
+		return n, nil
+	}
+	// Leave no partial file: remove the entry if it is still this file.
+	if dir, derr := r.openat("open", path.Dir(name), oPath|syscall.O_DIRECTORY, 0); derr == nil {
+		var cur syscall.Stat_t
+		base := path.Base(name)
+		if fstatat(dir, base, &cur) == nil && cur.Dev == st.Dev && cur.Ino == st.Ino {
+			unlinkat(dir, base)
+		}
+		syscall.Close(dir)
+	}
+	var pe *fs.PathError
+	if !errors.As(err, &pe) {
+		err = &fs.PathError{Op: "write", Path: name, Err: err}
+	}
+	return n, err
+}
+
+// mkdirAll makes the directory dir and its parents, as needed, each owned by the owner.
+func (r *workRoot) mkdirAll(dir string) error {
+	if dir == "." {
+		return nil
+	}
+	parts := strings.Split(dir, "/")
+	for i := range parts {
+		sub := strings.Join(parts[:i+1], "/")
+		fd, err := r.openat("mkdir", sub, oPath|syscall.O_DIRECTORY, 0)
+		if err == nil {
+			syscall.Close(fd)
+			continue
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		parent, err := r.openat("mkdir", path.Dir(sub), oPath|syscall.O_DIRECTORY, 0)
+		if err != nil {
+			return err
+		}
+		err = mkdirat(parent, parts[i], 0o755)
+		if err == nil && r.owner >= 0 {
+			err = fchownat(parent, parts[i], r.owner)
+		}
+		syscall.Close(parent)
+		if err != nil && err != syscall.EEXIST {
+			return &fs.PathError{Op: "mkdir", Path: sub, Err: err}
+		}
+	}
+	return nil
+}
+
+// list lists the directory dir below the root.
+func (r *workRoot) list(dir string) ([]FileInfo, error) {
+	fd, err := r.openat("open", dir, syscall.O_RDONLY|syscall.O_DIRECTORY, 0)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), dir)
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return nil, &fs.PathError{Op: "readdir", Path: dir, Err: err}
+	}
+	slices.Sort(names)
+	out := make([]FileInfo, 0, len(names))
+	for _, name := range names {
+		var st syscall.Stat_t
+		if fstatat(fd, name, &st) != nil {
+			continue // gone meanwhile
+		}
+		out = append(out, fileInfo(path.Join(dir, name), &st))
+	}
+	return out, nil
+}
+
+func fileInfo(name string, st *syscall.Stat_t) FileInfo {
+	return FileInfo{Name: name, Size: st.Size, ModTime: time.Unix(st.Mtim.Unix()),
+		IsDir: st.Mode&syscall.S_IFMT == syscall.S_IFDIR}
+}
+
+// openat2 and its flags (linux/openat2.h), which the syscall package lacks (and the core
+// module's go line keeps golang.org/x/sys, which has them, at a version too old to).
+const (
+	sysOpenat2          = 437 // the same on every architecture
+	resolveNoMagiclinks = 0x02
+	resolveNoSymlinks   = 0x04
+	resolveBeneath      = 0x08
+)
+
+type openHow struct{ flags, mode, resolve uint64 }
+
+func openat2(dirfd int, name string, flags int, mode uint32, resolve uint64) (int, error) {
+	p, err := syscall.BytePtrFromString(name)
+	if err != nil {
+		return -1, err
+	}
+	how := openHow{flags: uint64(flags | syscall.O_CLOEXEC), mode: uint64(mode), resolve: resolve}
+	for tries := 0; ; tries++ {
+		fd, _, errno := syscall.Syscall6(sysOpenat2, uintptr(dirfd), uintptr(unsafe.Pointer(p)),
+			uintptr(unsafe.Pointer(&how)), unsafe.Sizeof(how), 0, 0)
+		switch {
+		case errno == 0:
+			return int(fd), nil
+		case errno == syscall.EINTR, errno == syscall.EAGAIN && tries < 100: // EAGAIN: a rename raced the walk
+			continue
+		case errno == syscall.ENOSYS:
+			return -1, fmt.Errorf("the kernel has no openat2 (Linux 5.6 or later is needed): %w", errno)
+		}
+		return -1, errno
+	}
+}
+
+// fstatat is lstat of name in dirfd (syscall has no Fstatat on amd64).
+func fstatat(dirfd int, name string, st *syscall.Stat_t) error {
+	fd, err := syscall.Openat(dirfd, name, oPath|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer syscall.Close(fd)
+	return syscall.Fstat(fd, st)
+}
+
+// oPath is O_PATH, which syscall lacks: the same on every architecture Go runs Linux on
+// (only alpha, parisc and sparc differ).
+const oPath = 0x200000
+
+const _AT_SYMLINK_NOFOLLOW = 0x100
+
+func mkdirat(dirfd int, name string, mode uint32) error {
+	return syscall.Mkdirat(dirfd, name, mode)
+}
+
+func fchownat(dirfd int, name string, id int) error {
+	return syscall.Fchownat(dirfd, name, id, id, _AT_SYMLINK_NOFOLLOW)
+}
+
+func unlinkat(dirfd int, name string) {
+	syscall.Unlinkat(dirfd, name) //nolint:errcheck // best effort: a partial file
+}
