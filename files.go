@@ -178,7 +178,8 @@ func cleanFileName(op, name string, dirOK bool) (string, error) {
 // workRoot is a namespace's working directory, open.
 type workRoot struct {
 	fd    int
-	owner int // the workers' host user, who gets what the host makes; -1: the host's own
+	owner int                                       // the workers' host user, who gets what the host makes; -1: the host's own
+	wrote func(name string, ctime syscall.Timespec) // tells Result.Files what the host wrote
 }
 
 func (r *workRoot) close() { syscall.Close(r.fd) }
@@ -214,7 +215,9 @@ func (e *Isolated) rootOf(b *nsBinding) (*workRoot, error) {
 	if e.sandbox && os.Geteuid() == 0 {
 		owner = sandboxUID()
 	}
-	return &workRoot{fd: fd, owner: owner}, nil
+	return &workRoot{fd: fd, owner: owner, wrote: func(name string, ctime syscall.Timespec) {
+		e.watch.hostWrote(b, name, ctime)
+	}}, nil
 }
 
 // openat opens name below the root, following links only as long as they stay below it.
@@ -279,6 +282,9 @@ func (r *workRoot) write(name string, src io.Reader) (int64, error) {
 	}
 	n, err := io.Copy(f, src)
 	if err == nil {
+		if syscall.Fstat(fd, &st) == nil {
+			r.wrote(name, st.Ctim)
+		}
 		return n, nil
 	}
 	// Leave no partial file: remove the entry if it is still this file.

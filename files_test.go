@@ -316,7 +316,9 @@ func TestNamespaceFilesAsUser(t *testing.T) {
 	cmd := exec.Command(bin, "-test.run", "^(TestNamespaceFiles|TestNamespaceFilesBadPath|TestNamespaceFilesStream|TestResultFiles)$",
 		"-test.count=1", "-test.v")
 	cmd.Dir = tmp
-	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + tmp, "TMPDIR=" + tmp, "MINIPY_AS_USER=1"}
+	// The test's environment (LD_LIBRARY_PATH for a libpython of its own: make compat), with
+	// the user's own HOME and TMPDIR.
+	cmd.Env = append(os.Environ(), "HOME="+tmp, "TMPDIR="+tmp, "MINIPY_AS_USER=1")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
@@ -340,4 +342,26 @@ open("result.txt", "w").write("r")`, nil)
 	assert.True(t, minipy.FileInfo{Name: "a/__pycache__/m.pyc"}.Hidden())
 	assert.True(t, minipy.FileInfo{Name: ".env"}.Hidden())
 	assert.False(t, minipy.FileInfo{Name: "out/a.b.csv"}.Hidden())
+}
+
+// A file opened for writing and closed unchanged is not a change; one written through mmap
+// (which makes no IN_MODIFY) is. (The first is also what a worker starting while the host's
+// WriteFile holds a file open looks like: the child's copy of the descriptor closes at exec.)
+func TestResultFilesClosedUnchanged(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{})
+	ns := e.NewNamespace()
+	defer ns.Close()
+	require.NoError(t, ns.WriteFile("a.bin", make([]byte, 4096)))
+	require.NoError(t, ns.WriteFile("b.bin", make([]byte, 4096)))
+	time.Sleep(100 * time.Millisecond) // their ctime is well before the runs'
+	r, err := runIn(t, e, ns, "open('a.bin', 'r+b').close(); open('b.bin', 'ab').close()")
+	require.NoError(t, err)
+	assert.Empty(t, r.Files)
+	r, err = runIn(t, e, ns, `import mmap
+with open("b.bin", "r+b") as f:
+    m = mmap.mmap(f.fileno(), 0)
+    m[0] = 1
+    m.close()`)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"b.bin"}, fileNames(r.Files))
 }

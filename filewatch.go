@@ -39,13 +39,14 @@ type watchedDir struct {
 // watchedNS is a namespace's watch state.
 type watchedNS struct {
 	b         *nsBinding
-	wds       map[int32]string // its watches, by path
-	whole     bool             // every directory has a watch (else: walk at the end of runs)
-	recording bool             // a run is in progress: events name changed files
-	changed   map[string]struct{}
-	walk      bool      // events were lost during this run
-	since     time.Time // the run's start, less the file clock's granularity
-	root      *workRoot // open during begin and end
+	wds       map[int32]string            // its watches, by path
+	whole     bool                        // every directory has a watch (else: walk at the end of runs)
+	recording bool                        // a run is in progress: events name changed files
+	changed   map[string]bool             // true: written; false: only closed after writing (see event)
+	host      map[string]syscall.Timespec // ctime of the files the host's WriteFile wrote, until a run ends
+	walk      bool                        // events were lost during this run
+	since     time.Time                   // the run's start, less the file clock's granularity
+	root      *workRoot                   // open during begin and end
 }
 
 // The events that say a file changed, and those that keep the watches whole.
@@ -64,17 +65,10 @@ func (fw *fileWatch) begin(b *nsBinding) *watchedNS {
 	}
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
-	ns := fw.spaces[b]
-	if ns == nil {
-		ns = &watchedNS{b: b, wds: map[int32]string{}}
-		if fw.spaces == nil {
-			fw.spaces, fw.dirs = map[*nsBinding]*watchedNS{}, map[int32]*watchedDir{}
-		}
-		fw.spaces[b] = ns
-	}
+	ns := fw.space(b)
 	fw.drain()
 	ns.since = time.Now().Add(-fileClockSlack)
-	ns.changed = map[string]struct{}{}
+	ns.changed = map[string]bool{}
 	ns.walk = false
 	if !ns.whole && fw.open() {
 		if root, err := fw.e.rootOf(b); err == nil {
@@ -86,6 +80,35 @@ func (fw *fileWatch) begin(b *nsBinding) *watchedNS {
 	}
 	ns.recording = true
 	return ns
+}
+
+// space is the watch state of the namespace of b, made on first use.
+func (fw *fileWatch) space(b *nsBinding) *watchedNS {
+	ns := fw.spaces[b]
+	if ns == nil {
+		ns = &watchedNS{b: b, wds: map[int32]string{}}
+		if fw.spaces == nil {
+			fw.spaces, fw.dirs = map[*nsBinding]*watchedNS{}, map[int32]*watchedDir{}
+		}
+		fw.spaces[b] = ns
+	}
+	return ns
+}
+
+// hostWrote notes that the host's WriteFile wrote the file name of the namespace of b,
+// leaving it with ctime: a worker forked while the host held that file open closes its copy
+// of the descriptor when it execs, which looks like the code closing a file it wrote to.
+func (fw *fileWatch) hostWrote(b *nsBinding, name string, ctime syscall.Timespec) {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	if fw.fd < 0 {
+		return // closed
+	}
+	ns := fw.space(b)
+	if ns.host == nil {
+		ns.host = map[string]syscall.Timespec{}
+	}
+	ns.host[name] = ctime
 }
 
 // end stops recording the run's changes and returns the files changed, as they are now.
@@ -107,14 +130,17 @@ func (fw *fileWatch) end(ns *watchedNS) (files []FileInfo, more int) {
 	ns.recording = false
 	ns.root = nil
 	if ns.walk || !ns.whole {
-		ns.changed = map[string]struct{}{}
+		ns.changed = map[string]bool{}
 		walkChanged(root.fd, ".", ".", ns.since, ns.changed, 0)
 	}
+	closedOnly := map[string]bool{}
 	names := make([]string, 0, len(ns.changed))
-	for name := range ns.changed {
+	for name, written := range ns.changed {
 		names = append(names, name)
+		closedOnly[name] = !written
 	}
-	ns.changed = nil
+	host := ns.host
+	ns.changed, ns.host = nil, nil
 	slices.Sort(names)
 	for _, name := range names {
 		fd, err := openat2(root.fd, name, oPath|syscall.O_NOFOLLOW, 0, resolveBeneath|resolveNoSymlinks)
@@ -127,6 +153,11 @@ func (fw *fileWatch) end(ns *watchedNS) (files []FileInfo, more int) {
 		info := fileInfo(name, &st)
 		if err != nil || info.IsDir || info.Hidden() {
 			continue
+		}
+		if closedOnly[name] {
+			if ctime, ok := host[name]; ok && ctime == st.Ctim || time.Unix(st.Ctim.Unix()).Before(ns.since) {
+				continue // unchanged since the host's WriteFile, or since before the run
+			}
 		}
 		if len(files) == MaxResultFiles {
 			more++
@@ -209,7 +240,7 @@ func (fw *fileWatch) watchTree(ns *watchedNS, rel string, record bool) bool {
 		if st.Mode&syscall.S_IFMT == syscall.S_IFDIR {
 			ok = fw.watchTree(ns, sub, record) && ok
 		} else if record {
-			ns.changed[sub] = struct{}{}
+			ns.changed[sub] = true
 		}
 	})
 	return ok
@@ -263,8 +294,14 @@ func (fw *fileWatch) event(wd int32, mask uint32, name string) {
 	rel := path.Join(d.rel, name)
 	switch {
 	case mask&syscall.IN_ISDIR == 0:
-		if ns.recording && mask&(syscall.IN_CREATE|syscall.IN_MODIFY|syscall.IN_CLOSE_WRITE|syscall.IN_MOVED_TO) != 0 {
-			ns.changed[rel] = struct{}{}
+		if ns.recording && mask&(syscall.IN_CREATE|syscall.IN_MODIFY|syscall.IN_MOVED_TO) != 0 {
+			ns.changed[rel] = true
+		} else if ns.recording && mask&syscall.IN_CLOSE_WRITE != 0 && !ns.changed[rel] {
+			// A close of a file open for writing that wrote nothing during the run: a write
+			// through mmap (which makes no IN_MODIFY), or a copy of one of the host's own
+			// descriptors closing at a child's exec (hostWrote). end keeps it if its inode
+			// changed during the run, and not by the host.
+			ns.changed[rel] = false
 		}
 	case mask&(syscall.IN_MOVED_FROM|syscall.IN_DELETE) != 0:
 		for wd, r := range ns.wds {
@@ -289,7 +326,7 @@ func (fw *fileWatch) event(wd int32, mask uint32, name string) {
 
 // walkChanged adds to changed the files below the directory name of dirfd (rel in the
 // working directory) whose inode changed after since, not following links.
-func walkChanged(dirfd int, name, rel string, since time.Time, changed map[string]struct{}, depth int) {
+func walkChanged(dirfd int, name, rel string, since time.Time, changed map[string]bool, depth int) {
 	if depth > 256 {
 		return
 	}
@@ -304,7 +341,7 @@ func walkChanged(dirfd int, name, rel string, since time.Time, changed map[strin
 		if st.Mode&syscall.S_IFMT == syscall.S_IFDIR {
 			walkChanged(fd, name, sub, since, changed, depth+1)
 		} else if !time.Unix(st.Ctim.Unix()).Before(since) {
-			changed[sub] = struct{}{}
+			changed[sub] = true
 		}
 	})
 }

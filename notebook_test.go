@@ -192,9 +192,10 @@ func TestNotebookShellStops(t *testing.T) {
 	for _, e := range engines(t) {
 		t.Run(e.name, func(t *testing.T) {
 			n := newNbEnv(t, e.eng)
+			n.run(t, "pass") // the worker is up: the timeout is the shell command's
 			marker := fmt.Sprintf("%d.%d", 30, time.Now().UnixNano()%1e6)
 			opts := *n.opts
-			opts.Timeout = 300 * time.Millisecond
+			opts.Timeout = time.Second
 			start := time.Now()
 			_, err := n.eng.Run(context.Background(), "print('start')\n!sleep "+marker, &opts)
 			assert.Less(t, time.Since(start), 10*time.Second)
