@@ -68,7 +68,10 @@ func (fw *fileWatch) begin(b *nsBinding) *watchedNS {
 	ns := fw.space(b)
 	fw.drain()
 	ns.since = time.Now().Add(-fileClockSlack)
-	ns.changed = map[string]bool{}
+	if ns.changed == nil {
+		ns.changed = map[string]bool{}
+	}
+	clear(ns.changed)
 	ns.walk = false
 	if !ns.whole && fw.open() {
 		if root, err := fw.e.rootOf(b); err == nil {
@@ -118,17 +121,18 @@ func (fw *fileWatch) end(ns *watchedNS) (files []FileInfo, more int) {
 	}
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
+	fw.drain() // (event opens the working directory if a new folder needs watches)
+	ns.recording = false
+	if len(ns.changed) == 0 && !ns.walk && ns.whole {
+		ns.host = nil
+		return nil, 0 // the common case: nothing to open, nothing to stat
+	}
 	root, err := fw.e.rootOf(ns.b)
 	if err != nil {
-		fw.drain()
-		ns.recording = false
+		ns.changed, ns.host = nil, nil
 		return nil, 0
 	}
 	defer root.close()
-	ns.root = root
-	fw.drain()
-	ns.recording = false
-	ns.root = nil
 	if ns.walk || !ns.whole {
 		ns.changed = map[string]bool{}
 		walkChanged(root.fd, ".", ".", ns.since, ns.changed, 0)
@@ -140,7 +144,8 @@ func (fw *fileWatch) end(ns *watchedNS) (files []FileInfo, more int) {
 		closedOnly[name] = !written
 	}
 	host := ns.host
-	ns.changed, ns.host = nil, nil
+	clear(ns.changed) // kept for the next run
+	ns.host = nil
 	slices.Sort(names)
 	for _, name := range names {
 		fd, err := openat2(root.fd, name, oPath|syscall.O_NOFOLLOW, 0, resolveBeneath|resolveNoSymlinks)

@@ -43,3 +43,27 @@ func TestFileWatchHostWrites(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkFileWatchRun: what Result.Files adds to each run that writes nothing (begin and
+// end around it), whatever the size of the tree.
+func BenchmarkFileWatchRun(b *testing.B) {
+	e, err := NewIsolated(IsolatedConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close()
+	ns := e.NewNamespace()
+	defer ns.Close()
+	for i := range 2000 {
+		if err := ns.WriteFile(filepath.Join("d", string(rune('a'+i%20)), "f"+time.Duration(i).String()), nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	bind := bindingOf(ns)
+	e.watch.end(e.watch.begin(bind)) // the watches
+	for b.Loop() {
+		if files, _ := e.watch.end(e.watch.begin(bind)); len(files) != 0 {
+			b.Fatal(files)
+		}
+	}
+}
