@@ -79,11 +79,11 @@ func BenchmarkPythonSide(b *testing.B) {
 			r, err := minipy.Minipy(fmt.Sprintf(`import sys, time
 rt = sys.modules["_minipy_runtime"]
 gid = next(k for k, v in rt._spaces.items() if v is globals())
-rt.run(gid, 0, 65536, cell)
+rt.run(gid, 0, 65536, 0, cell)
 n = %d
 t = time.perf_counter()
 for _ in range(n):
-    rt.run(gid, 0, 65536, cell)
+    rt.run(gid, 0, 65536, 0, cell)
 (time.perf_counter() - t) / n * 1e9`, max(b.N, 200)), &minipy.Options{Globals: ns})
 			if err != nil {
 				b.Fatal(err)

@@ -184,9 +184,7 @@ type workRoot struct {
 
 func (r *workRoot) close() { syscall.Close(r.fd) }
 
-// workRoot opens the working directory of ns: a path made of names the host made, in the
-// engine's trees, which only the host sees, opened without following a link (as non-root,
-// the code's user owns a tree and could put one there).
+// workRoot opens the working directory of ns (openWorkDir).
 func (e *Isolated) workRoot(ns *Namespace) (*workRoot, error) {
 	return e.rootOf(bindingOf(ns))
 }
@@ -198,24 +196,11 @@ func (e *Isolated) rootOf(b *nsBinding) (*workRoot, error) {
 	if e.isClosed() {
 		return nil, ErrEngineClosed
 	}
-	rel, err := filepath.Rel(e.trees, b.dir)
-	if err != nil || rel == "." || strings.HasPrefix(rel, "..") {
-		return nil, fmt.Errorf("minipy: the working directory %s is not in the engine's trees", b.dir)
-	}
-	trees, err := syscall.Open(e.trees, oPath|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+	fd, err := e.openWorkDir(b.dirs)
 	if err != nil {
-		return nil, fmt.Errorf("minipy: opening the working directory: %w", &fs.PathError{Op: "open", Path: e.trees, Err: err})
+		return nil, fmt.Errorf("minipy: opening the working directory: %w", err)
 	}
-	defer syscall.Close(trees)
-	fd, err := openat2(trees, rel, oPath|syscall.O_DIRECTORY, 0, resolveBeneath|resolveNoSymlinks)
-	if err != nil {
-		return nil, fmt.Errorf("minipy: opening the working directory: %w", &fs.PathError{Op: "open", Path: b.dir, Err: err})
-	}
-	owner := -1
-	if e.sandbox && os.Geteuid() == 0 {
-		owner = sandboxUID()
-	}
-	return &workRoot{fd: fd, owner: owner, wrote: func(name string, ctime syscall.Timespec) {
+	return &workRoot{fd: fd, owner: e.fileOwner(), wrote: func(name string, ctime syscall.Timespec) {
 		e.watch.hostWrote(b, name, ctime)
 	}}, nil
 }

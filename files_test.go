@@ -313,7 +313,7 @@ func TestNamespaceFilesAsUser(t *testing.T) {
 	tmp := filepath.Join(dir, "tmp")
 	require.NoError(t, os.Mkdir(tmp, 0o700))
 	require.NoError(t, os.Chown(tmp, 65534, 65534))
-	cmd := exec.Command(bin, "-test.run", "^(TestNamespaceFiles|TestNamespaceFilesBadPath|TestNamespaceFilesStream|TestResultFiles)$",
+	cmd := exec.Command(bin, "-test.run", "^(TestNamespaceFiles|TestNamespaceFilesBadPath|TestNamespaceFilesStream|TestResultFiles|TestWorkSize|TestWorkSizeTemplateDies)$",
 		"-test.count=1", "-test.v")
 	cmd.Dir = tmp
 	// The test's environment (LD_LIBRARY_PATH for a libpython of its own: make compat), with
@@ -323,6 +323,7 @@ func TestNamespaceFilesAsUser(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	assert.Contains(t, string(out), "--- PASS: TestResultFiles/template")
+	assert.Contains(t, string(out), "--- PASS: TestWorkSizeTemplateDies")
 	assert.NotContains(t, string(out), "SKIP")
 }
 

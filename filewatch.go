@@ -294,6 +294,11 @@ func (fw *fileWatch) event(wd int32, mask uint32, name string) {
 	if mask&syscall.IN_IGNORED != 0 {
 		delete(ns.wds, wd)
 		delete(fw.dirs, wd)
+		if d.rel == "." {
+			// The working directory itself went: its tmpfs moved to a new template
+			// (moveMounts). The next run watches the new one.
+			ns.whole = false
+		}
 		return
 	}
 	rel := path.Join(d.rel, name)

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"regexp"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -95,6 +94,16 @@ type IsolatedConfig struct {
 	// TmpSize caps a sandboxed worker's private /tmp and /dev/shm, each a tmpfs (memory,
 	// not counted in MemoryLimit), in bytes; 0 means 256 MiB.
 	TmpSize int64
+	// WorkSize caps the bytes that each namespace's working directory may hold; 0 means
+	// 1 GiB, a negative value no cap. Past it the code's writes fail with OSError ENOSPC,
+	// and WriteFile with an error that matches syscall.ENOSPC; the host's disk holds none
+	// of it. Each working directory is then a tmpfs of that size: memory, like TmpSize (only
+	// what is written counts; not counted in MemoryLimit), with an inode per 4 KiB, mounted
+	// by the template in the workers' mount namespaces, so Namespace.WorkDir is a path
+	// through the host process's /proc/PID/fd. Sandboxed workers forked from the template
+	// (the default) get it; with NoTemplate, without the sandbox, for Command workers and
+	// with a negative WorkSize, working directories are directories on the host's disk.
+	WorkSize int64
 	// KickSignal is the signal that interrupts a run inside a worker; 0: DefaultKickSignal.
 	KickSignal syscall.Signal
 	// StartTimeout bounds a worker's start; 0 means 30 s.
@@ -180,15 +189,20 @@ type Isolated struct {
 	tmplMu      sync.Mutex
 	tmpl        *worker
 	useTemplate bool
+
+	// The working directories that are a tmpfs (WorkSize, workmount.go), by workDirs.key;
+	// guarded by mu. mountReq serializes the requests to the template and the moves.
+	mounts   map[string]*workMount
+	mountReq sync.Mutex
 }
 
 // nsBinding ties a namespace to the worker slot that holds it. epoch is the worker
 // generation holding its variables (0: none yet); it is read and written only while
-// holding the slot's token. dir is the namespace's working directory on the host.
+// holding the slot's token. dirs names the namespace's working directory (its home).
 type nsBinding struct {
 	slot  *workerSlot
 	epoch uint64
-	dir   string
+	dirs  workDirs
 	freed atomic.Bool // counted out of the open namespaces (a free may come twice: Close, then the GC)
 }
 
@@ -229,6 +243,9 @@ func newIsolated(cfg IsolatedConfig, sandbox bool) (*Isolated, error) {
 	}
 	if cfg.TmpSize == 0 {
 		cfg.TmpSize = defaultTmpSize
+	}
+	if cfg.WorkSize == 0 {
+		cfg.WorkSize = defaultWorkSize
 	}
 	if err := checkEnv(cfg.Env, len(cfg.Command) > 0); err != nil {
 		return nil, err
@@ -294,7 +311,7 @@ func newIsolated(cfg IsolatedConfig, sandbox bool) (*Isolated, error) {
 			return nil, err
 		}
 	}
-	e.defaultNS = &nsBinding{slot: e.slots[0], dir: e.slots[0].dirs.homePath()}
+	e.defaultNS = &nsBinding{slot: e.slots[0], dirs: e.slots[0].dirs}
 	for _, s := range e.slots {
 		s.startNext()
 	}
@@ -341,12 +358,12 @@ func (e *Isolated) NewNamespace() *Namespace {
 		}
 		// Start after the first slot, which holds the default namespace.
 		slot := e.slots[int(e.spread.Add(1))%len(e.slots)]
-		dir, err := e.makeWorkDir(slot.dirs.tree, strconv.FormatUint(uint64(id), 10))
+		dirs, err := e.packedDirs(slot.dirs, id)
 		if err != nil {
 			return &Namespace{closed: true, ref: err}
 		}
 		e.opened.Add(1)
-		return newNamespace(e, id, &nsBinding{slot: slot, dir: dir})
+		return newNamespace(e, id, &nsBinding{slot: slot, dirs: dirs})
 	}
 	e.mu.Lock()
 	if e.closed {
@@ -391,7 +408,7 @@ func (e *Isolated) NewNamespace() *Namespace {
 		e.releaseDirs(spare.dirs)
 	}
 	e.opened.Add(1)
-	return newNamespace(e, id, &nsBinding{slot: slot, dir: slot.dirs.homePath()})
+	return newNamespace(e, id, &nsBinding{slot: slot, dirs: slot.dirs})
 }
 
 // ownSlot is a slot for the worker of one namespace, with its working directory.
@@ -447,6 +464,7 @@ func (e *Isolated) Close() error {
 		t.awaitExit()
 	}
 	e.watch.close()
+	e.closeMounts()
 	return os.RemoveAll(e.dir)
 }
 
@@ -483,13 +501,14 @@ func (e *Isolated) liveTemplate() *worker {
 
 // WorkDir is the host directory that is the working directory (and HOME) of the engine's
 // default namespace, the one of runs without Options.Globals; every namespace has one of
-// its own (Namespace.WorkDir). Sandboxed workers see it as /work, others at this path. ""
-// for Command workers, whose files are on the far side.
+// its own (Namespace.WorkDir, which says what the path is with WorkSize). Sandboxed workers
+// see it as /work, others at this path. "" for Command workers, whose files are on the far
+// side.
 func (e *Isolated) WorkDir() string {
 	if !e.local() {
 		return ""
 	}
-	return e.defaultNS.dir
+	return e.dirOf(e.defaultNS)
 }
 
 // workDir is Namespace.WorkDir.
@@ -498,7 +517,7 @@ func (e *Isolated) workDir(ns *Namespace) string {
 	if b == nil || !e.local() {
 		return ""
 	}
-	return b.dir
+	return e.dirOf(b)
 }
 
 func (e *Isolated) isClosed() bool {
@@ -704,7 +723,7 @@ func (e *Isolated) do(ns *Namespace, op byte, args ...any) (any, error) {
 		e.opened.Add(-1)
 		e.watch.forget(b)
 		if !slot.own && e.local() {
-			defer os.RemoveAll(b.dir) // a packed namespace's, after the worker let go of it
+			defer e.removeWorkDir(b.dirs) // a packed namespace's, after the worker let go of it
 		}
 	}
 	if op == pyrt.OpFree && slot.own {
@@ -847,7 +866,7 @@ func (e *Isolated) fork(ns *Namespace) (*Namespace, error) {
 	copied = true
 	e.hostReg.fork(ns.id, id)
 	e.opened.Add(1)
-	return newNamespace(e, id, &nsBinding{slot: copySlot, epoch: 1, dir: dirs.homePath()}), nil
+	return newNamespace(e, id, &nsBinding{slot: copySlot, epoch: 1, dirs: dirs}), nil
 }
 
 // registerAgain binds the host functions of the namespaces that w is about to create

@@ -144,15 +144,18 @@ func BenchmarkIsolatedWorkerRestart(b *testing.B) {
 // preloaded) has answered, reported as the median too (ms-median); Close is not timed.
 // "spare" pauses between namespaces (not timed), so the spare worker is ready;
 // "back-to-back" does not (bound by worker starts). Each with workers forked from the
-// template (the default) and without it.
+// template (the default, whose working directories are a tmpfs each: WorkSize), the same
+// with working directories on the disk, and without the template.
 func BenchmarkIsolatedNewNamespace(b *testing.B) {
-	for _, noTemplate := range []bool{false, true} {
-		name := "template"
-		if noTemplate {
-			name = "no-template"
-		}
-		b.Run(name, func(b *testing.B) {
-			e := newIsolated(b, minipy.IsolatedConfig{Preload: []string{"numpy"}, NoTemplate: noTemplate})
+	for _, c := range []struct {
+		name string
+		cfg  minipy.IsolatedConfig
+	}{{"template", minipy.IsolatedConfig{}}, {"template-disk", minipy.IsolatedConfig{WorkSize: -1}},
+		{"no-template", minipy.IsolatedConfig{NoTemplate: true}}} {
+		b.Run(c.name, func(b *testing.B) {
+			cfg := c.cfg
+			cfg.Preload = []string{"numpy"}
+			e := newIsolated(b, cfg)
 			for _, pause := range []time.Duration{150 * time.Millisecond, 0} {
 				name := "spare"
 				if pause == 0 {

@@ -47,3 +47,16 @@ func TemplatePID(e *Isolated) int {
 	}
 	return e.tmpl.cmd.Process.Pid
 }
+
+// HostWorkDir is the host's directory of the namespace's working directory in the engine's
+// trees: with WorkSize, the empty directory that the template mounts its tmpfs over.
+func HostWorkDir(ns *Namespace) string {
+	return bindingOf(ns).dirs.homePath()
+}
+
+// WorkMounts is the number of working directories of e that are a tmpfs the host holds.
+func WorkMounts(e *Isolated) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.mounts)
+}

@@ -56,10 +56,12 @@ sorted(set(p for p in found if "tenant_a" in p or "nested" in p or "tmp_a" in p)
 	assert.FileExists(t, filepath.Join(e.WorkDir(), "default.txt"))
 	assert.NoFileExists(t, filepath.Join(a.WorkDir(), "default.txt"))
 
-	dir := a.WorkDir()
+	dir := minipy.HostWorkDir(a) // (WorkDir is the host's fd of its tmpfs, which Close closes)
 	require.NoError(t, a.Close())
 	assert.NoDirExists(t, dir, "Close removes the namespace's working directory")
-	assert.DirExists(t, b.WorkDir(), "and no other")
+	st, err := os.Stat(b.WorkDir()) // (a link in /proc to its tmpfs: Lstat sees the link)
+	require.NoError(t, err, "and no other")
+	assert.True(t, st.IsDir())
 	assert.Equal(t, "x,y\n", valueIn(t, e, b, "open('input.csv').read()"))
 }
 
@@ -87,20 +89,20 @@ func TestWorkDirPacked(t *testing.T) {
 	a, b := e.NewNamespace(), e.NewNamespace()
 	defer b.Close()
 	cwdA := valueIn(t, e, a, "import os; os.makedirs('sub'); open('a.txt', 'w').write('a'); os.getcwd()")
-	assert.Equal(t, "/namespaces/"+filepath.Base(a.WorkDir()), cwdA)
+	assert.Equal(t, "/namespaces/"+filepath.Base(minipy.HostWorkDir(a)), cwdA)
 	assert.FileExists(t, filepath.Join(a.WorkDir(), "a.txt"))
 	assert.Equal(t, []any{}, valueIn(t, e, b, "import os; os.listdir('.')"), "B's directory is its own")
 	valueIn(t, e, a, "%cd sub")
-	assert.Equal(t, "/namespaces/"+filepath.Base(b.WorkDir()), valueIn(t, e, b, "import os; os.getcwd()"))
+	assert.Equal(t, "/namespaces/"+filepath.Base(minipy.HostWorkDir(b)), valueIn(t, e, b, "import os; os.getcwd()"))
 	r, err := e.Minipy("import os; os.getcwd(), os.environ['HOME']", nil)
 	require.NoError(t, err)
 	assert.Equal(t, []any{"/work", "/work"}, r.Value, "the default namespace's is /work")
 	assert.Equal(t, []any{cwdA.(string) + "/sub", cwdA}, valueIn(t, e, a, "import os; os.getcwd(), os.environ['HOME']"),
 		"A is still where %cd took it; HOME is its root")
-	dir := a.WorkDir()
+	dir := minipy.HostWorkDir(a)
 	require.NoError(t, a.Close())
 	assert.NoDirExists(t, dir)
-	assert.Equal(t, "/namespaces/"+filepath.Base(b.WorkDir()), valueIn(t, e, b, "import os; os.getcwd()"))
+	assert.Equal(t, "/namespaces/"+filepath.Base(minipy.HostWorkDir(b)), valueIn(t, e, b, "import os; os.getcwd()"))
 }
 
 // A Fork copy gets a copy of the files, then each has its own; symlinks are copied as
@@ -117,7 +119,7 @@ os.mkfifo("pipe")
 os.chdir("data")`)
 	c, err := ns.Fork()
 	require.NoError(t, err)
-	root := "/namespaces/" + filepath.Base(c.WorkDir())
+	root := "/namespaces/" + filepath.Base(minipy.HostWorkDir(c))
 	assert.Equal(t, []any{root + "/data", root, "original", true, "/etc/hostname", false},
 		valueIn(t, e, c, `import os
 (os.getcwd(), os.environ["HOME"], open("raw/f.txt").read(), os.path.islink("../link"), os.readlink("../link"),
@@ -130,11 +132,11 @@ os.chdir("data")`)
 	require.NoError(t, err)
 	assert.Equal(t, "copy", string(got))
 
-	dir := ns.WorkDir()
+	dir := minipy.HostWorkDir(ns)
 	require.NoError(t, ns.Close())
 	assert.NoDirExists(t, dir)
 	assert.Equal(t, "copy", valueIn(t, e, c, "open('raw/f.txt').read()"), "closing the source leaves the copy's files")
-	dir = c.WorkDir()
+	dir = minipy.HostWorkDir(c)
 	require.NoError(t, c.Close())
 	assert.NoDirExists(t, dir)
 }
@@ -175,7 +177,7 @@ def try_(f, *a):
 	// A symlink that the code leaves where a Fork copy's directory goes is replaced, not followed.
 	outside := sandboxReadableDir(t)
 	require.NoError(t, os.Chmod(outside, 0o777))
-	tree := filepath.Dir(ns.WorkDir())
+	tree := filepath.Dir(minipy.HostWorkDir(ns))
 	for i := 1; i < 50; i++ { // the next namespace ids
 		os.Symlink(outside, filepath.Join(tree, strconv.Itoa(i))) //nolint:errcheck // some ids are taken
 	}
@@ -199,8 +201,8 @@ func TestWorkDirSymlinkNotFollowed(t *testing.T) {
 	outside := sandboxReadableDir(t)
 	require.NoError(t, os.Chmod(outside, 0o777))
 	require.NoError(t, os.WriteFile(filepath.Join(outside, "host-secret.txt"), []byte("s3cret"), 0o644))
-	require.NoError(t, os.RemoveAll(ns.WorkDir()))
-	require.NoError(t, os.Symlink(outside, ns.WorkDir()))
+	require.NoError(t, os.RemoveAll(minipy.HostWorkDir(ns)))
+	require.NoError(t, os.Symlink(outside, minipy.HostWorkDir(ns)))
 	_, err := runIn(t, e, ns, "import os; os._exit(1)")
 	require.ErrorIs(t, err, minipy.ErrStateLost)
 	r, err := runIn(t, e, ns, "import os; os.listdir('.')")
@@ -313,7 +315,7 @@ func TestIsolatedCloseWaitsForAnotherClose(t *testing.T) {
 	require.NoError(t, err)
 	ns := e.NewNamespace()
 	valueIn(t, e, ns, "open('f.txt', 'w').write('x')")
-	dir := filepath.Dir(filepath.Dir(ns.WorkDir()))
+	dir := filepath.Dir(filepath.Dir(minipy.HostWorkDir(ns)))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -103,14 +103,23 @@ func startWorker(e *Isolated, dirs workDirs, epoch uint64) (*worker, error) {
 		return nil, dirs.err
 	}
 	if t := e.liveTemplate(); t != nil {
-		w, err := spawnWorker(e, t, dirs, epoch)
+		err := e.moveMounts(dirs.tree, t)
+		var w *worker
+		if err == nil {
+			w, err = spawnWorker(e, t, dirs, epoch)
+		}
 		if err == nil {
 			w, err = awaitReady(e, w)
 		}
-		if err == nil || e.isClosed() {
+		if err == nil || e.isClosed() || e.capped() && !t.gone() {
+			// (A live template holds the working directories' tmpfs: a worker started
+			// otherwise would not see them.)
 			return w, err
 		}
 		// The template could not fork it (or is gone): a plain start, as without one.
+	}
+	if err := e.moveMounts(dirs.tree, nil); err != nil {
+		return nil, err
 	}
 	w, err := launchWorker(e, dirs, epoch)
 	if err != nil {
@@ -271,7 +280,8 @@ func launchWorker(e *Isolated, dirs workDirs, epoch uint64) (*worker, error) {
 		known:  map[uint32]bool{pyrt.DefaultNamespace: true},
 		ctl:    ctl,
 	}
-	if ctl != nil {
+	if ctl != nil && dirs.tree != nil {
+		// (The template's control socket carries no reports: it answers mounts, askMount.)
 		w.line = newLine()
 	}
 	w.keepStderr(errR)

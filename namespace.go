@@ -180,6 +180,13 @@ func (ns *Namespace) Fork() (*Namespace, error) {
 // namespaces, whose code shares the host process's working directory, and for Command
 // workers, whose files are on the far side.
 //
+// With IsolatedConfig.WorkSize (sandboxed workers forked from the template, the default)
+// the directory is a tmpfs that only the sandbox's mount namespaces hold, and the path is
+// this process's link to it, /proc/PID/fd/N: paths below it, os.Stat, os.ReadDir,
+// os.OpenRoot and os.DirFS work (for this process, and for its user or root through
+// /proc); os.Lstat sees the link, so walk it through os.DirFS or os.Root, not
+// filepath.WalkDir.
+//
 // The code can make symbolic links there, to anywhere: reach its files with the file
 // methods (WriteFile, ReadFile, ListFiles), which never follow a link out of the directory,
 // or with os.Root (os.OpenRoot(ns.WorkDir())), not with plain paths.

@@ -7,8 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-
-	"github.com/minipy-go/minipy/internal/pyrt"
+	"syscall"
 )
 
 // The working directories of an isolated engine's namespaces. Each namespace has one of its
@@ -69,7 +68,7 @@ func (e *Isolated) newDirs() workDirs {
 		}
 	}
 	d := workDirs{tree: t, home: homeName}
-	if _, err := e.makeWorkDir(t, homeName); err != nil {
+	if err := e.makeWorkDir(t, homeName); err != nil {
 		os.RemoveAll(t.path)
 		return workDirs{err: err}
 	}
@@ -80,7 +79,7 @@ func (e *Isolated) newDirs() workDirs {
 // workers' sandbox (a Fork copy), making its working directory.
 func (e *Isolated) shareDirs(d workDirs, id uint32) (workDirs, error) {
 	name := strconv.FormatUint(uint64(id), 10)
-	if _, err := e.makeWorkDir(d.tree, name); err != nil {
+	if err := e.makeWorkDir(d.tree, name); err != nil {
 		return workDirs{}, err
 	}
 	e.mu.Lock()
@@ -89,13 +88,21 @@ func (e *Isolated) shareDirs(d workDirs, id uint32) (workDirs, error) {
 	return workDirs{tree: d.tree, home: name}, nil
 }
 
+// packedDirs makes the working directory of namespace id, packed into a shared worker
+// with directories d (IsolatedConfig.Workers).
+func (e *Isolated) packedDirs(d workDirs, id uint32) (workDirs, error) {
+	name := strconv.FormatUint(uint64(id), 10)
+	return workDirs{tree: d.tree, home: name}, e.makeWorkDir(d.tree, name)
+}
+
 // makeWorkDir makes the working directory name in tree t, empty, owned by the workers'
-// user, and returns its path. Whatever the code put at that name (it may have guessed a
-// namespace id) is removed first, links included, never followed.
-func (e *Isolated) makeWorkDir(t *workTree, name string) (string, error) {
+// user, and, with WorkSize, has the template mount its tmpfs. Whatever the code put at
+// that name (it may have guessed a namespace id) is removed first, links included, never
+// followed.
+func (e *Isolated) makeWorkDir(t *workTree, name string) error {
 	path := filepath.Join(t.path, name)
 	if !e.local() {
-		return path, nil
+		return nil
 	}
 	err := os.Mkdir(path, 0o700)
 	if errors.Is(err, fs.ErrExist) {
@@ -107,9 +114,13 @@ func (e *Isolated) makeWorkDir(t *workTree, name string) (string, error) {
 		err = os.Lchown(path, sandboxUID(), sandboxUID())
 	}
 	if err != nil {
-		return "", fmt.Errorf("minipy: making a namespace's working directory: %w", err)
+		return fmt.Errorf("minipy: making a namespace's working directory: %w", err)
 	}
-	return path, nil
+	if err := e.mountWorkDir(t, name); err != nil {
+		os.Remove(path)
+		return err
+	}
+	return nil
 }
 
 // releaseDirs removes the working directory of d, and its tree once no slot uses it.
@@ -117,7 +128,7 @@ func (e *Isolated) releaseDirs(d workDirs) {
 	if d.tree == nil || !e.local() {
 		return
 	}
-	os.RemoveAll(d.homePath())
+	e.removeWorkDir(d)
 	e.mu.Lock()
 	d.tree.refs--
 	last := d.tree.refs == 0
@@ -127,10 +138,19 @@ func (e *Isolated) releaseDirs(d workDirs) {
 	}
 }
 
-// nsDirPath is the working directory of namespace id packed into a worker of slot s.
-func (s *workerSlot) nsDirPath(id uint32) string {
-	if id == pyrt.DefaultNamespace || s.dirs.tree == nil { // the worker's own
-		return s.dirs.homePath()
+// removeWorkDir removes the working directory of d (a namespace's that ended). Removing the
+// host's directory detaches the tmpfs mounted over it (WorkSize) in every mount namespace;
+// its memory is freed once the host's fd and the last worker holding it are gone.
+func (e *Isolated) removeWorkDir(d workDirs) {
+	if d.tree == nil || !e.local() {
+		return
 	}
-	return filepath.Join(s.dirs.tree.path, strconv.FormatUint(uint64(id), 10))
+	os.RemoveAll(d.homePath())
+	e.mu.Lock()
+	m := e.mounts[d.key()]
+	delete(e.mounts, d.key())
+	e.mu.Unlock()
+	if m != nil {
+		syscall.Close(m.fd)
+	}
 }

@@ -34,14 +34,17 @@
 //	-workers int        with -backend isolated: pack the sessions into this many shared worker
 //	                    processes (default 0: a worker process of its own per session)
 //	-memory-limit int   bytes of memory per worker with -backend isolated (0: none)
+//	-work-size int      bytes a session's working directory may hold with -backend
+//	                    isolated: a tmpfs, so memory (default 256 MiB; -1: the host's
+//	                    disk, no cap)
 //	-http addr          serve Streamable HTTP on addr (host:port) instead of stdio
 //	-session-timeout d  with -http: close sessions idle this long (default 30m)
 //	-tokens file        with -http: one NAME:TOKEN per line (# comments; a user may have
 //	                    several tokens; 16 characters at least); read again on SIGHUP
 //	-allow-anonymous    with -http beyond loopback: serve without -tokens
 //	-max-sessions n     with -http: sessions open at once (default: the memory the server
-//	                    may use, its cgroup's limit or the machine's, / 256 MiB or
-//	                    / -memory-limit, at least 4; 0: no limit)
+//	                    may use, its cgroup's limit or the machine's, / (256 MiB or
+//	                    -memory-limit, plus -work-size), at least 4; 0: no limit)
 //	-max-sessions-per-user n  with -http: sessions one user may hold (0: no limit but
 //	                    -max-sessions; without -tokens every client is one user)
 //	-drain-timeout d    with -http: how long SIGTERM waits for running calls (default 30s)
@@ -101,12 +104,13 @@ func main() {
 	isolated := flag.Bool("isolated", false, "same as -backend isolated")
 	workers := flag.Int("workers", 0, "with -backend isolated: pack the sessions into this many shared worker processes (0: a worker process of its own per session)")
 	memoryLimit := flag.Int64("memory-limit", 0, "bytes of memory per worker with -backend isolated (0: no limit)")
+	workSize := flag.Int64("work-size", defaultWorkSize, "with -backend isolated: the `bytes` a session's working directory may hold, in a tmpfs (memory); -1: on the host's disk, no cap")
 	httpAddr := flag.String("http", "", "serve the Streamable HTTP transport on `addr` (host:port) instead of stdio")
 	sessionTimeout := flag.Duration("session-timeout", 30*time.Minute, "with -http: close a session (and free its namespace) after this long without a request")
 	upstreamFile := flag.String("upstream", "", "connect to the MCP servers of this mcpServers JSON `file` and give their tools to the code as Python functions (code mode)")
 	tokensFile := flag.String("tokens", "", "with -http: the clients' bearer tokens, one NAME:TOKEN per line in this `file` (read again on SIGHUP); a session belongs to the user who opened it")
 	allowAnonymous := flag.Bool("allow-anonymous", false, "with -http on an address beyond loopback: serve without -tokens (anyone who reaches it runs code)")
-	maxSessions := flag.Int("max-sessions", -1, "with -http: the most sessions open at once (default: the memory the server may use / 256 MiB, or / -memory-limit, at least 4; 0: no limit)")
+	maxSessions := flag.Int("max-sessions", -1, "with -http: the most sessions open at once (default: the memory the server may use / (256 MiB or -memory-limit, plus -work-size), at least 4; 0: no limit)")
 	maxPerUser := flag.Int("max-sessions-per-user", 0, "with -http: the most sessions one user (one -tokens NAME; all clients without tokens are one user) may hold at once (0: no limit besides -max-sessions)")
 	maxResource := flag.Int64("max-resource-size", defaultMaxResourceSize, "with -backend isolated: the largest file of a session's working directory that resources/read returns, in `bytes`")
 	drainTimeout := flag.Duration("drain-timeout", 30*time.Second, "with -http: at SIGTERM, how long running calls may take to finish before the server closes")
@@ -147,7 +151,10 @@ func main() {
 			log.Fatalf("minipy-mcp: %v", err)
 		}
 	}
-	eng, err := newEngine(*backend, minipy.IsolatedConfig{Workers: *workers, MemoryLimit: *memoryLimit})
+	if *workSize == 0 {
+		log.Fatalf("minipy-mcp: -work-size 0: give the bytes a session's working directory may hold, or -1 for no cap")
+	}
+	eng, err := newEngine(*backend, minipy.IsolatedConfig{Workers: *workers, MemoryLimit: *memoryLimit, WorkSize: *workSize})
 	if err != nil {
 		log.Fatalf("minipy-mcp: %v", err)
 	}
@@ -193,7 +200,7 @@ func main() {
 		err = server.Run(ctx, &mcp.IOTransport{Reader: os.Stdin, Writer: protocol})
 	} else {
 		if *maxSessions < 0 {
-			*maxSessions = defaultMaxSessions(*memoryLimit)
+			*maxSessions = defaultMaxSessions(*memoryLimit, *workSize)
 		}
 		g := newGate(*maxSessions, *maxPerUser)
 		m := newMetrics(eng, g, "tcp")
@@ -220,17 +227,26 @@ func limitText(n int) string {
 	return "at most " + strconv.Itoa(n)
 }
 
-// sessionMemory is what -max-sessions's default allows each session when -memory-limit
-// does not say: a worker with numpy and pandas imported, a figure or two, a few frames.
+// sessionMemory is what -max-sessions's default allows each session's worker when
+// -memory-limit does not say: numpy and pandas imported, a figure or two, a few frames.
 const sessionMemory = 256 << 20
 
+// defaultWorkSize is -work-size's default: smaller than the library's 1 GiB, since each
+// session's working directory is a tmpfs that counts in the server's memory (its cgroup's),
+// and -max-sessions's default counts it whole.
+const defaultWorkSize = 256 << 20
+
 // defaultMaxSessions is -max-sessions's default: the memory this process may use (its
-// cgroup's memory.max, else the machine's), divided by the memory a session may take
-// (-memory-limit, else sessionMemory), at least 4.
-func defaultMaxSessions(memoryLimit int64) int {
+// cgroup's memory.max, else the machine's), divided by the memory a session may take (its
+// worker's, -memory-limit or sessionMemory, and its working directory's, workSize when it
+// is a tmpfs), at least 4.
+func defaultMaxSessions(memoryLimit, workSize int64) int {
 	per := int64(sessionMemory)
 	if memoryLimit > 0 {
 		per = memoryLimit
+	}
+	if workSize > 0 {
+		per += workSize
 	}
 	return int(max(4, availableMemory()/per))
 }

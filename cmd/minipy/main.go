@@ -137,6 +137,8 @@ func parseArgs(args []string, stderr io.Writer) (*config, bool) {
 	fs.StringVar(&c.isolated.Python, "python", "", "isolated: the worker's python executable (default: the one matching the linked libpython)")
 	fs.BoolVar(&c.isolated.Network, "network", false, "isolated: let the code reach the network")
 	fs.Int64Var(&c.isolated.MemoryLimit, "memory-limit", 0, "isolated: cap the worker's address space at this many bytes (0: none)")
+	fs.Int64Var(&c.isolated.WorkSize, "work-size", 0, "isolated: the `bytes` the working directory may hold, a tmpfs (memory): "+
+		"past it writes fail with ENOSPC (0: 1 GiB; negative: on the disk, no cap)")
 	fs.Func("mount", "isolated: share a host path, `SOURCE[:TARGET][:rw]` (read-only unless :rw; repeatable)", func(v string) error {
 		m, err := parseMount(v)
 		c.isolated.Mounts = append(c.isolated.Mounts, m)
@@ -171,7 +173,7 @@ func parseArgs(args []string, stderr io.Writer) (*config, bool) {
 		switch f.Name {
 		case "c":
 			c.hasCode = true
-		case "python", "network", "memory-limit", "mount", "env", "put", "out":
+		case "python", "network", "memory-limit", "work-size", "mount", "env", "put", "out":
 			c.isoFlags = append(c.isoFlags, "--"+f.Name)
 		}
 	})

@@ -87,6 +87,15 @@ const (
 	FrameReply   = 'B' // host -> worker: u64 call id, u8 status (Call*), payload
 )
 
+// ControlMount asks an engine's template, over its control socket, to mount a working
+// directory's tmpfs (IsolatedConfig.WorkSize): the tree's and the directory's names and the
+// size in bytes, NUL-separated. The template answers ControlMount with an O_PATH fd of the
+// tmpfs's root (SCM_RIGHTS), or ControlRefused and the reason.
+const (
+	ControlMount   = 'M'
+	ControlRefused = 'E'
+)
+
 // The status of a host call's reply; its payload is a codec value for CallOK, else the
 // UTF-8 message of the exception Python raises.
 const (
@@ -140,6 +149,7 @@ func prelude() string {
 		fmt.Sprintf("CALL_OK, CALL_ERROR, CALL_BAD_ARGS, CALL_STOPPED, CALL_REFUSED, CALL_SHOW = %d, %d, %d, %d, %d, %d",
 			CallOK, CallError, CallBadArgs, CallStopped, CallRefused, CallShow),
 		fmt.Sprintf("IMAGE_TYPES = (%s,)", quoted(ImageTypes)),
+		fmt.Sprintf("C_MOUNT, C_REFUSED = %s, %s", b(ControlMount), b(ControlRefused)),
 	}
 	return strings.Join(defs, "; ")
 }

@@ -683,7 +683,7 @@ def _set_limits(cfg):
 # Mount flags (linux/mount.h) and the statvfs flags that a bind mount made in a user
 # namespace must keep when it is remounted (the kernel locks them: EPERM otherwise).
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
-_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
+_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE, _MS_SHARED = 32, 4096, 16384, 1 << 18, 1 << 20
 _LOCKED = ((2, _MS_NOSUID), (4, _MS_NODEV), (8, _MS_NOEXEC), (1024, 1024), (2048, 2048), (4096, 1 << 21))
 _CAP_SYS_ADMIN = 21  # linux/capability.h
 _PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "loongarch64": 41, "ppc64le": 203, "s390x": 217}
@@ -1068,6 +1068,11 @@ def _enter_sandbox(cfg, template=False):
     m.pivot()
     m.dumpable()
     if template:
+        # Shared: the workers forked from the template get slave copies of it (their user
+        # namespace is another), so a working directory's tmpfs that the template mounts
+        # later (_mount_workdir: a Fork copy's, a packed namespace's) appears in the sandbox
+        # of the worker whose tree holds it.
+        m.mount(None, cfg["tree"], None, _MS_SHARED)
         _template_binds[:] = m.bound
         return
     m.drop_privileges()
@@ -1130,6 +1135,9 @@ def _serve_template(cfg, runtime):
                 msg, fds = b"", []
             if not msg:
                 os._exit(0)  # the engine is closed (or the host gone)
+            if msg[:1] == C_MOUNT and not fds:
+                _mount_workdir(cfg, ctl, msg[1:])
+                continue
             pid = -1
             if msg[:1] == b"N" and len(fds) == 5:
                 try:
@@ -1146,6 +1154,63 @@ def _serve_template(cfg, runtime):
                     return
             for f in fds:  # the fork's now, or (refused) closed here: the host's reads end
                 os.close(f)
+
+
+def _open_workdir(cfg, tree_name, name):
+    """An O_PATH fd of the working directory name in the tree tree_name (names under the
+    engine's trees, cfg["tree"] here), opened a component at a time without following a
+    symlink: as a non-root host's user, the code of a tree's workers owns the tree and may
+    have put one there."""
+    if not tree_name or not name or "/" in tree_name + name or ".." in (tree_name, name) or "." in (tree_name, name):
+        raise OSError(22, "bad working directory names %r, %r" % (tree_name, name))
+    flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW
+    trees = os.open(cfg["tree"], flags)
+    try:
+        tree = os.open(tree_name, flags, dir_fd=trees)
+    finally:
+        os.close(trees)
+    try:
+        return os.open(name, flags, dir_fd=tree)
+    finally:
+        os.close(tree)
+
+
+def _mount_workdir(cfg, ctl, body):
+    """C_MOUNT (IsolatedConfig.WorkSize): mounts a tmpfs of the given size over the working
+    directory TREE/NAME (body: b"TREE\0NAME\0SIZE"), owned by the sandbox's user, mode 0700,
+    with an inode per 4 KiB (empty files cost kernel memory that size does not count); then
+    sends the host an O_PATH fd of its root, through which the host reaches the files (the
+    mount exists in this mount namespace and, as slave copies, in the workers' only). A
+    refusal is answered C_REFUSED and the reason. The host removing the directory (the
+    namespace closed) detaches the mount everywhere."""
+    import array
+    import socket
+
+    try:
+        tree_name, name, size = os.fsdecode(body).split("\0")
+        size = int(size)
+        if size <= 0:
+            raise OSError(22, "bad size %d" % size)
+        d = _open_workdir(cfg, tree_name, name)
+        try:
+            st = os.fstat(d)
+            _Mounter("").mount("tmpfs", "/proc/self/fd/%d" % d, "tmpfs", _MS_NOSUID | _MS_NODEV,
+                               "mode=0700,uid=%d,gid=%d,size=%d,nr_inodes=%d" % (
+                                   os.getuid(), os.getgid(), size, max(size >> 12, 1024)))
+        finally:
+            os.close(d)
+        root = _open_workdir(cfg, tree_name, name)  # a lookup by name enters the mount
+        try:
+            if os.fstat(root).st_dev == st.st_dev:
+                raise OSError(16, "the working directory %s/%s moved while it was mounted" % (tree_name, name))
+            ctl.sendmsg([C_MOUNT], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [root]).tobytes())])
+        finally:
+            os.close(root)
+    except Exception as exc:
+        try:
+            ctl.send(C_REFUSED + ("%s: %s" % (_rt.type_name(type(exc)), exc)).encode("utf-8", "replace"))
+        except OSError:
+            pass
 
 
 def _become_tenant(cfg, fds, dirs):
@@ -1190,12 +1255,10 @@ def _become_tenant(cfg, fds, dirs):
         # The tree and the working directory, each opened a component at a time without
         # following a symlink (the code of an earlier worker of the tree may have made one).
         tree_name, _, home_name = os.fsdecode(dirs).partition("\0")
-        if not tree_name or not home_name or "/" in tree_name + home_name or ".." in (tree_name, home_name):
-            raise OSError(22, "bad working directory names %r" % dirs)
+        home = _open_workdir(cfg, tree_name, home_name)  # (which checks the names)
         flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW
         trees = os.open(cfg["tree"], flags)
         tree = os.open(tree_name, flags, dir_fd=trees)
-        home = os.open(home_name, flags, dir_fd=tree)
         os.close(trees)
         # The working directory, the fresh /tmp and /dev/shm cover the binds at and under
         # them (Mounts, a python under /tmp): held open, they are bound again on top (each
@@ -1203,7 +1266,9 @@ def _become_tenant(cfg, fds, dirs):
         workdir = cfg["workdir"]
         under = [t for t in _template_binds if t == workdir or t.startswith((workdir + "/", "/tmp/", "/dev/shm/"))]
         held = [(t, os.open(t, os.O_PATH)) for t in sorted(under, key=len)]
-        m.mount("/proc/self/fd/%d" % tree, cfg["tree"], None, _MS_BIND)
+        # Recursive: the tmpfs of each working directory in the tree (IsolatedConfig.WorkSize)
+        # comes with it; the bind is a slave of the template's, so later ones come too.
+        m.mount("/proc/self/fd/%d" % tree, cfg["tree"], None, _MS_BIND | _MS_REC)
         m.mount("/proc/self/fd/%d" % home, workdir, None, _MS_BIND)
         os.close(tree)
         os.close(home)

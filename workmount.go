@@ -1,0 +1,340 @@
+package minipy
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/minipy-go/minipy/internal/pyrt"
+)
+
+// The working directories' cap (IsolatedConfig.WorkSize). With a template, each working
+// directory is a tmpfs of WorkSize bytes that the template mounts over the host's (empty)
+// directory in its own mount namespace (pyrt.ControlMount). The workers forked from it see
+// it: their trees are slave binds of the template's, so the mounts it makes after they
+// started (a Fork copy's, a packed namespace's) reach them too. The host sees only its empty
+// directory; it reaches the files through an O_PATH fd of the tmpfs's root, which the
+// template sends it. Code that writes past the cap gets ENOSPC, and the host's disk holds
+// nothing.
+//
+// A mount lives in its template's mount namespace. When the template dies (its workers die
+// with it), the host's fd still holds the tmpfs, files and all; the next worker start of
+// its tree moves them (moveMounts) into a tmpfs of the new template, or onto the host's
+// disk if no template can start, since workers then start without one and bind the host's
+// directory. Removing the host's directory (removeWorkDir) detaches the mount everywhere.
+
+// workMount is a working directory that is a tmpfs (WorkSize).
+type workMount struct {
+	fd   int     // O_PATH, the tmpfs's root; the number stays while the directory lives (moveMounts dup3s over it)
+	tmpl *worker // the template in whose mount namespace it is mounted
+}
+
+// defaultWorkSize is IsolatedConfig.WorkSize's default.
+const defaultWorkSize = 1 << 30
+
+// errTemplateGone: the template did not answer (it died, or the engine closed it).
+var errTemplateGone = errors.New("minipy: the template is gone")
+
+// key names the working directory of d under the engine's trees, and its mount in e.mounts.
+func (d workDirs) key() string { return d.tree.name + "/" + d.home }
+
+// capped reports whether working directories get a tmpfs of WorkSize bytes.
+func (e *Isolated) capped() bool {
+	return e.sandbox && e.local() && !e.cfg.NoTemplate && e.cfg.WorkSize > 0
+}
+
+// mountWorkDir has the template mount the tmpfs of the working directory name in tree t.
+// Without a template (none could start: workers start plainly) the directory stays on the
+// host's disk, as with NoTemplate.
+func (e *Isolated) mountWorkDir(t *workTree, name string) error {
+	if !e.capped() {
+		return nil
+	}
+	e.mountReq.Lock()
+	defer e.mountReq.Unlock()
+	for tries := 0; ; tries++ {
+		tmpl := e.liveTemplate()
+		if tmpl == nil {
+			return nil
+		}
+		fd, err := e.askMount(tmpl, t.name, name)
+		if errors.Is(err, errTemplateGone) && tries == 0 {
+			continue // a new one starts
+		}
+		if err != nil {
+			return err
+		}
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if e.closed { // Close has closed the others
+			syscall.Close(fd)
+			return ErrEngineClosed
+		}
+		if e.mounts == nil {
+			e.mounts = map[string]*workMount{}
+		}
+		e.mounts[t.name+"/"+name] = &workMount{fd: fd, tmpl: tmpl}
+		return nil
+	}
+}
+
+// askMount has template t mount the tmpfs of working directory tree/name and returns the
+// fd of its root. The caller holds e.mountReq: one request at a time, so that an answer
+// is the last request's.
+func (e *Isolated) askMount(t *worker, tree, name string) (int, error) {
+	msg := fmt.Sprintf("%c%s\x00%s\x00%d", pyrt.ControlMount, tree, name, e.cfg.WorkSize)
+	if _, _, err := t.ctl.WriteMsgUnix([]byte(msg), nil, nil); err != nil {
+		return -1, fmt.Errorf("%w: %w", errTemplateGone, err)
+	}
+	t.ctl.SetReadDeadline(time.Now().Add(e.cfg.StartTimeout)) //nolint:errcheck // a closed socket fails the read
+	defer t.ctl.SetReadDeadline(time.Time{})                  //nolint:errcheck
+	buf := make([]byte, 1024)
+	oob := make([]byte, syscall.CmsgSpace(4))
+	n, oobn, _, _, err := t.ctl.ReadMsgUnix(buf, oob) // (Go receives fds close-on-exec)
+	var fds []int
+	if msgs, perr := syscall.ParseSocketControlMessage(oob[:oobn]); perr == nil {
+		for _, m := range msgs {
+			if got, err := syscall.ParseUnixRights(&m); err == nil {
+				fds = append(fds, got...)
+			}
+		}
+	}
+	if err == nil && n == 1 && buf[0] == pyrt.ControlMount && len(fds) == 1 {
+		return fds[0], nil
+	}
+	for _, fd := range fds {
+		syscall.Close(fd)
+	}
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		// A template that does not answer in StartTimeout is stuck; its answer must not
+		// be taken for the next request's.
+		t.kill()
+		return -1, fmt.Errorf("%w: no answer to a mount within %v", errTemplateGone, e.cfg.StartTimeout)
+	case err != nil || n == 0:
+		return -1, fmt.Errorf("%w: %v", errTemplateGone, err)
+	}
+	return -1, fmt.Errorf("minipy: mounting the tmpfs of a namespace's working directory (IsolatedConfig.WorkSize): %s",
+		strings.TrimPrefix(string(buf[:n]), string(rune(pyrt.ControlRefused))))
+}
+
+// moveMounts moves the working directories of tree whose template has died into t, the
+// template that the tree's next worker is forked from (nil: it starts without one, and
+// binds the host's directories), copying their files; before a worker of tree starts.
+func (e *Isolated) moveMounts(tree *workTree, t *worker) error {
+	if !e.capped() || tree == nil {
+		return nil
+	}
+	e.mountReq.Lock()
+	defer e.mountReq.Unlock()
+	e.mu.Lock()
+	moving := map[string]*workMount{}
+	for key, m := range e.mounts {
+		if strings.HasPrefix(key, tree.name+"/") && m.tmpl != t {
+			moving[key] = m
+		}
+	}
+	e.mu.Unlock()
+	for key, m := range moving {
+		if !m.tmpl.gone() {
+			// Only the template that mounted it sees it: a worker started otherwise would
+			// not find the namespace's files.
+			return fmt.Errorf("minipy: the working directory of a namespace is held by the template, " +
+				"which did not fork its worker")
+		}
+		name := path.Base(key)
+		src := &workRoot{fd: m.fd}
+		if t != nil {
+			fd, err := e.askMount(t, tree.name, name)
+			if err == nil {
+				err = copyFiles(src, e.newRoot(fd), ".")
+				if err != nil {
+					syscall.Close(fd)
+				}
+			}
+			if err != nil {
+				return fmt.Errorf("minipy: moving a namespace's files to the new template: %w", err)
+			}
+			e.mu.Lock()
+			err = syscall.Dup3(fd, m.fd, syscall.O_CLOEXEC) // the old tmpfs goes with its last fd
+			m.tmpl = t
+			e.mu.Unlock()
+			syscall.Close(fd)
+			if err != nil {
+				return fmt.Errorf("minipy: moving a namespace's files to the new template: %w", err)
+			}
+			continue
+		}
+		fd, err := e.openHostDir(key)
+		if err == nil {
+			err = copyFiles(src, e.newRoot(fd), ".")
+			syscall.Close(fd)
+		}
+		if err != nil {
+			return fmt.Errorf("minipy: moving a namespace's files to the host's disk: %w", err)
+		}
+		e.mu.Lock()
+		delete(e.mounts, key)
+		e.mu.Unlock()
+		syscall.Close(m.fd)
+	}
+	return nil
+}
+
+// closeMounts lets go of the working directories' tmpfs (the engine is closed).
+func (e *Isolated) closeMounts() {
+	e.mu.Lock()
+	ms := e.mounts
+	e.mounts = nil
+	e.mu.Unlock()
+	for _, m := range ms {
+		syscall.Close(m.fd)
+	}
+}
+
+// openWorkDir opens the working directory of d (O_PATH): through the host's fd of its
+// tmpfs, or as a path of names the host made in the engine's trees, which only the host
+// sees, without following a link (as non-root, the code's user owns a tree and could put
+// one there).
+func (e *Isolated) openWorkDir(d workDirs) (int, error) {
+	e.mu.Lock()
+	if m := e.mounts[d.key()]; m != nil {
+		fd, err := openat2(m.fd, ".", oPath|syscall.O_DIRECTORY, 0, resolveBeneath) // under e.mu: m.fd stays m's
+		e.mu.Unlock()
+		if err != nil {
+			return -1, &fs.PathError{Op: "open", Path: d.homePath(), Err: err}
+		}
+		return fd, nil
+	}
+	e.mu.Unlock()
+	return e.openHostDir(d.key())
+}
+
+// openHostDir opens the directory key (TREE/NAME) of the engine's trees on the host's disk.
+func (e *Isolated) openHostDir(key string) (int, error) {
+	trees, err := syscall.Open(e.trees, oPath|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, &fs.PathError{Op: "open", Path: e.trees, Err: err}
+	}
+	defer syscall.Close(trees)
+	fd, err := openat2(trees, key, oPath|syscall.O_DIRECTORY, 0, resolveBeneath|resolveNoSymlinks)
+	if err != nil {
+		return -1, &fs.PathError{Op: "open", Path: path.Join(e.trees, key), Err: err}
+	}
+	return fd, nil
+}
+
+// dirOf is the host path of the working directory of b (Namespace.WorkDir): with a tmpfs,
+// the host's fd of it in /proc, which this process (and its user) can use as a path.
+func (e *Isolated) dirOf(b *nsBinding) string {
+	e.mu.Lock()
+	m := e.mounts[b.dirs.key()]
+	e.mu.Unlock()
+	if m != nil {
+		return "/proc/" + strconv.Itoa(os.Getpid()) + "/fd/" + strconv.Itoa(m.fd)
+	}
+	return b.dirs.homePath()
+}
+
+// newRoot is a workRoot of the open directory fd whose writes do not count as the host's
+// WriteFile (moveMounts).
+func (e *Isolated) newRoot(fd int) *workRoot {
+	return &workRoot{fd: fd, owner: e.fileOwner(), wrote: func(string, syscall.Timespec) {}}
+}
+
+// fileOwner is the host user to give what the host makes in a working directory: the
+// workers' user on a root host, -1 (the host's own) otherwise.
+func (e *Isolated) fileOwner() int {
+	if e.sandbox && os.Geteuid() == 0 {
+		return sandboxUID()
+	}
+	return -1
+}
+
+// copyFiles copies the directory rel of src, recursively, into the same place of dst:
+// directories, regular files and symbolic links, with their permission bits; nothing
+// else (FIFOs, sockets).
+func copyFiles(src, dst *workRoot, rel string) error {
+	fd, err := openat2(src.fd, rel, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0,
+		resolveBeneath|resolveNoSymlinks)
+	if err != nil {
+		return &fs.PathError{Op: "open", Path: rel, Err: err}
+	}
+	dir := os.NewFile(uintptr(fd), rel)
+	defer dir.Close()
+	names, err := dir.Readdirnames(-1)
+	if err != nil {
+		return &fs.PathError{Op: "readdir", Path: rel, Err: err}
+	}
+	for _, name := range names {
+		sub := path.Join(rel, name)
+		var st syscall.Stat_t
+		if fstatat(fd, name, &st) != nil {
+			continue // gone meanwhile
+		}
+		switch st.Mode & syscall.S_IFMT {
+		case syscall.S_IFDIR:
+			err = dst.mkdirAll(sub)
+			if err == nil {
+				err = copyFiles(src, dst, sub)
+			}
+		case syscall.S_IFREG:
+			var f *os.File
+			if f, _, err = src.openRead(sub); err == nil {
+				_, err = dst.write(sub, f)
+				f.Close()
+			}
+		case syscall.S_IFLNK:
+			var to string
+			if to, err = os.Readlink("/proc/self/fd/" + strconv.Itoa(fd) + "/" + name); err == nil {
+				err = dst.symlink(to, sub)
+			}
+		default:
+			continue
+		}
+		if err == nil && st.Mode&syscall.S_IFMT != syscall.S_IFLNK {
+			err = dst.chmod(sub, st.Mode&0o7777)
+		}
+		if errors.Is(err, fs.ErrPermission) {
+			continue // the host's user may not read it (a file of mode 0): it cannot be moved
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// symlink makes the symbolic link name (its directory exists) pointing to to.
+func (r *workRoot) symlink(to, name string) error {
+	parent, err := r.openat("symlink", path.Dir(name), syscall.O_RDONLY|syscall.O_DIRECTORY, 0)
+	if err != nil {
+		return err
+	}
+	defer syscall.Close(parent)
+	base := path.Base(name)
+	err = os.Symlink(to, "/proc/self/fd/"+strconv.Itoa(parent)+"/"+base)
+	if err == nil && r.owner >= 0 {
+		err = fchownat(parent, base, r.owner)
+	}
+	return err
+}
+
+// chmod sets the permission bits of name (not a link).
+func (r *workRoot) chmod(name string, mode uint32) error {
+	fd, err := r.openat("chmod", name, syscall.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return err
+	}
+	defer syscall.Close(fd)
+	if err := syscall.Fchmod(fd, mode); err != nil {
+		return &fs.PathError{Op: "chmod", Path: name, Err: err}
+	}
+	return nil
+}

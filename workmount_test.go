@@ -1,0 +1,181 @@
+package minipy_test
+
+import (
+	"bytes"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/minipy-go/minipy"
+)
+
+// fillCode writes n KiB to name and reports how it ended: "ok", or the errno's name.
+const fillCode = `
+import errno
+def fill(name, kib):
+    try:
+        with open(name, "wb") as f:
+            for _ in range(kib):
+                f.write(b"x" * 1024)
+        return "ok"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+`
+
+// capacity is the size of the file system of the namespace's working directory, as the
+// code sees it.
+const capacity = "import os\nst = os.statvfs('.')\nst.f_blocks * st.f_frsize"
+
+// A namespace's working directory holds at most WorkSize bytes: the code gets ENOSPC past
+// it, and so does the host's WriteFile; nothing of it is on the host's disk, and the host
+// reaches the files through the file methods and WorkDir.
+func TestWorkSize(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{WorkSize: 1 << 20})
+	ns := e.NewNamespace()
+	defer ns.Close()
+	assert.Equal(t, int64(1<<20), valueIn(t, e, ns, capacity))
+	assert.Equal(t, "ok", valueIn(t, e, ns, fillCode+"fill('small.bin', 100)"))
+	assert.Equal(t, "ENOSPC", valueIn(t, e, ns, "fill('big.bin', 2048)"), "past the cap")
+	assert.Equal(t, "ok", valueIn(t, e, ns, "import os; os.remove('big.bin'); fill('again.bin', 500)"),
+		"removing a file frees its space")
+
+	// The host's side.
+	err := ns.WriteFile("host.bin", bytes.Repeat([]byte("y"), 1<<20))
+	require.ErrorIs(t, err, syscall.ENOSPC)
+	_, err = ns.ReadFile("host.bin")
+	assert.ErrorIs(t, err, fs.ErrNotExist, "a write that failed leaves no file")
+	require.NoError(t, ns.WriteFile("sub/note.txt", []byte("hi")))
+	assert.Equal(t, "hi", valueIn(t, e, ns, "open('sub/note.txt').read()"))
+	got, err := ns.ReadFile("small.bin")
+	require.NoError(t, err)
+	assert.Len(t, got, 100<<10)
+	got, err = os.ReadFile(filepath.Join(ns.WorkDir(), "sub", "note.txt"))
+	require.NoError(t, err, "WorkDir is a path to the files for this process")
+	assert.Equal(t, "hi", string(got))
+	infos, err := ns.ListFiles("")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"again.bin", "small.bin", "sub"}, fileNames(infos))
+	onDisk, err := os.ReadDir(minipy.HostWorkDir(ns))
+	require.NoError(t, err)
+	assert.Empty(t, onDisk, "the host's disk holds nothing")
+
+	r, err := runIn(t, e, ns, "fill('new.bin', 10)")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"new.bin"}, fileNames(r.Files), "Result.Files sees the tmpfs")
+}
+
+// The default cap is 1 GiB, for every kind of namespace of a sandboxed engine with a
+// template; a negative WorkSize and NoTemplate leave working directories on the host's disk.
+func TestWorkSizeDefault(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{})
+	assert.Equal(t, int64(1<<30), valueIn(t, e, nil, capacity), "the default namespace")
+	ns := e.NewNamespace()
+	defer ns.Close()
+	assert.Equal(t, int64(1<<30), valueIn(t, e, ns, capacity))
+	assert.NotEqual(t, minipy.HostWorkDir(ns), ns.WorkDir())
+
+	for name, cfg := range map[string]minipy.IsolatedConfig{
+		"negative":    {WorkSize: -1},
+		"no template": {NoTemplate: true, WorkSize: 1 << 20},
+	} {
+		e := newIsolated(t, cfg)
+		ns := e.NewNamespace()
+		assert.NotEqual(t, int64(1<<20), valueIn(t, e, ns, capacity), name)
+		assert.NotEqual(t, int64(1<<30), valueIn(t, e, ns, capacity), name)
+		assert.Equal(t, minipy.HostWorkDir(ns), ns.WorkDir(), name)
+		assert.Zero(t, minipy.WorkMounts(e), name)
+		require.NoError(t, ns.Close())
+	}
+}
+
+// A Fork copy gets the files in a tmpfs of its own, capped alike; namespaces packed into a
+// shared worker each have theirs, including those made after the worker started.
+func TestWorkSizeForkAndPacked(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{WorkSize: 1 << 20})
+	ns := e.NewNamespace()
+	defer ns.Close()
+	assert.Equal(t, "ok", valueIn(t, e, ns, fillCode+"fill('half.bin', 600)"))
+	cp, err := ns.Fork()
+	require.NoError(t, err)
+	defer cp.Close()
+	assert.Equal(t, int64(1<<20), valueIn(t, e, cp, capacity))
+	assert.Equal(t, int64(600<<10), valueIn(t, e, cp, "import os; os.path.getsize('half.bin')"))
+	assert.Equal(t, "ENOSPC", valueIn(t, e, cp, "fill('more.bin', 600)"), "the copy's own cap")
+	assert.Equal(t, "ok", valueIn(t, e, ns, "import os; os.remove('half.bin'); fill('more.bin', 600)"),
+		"the source's is apart")
+
+	packed := newIsolated(t, minipy.IsolatedConfig{Workers: 1, WorkSize: 1 << 20})
+	a := packed.NewNamespace()
+	assert.Equal(t, "ok", valueIn(t, packed, a, fillCode+"fill('a.bin', 600)"))
+	b := packed.NewNamespace() // after the worker started
+	assert.Equal(t, int64(1<<20), valueIn(t, packed, b, capacity))
+	assert.Equal(t, "ok", valueIn(t, packed, b, fillCode+"fill('b.bin', 600)"))
+	assert.Equal(t, "ENOSPC", valueIn(t, packed, b, "fill('c.bin', 600)"))
+	require.NoError(t, a.Close())
+	require.NoError(t, b.Close())
+}
+
+// Closing a namespace lets go of its tmpfs: the host closes its fd and the template's
+// mount is gone.
+func TestWorkSizeClose(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{WorkSize: 1 << 20})
+	first := e.NewNamespace() // (and a spare, with its directory, for the next)
+	defer first.Close()
+	valueIn(t, e, first, "1")
+	before := minipy.WorkMounts(e)
+	mounts := func() int {
+		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(minipy.TemplatePID(e)), "mountinfo"))
+		require.NoError(t, err)
+		return strings.Count(string(b), " tmpfs tmpfs ") // (mountinfo: "... - tmpfs tmpfs rw,...")
+	}
+	tmpfs := mounts()
+	ns := e.NewNamespace()
+	assert.Equal(t, "ok", valueIn(t, e, ns, fillCode+"fill('f.bin', 10)"))
+	assert.Greater(t, minipy.WorkMounts(e), before)
+	assert.Greater(t, mounts(), tmpfs)
+	require.NoError(t, ns.Close())
+	runtime.GC()
+	require.Eventually(t, func() bool { return minipy.WorkMounts(e) <= before && mounts() <= tmpfs },
+		10*time.Second, 10*time.Millisecond)
+}
+
+// When the template dies, its workers die with it, but the files stay: the next worker's
+// start moves them into a tmpfs of the new template, capped as before.
+func TestWorkSizeTemplateDies(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{WorkSize: 1 << 20})
+	ns := e.NewNamespace()
+	defer ns.Close()
+	assert.Equal(t, "ok", valueIn(t, e, ns, fillCode+"import os; os.makedirs('d/e'); os.symlink('d', 'link')\n"+
+		"os.chmod('d/e', 0o700); fill('d/e/f.bin', 300)"))
+	dir := ns.WorkDir()
+	first := minipy.TemplatePID(e)
+	require.NoError(t, syscall.Kill(first, syscall.SIGKILL))
+	require.Eventually(t, func() bool { return syscall.Kill(first, 0) == syscall.ESRCH }, 5*time.Second, 5*time.Millisecond)
+	got, err := ns.ReadFile("d/e/f.bin")
+	require.NoError(t, err, "the host still holds the files")
+	assert.Len(t, got, 300<<10)
+
+	_, err = runIn(t, e, ns, "1")
+	require.ErrorIs(t, err, minipy.ErrStateLost)
+	assert.NotEqual(t, first, minipy.TemplatePID(e))
+	assert.Equal(t, []any{int64(300 << 10), "d", "0o700", int64(1 << 20)}, valueIn(t, e, ns,
+		"import os\nst = os.statvfs('.')\n"+
+			"os.path.getsize('d/e/f.bin'), os.readlink('link'), oct(os.stat('d/e').st_mode & 0o777), st.f_blocks * st.f_frsize"))
+	assert.Equal(t, "ENOSPC", valueIn(t, e, ns, fillCode+"fill('more.bin', 800)"), "capped as before")
+	r, err := runIn(t, e, ns, "open('after.txt', 'w').write('x')")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"after.txt"}, fileNames(r.Files), "Result.Files watches the new tmpfs")
+	assert.Equal(t, dir, ns.WorkDir(), "WorkDir stays")
+	got, err = os.ReadFile(filepath.Join(dir, "d", "e", "f.bin"))
+	require.NoError(t, err)
+	assert.Len(t, got, 300<<10)
+}
