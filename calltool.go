@@ -28,7 +28,7 @@ import (
 // [timeout] or [cancelled]; a run with none of them gives "[no output]". When the
 // sections exceed the budget, the longest are cut in the middle to a fair share of it,
 // with a marker "[... N characters omitted ...]"; labels and short sections are kept.
-// The README shows examples; the format is pinned by the golden files in testdata/tool.
+// docs/tool.md shows examples; the format is pinned by the golden files in testdata/tool.
 func CallTool(ctx context.Context, input json.RawMessage, opts *Options) (text string, isError bool) {
 	e, err := inProcess()
 	if err != nil {

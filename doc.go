@@ -31,7 +31,7 @@
 // A cell that is not valid Python may use IPython's syntax, with or without IPython
 // installed: !cmd and x = !cmd, line and cell magics (%time, %timeit, %pip, %cd, %env,
 // %who, %%bash, %%writefile, %%capture, ...) and obj? / obj?? for help. Valid Python is
-// never changed, and line numbers stay the user's (the README lists each magic). Output
+// never changed, and line numbers stay the user's (docs/notebook.md lists each magic). Output
 // of child processes (subprocess, os.system, !cmd) is the run's output on both engines.
 //
 // # Values
@@ -131,7 +131,7 @@
 // minipy needs cgo and the headers and library of CPython 3.11 or later: on Debian and
 // Ubuntu, `apt-get install python3-dev pkg-config` (it links the library named by
 // `pkg-config python3-embed`). 3.11, 3.12 and 3.13 (also free-threaded) are tested; the
-// README's table says what differs. A build with CGO_ENABLED=0 compiles, but every run
+// table in docs/building.md says what differs. A build with CGO_ENABLED=0 compiles, but every run
 // returns an error that says so. The in-process engine is Linux-only (it uses futexes and real-time
 // signals). github.com/go-python/cpy3 is not used: it does not compile against Python 3.9+.
 package minipy

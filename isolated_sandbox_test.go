@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The promises of the isolated engine's sandbox (README: "What the model's code can see and
+// The promises of the isolated engine's sandbox (docs/isolated.md: "What the model's code can see and
 // do"), one test each.
 
 func TestSandboxHostEnvironmentIsAbsent(t *testing.T) {

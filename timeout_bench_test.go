@@ -78,7 +78,7 @@ func BenchmarkSupervise(b *testing.B) {
 	}
 }
 
-// deadlineCases are the README's latency table: code that blocks or spins until stopped.
+// deadlineCases are the latency table of docs/benchmarks.md: code that blocks or spins until stopped.
 var deadlineCases = []struct{ name, code string }{
 	{"busy loop", "while True:\n    pass\n"},
 	{"time.sleep", "import time\ntime.sleep(10)\n"},
