@@ -8,7 +8,7 @@ export CGO_ENABLED := 1
 # Every module in the tree: the core one and the examples/commands that carry SDKs.
 MODULES := $(sort $(patsubst %/go.mod,%,$(shell find . -name go.mod -not -path './.git/*')))
 
-.PHONY: test test-oldest vet bench build soak deps compat compat-ft fuzz
+.PHONY: test test-oldest vet bench bench-once build soak deps compat compat-ft fuzz
 
 # Installs python3-dev, pkg-config, python3-numpy with apt when missing (as root).
 deps:
@@ -19,6 +19,7 @@ test: deps vet
 	@echo "== soak: 100,000 runs without -race (RSS is only meaningful there)"
 	$(GO) test -run '^TestSoak$$' -count=1 -timeout 10m .
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=4s
+	@$(MAKE) --no-print-directory bench-once
 
 # Each module's tests again with the oldest Go its go.mod's go line allows (go 1.24 is the
 # toolchain go1.24.0), which the go command fetches through the module proxy. CI runs it
@@ -44,6 +45,12 @@ vet:
 
 build:
 	$(GO) build -o bin/minipy ./cmd/minipy
+
+# Every benchmark of every module once (-benchtime 1x, about a minute and a half), so
+# that none can rot unnoticed; `make test` runs it.
+bench-once:
+	@set -e; for m in $(MODULES); do echo "== benchmarks once: $$m"; \
+	  (cd $$m && $(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./...); done
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 .

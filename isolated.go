@@ -177,6 +177,7 @@ type Isolated struct {
 	defaultNS *nsBinding
 	hostReg   hostRegistry
 	watch     fileWatch // Result.Files
+	beats     beats     // Command workers' (commandBeat)
 
 	mu        sync.Mutex
 	closed    bool
@@ -263,7 +264,11 @@ func newIsolated(cfg IsolatedConfig, sandbox bool) (*Isolated, error) {
 	if len(cfg.Command) > 0 && len(cfg.Mounts) > 0 {
 		return nil, errors.New("minipy: IsolatedConfig.Mounts apply to local workers; a Command worker's files are the other side's")
 	}
-	e := &Isolated{cfg: cfg, perNS: cfg.Workers == 0, own: map[*workerSlot]struct{}{}, closeDone: make(chan struct{})}
+	e := &Isolated{cfg: cfg, perNS: cfg.Workers == 0, own: map[*workerSlot]struct{}{}, closeDone: make(chan struct{}),
+		beats: beats{commandBeat, commandSilence}}
+	if testBeats != nil {
+		e.beats = *testBeats
+	}
 	e.watch.e = e
 	if len(cfg.Command) == 0 {
 		err := errors.New("namespaces turned off")

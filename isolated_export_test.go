@@ -1,6 +1,10 @@
 package minipy
 
-import "github.com/minipy-go/minipy/internal/cpython"
+import (
+	"time"
+
+	"github.com/minipy-go/minipy/internal/cpython"
+)
 
 // NewIsolatedActingUnsandboxed is NewIsolated on a kernel that (it pretends) refuses
 // namespaces, for the tests of AllowUnsandboxed.
@@ -59,4 +63,12 @@ func WorkMounts(e *Isolated) int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return len(e.mounts)
+}
+
+// NewIsolatedBeating is NewIsolated whose Command workers get a beat every `every` and end
+// after a silence of silence.
+func NewIsolatedBeating(cfg IsolatedConfig, every, silence time.Duration) (*Isolated, error) {
+	testBeats = &beats{every, silence}
+	defer func() { testBeats = nil }()
+	return NewIsolated(cfg)
 }

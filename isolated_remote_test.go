@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -121,9 +122,7 @@ signal.pause()
 
 func TestIsolatedDeadmanKillsAWorkerTheHostCannotReach(t *testing.T) {
 	mark := uniqueMarker("deadman")
-	e := newIsolated(t, minipy.IsolatedConfig{
-		Command: []string{minipy.LinkedPython(), "-c", stuckTransport, mark}, Network: true,
-	})
+	e := stuckEngine(t, mark)
 	r, err := e.Minipy("import os; os.getpid(), os.getppid()", nil)
 	require.NoError(t, err)
 	pids := r.Value.([]any) // the worker and its guardian
@@ -131,6 +130,44 @@ func TestIsolatedDeadmanKillsAWorkerTheHostCannotReach(t *testing.T) {
 	require.ErrorIs(t, err, minipy.ErrTimeout)
 	require.ErrorIs(t, err, minipy.ErrStateLost)
 	requireGoneWithin(t, pids, time.Second, "the worker outlived its deadline")
+	// Its replacement, idle, ends once the closed engine has stopped beating.
+	require.NoError(t, e.Close())
+	requireNoProcsWithin(t, mark, 10*time.Second, "a worker or relay outlived its host's silence")
+}
+
+// stuckEngine is an engine whose Command workers run behind stuckTransport (marked mark),
+// beaten every 100 ms and ending after a second of silence. Its processes that outlive the
+// test are killed.
+func stuckEngine(t *testing.T, mark string) *minipy.Isolated {
+	e, err := minipy.NewIsolatedBeating(minipy.IsolatedConfig{
+		Command: []string{minipy.LinkedPython(), "-c", stuckTransport, mark}, Network: true,
+	}, 100*time.Millisecond, time.Second)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		e.Close()
+		for _, pid := range procsWith(t, mark) {
+			syscall.Kill(pid, syscall.SIGKILL) //nolint:errcheck // may be gone
+		}
+	})
+	return e
+}
+
+// An idle Command worker whose host has stopped speaking ends after a bounded silence,
+// though its transport keeps its stdin open; while the host lives, its beats keep an idle
+// worker alive, and a run may last longer than the silence.
+func TestCommandWorkerEndsWhenItsHostFallsSilent(t *testing.T) {
+	mark := uniqueMarker("silence")
+	e := stuckEngine(t, mark)
+	r, err := e.Minipy("import os; os.getpid(), os.getppid()", nil)
+	require.NoError(t, err)
+	pids := r.Value.([]any)
+	time.Sleep(2500 * time.Millisecond) // idle, beaten
+	r, err = e.Minipy("import os, time; time.sleep(1.5); os.getpid()", nil)
+	require.NoError(t, err, "the beats kept the idle worker alive, and a run outlasts the silence")
+	assert.Equal(t, pids[0], r.Value, "the same worker")
+	require.NoError(t, e.Close())
+	requireGoneWithin(t, pids, 10*time.Second, "the worker outlived its host's silence")
+	requireNoProcsWithin(t, mark, 10*time.Second, "the relay outlived its worker")
 }
 
 // sshd starts an OpenSSH server on 127.0.0.1 with throwaway keys and returns the command

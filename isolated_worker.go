@@ -96,6 +96,41 @@ type death struct {
 	snapshot bool // a snapshot of it waits to take over
 }
 
+// A Command worker's host sends it a beat (pyrt.FrameBeat) every commandBeat; the worker
+// ends when, idle, it has heard nothing for commandSilence (worker.py's hear_host), so a
+// transport that keeps its stdin open after the host is gone (a relay, a half-open
+// connection) does not keep it alive for good. An engine copies them (Isolated.beats),
+// which its tests may shorten.
+const (
+	commandBeat    = 10 * time.Second
+	commandSilence = 60 * time.Second
+)
+
+// beats is a Command worker's beat interval and the silence that ends it.
+type beats struct{ every, silence time.Duration }
+
+// testBeats, when set, replaces an engine's beats as it is made (isolated_export_test.go).
+var testBeats *beats
+
+// beatFrame is the frame of a beat.
+var beatFrame = append(binary.LittleEndian.AppendUint32(nil, 1), pyrt.FrameBeat)
+
+// beat sends the Command worker w a beat every interval until it exits.
+func (w *worker) beat(every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.exited:
+			return
+		case <-t.C:
+			if w.send(beatFrame) != nil {
+				return
+			}
+		}
+	}
+}
+
 // startWorker starts a worker for e with dirs and waits until it is ready: forked from e's
 // template when it has one, else a process of its own.
 func startWorker(e *Isolated, dirs workDirs, epoch uint64) (*worker, error) {
@@ -293,6 +328,9 @@ func launchWorker(e *Isolated, dirs workDirs, epoch uint64) (*worker, error) {
 	if w.line != nil {
 		w.line.watch(w)
 	}
+	if !local {
+		go w.beat(e.beats.every)
+	}
 	cfgFrame, err := workerConfigFrame(e, dirs)
 	if err != nil {
 		w.kill()
@@ -348,6 +386,7 @@ func workerConfigFrame(e *Isolated, dirs workDirs) ([]byte, error) {
 		for _, kv := range e.cfg.Env {
 			fmt.Fprintf(&b, "env=%s\n", kv)
 		}
+		fmt.Fprintf(&b, "silence_ms=%d\n", e.beats.silence.Milliseconds())
 	}
 	fmt.Fprintf(&b, "kick_signal=%d\nworkdir=%s\nmemory=%d\nfile_size=%d\nopen_files=%d\nprocesses=%d\ncpu_seconds=%d\n",
 		int(e.cfg.KickSignal), workdir, e.cfg.MemoryLimit, e.cfg.FileSizeLimit, e.cfg.OpenFiles, e.cfg.Processes,

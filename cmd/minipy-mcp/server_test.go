@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/minipy-go/minipy"
+	"github.com/minipy-go/minipy/internal/testproc"
 )
 
 // connectInProcess serves a new server over in-memory transports and returns a client
@@ -185,7 +186,7 @@ var built struct {
 }
 
 func TestMain(m *testing.M) {
-	code := m.Run()
+	code := testproc.Run(m) // (and no test leaves a process behind)
 	if built.dir != "" {
 		os.RemoveAll(built.dir)
 	}

@@ -14,6 +14,8 @@ import (
 	"github.com/creack/pty"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/minipy-go/minipy/internal/testproc"
 )
 
 // TestMain lets the tests run this command as a process of its own (the test binary with
@@ -22,7 +24,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("MINIPY_CLI_MAIN") == "1" {
 		os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 	}
-	os.Exit(m.Run())
+	os.Exit(testproc.Run(m)) // (and no test leaves a process behind)
 }
 
 // command is this CLI as a process with args.

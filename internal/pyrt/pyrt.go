@@ -85,6 +85,7 @@ const (
 	FrameOutput  = 'O' // run event: u64 run id, u8 stream (1 stdout, 2 stderr), bytes
 	FrameCall    = 'C' // run event: u64 run id, u64 call id, codec [function id, {arguments}]
 	FrameReply   = 'B' // host -> worker: u64 call id, u8 status (Call*), payload
+	FrameBeat    = 'H' // host -> Command worker: nothing; it ends after a silence (config silence_ms)
 )
 
 // ControlMount asks an engine's template, over its control socket, to mount a working
@@ -143,9 +144,9 @@ func prelude() string {
 		fmt.Sprintf("DEFAULT_NAMESPACE = %d", DefaultNamespace),
 		fmt.Sprintf("MAX_DEPTH = %d", MaxDepth),
 		fmt.Sprintf("OMITTED = %q", Omitted),
-		fmt.Sprintf("F_REQUEST, F_KICK, F_READY, F_ANSWER, F_EXIT, F_OUTPUT, F_CALL, F_REPLY = %s, %s, %s, %s, %s, %s, %s, %s",
+		fmt.Sprintf("F_REQUEST, F_KICK, F_READY, F_ANSWER, F_EXIT, F_OUTPUT, F_CALL, F_REPLY, F_BEAT = %s, %s, %s, %s, %s, %s, %s, %s, %s",
 			b(FrameRequest), b(FrameKick), b(FrameReady), b(FrameAnswer), b(FrameExit), b(FrameOutput), b(FrameCall),
-			b(FrameReply)),
+			b(FrameReply), b(FrameBeat)),
 		fmt.Sprintf("CALL_OK, CALL_ERROR, CALL_BAD_ARGS, CALL_STOPPED, CALL_REFUSED, CALL_SHOW = %d, %d, %d, %d, %d, %d",
 			CallOK, CallError, CallBadArgs, CallStopped, CallRefused, CallShow),
 		fmt.Sprintf("IMAGE_TYPES = (%s,)", quoted(ImageTypes)),

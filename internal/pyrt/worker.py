@@ -189,6 +189,8 @@ class _Worker:
         self.run_id = b""
         self.current = 0
         self.running = False
+        self.busy = False  # a request is in progress (from its frame to its answer)
+        self.heard = time.monotonic()  # when the host last spoke (a frame), or a request ended
         self.kicked = False
         self.host_calls = False  # the run in progress may call host functions
         self.calls = {}  # call id -> [event, status, reply] of host calls waiting for the host
@@ -300,8 +302,11 @@ class _Worker:
             body = self.read_frame()
             if body is None:
                 os._exit(0)  # the host is gone: nothing may outlive it
+            self.heard = time.monotonic()
             kind = body[:1]
-            if kind == F_KICK:
+            if kind == F_BEAT:
+                pass
+            elif kind == F_KICK:
                 run_id = _RUN_ID.unpack_from(body, 1)[0]
                 stage = body[9]
                 with self.lock:
@@ -316,6 +321,7 @@ class _Worker:
                 with self.lock:
                     self.finish_call(cid, body[9], body[10:])
             elif kind == F_REQUEST:
+                self.busy = True
                 self.request = body
                 self.request_ready.release()
             else:
@@ -356,6 +362,7 @@ class _Worker:
                 if resp is None:
                     continue  # in the copy, which has taken over: its requests come on its own pipes
                 self.write_frame(F_ANSWER, body[1:9], b"\x00", resp)
+                self.busy = False
                 continue
             host_calls = request[0] == OP_RUN and bool(_FLAGS.unpack_from(request, 13)[0] & RUN_HOST_CALLS)
             with self.lock:
@@ -382,6 +389,21 @@ class _Worker:
                 for ident in [i for i in self.cwds if i not in _rt._spaces]:
                     del self.cwds[ident]
             self.write_frame(F_ANSWER, body[1:9], b"\x01" if kicked else b"\x00", resp)
+            self.heard = time.monotonic()  # (beats that queued while the GIL was held are read after)
+            self.busy = False
+
+    def hear_host(self, silence):
+        """A Command worker's watch on its host (config silence_ms): a transport that never
+        tells the worker its host is gone (a relay, a half-open connection) keeps its stdin
+        open, so an idle worker that has heard no frame (the host beats, F_BEAT) for silence
+        seconds ends. A request in progress has its deadline (the deadman) instead."""
+        while True:
+            time.sleep(silence / 4)
+            if not self.busy and time.monotonic() - self.heard > silence:
+                try:
+                    os.write(self.host_err, b"minipy worker: the host has been silent for %.0f s: ending\n" % silence)
+                finally:
+                    os._exit(0)
 
     # -- working directories --------------------------------------------------------------
 
@@ -1840,6 +1862,8 @@ def _start(w, cfg, runtime):
     w.fault_file = os.fdopen(w.host_err, "w")
     faulthandler.enable(file=w.fault_file)
     threading.Thread(target=w.control, name="minipy-control", daemon=True).start()
+    if cfg.get("silence_ms"):
+        threading.Thread(target=w.hear_host, args=(cfg["silence_ms"] / 1000,), name="minipy-silence", daemon=True).start()
     w.pump = _Pump(w)
     _set_limits(cfg)  # after the control thread: RLIMIT_AS must leave room for its stack
     _preload(w, cfg.get("preload", ""))
