@@ -847,7 +847,7 @@ func (e *Isolated) fork(ns *Namespace) (*Namespace, error) {
 	defer ctlChild.Close()
 	line := &workerLine{guardian: w.line.guardian, done: make(chan struct{})}
 	line.guardian.n.Add(1)
-	msg := binary.LittleEndian.AppendUint64([]byte{'F'}, token)
+	msg := binary.LittleEndian.AppendUint64([]byte{pyrt.ControlFork}, token)
 	known := map[uint32]bool{pyrt.DefaultNamespace: true, id: true}
 	cw, err := w.handOver(ctl, line, msg, []*os.File{ctlChild}, 1, known, e.cfg.StartTimeout)
 	if err == nil {

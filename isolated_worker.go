@@ -891,7 +891,7 @@ func (l *workerLine) watch(w *worker) {
 			if err != nil {
 				return
 			}
-			if n == 6 && buf[0] == 'D' {
+			if n == 6 && buf[0] == pyrt.ControlDied {
 				d := death{status: syscall.WaitStatus(int32(binary.LittleEndian.Uint32(buf[1:5]))), snapshot: buf[5] == 1}
 				cur := l.cur.Load()
 				cur.deathNote.Store(&d)
@@ -918,7 +918,7 @@ func (w *worker) killWorker(wait time.Duration) (death, bool) {
 	if d := w.deathNote.Load(); d != nil {
 		return *d, true
 	}
-	if _, err := w.ctl.Write([]byte{'K'}); err != nil {
+	if _, err := w.ctl.Write([]byte{pyrt.ControlKill}); err != nil {
 		return death{}, false
 	}
 	return w.awaitDeath(wait)
@@ -951,7 +951,7 @@ func (w *worker) awaitDeath(wait time.Duration) (death, bool) {
 // the guardian, and it answers with a ready frame on them. The returned worker shares w's
 // process (the guardian), line and epoch, and knows the namespaces the snapshot holds.
 func (w *worker) rollBack(timeout time.Duration) (*worker, error) {
-	nw, err := w.handOver(w.ctl, w.line, []byte{'T'}, nil, w.epoch, w.snapKnown, timeout)
+	nw, err := w.handOver(w.ctl, w.line, []byte{pyrt.ControlTakeOver}, nil, w.epoch, w.snapKnown, timeout)
 	if err != nil {
 		return nil, fmt.Errorf("minipy: the rollback snapshot did not take over: %w", err)
 	}
@@ -1048,7 +1048,7 @@ func spawnWorker(e *Isolated, t *worker, dirs workDirs, epoch uint64) (*worker, 
 		return nil, err
 	}
 	rights := syscall.UnixRights(int(inR.Fd()), int(outW.Fd()), int(errW.Fd()), int(ctlChild.Fd()), int(lifeW.Fd()))
-	_, _, err = t.ctl.WriteMsgUnix([]byte("N"+dirs.tree.name+"\x00"+dirs.home), rights, nil)
+	_, _, err = t.ctl.WriteMsgUnix(append([]byte{pyrt.ControlNew}, dirs.tree.name+"\x00"+dirs.home...), rights, nil)
 	closeAll(inR, outW, errW, ctlChild, lifeW)
 	if err != nil {
 		closeAll(inW, outR, errR, ctl, lifeR)

@@ -1,6 +1,7 @@
 package minipy
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -121,7 +122,7 @@ func (e *Isolated) askMount(t *worker, tree, name string) (int, error) {
 		return -1, fmt.Errorf("%w: %v", errTemplateGone, err)
 	}
 	return -1, fmt.Errorf("minipy: mounting the tmpfs of a namespace's working directory (IsolatedConfig.WorkSize): %s",
-		strings.TrimPrefix(string(buf[:n]), string(rune(pyrt.ControlRefused))))
+		bytes.TrimPrefix(buf[:n], []byte{pyrt.ControlRefused}))
 }
 
 // moveMounts moves the working directories of tree whose template has died into t, the

@@ -88,11 +88,19 @@ const (
 	FrameBeat    = 'H' // host -> Command worker: nothing; it ends after a silence (config silence_ms)
 )
 
-// ControlMount asks an engine's template, over its control socket, to mount a working
-// directory's tmpfs (IsolatedConfig.WorkSize): the tree's and the directory's names and the
-// size in bytes, NUL-separated. The template answers ControlMount with an O_PATH fd of the
-// tmpfs's root (SCM_RIGHTS), or ControlRefused and the reason.
+// The messages of a local worker's control socket (a SOCK_SEQPACKET pair between the host
+// and the worker's guardian, or the engine's template): a kind, then its payload; fds ride
+// along as SCM_RIGHTS (docs/protocol.md: "Rollback", "Fork", "Template").
 const (
+	ControlDied     = 'D' // guardian -> host: i32 wait status, u8 1 if a snapshot waits to take over
+	ControlKill     = 'K' // host -> guardian: kill the worker (not its snapshot)
+	ControlTakeOver = 'T' // host -> guardian: the snapshot takes over; 3 fds: its stdin, stdout, stderr
+	ControlFork     = 'F' // host -> guardian: u64 token; 4 fds: a Fork copy's pipes and control socket
+	ControlNew      = 'N' // host -> template: TREE NUL HOME; 5 fds: a new worker's pipes, control socket, life pipe
+	// ControlMount asks the template to mount a working directory's tmpfs
+	// (IsolatedConfig.WorkSize): the tree's and the directory's names and the size in bytes,
+	// NUL-separated. It answers ControlMount with an O_PATH fd of the tmpfs's root, or
+	// ControlRefused and the reason.
 	ControlMount   = 'M'
 	ControlRefused = 'E'
 )
@@ -150,7 +158,9 @@ func prelude() string {
 		fmt.Sprintf("CALL_OK, CALL_ERROR, CALL_BAD_ARGS, CALL_STOPPED, CALL_REFUSED, CALL_SHOW = %d, %d, %d, %d, %d, %d",
 			CallOK, CallError, CallBadArgs, CallStopped, CallRefused, CallShow),
 		fmt.Sprintf("IMAGE_TYPES = (%s,)", quoted(ImageTypes)),
-		fmt.Sprintf("C_MOUNT, C_REFUSED = %s, %s", b(ControlMount), b(ControlRefused)),
+		fmt.Sprintf("C_DIED, C_KILL, C_TAKE_OVER, C_FORK, C_NEW, C_MOUNT, C_REFUSED = %s, %s, %s, %s, %s, %s, %s",
+			b(ControlDied), b(ControlKill), b(ControlTakeOver), b(ControlFork), b(ControlNew), b(ControlMount),
+			b(ControlRefused)),
 	}
 	return strings.Join(defs, "; ")
 }

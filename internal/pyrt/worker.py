@@ -634,7 +634,7 @@ class _Worker:
                 continue
             if not msg:
                 os._exit(0)  # the guardian is gone
-            if msg[:1] == b"T" and len(fds) == 3:
+            if msg[:1] == C_TAKE_OVER and len(fds) == 3:
                 sock.close()
                 return fds
             for fd in fds:
@@ -1161,7 +1161,7 @@ def _serve_template(cfg, runtime):
                 _mount_workdir(cfg, ctl, msg[1:])
                 continue
             pid = -1
-            if msg[:1] == b"N" and len(fds) == 5:
+            if msg[:1] == C_NEW and len(fds) == 5:
                 try:
                     pid = os.fork()
                 except OSError:
@@ -1639,7 +1639,7 @@ def _guard_lines(worker, v, wake_r):
         _kill_trees([], known() - {line.worker}, me)
         alive = 1 if line.snap else 0
         try:
-            line.ctl.send(b"D" + struct.pack("<i", status) + bytes((alive,)))
+            line.ctl.send(C_DIED + struct.pack("<i", status) + bytes((alive,)))
         except OSError:
             alive = 0
         if not alive:
@@ -1655,7 +1655,7 @@ def _guard_lines(worker, v, wake_r):
         pid, cv = from_copy.pop(token)
         line = _Line(pid, socket.socket(fileno=fds[3]), cv)
         try:
-            cv.sendmsg([b"T"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds[:3]).tobytes())])
+            cv.sendmsg([C_TAKE_OVER], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds[:3]).tobytes())])
         except OSError:
             line.ctl.close()
             cv.close()
@@ -1706,15 +1706,15 @@ def _guard_lines(worker, v, wake_r):
                     pair(token)
             elif not msg:
                 drop(line)  # the host is done with this worker (or gone)
-            elif msg[:1] == b"K" and not line.dead:
+            elif msg[:1] == C_KILL and not line.dead:
                 _kill_trees([line.worker], known() - {line.worker})
-            elif msg[:1] == b"T" and line.dead and line.snap and len(fds) == 3:
+            elif msg[:1] == C_TAKE_OVER and line.dead and line.snap and len(fds) == 3:
                 try:
-                    line.v.sendmsg([b"T"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())])
+                    line.v.sendmsg([C_TAKE_OVER], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())])
                     line.worker, line.snap, line.dead = line.snap, 0, False
                 except OSError:
                     drop(line)
-            elif msg[:1] == b"F" and len(msg) == 9 and len(fds) == 4:
+            elif msg[:1] == C_FORK and len(msg) == 9 and len(fds) == 4:
                 from_host[msg[1:9]] = fds
                 fds = []
                 pair(msg[1:9])
