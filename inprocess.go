@@ -226,16 +226,9 @@ func (e *inProcessEngine) run(ctx context.Context, code string, opts *Options) (
 	if err != nil {
 		return nil, err
 	}
-	if e.calls.Load().inCall(ctx) {
-		return nil, ErrReentrant
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, notStarted(err)
-	}
-	dl := runDeadline(ctx, started, timeoutOf(opts))
-	if err := e.token.acquire(ctx, dl); err != nil {
-		return nil, &InterruptedError{Cause: waitCause(err), After: time.Since(started), Abandoned: false,
-			deadline: errors.Is(err, context.DeadlineExceeded)}
+	dl, err := admit(ctx, e.token, e.calls.Load().inCall(ctx), started, opts)
+	if err != nil {
+		return nil, err
 	}
 	live := newLiveOutput(opts)
 	var calls *hostCalls
@@ -275,18 +268,7 @@ func (e *inProcessEngine) run(ctx context.Context, code string, opts *Options) (
 	}
 	resp, kicked := h.req.Take()
 	e.token.release()
-	py, err := runReply(resp, res)
-	res.Duration = time.Since(started)
-	if err != nil {
-		return res, err
-	}
-	if kicked && s.cause != nil {
-		return res, s.interrupted(started, py)
-	}
-	if py != nil {
-		return res, py
-	}
-	return res, nil
+	return finish(res, resp, kicked, s, started)
 }
 
 // waitCause is the InterruptedError cause for a run that never got the interpreter.

@@ -545,36 +545,14 @@ func (e *Isolated) run(ctx context.Context, code string, opts *Options) (res *Re
 	if err != nil {
 		return nil, err
 	}
-	bindings := []*nsBinding{e.defaultNS}
-	ids := []uint32{gid}
-	if opts != nil && opts.Globals != nil {
-		bindings[0] = bindingOf(opts.Globals)
-	}
-	if lid != 0 {
-		lb := bindingOf(opts.Locals)
-		if lb.slot != bindings[0].slot {
-			if e.perNS {
-				return nil, errors.New("minipy: Options.Locals is another process than Options.Globals: each " +
-					"namespace of this isolated engine has a worker of its own (set IsolatedConfig.Workers to pack " +
-					"namespaces into shared workers, which can run one with another's as Locals)")
-			}
-			return nil, errors.New("minipy: Options.Locals lives on another worker than Options.Globals; " +
-				"an isolated run needs both in one worker (make Locals with the same engine and run it there first)")
-		}
-		bindings = append(bindings, lb)
-		ids = append(ids, lid)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, notStarted(err)
+	bindings, ids, err := e.runBindings(opts, gid, lid)
+	if err != nil {
+		return nil, err
 	}
 	slot := bindings[0].slot
-	if slot.calls.Load().inCall(ctx) {
-		return nil, ErrReentrant
-	}
-	dl := runDeadline(ctx, started, timeoutOf(opts))
-	if err := slot.token.acquire(ctx, dl); err != nil {
-		return nil, &InterruptedError{Cause: waitCause(err), After: time.Since(started),
-			deadline: errors.Is(err, context.DeadlineExceeded)}
+	dl, err := admit(ctx, slot.token, slot.calls.Load().inCall(ctx), started, opts)
+	if err != nil {
+		return nil, err
 	}
 	defer slot.token.release()
 	track := e.watch.begin(bindings[0])
@@ -625,42 +603,59 @@ func (e *Isolated) run(ctx context.Context, code string, opts *Options) (res *Re
 		return e.lost(slot, w, bindings, intr, res, started)
 	}
 	if h.reply == nil {
-		if d, ok := w.awaitDeath(time.Second); ok && d.snapshot {
-			res, err := e.rolledBack(slot, w, bindings, nil, res, started)
-			var lost *WorkerLostError
-			if s.cause != nil && errors.As(err, &lost) && lost.Signal == syscall.SIGKILL {
-				lost.Killed = true
-				lost.Interrupted, _ = s.interrupted(started, nil).(*InterruptedError)
-			}
-			return res, err
-		}
-		res, err := e.lost(slot, w, bindings, nil, res, started)
-		var lost *WorkerLostError
-		if s.cause != nil && errors.As(err, &lost) && lost.Signal == syscall.SIGKILL {
-			// SIGKILLed after the run was kicked: the worker's deadman timer enforced the
-			// deadline (the host's own kill comes as s.abandoned, above).
-			lost.Killed = true
-			lost.Interrupted, _ = s.interrupted(started, nil).(*InterruptedError)
-		}
-		return res, err
+		return e.ended(slot, w, bindings, s, res, started)
 	}
 	w.created(bindings, ids)
 	w.answered()
-	py, err := runReply(h.reply.resp, res)
-	res.Duration = time.Since(started)
-	if err != nil {
-		return res, err
+	res, err = finish(res, h.reply.resp, h.reply.kicked, s, started)
+	if py, ok := err.(*PythonError); ok && py.Type == "MemoryError" && e.cfg.MemoryLimit > 0 {
+		return res, &LimitError{Limit: "memory", Python: py}
 	}
-	if h.reply.kicked && s.cause != nil {
-		return res, s.interrupted(started, py)
+	return res, err
+}
+
+// runBindings are the namespaces of a run (Globals's, then Locals's if it has one) and
+// their ids, which must be in one worker.
+func (e *Isolated) runBindings(opts *Options, gid, lid uint32) ([]*nsBinding, []uint32, error) {
+	bindings := []*nsBinding{e.defaultNS}
+	ids := []uint32{gid}
+	if opts != nil && opts.Globals != nil {
+		bindings[0] = bindingOf(opts.Globals)
 	}
-	if py != nil {
-		if py.Type == "MemoryError" && e.cfg.MemoryLimit > 0 {
-			return res, &LimitError{Limit: "memory", Python: py}
+	if lid == 0 {
+		return bindings, ids, nil
+	}
+	lb := bindingOf(opts.Locals)
+	if lb.slot != bindings[0].slot {
+		if e.perNS {
+			return nil, nil, errors.New("minipy: Options.Locals is another process than Options.Globals: each " +
+				"namespace of this isolated engine has a worker of its own (set IsolatedConfig.Workers to pack " +
+				"namespaces into shared workers, which can run one with another's as Locals)")
 		}
-		return res, py
+		return nil, nil, errors.New("minipy: Options.Locals lives on another worker than Options.Globals; " +
+			"an isolated run needs both in one worker (make Locals with the same engine and run it there first)")
 	}
-	return res, nil
+	return append(bindings, lb), append(ids, lid), nil
+}
+
+// ended handles a run whose worker ended before it answered: rolled back to its snapshot
+// when it has one, else lost. A SIGKILL after the run was kicked is the worker's deadman
+// timer enforcing the deadline (the host's own kill comes as an abandoned run): the
+// error says the run was killed for it.
+func (e *Isolated) ended(slot *workerSlot, w *worker, bindings []*nsBinding, s stop, res *Result,
+	started time.Time) (*Result, error) {
+	var err error
+	if d, ok := w.awaitDeath(time.Second); ok && d.snapshot {
+		res, err = e.rolledBack(slot, w, bindings, nil, res, started)
+	} else {
+		res, err = e.lost(slot, w, bindings, nil, res, started)
+	}
+	var lost *WorkerLostError
+	if s.cause != nil && errors.As(err, &lost) && lost.Signal == syscall.SIGKILL {
+		lost.Killed = true
+		lost.Interrupted, _ = s.interrupted(started, nil).(*InterruptedError)
+	}
+	return res, err
 }
 
 // lost handles a run whose worker ended: wait for its exit status, start a replacement,

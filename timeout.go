@@ -173,3 +173,38 @@ func runDeadline(ctx context.Context, now time.Time, timeout time.Duration) dead
 	}
 	return dl
 }
+
+// admit is how both engines' runs start: a run from inside a host function of the runs it
+// would wait for is refused (ErrReentrant), a done ctx never starts one, and the run waits
+// for its turn on token within its deadline, which it returns.
+func admit(ctx context.Context, token turn, reentrant bool, started time.Time, opts *Options) (deadline, error) {
+	if reentrant {
+		return deadline{}, ErrReentrant
+	}
+	if err := ctx.Err(); err != nil {
+		return deadline{}, notStarted(err)
+	}
+	dl := runDeadline(ctx, started, timeoutOf(opts))
+	if err := token.acquire(ctx, dl); err != nil {
+		return dl, &InterruptedError{Cause: waitCause(err), After: time.Since(started),
+			deadline: errors.Is(err, context.DeadlineExceeded)}
+	}
+	return dl, nil
+}
+
+// finish is how both engines' runs end when the code answered: the reply decoded into res,
+// then the run's interruption if it was kicked for its deadline or ctx (with the
+// exception it raised), else the exception, else nil.
+func finish(res *Result, resp []byte, kicked bool, s stop, started time.Time) (*Result, error) {
+	py, err := runReply(resp, res)
+	res.Duration = time.Since(started)
+	switch {
+	case err != nil:
+		return res, err
+	case kicked && s.cause != nil:
+		return res, s.interrupted(started, py)
+	case py != nil:
+		return res, py
+	}
+	return res, nil
+}

@@ -246,7 +246,7 @@ def _stream_process(argv, shell=False, merge=False, stdin=None, echo=True):
         return p.wait(), "".join(collected)
     finally:
         if p.poll() is None:  # stopped: the shell and whatever it started go
-            kill_processes([(p.pid, _proc_start(p.pid), False)])
+            kill_processes([(p.pid, proc_start(p.pid), False)])
         for f in (p.stdin, p.stdout, p.stderr):
             if f is not None and not f.closed:
                 f.close()

@@ -24,16 +24,20 @@ var notebookSource string
 //go:embed worker.py
 var workerSource string
 
-// Source is runtime.py with the shared constants, then notebook.py (IPython's syntax,
-// magics, display): one module. It must be compiled with the file name RuntimeFile so that
-// the runtime's own frames can be told apart from the user's and left out of tracebacks.
-var Source = withConstants(runtimeSource) + "\n" + notebookSource
+//go:embed proctree.py
+var procTreeSource string
 
-// WorkerSource is worker.py with the shared constants: the isolated engine's worker process
-// around the runtime (the protocol, fd-level output capture, kicks, resource limits). The Go
+// Source is runtime.py with the shared constants, then notebook.py (IPython's syntax,
+// magics, display) and proctree.py (killing a tree of processes): one module. It must be compiled with the file name RuntimeFile so that
+// the runtime's own frames can be told apart from the user's and left out of tracebacks.
+var Source = withConstants(runtimeSource) + "\n" + notebookSource + "\n" + procTreeSource
+
+// WorkerSource is worker.py with the shared constants, then proctree.py and the call of its
+// main: the isolated engine's worker process around the runtime (the protocol, fd-level
+// output capture, kicks, resource limits). The Go
 // side sends it to the worker's bootstrap and compiles it, like Source, with the file name
 // RuntimeFile.
-var WorkerSource = withConstants(workerSource)
+var WorkerSource = withConstants(workerSource) + "\n" + procTreeSource + "\nmain(_read)\n"
 
 // RuntimeFile is the file name the runtime's code objects carry.
 const RuntimeFile = "<minipy-runtime>"

@@ -836,80 +836,25 @@ _sliced_sleep.__doc__ = _real_sleep.__doc__
 _run_procs = None  # [(pid, start, reap)] of the run in progress, else None
 _space_procs = {}  # namespace id -> [(pid, start, reap)] left running by finished runs
 _last_space = DEFAULT_NAMESPACE  # the namespace of the latest run
-_real_kill = os.kill
 _real_fork = os.fork
 
 
-def _proc_start(pid):
-    """The process's start time (clock ticks since boot, /proc/PID/stat field 22), or None."""
-    try:
-        with open("/proc/%d/stat" % pid, "rb") as f:
-            data = f.read()
-        return int(data[data.rindex(b")") + 2:].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def _note_child(pid, reap):
-    entry = (pid, _proc_start(pid), reap)
+    entry = (pid, proc_start(pid), reap)
     procs = _run_procs
     if procs is None:  # a thread of a finished run: its namespace owns the child
         procs = _space_procs.setdefault(_last_space, [])
     procs.append(entry)
     if len(procs) >= 256 and len(procs) & 255 == 0:
-        procs[:] = [e for e in procs if e[1] is not None and _proc_start(e[0]) == e[1]]
-
-
-def _children_by_parent():
-    children = {}
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return children
-    for name in names:
-        if name.isdigit():
-            try:
-                with open("/proc/%s/stat" % name, "rb") as f:
-                    data = f.read()
-                ppid = int(data[data.rindex(b")") + 2:].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(name))
-    return children
+        procs[:] = [e for e in procs if e[1] is not None and proc_start(e[0]) == e[1]]
 
 
 def kill_processes(entries):
-    """Kill the noted children that still live and every descendant of theirs. They are
-    stopped first, round after round, so that none forks or is orphaned past the scan;
-    then killed; then the children that no subprocess.Popen owns are reaped."""
-    roots = [pid for pid, start, _ in entries if start is not None and _proc_start(pid) == start]
-    stopped = set()
-    for _ in range(20):
-        if not roots:
-            break
-        children = _children_by_parent()
-        fresh = []
-        queue = list(roots)
-        while queue:
-            pid = queue.pop()
-            if pid not in stopped:
-                fresh.append(pid)
-            queue.extend(children.get(pid, ()))
-        if not fresh:
-            break
-        for pid in fresh:
-            try:
-                _real_kill(pid, signal.SIGSTOP)
-            except OSError:
-                pass
-            stopped.add(pid)
-    for pid in stopped:
-        try:
-            _real_kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
+    """Kill the noted children that still live and every descendant of theirs (kill_tree,
+    proctree.py), then reap the children that no subprocess.Popen owns."""
+    killed = kill_tree([(pid, start) for pid, start, _ in entries if start is not None])
     for pid, start, reap in entries:
-        if reap and pid in stopped:
+        if reap and pid in killed:
             try:
                 os.waitpid(pid, 0)
             except (OSError, InterruptedError):
@@ -934,9 +879,8 @@ _CLK_TCK = os.sysconf("SC_CLK_TCK")
 def _orphans_since(began):
     found = []
     me = os.getpid()
-    for pid in _children_by_parent().get(adopter, ()):
-        start = _proc_start(pid)
-        if pid != me and start is not None and start >= began:
+    for pid, start in children_by_parent().get(adopter, ()):
+        if pid != me and start >= began:
             found.append((pid, start, False))
     return found
 

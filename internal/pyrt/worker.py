@@ -1441,9 +1441,7 @@ def _become_guardian(cfg, runtime):
             else:
                 host_gone = True
     if not init:  # (pid 1's exit makes the kernel kill the whole namespace)
-        _load_runtime(cfg, runtime)
-        me = os.getpid()
-        _rt.kill_processes([(p, _rt._proc_start(p), False) for p in _rt._children_by_parent().get(me, ())])
+        kill_tree([], (), os.getpid())  # its children: the worker, and the orphans it adopted
     if status is not None and not host_gone:
         _report_exit(status)
     os._exit(0)
@@ -1508,53 +1506,6 @@ def _report_exit(status):
         pass
 
 
-def _children_of():
-    """{parent pid: [child pids]} from /proc."""
-    children = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open("/proc/%s/stat" % name, "rb") as f:
-                    data = f.read()
-                children.setdefault(int(data[data.rindex(b")") + 2:].split()[1]), []).append(int(name))
-            except (OSError, ValueError, IndexError):
-                pass
-    return children
-
-
-def _kill_trees(roots, spare, adopter=0):
-    """SIGKILL roots and all their descendants but the pids in spare (and theirs), stopping
-    them first, round after round, so that none forks past the scan; with adopter, its
-    children are roots too, found again each round (a worker that is ending hands its
-    children to the guardian while the scan runs). (runtime.kill_processes does this for a
-    run's children; the guardian has no runtime loaded, and loading it costs ~10 ms.)"""
-    stopped = set()
-    for _ in range(20):
-        children = _children_of()
-        fresh, seen, queue = [], set(), list(roots) + list(children.get(adopter, ()) if adopter else ())
-        while queue:
-            p = queue.pop()
-            if p in spare or p in seen:
-                continue
-            seen.add(p)
-            if p not in stopped:
-                fresh.append(p)
-            queue.extend(children.get(p, ()))
-        if not fresh:
-            break
-        for p in fresh:
-            try:
-                os.kill(p, signal.SIGSTOP)
-            except OSError:
-                pass
-            stopped.add(p)
-    for p in stopped:
-        try:
-            os.kill(p, signal.SIGKILL)
-        except OSError:
-            pass
-
-
 class _Line:
     """A worker the guardian serves: the first one, or a copy that Namespace.Fork made. ctl
     is the host's control socket for it (fd 3 for the first), v the socket over which it
@@ -1615,7 +1566,7 @@ def _guard_lines(worker, v, wake_r):
         lines.remove(line)
         # The worker may have ended already (the host closed its stdin too), its orphans
         # the guardian's children now: whatever is no line's worker or snapshot goes too.
-        _kill_trees([p for p in (line.worker, line.snap) if p], known(), me)
+        kill_tree([p for p in (line.worker, line.snap) if p], known(), me)
         for sock in (line.ctl, line.v):
             unwatch(sock)
             sock.close()
@@ -1623,7 +1574,7 @@ def _guard_lines(worker, v, wake_r):
             end(None)
 
     def end(status):
-        _kill_trees([], (), me)
+        kill_tree([], (), me)
         if status is not None:
             _report_exit(status)
         os._exit(0)
@@ -1636,7 +1587,7 @@ def _guard_lines(worker, v, wake_r):
             os.dup2(null, 2)
             os.close(null)
         # Its orphans are the guardian's children now: whatever is no worker or snapshot.
-        _kill_trees([], known() - {line.worker}, me)
+        kill_tree([], known() - {line.worker}, me)
         alive = 1 if line.snap else 0
         try:
             line.ctl.send(C_DIED + struct.pack("<i", status) + bytes((alive,)))
@@ -1659,7 +1610,7 @@ def _guard_lines(worker, v, wake_r):
         except OSError:
             line.ctl.close()
             cv.close()
-            _kill_trees([pid], known() - {pid})
+            kill_tree([pid], known() - {pid})
         else:
             add(line)
         for f in fds[:3]:
@@ -1707,7 +1658,7 @@ def _guard_lines(worker, v, wake_r):
             elif not msg:
                 drop(line)  # the host is done with this worker (or gone)
             elif msg[:1] == C_KILL and not line.dead:
-                _kill_trees([line.worker], known() - {line.worker})
+                kill_tree([line.worker], known() - {line.worker})
             elif msg[:1] == C_TAKE_OVER and line.dead and line.snap and len(fds) == 3:
                 try:
                     line.v.sendmsg([C_TAKE_OVER], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())])
@@ -1875,4 +1826,4 @@ def _start(w, cfg, runtime):
 
 
 _rt = None
-main(_read)
+# (pyrt.go appends proctree.py, then the call of main: WorkerSource)
