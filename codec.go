@@ -102,65 +102,82 @@ func (d *decoder) valueAt(depth int) (any, error) {
 		b, err := d.raw(n)
 		return append([]byte(nil), b...), err
 	case 'I':
-		sign, err := d.raw(1)
-		if err != nil {
-			return nil, err
-		}
-		n, err := d.u32()
-		if err != nil {
-			return nil, err
-		}
-		mag, err := d.raw(n)
-		if err != nil {
-			return nil, err
-		}
-		v := new(big.Int).SetBytes(mag)
-		if sign[0] == '-' {
-			v.Neg(v)
-		}
-		return v, nil
+		return d.bigInt()
 	case 'l':
-		n, err := d.u32()
-		if err != nil {
-			return nil, err
-		}
-		if n > len(d.buf)-d.pos {
-			return nil, errTruncated
-		}
-		if depth >= maxValueDepth {
-			return nil, errTooDeep
-		}
-		items := make([]any, n)
-		for i := range items {
-			if items[i], err = d.valueAt(depth + 1); err != nil {
-				return nil, err
-			}
-		}
-		return items, nil
+		return d.list(depth)
 	case 'd':
-		n, err := d.u32()
-		if err != nil {
-			return nil, err
-		}
-		if n > len(d.buf)-d.pos {
-			return nil, errTruncated
-		}
-		if depth >= maxValueDepth {
-			return nil, errTooDeep
-		}
-		m := make(map[string]any, n)
-		for i := 0; i < n; i++ {
-			k, err := d.str()
-			if err != nil {
-				return nil, err
-			}
-			if m[k], err = d.valueAt(depth + 1); err != nil {
-				return nil, err
-			}
-		}
-		return m, nil
+		return d.dict(depth)
 	}
 	return nil, fmt.Errorf("minipy: unknown value tag %q from the Python runtime", tag)
+}
+
+// bigInt decodes an integer past int64: a sign byte, then the magnitude's bytes.
+func (d *decoder) bigInt() (any, error) {
+	sign, err := d.raw(1)
+	if err != nil {
+		return nil, err
+	}
+	n, err := d.u32()
+	if err != nil {
+		return nil, err
+	}
+	mag, err := d.raw(n)
+	if err != nil {
+		return nil, err
+	}
+	v := new(big.Int).SetBytes(mag)
+	if sign[0] == '-' {
+		v.Neg(v)
+	}
+	return v, nil
+}
+
+// container reads the item count of a list or dict at depth: at most what is left of the
+// buffer (each item takes a byte at least), and no deeper than maxValueDepth.
+func (d *decoder) container(depth int) (int, error) {
+	n, err := d.u32()
+	if err != nil {
+		return 0, err
+	}
+	if n > len(d.buf)-d.pos {
+		return 0, errTruncated
+	}
+	if depth >= maxValueDepth {
+		return 0, errTooDeep
+	}
+	return n, nil
+}
+
+func (d *decoder) list(depth int) (any, error) {
+	n, err := d.container(depth)
+	if err != nil {
+		return nil, err
+	}
+	items := make([]any, n)
+	for i := range items {
+		if items[i], err = d.valueAt(depth + 1); err != nil {
+			return nil, err
+		}
+	}
+	return items, nil
+}
+
+func (d *decoder) dict(depth int) (any, error) {
+	n, err := d.container(depth)
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[string]any, n)
+	for i := 0; i < n; i++ {
+		k, err := d.str()
+		if err != nil {
+			return nil, err
+		}
+		if m[k], err = d.valueAt(depth + 1); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
 }
 
 func appendU32(b []byte, n int) []byte { return binary.LittleEndian.AppendUint32(b, uint32(n)) }

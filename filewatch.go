@@ -187,6 +187,22 @@ func (fw *fileWatch) forget(b *nsBinding) {
 	}
 }
 
+// moved drops the watches of the working directory key (workDirs.key), whose tmpfs was
+// replaced (moveMounts): the next run of its namespaces watches the new one. (The old
+// tmpfs's watches end with it, but that event may come after the next run began.)
+func (fw *fileWatch) moved(key string) {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	for b, ns := range fw.spaces {
+		if b.dirs.tree != nil && b.dirs.key() == key {
+			for wd := range ns.wds {
+				fw.unwatch(wd)
+			}
+			ns.whole = false
+		}
+	}
+}
+
 // close ends the inotify instance (the engine is closed).
 func (fw *fileWatch) close() {
 	fw.mu.Lock()

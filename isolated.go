@@ -219,9 +219,10 @@ func NewIsolated(cfg IsolatedConfig) (*Isolated, error) {
 
 // newIsolated is NewIsolated; tests pass sandbox false to act as if the kernel refused
 // namespaces, to exercise AllowUnsandboxed on a kernel that allows them.
-func newIsolated(cfg IsolatedConfig, sandbox bool) (*Isolated, error) {
+// withDefaults checks cfg and fills in its defaults.
+func withDefaults(cfg IsolatedConfig) (IsolatedConfig, error) {
 	if cfg.Workers < 0 {
-		return nil, errors.New("minipy: IsolatedConfig.Workers must not be negative")
+		return cfg, errors.New("minipy: IsolatedConfig.Workers must not be negative")
 	}
 	if cfg.KickSignal == 0 {
 		cfg.KickSignal = DefaultKickSignal
@@ -230,17 +231,17 @@ func newIsolated(cfg IsolatedConfig, sandbox bool) (*Isolated, error) {
 		cfg.StartTimeout = 30 * time.Second
 	}
 	if cfg.MemoryLimit < 0 || cfg.CPULimit < 0 || cfg.FileSizeLimit < 0 || cfg.OpenFiles < 0 || cfg.Processes < 0 {
-		return nil, errors.New("minipy: IsolatedConfig limits must not be negative")
+		return cfg, errors.New("minipy: IsolatedConfig limits must not be negative")
 	}
 	if len(cfg.Command) > 0 && !cfg.Network {
-		return nil, errors.New("minipy: IsolatedConfig.Command workers cannot be cut off from the network here " +
+		return cfg, errors.New("minipy: IsolatedConfig.Command workers cannot be cut off from the network here " +
 			"(the command itself may need it); set Network: true and isolate the other side")
 	}
 	if len(cfg.Command) == 0 && cfg.Python == "" {
 		cfg.Python = defaultWorkerPython()
 	}
 	if cfg.TmpSize < 0 {
-		return nil, errors.New("minipy: IsolatedConfig.TmpSize must not be negative")
+		return cfg, errors.New("minipy: IsolatedConfig.TmpSize must not be negative")
 	}
 	if cfg.TmpSize == 0 {
 		cfg.TmpSize = defaultTmpSize
@@ -249,20 +250,28 @@ func newIsolated(cfg IsolatedConfig, sandbox bool) (*Isolated, error) {
 		cfg.WorkSize = defaultWorkSize
 	}
 	if err := checkEnv(cfg.Env, len(cfg.Command) > 0); err != nil {
-		return nil, err
+		return cfg, err
 	}
 	for _, name := range cfg.Preload {
 		if !moduleName.MatchString(name) {
-			return nil, fmt.Errorf("minipy: IsolatedConfig.Preload: %q is not a module name (such as numpy or matplotlib.pyplot)", name)
+			return cfg, fmt.Errorf("minipy: IsolatedConfig.Preload: %q is not a module name (such as numpy or matplotlib.pyplot)", name)
 		}
 	}
 	mounts, err := checkMounts(cfg.Mounts)
 	if err != nil {
-		return nil, err
+		return cfg, err
 	}
 	cfg.Mounts = mounts
 	if len(cfg.Command) > 0 && len(cfg.Mounts) > 0 {
-		return nil, errors.New("minipy: IsolatedConfig.Mounts apply to local workers; a Command worker's files are the other side's")
+		return cfg, errors.New("minipy: IsolatedConfig.Mounts apply to local workers; a Command worker's files are the other side's")
+	}
+	return cfg, nil
+}
+
+func newIsolated(cfg IsolatedConfig, sandbox bool) (*Isolated, error) {
+	cfg, err := withDefaults(cfg)
+	if err != nil {
+		return nil, err
 	}
 	e := &Isolated{cfg: cfg, perNS: cfg.Workers == 0, own: map[*workerSlot]struct{}{}, closeDone: make(chan struct{}),
 		beats: beats{commandBeat, commandSilence}}
@@ -833,26 +842,9 @@ func (e *Isolated) fork(ns *Namespace) (*Namespace, error) {
 	if _, err := opReply(h.reply.resp); err != nil {
 		return nil, err
 	}
-	// The copy waits for its pipes and control socket, which the guardian pairs with it by
-	// the token.
-	ctl, ctlChild, err := controlSocket()
+	cw, err := e.takeCopy(w, token, id)
 	if err != nil {
 		return nil, err
-	}
-	defer ctlChild.Close()
-	line := &workerLine{guardian: w.line.guardian, done: make(chan struct{})}
-	line.guardian.n.Add(1)
-	msg := binary.LittleEndian.AppendUint64([]byte{pyrt.ControlFork}, token)
-	known := map[uint32]bool{pyrt.DefaultNamespace: true, id: true}
-	cw, err := w.handOver(ctl, line, msg, []*os.File{ctlChild}, 1, known, e.cfg.StartTimeout)
-	if err == nil {
-		ctlChild.Close()
-		line.watch(cw)
-	}
-	if err != nil {
-		line.release()
-		ctl.Close()
-		return nil, fmt.Errorf("%w: the copy did not start: %w", ErrNoFork, err)
 	}
 	copySlot := &workerSlot{e: e, token: make(turn, 1), own: true, cur: cw, epoch: 1, dirs: dirs}
 	e.mu.Lock()
@@ -867,6 +859,29 @@ func (e *Isolated) fork(ns *Namespace) (*Namespace, error) {
 	e.hostReg.fork(ns.id, id)
 	e.opened.Add(1)
 	return newNamespace(e, id, &nsBinding{slot: copySlot, epoch: 1, dirs: dirs}), nil
+}
+
+// takeCopy gives the Fork copy of w's namespace that waits under token (as namespace id)
+// pipes and a control socket of its own, which the guardian pairs with it by the token, and
+// returns it as a worker of its own line.
+func (e *Isolated) takeCopy(w *worker, token uint64, id uint32) (*worker, error) {
+	ctl, ctlChild, err := controlSocket()
+	if err != nil {
+		return nil, err
+	}
+	defer ctlChild.Close()
+	line := &workerLine{guardian: w.line.guardian, done: make(chan struct{})}
+	line.guardian.n.Add(1)
+	msg := binary.LittleEndian.AppendUint64([]byte{pyrt.ControlFork}, token)
+	known := map[uint32]bool{pyrt.DefaultNamespace: true, id: true}
+	cw, err := w.handOver(ctl, line, msg, []*os.File{ctlChild}, 1, known, e.cfg.StartTimeout)
+	if err != nil {
+		line.release()
+		ctl.Close()
+		return nil, fmt.Errorf("%w: the copy did not start: %w", ErrNoFork, err)
+	}
+	line.watch(cw)
+	return cw, nil
 }
 
 // registerAgain binds the host functions of the namespaces that w is about to create

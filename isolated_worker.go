@@ -214,50 +214,11 @@ func awaitReady(e *Isolated, w *worker) (*worker, error) {
 // launchWorker starts a worker process with dirs (or, when dirs.tree is nil, e's template
 // process).
 func launchWorker(e *Isolated, dirs workDirs, epoch uint64) (*worker, error) {
-	args := append([]string(nil), e.cfg.Command...)
-	if len(args) == 0 {
-		args = []string{e.cfg.Python}
-		if e.sandbox {
-			// No site before the sandbox exists: worker.py's _site_dirs says why, and runs it
-			// inside.
-			args = append(args, "-S")
-		}
-	}
-	if e.cfg.CommandShell {
-		args = append(args, "-c", shellQuote(workerBootstrap))
-	} else {
-		args = append(args, "-c", workerBootstrap)
-	}
-	path, err := exec.LookPath(args[0])
+	cmd, err := workerCommand(e, dirs)
 	if err != nil {
-		return nil, fmt.Errorf("minipy: the worker executable: %w", err)
+		return nil, err
 	}
-	cmd := &exec.Cmd{Path: path, Args: args}
 	local := len(e.cfg.Command) == 0
-	if local {
-		cmd.Dir = dirs.homePath()
-		if e.sandbox { // the template too
-			// Python imports from its working directory ("" on sys.path with -c) as it
-			// starts, before the sandbox is built, with the access it starts with (root's on
-			// a root host): never from the namespace's directory, where earlier code may have
-			// left a signal.py. The trees' directory is the host's, and nobody else may write
-			// there; the worker moves to its working directory (/work) in its sandbox.
-			cmd.Dir = e.trees
-		}
-		cmd.Env = e.workerEnv(cmd.Dir)
-		if e.sandbox {
-			// Python imports from PYTHONPATH as it starts, before the sandbox exists and with
-			// the access it starts with: the worker puts it on sys.path in its sandbox
-			// instead (the config's pythonpath), where it may be a directory the code can
-			// write to.
-			cmd.Env = slices.DeleteFunc(cmd.Env, func(kv string) bool { return strings.HasPrefix(kv, "PYTHONPATH=") })
-		}
-	}
-	if local && e.sandbox {
-		cmd.SysProcAttr = sandboxAttr(e.cfg.Network)
-	} else {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	}
 	p, err := newWorkerPipes()
 	if err != nil {
 		return nil, err
@@ -268,41 +229,22 @@ func launchWorker(e *Isolated, dirs workDirs, epoch uint64) (*worker, error) {
 	var ctlChild *os.File
 	if local {
 		if ctl, ctlChild, err = controlSocket(); err != nil {
-			inR.Close()
-			inW.Close()
-			outR.Close()
-			outW.Close()
-			errR.Close()
-			errW.Close()
+			closeFiles(p[:]...)
 			return nil, err
 		}
 		cmd.ExtraFiles = []*os.File{ctlChild} // fd 3
 	}
 	err = cmd.Start()
-	inR.Close()
-	outW.Close()
-	errW.Close()
+	closeFiles(inR, outW, errW)
 	if ctlChild != nil {
 		ctlChild.Close()
 	}
-	if err != nil && ctl != nil {
-		ctl.Close()
-	}
 	if err != nil {
-		inW.Close()
-		outR.Close()
-		errR.Close()
-		if local && e.sandbox && errors.Is(err, syscall.EACCES) {
-			// The exec was refused (EPERM could be the clone's: the kernel's refusal).
-			who := "the host's user"
-			if os.Geteuid() == 0 {
-				who = "root in a user namespace of their own, which passes root's private directories but not " +
-					"another user's"
-			}
-			return nil, fmt.Errorf("%w: the python %s: %w (sandboxed workers start it as %s)",
-				ErrSandboxAccess, path, err, who)
+		if ctl != nil {
+			ctl.Close()
 		}
-		return nil, fmt.Errorf("minipy: starting a worker: %w", err)
+		closeFiles(inW, outR, errR)
+		return nil, startError(e, cmd.Path, err)
 	}
 	w := &worker{
 		epoch:  epoch,
@@ -343,6 +285,74 @@ func launchWorker(e *Isolated, dirs workDirs, epoch uint64) (*worker, error) {
 		w.send(append(boot, cfgFrame...)) //nolint:errcheck // a worker that dies is noticed by the starter
 	}()
 	return w, nil
+}
+
+// workerCommand is the command of a worker with dirs (the template: no tree): e's python
+// (or Command) running the bootstrap, in its directory, with its environment and, local and
+// sandboxed, the namespaces of sandboxAttr.
+func workerCommand(e *Isolated, dirs workDirs) (*exec.Cmd, error) {
+	args := append([]string(nil), e.cfg.Command...)
+	if len(args) == 0 {
+		args = []string{e.cfg.Python}
+		if e.sandbox {
+			// No site before the sandbox exists: worker.py's _site_dirs says why, and runs it
+			// inside.
+			args = append(args, "-S")
+		}
+	}
+	if e.cfg.CommandShell {
+		args = append(args, "-c", shellQuote(workerBootstrap))
+	} else {
+		args = append(args, "-c", workerBootstrap)
+	}
+	path, err := exec.LookPath(args[0])
+	if err != nil {
+		return nil, fmt.Errorf("minipy: the worker executable: %w", err)
+	}
+	cmd := &exec.Cmd{Path: path, Args: args, SysProcAttr: &syscall.SysProcAttr{Setsid: true}}
+	if len(e.cfg.Command) > 0 {
+		return cmd, nil // (its environment is the command's)
+	}
+	cmd.Dir = dirs.homePath()
+	if e.sandbox { // the template too
+		// Python imports from its working directory ("" on sys.path with -c) as it
+		// starts, before the sandbox is built, with the access it starts with (root's on
+		// a root host): never from the namespace's directory, where earlier code may have
+		// left a signal.py. The trees' directory is the host's, and nobody else may write
+		// there; the worker moves to its working directory (/work) in its sandbox.
+		cmd.Dir = e.trees
+	}
+	cmd.Env = e.workerEnv(cmd.Dir)
+	if e.sandbox {
+		// Python imports from PYTHONPATH as it starts, before the sandbox exists and with
+		// the access it starts with: the worker puts it on sys.path in its sandbox
+		// instead (the config's pythonpath), where it may be a directory the code can
+		// write to.
+		cmd.Env = slices.DeleteFunc(cmd.Env, func(kv string) bool { return strings.HasPrefix(kv, "PYTHONPATH=") })
+		cmd.SysProcAttr = sandboxAttr(e.cfg.Network)
+	}
+	return cmd, nil
+}
+
+// startError says why a worker's process did not start.
+func startError(e *Isolated, path string, err error) error {
+	if len(e.cfg.Command) == 0 && e.sandbox && errors.Is(err, syscall.EACCES) {
+		// The exec was refused (EPERM could be the clone's: the kernel's refusal).
+		who := "the host's user"
+		if os.Geteuid() == 0 {
+			who = "root in a user namespace of their own, which passes root's private directories but not " +
+				"another user's"
+		}
+		return fmt.Errorf("%w: the python %s: %w (sandboxed workers start it as %s)", ErrSandboxAccess, path, err, who)
+	}
+	return fmt.Errorf("minipy: starting a worker: %w", err)
+}
+
+// closeFiles closes fs.
+func closeFiles(fs ...*os.File) {
+	for _, f := range fs {
+		f.Close()
+	}
 }
 
 // workerConfigFrame is what a worker with dirs (the template: no tree) reads after

@@ -167,6 +167,7 @@ func (e *Isolated) moveMounts(tree *workTree, t *worker) error {
 			m.tmpl = t
 			e.mu.Unlock()
 			syscall.Close(fd)
+			e.watch.moved(key)
 			if err != nil {
 				return fmt.Errorf("minipy: moving a namespace's files to the new template: %w", err)
 			}
@@ -184,6 +185,7 @@ func (e *Isolated) moveMounts(tree *workTree, t *worker) error {
 		delete(e.mounts, key)
 		e.mu.Unlock()
 		syscall.Close(m.fd)
+		e.watch.moved(key)
 	}
 	return nil
 }

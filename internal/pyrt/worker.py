@@ -1005,86 +1005,16 @@ def _enter_sandbox(cfg, template=False):
     import socket
 
     m = _Mounter(cfg["root"])
-    # The interpreter: its prefixes (a venv's and its base's) and every directory on
-    # sys.path that the system directories do not hold, read-only, where the host has them.
-    python = [sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix,
-              os.path.dirname(sys.executable), os.path.dirname(os.path.realpath(sys.executable))]
-    python += [p for p in sys.path + _site_dirs() + _python_path(cfg) if p and os.path.isabs(p)]
-    python = [p for p in sorted(set(python), key=len) if os.path.isabs(p) and p != "/"]
-    etc = list(_ETC) + sorted(d for d in os.listdir("/etc") if d.startswith("python3"))
-    for d in _SYSTEM_DIRS:
-        if not os.path.islink(d) and os.path.isdir(d):
-            m.reach(d)
-    for name in etc + (["hosts"] if cfg.get("network") else []):
-        m.reach("/etc/" + name, optional=True)
-    for p in python:
-        m.reach(p, optional=True)
-    if template:
-        m.reach(cfg["host_tree"])
-    else:
-        # The working directory is a directory of the tree, which the code of an earlier
-        # worker of that tree could have replaced with a symlink: opened without following
-        # one, and bound through the fd.
-        tree = os.open(cfg["host_tree"], os.O_PATH | os.O_DIRECTORY)
-        m.held[cfg["host_tree"]] = tree
-        name = os.path.relpath(cfg["host_workdir"], cfg["host_tree"])
-        if "/" in name or name in (".", ".."):
-            raise OSError(22, "the working directory %r is not in the tree" % cfg["host_workdir"])
-        workdir = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=tree)
-    for source, _, _ in cfg["mounts"]:
-        m.reach(source)
+    python, etc = _sandbox_sources(cfg)
+    workdir = _reach_sources(m, cfg, python, etc, template)
     m.become_user(cfg["sandbox_id"])
-
     socket.sethostname(_HOSTNAME)  # its own UTS namespace: the host's name is not the code's business
     m.mount(None, "/", None, _MS_REC | _MS_PRIVATE)
     m.tmpfs("", 0o755, 8 << 20)
-    for d in _SYSTEM_DIRS:
-        if os.path.islink(d):
-            os.symlink(os.readlink(d), m.root + d)
-        elif os.path.isdir(d):
-            m.bind(d, d)
-    for name in etc:
-        m.bind("/etc/" + name, "/etc/" + name, optional=True)
-    home = cfg["workdir"]
-    sid = cfg["sandbox_id"]
-    with open(m.root + "/etc/passwd", "w") as f:
-        f.write(_PASSWD % (sid, sid, home))
-    with open(m.root + "/etc/group", "w") as f:
-        f.write(_GROUP % sid)
-    with open(m.root + "/etc/hostname", "w") as f:
-        f.write(_HOSTNAME + "\n")
-    if cfg.get("network"):
-        m.bind("/etc/hosts", "/etc/hosts", optional=True)  # the names the host resolves
-    else:
-        with open(m.root + "/etc/hosts", "w") as f:
-            f.write("127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\n" % _HOSTNAME)
-    tmp_size = cfg["tmp_size"]
-    m.tmpfs("/tmp", 0o1777, tmp_size)
-    for p in python:
-        if not m.covered(p):
-            m.bind(p, p, optional=True)
-    if template:
-        # The engine's trees, whole: each worker forked from the template binds its own
-        # tree over this and its working directory at home (_become_tenant).
-        m.place(home, True)
-        m.bind(cfg["host_tree"], cfg["tree"], writable=True)
-    else:
-        try:
-            m.bind(cfg["host_workdir"], home, writable=True, fd=workdir)
-        finally:
-            os.close(workdir)
-        m.bind(cfg["host_tree"], cfg["tree"], writable=True)
-    for source, target, writable in cfg["mounts"]:
-        m.bind(source, target, writable)
+    _root_files(m, cfg, etc)
+    _bind_sources(m, cfg, python, template, workdir)
     m.release()
-    m.tmpfs("/dev", 0o755, 64 << 10, _MS_NOSUID | _MS_NOEXEC)
-    for name in _DEVICES:
-        dest = m.place("/dev/" + name, False)
-        m.mount("/dev/" + name, dest, None, _MS_BIND)
-    for name, to in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
-                     ("stderr", "/proc/self/fd/2")):
-        os.symlink(to, m.root + "/dev/" + name)
-    m.tmpfs("/dev/shm", 0o1777, tmp_size)
+    _devices(m, cfg["tmp_size"])
     m.place("/proc", True)
     m.mount("proc", m.root + "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
     m.pivot()
@@ -1099,6 +1029,104 @@ def _enter_sandbox(cfg, template=False):
         return
     m.drop_privileges()
     m.seccomp()
+
+
+def _sandbox_sources(cfg):
+    """What the sandbox binds of the host besides the trees and Mounts: the interpreter (its
+    prefixes, a venv's and its base's, and every absolute directory on sys.path, the site
+    directories and PYTHONPATH), and the names under /etc."""
+    python = [sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix,
+              os.path.dirname(sys.executable), os.path.dirname(os.path.realpath(sys.executable))]
+    python += [p for p in sys.path + _site_dirs() + _python_path(cfg) if p and os.path.isabs(p)]
+    python = [p for p in sorted(set(python), key=len) if os.path.isabs(p) and p != "/"]
+    etc = list(_ETC) + sorted(d for d in os.listdir("/etc") if d.startswith("python3"))
+    return python, etc
+
+
+def _reach_sources(m, cfg, python, etc, template):
+    """Opens every host path the sandbox binds, with the access the worker started with
+    (_Mounter.reach); returns the O_PATH fd of the working directory (None: the template,
+    which binds every tree)."""
+    for d in _SYSTEM_DIRS:
+        if not os.path.islink(d) and os.path.isdir(d):
+            m.reach(d)
+    for name in etc + (["hosts"] if cfg.get("network") else []):
+        m.reach("/etc/" + name, optional=True)
+    for p in python:
+        m.reach(p, optional=True)
+    for source, _, _ in cfg["mounts"]:
+        m.reach(source)
+    if template:
+        m.reach(cfg["host_tree"])
+        return None
+    # The working directory is a directory of the tree, which the code of an earlier worker
+    # of that tree could have replaced with a symlink: opened without following one, and
+    # bound through the fd.
+    tree = os.open(cfg["host_tree"], os.O_PATH | os.O_DIRECTORY)
+    m.held[cfg["host_tree"]] = tree
+    name = os.path.relpath(cfg["host_workdir"], cfg["host_tree"])
+    if "/" in name or name in (".", ".."):
+        raise OSError(22, "the working directory %r is not in the tree" % cfg["host_workdir"])
+    return os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=tree)
+
+
+def _root_files(m, cfg, etc):
+    """The new root's system directories (read-only binds; symlinks such as /bin copied as
+    symlinks), the files of /etc it shares, its own accounts, host name and hosts, and /tmp."""
+    for d in _SYSTEM_DIRS:
+        if os.path.islink(d):
+            os.symlink(os.readlink(d), m.root + d)
+        elif os.path.isdir(d):
+            m.bind(d, d)
+    for name in etc:
+        m.bind("/etc/" + name, "/etc/" + name, optional=True)
+    sid = cfg["sandbox_id"]
+    with open(m.root + "/etc/passwd", "w") as f:
+        f.write(_PASSWD % (sid, sid, cfg["workdir"]))
+    with open(m.root + "/etc/group", "w") as f:
+        f.write(_GROUP % sid)
+    with open(m.root + "/etc/hostname", "w") as f:
+        f.write(_HOSTNAME + "\n")
+    if cfg.get("network"):
+        m.bind("/etc/hosts", "/etc/hosts", optional=True)  # the names the host resolves
+    else:
+        with open(m.root + "/etc/hosts", "w") as f:
+            f.write("127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\n" % _HOSTNAME)
+    m.tmpfs("/tmp", 0o1777, cfg["tmp_size"])
+
+
+def _bind_sources(m, cfg, python, template, workdir):
+    """The interpreter's directories the system directories do not cover (read-only), the
+    working directory and tree (writable), then the caller's Mounts."""
+    for p in python:
+        if not m.covered(p):
+            m.bind(p, p, optional=True)
+    home = cfg["workdir"]
+    if template:
+        # The engine's trees, whole: each worker forked from the template binds its own
+        # tree over this and its working directory at home (_become_tenant).
+        m.place(home, True)
+        m.bind(cfg["host_tree"], cfg["tree"], writable=True)
+    else:
+        try:
+            m.bind(cfg["host_workdir"], home, writable=True, fd=workdir)
+        finally:
+            os.close(workdir)
+        m.bind(cfg["host_tree"], cfg["tree"], writable=True)
+    for source, target, writable in cfg["mounts"]:
+        m.bind(source, target, writable)
+
+
+def _devices(m, tmp_size):
+    """A minimal /dev: the harmless devices bound from the host, the fd links, and /dev/shm."""
+    m.tmpfs("/dev", 0o755, 64 << 10, _MS_NOSUID | _MS_NOEXEC)
+    for name in _DEVICES:
+        dest = m.place("/dev/" + name, False)
+        m.mount("/dev/" + name, dest, None, _MS_BIND)
+    for name, to in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                     ("stderr", "/proc/self/fd/2")):
+        os.symlink(to, m.root + "/dev/" + name)
+    m.tmpfs("/dev/shm", 0o1777, tmp_size)
 
 
 _CLONE_NEWNS, _CLONE_NEWUTS, _CLONE_NEWIPC, _CLONE_NEWPID, _CLONE_NEWNET = (
@@ -1235,6 +1263,44 @@ def _mount_workdir(cfg, ctl, body):
             pass
 
 
+def _tenant_mounts(cfg, dirs):
+    """A tenant's pid 1, in its fresh namespaces: a /proc of its pid namespace, its own tree
+    (dirs: b"TREE\0HOME", names under the engine's trees) over every tree and its working
+    directory over the workdir, a fresh /tmp and /dev/shm, and the binds these cover bound
+    again on top. Returns the _Mounter, still privileged."""
+    m = _Mounter("")
+    m.mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    # The tree and the working directory, each opened a component at a time without
+    # following a symlink (the code of an earlier worker of the tree may have made one).
+    tree_name, _, home_name = os.fsdecode(dirs).partition("\0")
+    home = _open_workdir(cfg, tree_name, home_name)  # (which checks the names)
+    flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW
+    trees = os.open(cfg["tree"], flags)
+    tree = os.open(tree_name, flags, dir_fd=trees)
+    os.close(trees)
+    # The working directory, the fresh /tmp and /dev/shm cover the binds at and under
+    # them (Mounts, a python under /tmp): held open, they are bound again on top (each
+    # keeps the flags it has, which are locked here).
+    workdir = cfg["workdir"]
+    under = [t for t in _template_binds if t == workdir or t.startswith((workdir + "/", "/tmp/", "/dev/shm/"))]
+    held = [(t, os.open(t, os.O_PATH)) for t in sorted(under, key=len)]
+    # Recursive: the tmpfs of each working directory in the tree (IsolatedConfig.WorkSize)
+    # comes with it; the bind is a slave of the template's, so later ones come too.
+    m.mount("/proc/self/fd/%d" % tree, cfg["tree"], None, _MS_BIND | _MS_REC)
+    m.mount("/proc/self/fd/%d" % home, workdir, None, _MS_BIND)
+    os.close(tree)
+    os.close(home)
+    for d in ("/tmp", "/dev/shm"):
+        m.mount("tmpfs", d, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777,size=%d" % cfg["tmp_size"])
+    import stat
+
+    for target, fd in held:
+        dest = m.place(target, stat.S_ISDIR(os.fstat(fd).st_mode))
+        m.mount("/proc/self/fd/%d" % fd, dest, None, _MS_BIND | _MS_REC)
+        os.close(fd)
+    return m
+
+
 def _become_tenant(cfg, fds, dirs):
     """In a fork of the template: make the worker's own sandbox, as a process started by the
     host gets it (sandboxAttr): a user namespace of its own (its Processes count is its own)
@@ -1272,36 +1338,7 @@ def _become_tenant(cfg, fds, dirs):
         import socket
 
         socket.sethostname(_HOSTNAME)
-        m = _Mounter("")
-        m.mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
-        # The tree and the working directory, each opened a component at a time without
-        # following a symlink (the code of an earlier worker of the tree may have made one).
-        tree_name, _, home_name = os.fsdecode(dirs).partition("\0")
-        home = _open_workdir(cfg, tree_name, home_name)  # (which checks the names)
-        flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW
-        trees = os.open(cfg["tree"], flags)
-        tree = os.open(tree_name, flags, dir_fd=trees)
-        os.close(trees)
-        # The working directory, the fresh /tmp and /dev/shm cover the binds at and under
-        # them (Mounts, a python under /tmp): held open, they are bound again on top (each
-        # keeps the flags it has, which are locked here).
-        workdir = cfg["workdir"]
-        under = [t for t in _template_binds if t == workdir or t.startswith((workdir + "/", "/tmp/", "/dev/shm/"))]
-        held = [(t, os.open(t, os.O_PATH)) for t in sorted(under, key=len)]
-        # Recursive: the tmpfs of each working directory in the tree (IsolatedConfig.WorkSize)
-        # comes with it; the bind is a slave of the template's, so later ones come too.
-        m.mount("/proc/self/fd/%d" % tree, cfg["tree"], None, _MS_BIND | _MS_REC)
-        m.mount("/proc/self/fd/%d" % home, workdir, None, _MS_BIND)
-        os.close(tree)
-        os.close(home)
-        for d in ("/tmp", "/dev/shm"):
-            m.mount("tmpfs", d, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777,size=%d" % cfg["tmp_size"])
-        import stat
-
-        for target, fd in held:
-            dest = m.place(target, stat.S_ISDIR(os.fstat(fd).st_mode))
-            m.mount("/proc/self/fd/%d" % fd, dest, None, _MS_BIND | _MS_REC)
-            os.close(fd)
+        m = _tenant_mounts(cfg, dirs)
         m.drop_privileges()
         m.seccomp(_filter)
         import fcntl
@@ -1531,146 +1568,180 @@ def _guard_lines(worker, v, wake_r):
     them by token and hands the copy its pipes. The host closing a worker's control socket
     ends that worker (and its snapshot); a worker that ends without a snapshot ends its
     line. When no worker is left, the guardian ends it all as the plain guardian does."""
-    import array
-    import select
-    import socket
+    _Guardian(worker, v, wake_r).serve()
 
-    me = os.getpid()
-    lines = []
-    by_fd = {}
-    from_host = {}  # fork token -> the copy's fds, from the host
-    from_copy = {}  # fork token -> (pid, v), from the copy
-    poller = select.poll()
-    poller.register(wake_r, select.POLLIN)
 
-    def watch(sock, line):
-        by_fd[sock.fileno()] = (sock, line)
-        poller.register(sock.fileno(), select.POLLIN)
+class _Guardian:
+    """_guard_lines' state: the lines, the sockets it polls, and the halves of Fork copies
+    waiting to be paired."""
 
-    def unwatch(sock):
+    def __init__(self, worker, v, wake_r):
+        import select
+        import socket
+
+        self.me = os.getpid()
+        self.lines = []
+        self.by_fd = {}  # fd -> (socket, its line)
+        self.from_host = {}  # fork token -> the copy's fds, from the host
+        self.from_copy = {}  # fork token -> (pid, v), from the copy
+        self.wake_r = wake_r
+        self.poller = select.poll()
+        self.poller.register(wake_r, select.POLLIN)
+        self.first = _Line(worker, socket.socket(fileno=_CTL_FD), v)
+        self.add(self.first)
+
+    def watch(self, sock, line):
+        import select
+
+        self.by_fd[sock.fileno()] = (sock, line)
+        self.poller.register(sock.fileno(), select.POLLIN)
+
+    def unwatch(self, sock):
         fd = sock.fileno()
-        if by_fd.pop(fd, None) is not None:
-            poller.unregister(fd)
+        if self.by_fd.pop(fd, None) is not None:
+            self.poller.unregister(fd)
 
-    def add(line):
-        lines.append(line)
-        watch(line.ctl, line)
-        watch(line.v, line)
+    def add(self, line):
+        self.lines.append(line)
+        self.watch(line.ctl, line)
+        self.watch(line.v, line)
 
-    def known():
-        pids = {p for line in lines for p in (line.worker, line.snap) if p}
-        pids.update(p for p, _ in from_copy.values())
+    def known(self):
+        """The pids of every line's worker and snapshot, and of the copies not paired yet."""
+        pids = {p for line in self.lines for p in (line.worker, line.snap) if p}
+        pids.update(p for p, _ in self.from_copy.values())
         return pids
 
-    def drop(line):
-        lines.remove(line)
+    def drop(self, line):
+        self.lines.remove(line)
         # The worker may have ended already (the host closed its stdin too), its orphans
         # the guardian's children now: whatever is no line's worker or snapshot goes too.
-        kill_tree([p for p in (line.worker, line.snap) if p], known(), me)
+        kill_tree([p for p in (line.worker, line.snap) if p], self.known(), self.me)
         for sock in (line.ctl, line.v):
-            unwatch(sock)
+            self.unwatch(sock)
             sock.close()
-        if not lines:
-            end(None)
+        if not self.lines:
+            self.end(None)
 
-    def end(status):
-        kill_tree([], (), me)
+    def end(self, status):
+        kill_tree([], (), self.me)
         if status is not None:
             _report_exit(status)
         os._exit(0)
 
-    def ended(line, status):
-        if line is first:
+    def ended(self, line, status):
+        if line is self.first:
             # The guardian's fd 2 is the first worker's stderr pipe: the host reads it to its
             # end (a crash's traceback) before a rollback, so it must end with the worker.
             null = os.open(os.devnull, os.O_WRONLY)
             os.dup2(null, 2)
             os.close(null)
         # Its orphans are the guardian's children now: whatever is no worker or snapshot.
-        kill_tree([], known() - {line.worker}, me)
+        kill_tree([], self.known() - {line.worker}, self.me)
         alive = 1 if line.snap else 0
         try:
             line.ctl.send(C_DIED + struct.pack("<i", status) + bytes((alive,)))
         except OSError:
             alive = 0
         if not alive:
-            if len(lines) == 1:
-                end(status)
-            drop(line)
+            if len(self.lines) == 1:
+                self.end(status)
+            self.drop(line)
         line.dead = True
 
-    def pair(token):
-        if token not in from_host or token not in from_copy:
+    def pair(self, token):
+        import array
+        import socket
+
+        if token not in self.from_host or token not in self.from_copy:
             return
-        fds = from_host.pop(token)
-        pid, cv = from_copy.pop(token)
+        fds = self.from_host.pop(token)
+        pid, cv = self.from_copy.pop(token)
         line = _Line(pid, socket.socket(fileno=fds[3]), cv)
         try:
             cv.sendmsg([C_TAKE_OVER], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds[:3]).tobytes())])
         except OSError:
             line.ctl.close()
             cv.close()
-            kill_tree([pid], known() - {pid})
+            kill_tree([pid], self.known() - {pid})
         else:
-            add(line)
+            self.add(line)
         for f in fds[:3]:
             os.close(f)
 
-    first = _Line(worker, socket.socket(fileno=_CTL_FD), v)
-    add(first)
-    while True:
+    def reap(self):
+        """Reaps the children that ended: a copy that died before the host's half came, a
+        snapshot, a line's worker (ended)."""
         while True:
             try:
                 got, st = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 got = 0
             if not got:
-                break
-            for token, (pid, cv) in list(from_copy.items()):
-                if pid == got:  # a copy that died before the host's half came
-                    del from_copy[token]
+                return
+            for token, (pid, cv) in list(self.from_copy.items()):
+                if pid == got:
+                    del self.from_copy[token]
                     cv.close()
-            for line in list(lines):
+            for line in list(self.lines):
                 if got == line.snap:
                     line.snap = 0
                 if got == line.worker and not line.dead:
-                    ended(line, st)
-        for fd, _ in _poll(poller):
-            if fd == wake_r:
-                os.read(wake_r, 512)
-                continue
-            sock, line = by_fd.get(fd, (None, None))
-            if line is None or line not in lines:
-                continue  # dropped while handling an earlier event of this round
+                    self.ended(line, st)
+
+    def from_worker(self, line, msg, fds):
+        """A message on a line's v: its worker's snapshot pid, or a Fork copy's report."""
+        import socket
+
+        if not msg:  # no worker or snapshot holds the other end any more
+            self.unwatch(line.v)
+        elif msg[:1] == b"S" and len(msg) == 5 and not line.dead:
+            line.snap = int.from_bytes(msg[1:5], "little")
+        elif msg[:1] == b"F" and len(msg) == 13 and len(fds) == 1:
+            token = msg[1:9]
+            self.from_copy[token] = (int.from_bytes(msg[9:13], "little"), socket.socket(fileno=fds.pop()))
+            self.pair(token)
+
+    def from_host_ctl(self, line, msg, fds):
+        """A message on a line's control socket (docs/protocol.md); its end drops the line."""
+        import array
+        import socket
+
+        if not msg:
+            self.drop(line)  # the host is done with this worker (or gone)
+        elif msg[:1] == C_KILL and not line.dead:
+            kill_tree([line.worker], self.known() - {line.worker})
+        elif msg[:1] == C_TAKE_OVER and line.dead and line.snap and len(fds) == 3:
             try:
-                msg, fds = _recv_fds(sock)
+                line.v.sendmsg([C_TAKE_OVER], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())])
+                line.worker, line.snap, line.dead = line.snap, 0, False
             except OSError:
-                msg, fds = b"", []
-            if sock is line.v:
-                if not msg:  # no worker or snapshot holds the other end any more
-                    unwatch(sock)
-                elif msg[:1] == b"S" and len(msg) == 5 and not line.dead:
-                    line.snap = int.from_bytes(msg[1:5], "little")
-                elif msg[:1] == b"F" and len(msg) == 13 and len(fds) == 1:
-                    token = msg[1:9]
-                    from_copy[token] = (int.from_bytes(msg[9:13], "little"), socket.socket(fileno=fds.pop()))
-                    pair(token)
-            elif not msg:
-                drop(line)  # the host is done with this worker (or gone)
-            elif msg[:1] == C_KILL and not line.dead:
-                kill_tree([line.worker], known() - {line.worker})
-            elif msg[:1] == C_TAKE_OVER and line.dead and line.snap and len(fds) == 3:
+                self.drop(line)
+        elif msg[:1] == C_FORK and len(msg) == 9 and len(fds) == 4:
+            self.from_host[msg[1:9]] = fds[:]
+            del fds[:]
+            self.pair(msg[1:9])
+
+    def serve(self):
+        while True:
+            self.reap()
+            for fd, _ in _poll(self.poller):
+                if fd == self.wake_r:
+                    os.read(self.wake_r, 512)
+                    continue
+                sock, line = self.by_fd.get(fd, (None, None))
+                if line is None or line not in self.lines:
+                    continue  # dropped while handling an earlier event of this round
                 try:
-                    line.v.sendmsg([C_TAKE_OVER], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())])
-                    line.worker, line.snap, line.dead = line.snap, 0, False
+                    msg, fds = _recv_fds(sock)
                 except OSError:
-                    drop(line)
-            elif msg[:1] == C_FORK and len(msg) == 9 and len(fds) == 4:
-                from_host[msg[1:9]] = fds
-                fds = []
-                pair(msg[1:9])
-            for f in fds:
-                os.close(f)
+                    msg, fds = b"", []
+                if sock is line.v:
+                    self.from_worker(line, msg, fds)
+                else:
+                    self.from_host_ctl(line, msg, fds)
+                for f in fds:
+                    os.close(f)
 
 
 def main(read):

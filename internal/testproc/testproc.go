@@ -20,7 +20,7 @@ const Key = "MINIPY_TEST_PARENT"
 
 // Run runs the tests of m and returns their exit code, failing them if they left a process
 // behind: every process marked as this binary's (Key in its environment, or a marker
-// "minipy-WHAT-PID-..." naming this binary's pid in its command line) must be gone within
+// "minipy-WHAT-PID-..." naming this binary's pid in its command line or environment) must be gone within
 // ten seconds. Those that are not are named and
 // killed, and the run fails. (Sandboxed workers start with a minimal environment; they die
 // with their pid namespace, which the engine's tests check.)
@@ -68,8 +68,10 @@ func Leftovers() []string {
 		}
 		cmdline, _ := os.ReadFile(dir + "/cmdline")
 		environ, _ := os.ReadFile(dir + "/environ")
-		if bytes.Contains(append([]byte{0}, environ...), append([]byte{0}, env...)) ||
-			bytes.Contains(cmdline, []byte("minipy-")) && bytes.Contains(cmdline, mark) {
+		// (A marker may be in the environment too: a worker started through sshd has none
+		// of the test's environment but the variables its command sets.)
+		marked := func(b []byte) bool { return bytes.Contains(b, []byte("minipy-")) && bytes.Contains(b, mark) }
+		if bytes.Contains(append([]byte{0}, environ...), append([]byte{0}, env...)) || marked(cmdline) || marked(environ) {
 			out = append(out, fmt.Sprintf("%d %s", pid, bytes.ReplaceAll(bytes.TrimRight(cmdline, "\x00"), []byte{0}, []byte{' '})))
 		}
 	}
