@@ -83,6 +83,7 @@ def kill_tree(roots, spare=(), adopter=0):
     try:
         for _ in range(20):
             children = children_by_parent()
+            started = {pid: st for kids in children.values() for pid, st in kids}
             queue = [r if isinstance(r, tuple) else (r, None) for r in roots]
             if adopter:
                 queue += children.get(adopter, ())
@@ -92,6 +93,8 @@ def kill_tree(roots, spare=(), adopter=0):
                 if pid in spare or pid in seen:
                     continue
                 seen.add(pid)
+                if start is not None and started.get(pid) != start:
+                    continue  # gone, or another process has its pid: neither it nor its children are the tree's
                 if pid not in held and pid not in gone:
                     fresh.append((pid, start))
                 queue.extend(children.get(pid, ()))

@@ -27,3 +27,14 @@ func TestPreludeIsPython(t *testing.T) {
 	require.NoError(t, err, "%s", out)
 	assert.Equal(t, "<minipy-runtime>|7|100|b'O'|\n[... 3 characters of stdout omitted ...]\n\n", string(out))
 }
+
+// The Python half's pure parts have unit tests of their own (tests/, python3 -m unittest),
+// which run here too.
+func TestPythonUnitTests(t *testing.T) {
+	python, err := exec.LookPath("python3")
+	require.NoError(t, err)
+	cmd := exec.Command(python, "-W", "error::ResourceWarning", "-m", "unittest", "discover", "-s", "tests")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Contains(t, string(out), "OK")
+}
