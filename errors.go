@@ -7,6 +7,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/minipy-go/minipy/internal/worker"
 )
 
 // ErrTimeout is matched (errors.Is) by the error of a run stopped because its
@@ -145,7 +147,7 @@ var ErrLimit = errors.New("minipy: resource limit hit")
 // ErrNoSandbox is matched by NewIsolated's error when the kernel refuses what isolates
 // local workers (user, mount, pid, IPC, UTS and network namespaces; the mounts of the worker's
 // own root file system) and AllowUnsandboxed is false.
-var ErrNoSandbox = errors.New("minipy: the kernel refuses the namespaces and mounts that isolate workers")
+var ErrNoSandbox = worker.ErrNoSandbox
 
 // ErrSandboxAccess is matched (with fs.ErrPermission) by the error of NewIsolated or of a
 // worker's start when a host path that sandboxed workers need, their Python or a Mount's
@@ -153,7 +155,7 @@ var ErrNoSandbox = errors.New("minipy: the kernel refuses the namespaces and mou
 // host's user or, on a root host, as root within a user namespace of their own, which passes
 // root's private directories (/root) but not another user's. It never matches ErrNoSandbox:
 // AllowUnsandboxed does not fall back on it.
-var ErrSandboxAccess = errors.New("minipy: the sandboxed workers may not reach a path they need")
+var ErrSandboxAccess = worker.ErrSandboxAccess
 
 // ErrBadPath is matched by the error of a Namespace file method (WriteFile, ReadFile,
 // ListFiles, ...) given a name that is absolute, holds "..", or resolves through a

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/minipy-go/minipy/internal/worker"
 )
 
 // Fuzz targets for what reaches the host from outside: the model's tool arguments, the
@@ -132,14 +134,14 @@ func FuzzWorkerFrames(f *testing.F) {
 			wr.Write(stream) //nolint:errcheck // the reader may stop first
 			wr.Close()
 		}()
-		w := &worker{out: r}
+		w := worker.Reading(r)
 		live := newLiveOutput(&Options{Stdout: io.Discard, Stderr: io.Discard})
 		defer live.finish()
 		// Host calls of run 1, none registered: each is answered, refused.
 		calls := newHostCalls(context.Background(), deadline{}, &hostRegistry{}, 2, 0, func(uint64, byte, []byte) {})
 		defer calls.end()
 		for i := 0; i < 1000; i++ {
-			body, err := w.readFrame(time.Now().Add(5 * time.Second))
+			body, err := w.ReadFrame(time.Now().Add(5 * time.Second))
 			if err != nil {
 				if errors.Is(err, os.ErrDeadlineExceeded) {
 					t.Fatal("the reader hung on a finished stream")
@@ -151,8 +153,7 @@ func FuzzWorkerFrames(f *testing.F) {
 			}
 			switch body[0] {
 			case 'Y':
-				_ = checkWorkerVersion(body[1:])
-				(&Isolated{cfg: IsolatedConfig{Python: "fuzz"}}).keepCompiledRuntime(body[1:])
+				_, _, _ = readyFrame(body[1:])
 			case 'A':
 				if len(body) >= 10 {
 					_, _ = runReply(body[10:], &Result{})

@@ -7,148 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"regexp"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/minipy-go/minipy/internal/pyrt"
+	"github.com/minipy-go/minipy/internal/worker"
 )
-
-// IsolatedConfig configures an isolated engine (see NewIsolated). The zero value is one
-// local worker of the default Python with no resource limits and no network.
-type IsolatedConfig struct {
-	// Workers packs namespaces into shared worker processes. 0 (the default) gives every
-	// namespace a worker of its own, killed by its Close: namespaces never share memory, a
-	// crash costs no other namespace its variables, and runs in different namespaces
-	// proceed in parallel. NewNamespace takes a spare worker started ahead (after the first
-	// NewNamespace, one is kept starting), so a namespace rarely waits for a start. N > 0 runs N workers and spreads the namespaces over
-	// them round-robin: fewer processes, but namespaces on one worker can reach each
-	// other's objects (gc.get_objects) and are lost together.
-	Workers int
-	// Python is the worker executable (a project's venv python works; 3.11 or later). ""
-	// means the interpreter of the libpython minipy is built against, found from the
-	// library's own file (PREFIX/bin/python3.X beside PREFIX/lib), else python3.X in
-	// /usr/bin, /usr/local/bin or on PATH (never a pyenv shim), so that both engines run
-	// one Python build. Its prefix (and a venv's base) and the directories on its sys.path
-	// are bound read-only into the sandbox at their own paths. When the host runs as root,
-	// sandboxed workers start it as root of a user namespace of their own, which enters
-	// root's private directories (a venv under /root works) but not another user's (that is
-	// ErrSandboxAccess), and they become the unprivileged user nobody before they build the
-	// sandbox: the code imports from the venv as nobody, so the venv's own files must be
-	// readable by others, as the usual umask makes them.
-	Python string
-	// Command, when set, starts each worker through a command that pipes stdin and stdout to
-	// a Python interpreter elsewhere: the engine appends "-c" and the worker's bootstrap
-	// program, so the command must end in the python executable, for example
-	// {"kubectl", "exec", "-i", "POD", "--", "python3"} or {"docker", "exec", "-i", "ID",
-	// "python3"}. Python is then ignored. Such workers get no Linux namespaces here (the
-	// other side is the sandbox), so Network must be true; the rlimits (memory, CPU, file
-	// size, open files, processes) are set by the worker itself and apply there. The far
-	// side never outlives the host's decision: the worker's guardian kills it when the
-	// connection closes, and its deadman timer at each run's deadline plus the grace.
-	Command []string
-	// CommandShell quotes the appended arguments for a POSIX shell, for commands that pass
-	// their arguments through one, as ssh does: {"ssh", "host", "python3"}.
-	CommandShell bool
-	// MemoryLimit caps each worker's address space (RLIMIT_AS), in bytes; 0 means none.
-	// An allocation past it raises MemoryError, returned as a *LimitError.
-	MemoryLimit int64
-	// CPULimit caps the CPU time each run may use (whole seconds, rounded up); 0 means none.
-	// A run that uses it up kills its worker: the error is a *WorkerLostError with Limit "cpu".
-	// It is a soft RLIMIT_CPU, re-armed before each run, which code could raise for itself:
-	// the run's Timeout and the hard kill still bound it.
-	CPULimit time.Duration
-	// FileSizeLimit caps the size of any file a worker writes (RLIMIT_FSIZE); 0 means none.
-	// It bounds what a run may print, too (output is captured in memory files): printing
-	// past it raises OSError (EFBIG) in the code. Without it, a run's output is held in the
-	// worker's memory, whole, until the run ends, and only then capped at MaxOutput.
-	FileSizeLimit int64
-	// OpenFiles caps the file descriptors each worker may hold (RLIMIT_NOFILE); 0: no cap.
-	OpenFiles int
-	// Processes caps the processes and threads of each worker (RLIMIT_NPROC; the worker's
-	// own two threads and, in a pid namespace, its reaper count too); 0 means none. It bites
-	// for root too: local workers run as an unprivileged user in their own user namespace.
-	Processes int
-	// Network lets workers reach the network. When false (the default), local workers run
-	// in their own network namespace with no interfaces up.
-	Network bool
-	// AllowUnsandboxed runs local workers without Linux namespaces when the kernel refuses
-	// them (no user namespaces), instead of failing. Without namespaces the network stays
-	// reachable, Processes does not bite for root, and a timed-out run's process tree is
-	// found by scanning /proc (children that were orphaned before the kill can escape).
-	AllowUnsandboxed bool
-	// Env adds variables ("KEY=VALUE") to the workers' environment. Workers never inherit
-	// the host's environment (an agent's API keys stay out of the model's reach): a local
-	// worker starts with PATH (the python's own directory first, as in an active venv),
-	// HOME (the working directory), TMPDIR, LANG=C.UTF-8 and USER, then Env, which may
-	// override them and may set what Python reads at start (PYTHONPATH, ...). A Command
-	// worker gets the environment its command gives it; Env is added there as the worker
-	// starts.
-	Env []string
-	// Mounts shares host files and directories with sandboxed local workers, read-only
-	// unless Writable (see Mount). Without the sandbox (AllowUnsandboxed on a kernel that
-	// refuses it) only mounts whose Target is their Source can be honoured.
-	Mounts []Mount
-	// TmpSize caps a sandboxed worker's private /tmp and /dev/shm, each a tmpfs (memory,
-	// not counted in MemoryLimit), in bytes; 0 means 256 MiB.
-	TmpSize int64
-	// WorkSize caps the bytes that each namespace's working directory may hold; 0 means
-	// 1 GiB, a negative value no cap. Past it the code's writes fail with OSError ENOSPC,
-	// and WriteFile with an error that matches syscall.ENOSPC; the host's disk holds none
-	// of it. Each working directory is then a tmpfs of that size: memory, like TmpSize (only
-	// what is written counts; not counted in MemoryLimit), with an inode per 4 KiB, mounted
-	// by the template in the workers' mount namespaces, so Namespace.WorkDir is a path
-	// through the host process's /proc/PID/fd. Sandboxed workers forked from the template
-	// (the default) get it; with NoTemplate, without the sandbox, for Command workers and
-	// with a negative WorkSize, working directories are directories on the host's disk.
-	WorkSize int64
-	// KickSignal is the signal that interrupts a run inside a worker; 0: DefaultKickSignal.
-	KickSignal syscall.Signal
-	// StartTimeout bounds a worker's start; 0 means 30 s.
-	StartTimeout time.Duration
-	// NoRollback turns off rollback snapshots. By default a local worker forks a snapshot
-	// of itself after each request it answers (copy-on-write, between requests); when a
-	// run crashes the worker (os._exit, a segfault, a limit) or is killed at its deadline,
-	// the snapshot takes over, so its namespaces are exactly as they were before that run,
-	// and the error (a *WorkerLostError with RolledBack) does not match ErrStateLost.
-	// Threads and child processes that earlier runs left running are not in the snapshot.
-	// Command workers have no snapshots, nor have workers of a free-threaded Python with a
-	// MemoryLimit (a snapshot could not start its threads under it).
-	NoRollback bool
-	// NoTemplate starts each sandboxed worker as a process of its own. By default an engine
-	// with sandboxed local workers keeps a template: a process in the sandbox's file system
-	// that has loaded the runtime and Preload, from which each new worker is forked
-	// (copy-on-write, so workers share those pages) into namespaces of its own (user, pid,
-	// mount, IPC, UTS, network), with a fresh /tmp and /dev/shm, its own limits, and no
-	// capability. Workers of Command or without the sandbox always start plainly.
-	NoTemplate bool
-	// Preload names modules ("numpy", "pandas", "matplotlib.pyplot") that every worker
-	// imports as it starts, before its first run: workers are started ahead of need (at
-	// NewIsolated and NewNamespace, and as soon as one is lost), so a session's first cell
-	// does not pay for them. A module that cannot be imported fails the worker's start
-	// (NewIsolated, or the namespace's first use, returns the error). The imports count
-	// towards StartTimeout and run under the worker's limits.
-	Preload []string
-}
-
-// Mount shares a host path with sandboxed workers (IsolatedConfig.Mounts).
-type Mount struct {
-	// Source is the host's file or directory (an absolute path that exists). Sandboxed
-	// workers open it as they set up their sandbox, with the host's user's access or, when
-	// the host runs as root, that of root in a user namespace of their own, which enters
-	// root's private directories but not another user's (ErrSandboxAccess); the code then
-	// reads and writes it as the workers' user.
-	Source string
-	// Target is where the worker sees it (absolute; "" means Source). It may not be "/"
-	// or lie under /proc or /dev. Under /work (the worker's working directory), its mount
-	// point is made in the engine's working directory.
-	Target string
-	// Writable lets the worker write through to Source (as far as the workers' host user,
-	// the host's own or nobody when the host is root, may); otherwise it is read-only.
-	Writable bool
-}
 
 // Isolated is an engine whose code runs in worker processes: the same Options, Result and
 // errors as the in-process engine, plus hard limits. A run that does not yield within a
@@ -176,8 +42,8 @@ type Isolated struct {
 	// defaultNS is the namespace of runs that pass no Globals (id 1, on the first worker).
 	defaultNS *nsBinding
 	hostReg   hostRegistry
-	watch     fileWatch // Result.Files
-	beats     beats     // Command workers' (commandBeat)
+	watch     fileWatch   // Result.Files
+	spec      worker.Spec // how its workers start, made once
 
 	mu        sync.Mutex
 	closed    bool
@@ -188,7 +54,7 @@ type Isolated struct {
 	// The template (sandboxed local workers unless NoTemplate): the process that new
 	// workers are forked from. useTemplate turns false if a replacement fails to start.
 	tmplMu      sync.Mutex
-	tmpl        *worker
+	tmpl        *worker.Worker
 	useTemplate bool
 
 	// The working directories that are a tmpfs (WorkSize, workmount.go), by workDirs.key;
@@ -207,9 +73,6 @@ type nsBinding struct {
 	freed atomic.Bool // counted out of the open namespaces (a free may come twice: Close, then the GC)
 }
 
-// moduleName is a dotted Python module name.
-var moduleName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
-
 // NewIsolated starts an isolated engine: it makes its private working directory, starts
 // its template (sandboxed workers) and every worker (waiting for the template and the
 // first worker, so that a bad configuration is reported here) and returns. Call Close to stop the workers and remove the directory.
@@ -219,70 +82,17 @@ func NewIsolated(cfg IsolatedConfig) (*Isolated, error) {
 
 // newIsolated is NewIsolated; tests pass sandbox false to act as if the kernel refused
 // namespaces, to exercise AllowUnsandboxed on a kernel that allows them.
-// withDefaults checks cfg and fills in its defaults.
-func withDefaults(cfg IsolatedConfig) (IsolatedConfig, error) {
-	if cfg.Workers < 0 {
-		return cfg, errors.New("minipy: IsolatedConfig.Workers must not be negative")
-	}
-	if cfg.KickSignal == 0 {
-		cfg.KickSignal = DefaultKickSignal
-	}
-	if cfg.StartTimeout <= 0 {
-		cfg.StartTimeout = 30 * time.Second
-	}
-	if cfg.MemoryLimit < 0 || cfg.CPULimit < 0 || cfg.FileSizeLimit < 0 || cfg.OpenFiles < 0 || cfg.Processes < 0 {
-		return cfg, errors.New("minipy: IsolatedConfig limits must not be negative")
-	}
-	if len(cfg.Command) > 0 && !cfg.Network {
-		return cfg, errors.New("minipy: IsolatedConfig.Command workers cannot be cut off from the network here " +
-			"(the command itself may need it); set Network: true and isolate the other side")
-	}
-	if len(cfg.Command) == 0 && cfg.Python == "" {
-		cfg.Python = defaultWorkerPython()
-	}
-	if cfg.TmpSize < 0 {
-		return cfg, errors.New("minipy: IsolatedConfig.TmpSize must not be negative")
-	}
-	if cfg.TmpSize == 0 {
-		cfg.TmpSize = defaultTmpSize
-	}
-	if cfg.WorkSize == 0 {
-		cfg.WorkSize = defaultWorkSize
-	}
-	if err := checkEnv(cfg.Env, len(cfg.Command) > 0); err != nil {
-		return cfg, err
-	}
-	for _, name := range cfg.Preload {
-		if !moduleName.MatchString(name) {
-			return cfg, fmt.Errorf("minipy: IsolatedConfig.Preload: %q is not a module name (such as numpy or matplotlib.pyplot)", name)
-		}
-	}
-	mounts, err := checkMounts(cfg.Mounts)
-	if err != nil {
-		return cfg, err
-	}
-	cfg.Mounts = mounts
-	if len(cfg.Command) > 0 && len(cfg.Mounts) > 0 {
-		return cfg, errors.New("minipy: IsolatedConfig.Mounts apply to local workers; a Command worker's files are the other side's")
-	}
-	return cfg, nil
-}
-
 func newIsolated(cfg IsolatedConfig, sandbox bool) (*Isolated, error) {
 	cfg, err := withDefaults(cfg)
 	if err != nil {
 		return nil, err
 	}
-	e := &Isolated{cfg: cfg, perNS: cfg.Workers == 0, own: map[*workerSlot]struct{}{}, closeDone: make(chan struct{}),
-		beats: beats{commandBeat, commandSilence}}
-	if testBeats != nil {
-		e.beats = *testBeats
-	}
+	e := &Isolated{cfg: cfg, perNS: cfg.Workers == 0, own: map[*workerSlot]struct{}{}, closeDone: make(chan struct{})}
 	e.watch.e = e
 	if len(cfg.Command) == 0 {
 		err := errors.New("namespaces turned off")
 		if sandbox {
-			err = probeNamespaces()
+			err = worker.ProbeNamespaces()
 		}
 		switch {
 		case err == nil:
@@ -302,10 +112,11 @@ func newIsolated(cfg IsolatedConfig, sandbox bool) (*Isolated, error) {
 	if err := e.makeDirs(); err != nil {
 		return nil, err
 	}
+	e.makeSpec()
 	if e.sandbox && !cfg.NoTemplate {
-		t, err := launchWorker(e, workDirs{}, 0)
+		t, err := e.spec.Launch(worker.Dirs{}, 0)
 		if err == nil {
-			t, err = awaitReady(e, t)
+			t, err = e.spec.AwaitReady(t)
 		}
 		if err != nil {
 			e.Close()
@@ -474,8 +285,8 @@ func (e *Isolated) Close() error {
 	e.tmpl = nil
 	e.tmplMu.Unlock()
 	if t != nil {
-		t.kill() // pid 1 of the pid namespace of every worker forked from it
-		t.awaitExit()
+		t.Kill() // pid 1 of the pid namespace of every worker forked from it
+		t.AwaitExit()
 	}
 	e.watch.close()
 	e.closeMounts()
@@ -484,29 +295,29 @@ func (e *Isolated) Close() error {
 
 // liveTemplate returns the template that new workers are forked from, starting another if
 // it has ended (an engine closed meanwhile gets none); nil when the engine has none.
-func (e *Isolated) liveTemplate() *worker {
+func (e *Isolated) liveTemplate() *worker.Worker {
 	e.tmplMu.Lock()
 	defer e.tmplMu.Unlock()
 	if !e.useTemplate || e.isClosed() {
 		return nil
 	}
-	if e.tmpl != nil && !e.tmpl.gone() {
+	if e.tmpl != nil && !e.tmpl.Gone() {
 		return e.tmpl
 	}
 	if e.tmpl != nil {
-		e.tmpl.kill()
+		e.tmpl.Kill()
 		e.tmpl = nil
 	}
-	t, err := launchWorker(e, workDirs{}, 0)
+	t, err := e.spec.Launch(worker.Dirs{}, 0)
 	if err == nil {
-		t, err = awaitReady(e, t)
+		t, err = e.spec.AwaitReady(t)
 	}
 	if err != nil {
 		e.useTemplate = false // plain starts from now on
 		return nil
 	}
 	if e.isClosed() { // Close has run: it did not see this one
-		t.kill()
+		t.Kill()
 		return nil
 	}
 	e.tmpl = t
@@ -575,7 +386,7 @@ func (e *Isolated) run(ctx context.Context, code string, opts *Options) (res *Re
 	if err != nil {
 		return nil, err
 	}
-	create, lost := w.prepare(bindings, ids)
+	create, lost := prepare(w, bindings, ids)
 	if lost != nil {
 		return nil, lost
 	}
@@ -583,11 +394,11 @@ func (e *Isolated) run(ctx context.Context, code string, opts *Options) (res *Re
 	if create, err = e.registerAgain(w, bindings, ids, create); err != nil {
 		return e.lost(slot, w, bindings, nil, res, started)
 	}
-	rid := w.nextRun()
+	rid := w.NextRun()
 	live := newLiveOutput(opts)
 	var calls *hostCalls
 	if e.hostReg.has(gid, lid) {
-		calls = newHostCalls(ctx, dl, &e.hostReg, gid, lid, w.reply)
+		calls = newHostCalls(ctx, dl, &e.hostReg, gid, lid, w.Reply)
 		slot.calls.Store(calls)
 		defer func() {
 			slot.calls.CompareAndSwap(calls, nil)
@@ -596,7 +407,7 @@ func (e *Isolated) run(ctx context.Context, code string, opts *Options) (res *Re
 	}
 	h := &isolatedRun{w: w, id: rid, live: live, calls: calls}
 	req := runRequest(gid, lid, maxOutput(opts), live != nil, calls != nil, imageLimitsOf(opts), code)
-	if err := w.send(requestFrame(rid, e.deadmanAfter(dl), create, req)); err != nil {
+	if err := w.Request(rid, e.deadmanAfter(dl), create, req); err != nil {
 		return e.lost(slot, w, bindings, nil, res, started)
 	}
 	s := supervise(ctx, h, dl)
@@ -605,17 +416,17 @@ func (e *Isolated) run(ctx context.Context, code string, opts *Options) (res *Re
 	if s.abandoned {
 		s.abandoned = false // the isolated engine does not leave the code running
 		intr, _ := s.interrupted(started, nil).(*InterruptedError)
-		if d, ok := w.killWorker(time.Second); ok && d.snapshot {
+		if d, ok := w.KillWorker(time.Second); ok && d.Snapshot {
 			return e.rolledBack(slot, w, bindings, intr, res, started)
 		}
-		w.kill()
+		w.Kill()
 		return e.lost(slot, w, bindings, intr, res, started)
 	}
 	if h.reply == nil {
 		return e.ended(slot, w, bindings, s, res, started)
 	}
-	w.created(bindings, ids)
-	w.answered()
+	created(w, bindings, ids)
+	w.Answered()
 	res, err = finish(res, h.reply.resp, h.reply.kicked, s, started)
 	if py, ok := err.(*PythonError); ok && py.Type == "MemoryError" && e.cfg.MemoryLimit > 0 {
 		return res, &LimitError{Limit: "memory", Python: py}
@@ -651,10 +462,10 @@ func (e *Isolated) runBindings(opts *Options, gid, lid uint32) ([]*nsBinding, []
 // when it has one, else lost. A SIGKILL after the run was kicked is the worker's deadman
 // timer enforcing the deadline (the host's own kill comes as an abandoned run): the
 // error says the run was killed for it.
-func (e *Isolated) ended(slot *workerSlot, w *worker, bindings []*nsBinding, s stop, res *Result,
+func (e *Isolated) ended(slot *workerSlot, w *worker.Worker, bindings []*nsBinding, s stop, res *Result,
 	started time.Time) (*Result, error) {
 	var err error
-	if d, ok := w.awaitDeath(time.Second); ok && d.snapshot {
+	if d, ok := w.AwaitDeath(time.Second); ok && d.Snapshot {
 		res, err = e.rolledBack(slot, w, bindings, nil, res, started)
 	} else {
 		res, err = e.lost(slot, w, bindings, nil, res, started)
@@ -669,10 +480,10 @@ func (e *Isolated) ended(slot *workerSlot, w *worker, bindings []*nsBinding, s s
 
 // lost handles a run whose worker ended: wait for its exit status, start a replacement,
 // and say what happened.
-func (e *Isolated) lost(slot *workerSlot, w *worker, bindings []*nsBinding, intr *InterruptedError,
+func (e *Isolated) lost(slot *workerSlot, w *worker.Worker, bindings []*nsBinding, intr *InterruptedError,
 	res *Result, started time.Time) (*Result, error) {
-	w.kill() // whatever is left of its process tree
-	w.awaitExit()
+	w.Kill() // whatever is left of its process tree
+	w.AwaitExit()
 	slot.replace(w)
 	for _, b := range bindings {
 		b.epoch = 0 // this run reports the loss; the namespace starts fresh on the next worker
@@ -681,21 +492,21 @@ func (e *Isolated) lost(slot *workerSlot, w *worker, bindings []*nsBinding, intr
 	if e.isClosed() && intr == nil {
 		return res, fmt.Errorf("%w (%w)", ErrEngineClosed, ErrStateLost)
 	}
-	return res, w.lostError(intr)
+	return res, lostError(w, intr)
 }
 
 // rolledBack handles a run whose worker ended while its snapshot waits: the snapshot takes
 // over, so the namespaces are as they were before the run; if it cannot, the run is lost.
-func (e *Isolated) rolledBack(slot *workerSlot, w *worker, bindings []*nsBinding, intr *InterruptedError,
+func (e *Isolated) rolledBack(slot *workerSlot, w *worker.Worker, bindings []*nsBinding, intr *InterruptedError,
 	res *Result, started time.Time) (*Result, error) {
 	select { // the end of what it wrote (a segfault's traceback): its stderr pipe ends with it
-	case <-w.stderrDone:
+	case <-w.StderrDone():
 	case <-time.After(time.Second):
 	}
-	lostErr := w.lostError(intr)
-	nw, err := w.rollBack(e.cfg.StartTimeout)
+	lostErr := lostError(w, intr)
+	nw, err := w.RollBack(e.cfg.StartTimeout)
 	if err != nil {
-		w.kill()
+		w.Kill()
 		return e.lost(slot, w, bindings, intr, res, started)
 	}
 	slot.mu.Lock()
@@ -745,12 +556,12 @@ func (e *Isolated) do(ns *Namespace, op byte, args ...any) (any, error) {
 	}
 	defer slot.token.release()
 	if op == pyrt.OpFree {
-		if b.epoch != w.epoch || !w.known[ns.id] {
+		if b.epoch != w.Epoch || !w.Known[ns.id] {
 			return nil, nil // nothing of it lives in this worker
 		}
-		delete(w.known, ns.id)
+		delete(w.Known, ns.id)
 	}
-	create, lost := w.prepare([]*nsBinding{b}, []uint32{ns.id})
+	create, lost := prepare(w, []*nsBinding{b}, []uint32{ns.id})
 	if lost != nil {
 		return nil, lost
 	}
@@ -760,9 +571,9 @@ func (e *Isolated) do(ns *Namespace, op byte, args ...any) (any, error) {
 			return nil, err
 		}
 	}
-	rid := w.nextRun()
+	rid := w.NextRun()
 	h := &isolatedRun{w: w, id: rid}
-	if err := w.send(requestFrame(rid, 0, create, req)); err == nil {
+	if err := w.Request(rid, 0, create, req); err == nil {
 		for !h.wait(-1) { // false only after a stray wake from an earlier run's context
 		}
 	}
@@ -771,9 +582,9 @@ func (e *Isolated) do(ns *Namespace, op byte, args ...any) (any, error) {
 		return nil, err
 	}
 	if op != pyrt.OpFree {
-		w.created([]*nsBinding{b}, []uint32{ns.id})
+		created(w, []*nsBinding{b}, []uint32{ns.id})
 	}
-	w.answered()
+	w.Answered()
 	return opReply(h.reply.resp)
 }
 
@@ -801,11 +612,11 @@ func (e *Isolated) fork(ns *Namespace) (*Namespace, error) {
 		return nil, err
 	}
 	defer slot.token.release()
-	if w.line == nil {
+	if !w.Controlled() {
 		return nil, fmt.Errorf("%w: its worker has no control socket", ErrNoFork)
 	}
 	ids := []uint32{ns.id}
-	create, lost := w.prepare([]*nsBinding{b}, ids)
+	create, lost := prepare(w, []*nsBinding{b}, ids)
 	if lost != nil {
 		return nil, lost
 	}
@@ -829,8 +640,8 @@ func (e *Isolated) fork(ns *Namespace) (*Namespace, error) {
 	req = binary.LittleEndian.AppendUint64(req, token)
 	req = binary.LittleEndian.AppendUint32(req, ns.id)
 	req = binary.LittleEndian.AppendUint32(req, id)
-	h := &isolatedRun{w: w, id: w.nextRun()}
-	if err := w.send(requestFrame(h.id, 0, create, req)); err == nil {
+	h := &isolatedRun{w: w, id: w.NextRun()}
+	if err := w.Request(h.id, 0, create, req); err == nil {
 		for !h.wait(-1) {
 		}
 	}
@@ -838,19 +649,19 @@ func (e *Isolated) fork(ns *Namespace) (*Namespace, error) {
 		_, err := e.lost(slot, w, []*nsBinding{b}, nil, &Result{}, time.Now())
 		return nil, err
 	}
-	w.created([]*nsBinding{b}, ids)
+	created(w, []*nsBinding{b}, ids)
 	if _, err := opReply(h.reply.resp); err != nil {
 		return nil, err
 	}
-	cw, err := e.takeCopy(w, token, id)
+	cw, err := w.Copy(token, id, e.cfg.StartTimeout)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: the copy did not start: %w", ErrNoFork, err)
 	}
 	copySlot := &workerSlot{e: e, token: make(turn, 1), own: true, cur: cw, epoch: 1, dirs: dirs}
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
-		cw.kill()
+		cw.Kill()
 		return nil, ErrEngineClosed
 	}
 	e.own[copySlot] = struct{}{}
@@ -861,34 +672,11 @@ func (e *Isolated) fork(ns *Namespace) (*Namespace, error) {
 	return newNamespace(e, id, &nsBinding{slot: copySlot, epoch: 1, dirs: dirs}), nil
 }
 
-// takeCopy gives the Fork copy of w's namespace that waits under token (as namespace id)
-// pipes and a control socket of its own, which the guardian pairs with it by the token, and
-// returns it as a worker of its own line.
-func (e *Isolated) takeCopy(w *worker, token uint64, id uint32) (*worker, error) {
-	ctl, ctlChild, err := controlSocket()
-	if err != nil {
-		return nil, err
-	}
-	defer ctlChild.Close()
-	line := &workerLine{guardian: w.line.guardian, done: make(chan struct{})}
-	line.guardian.n.Add(1)
-	msg := binary.LittleEndian.AppendUint64([]byte{pyrt.ControlFork}, token)
-	known := map[uint32]bool{pyrt.DefaultNamespace: true, id: true}
-	cw, err := w.handOver(ctl, line, msg, []*os.File{ctlChild}, 1, known, e.cfg.StartTimeout)
-	if err != nil {
-		line.release()
-		ctl.Close()
-		return nil, fmt.Errorf("%w: the copy did not start: %w", ErrNoFork, err)
-	}
-	line.watch(cw)
-	return cw, nil
-}
-
 // registerAgain binds the host functions of the namespaces that w is about to create
 // (create, from prepare) in w, when they have any: a worker that replaced a lost one
 // starts them empty, but their functions are the host's to keep. It returns what is left
 // to create.
-func (e *Isolated) registerAgain(w *worker, bindings []*nsBinding, ids, create []uint32) ([]uint32, error) {
+func (e *Isolated) registerAgain(w *worker.Worker, bindings []*nsBinding, ids, create []uint32) ([]uint32, error) {
 	for _, id := range create {
 		specs := e.hostReg.specs(id)
 		if specs == nil {
@@ -898,8 +686,8 @@ func (e *Isolated) registerAgain(w *worker, bindings []*nsBinding, ids, create [
 		if err != nil {
 			return create, err
 		}
-		h := &isolatedRun{w: w, id: w.nextRun()}
-		if err := w.send(requestFrame(h.id, 0, create, req)); err == nil {
+		h := &isolatedRun{w: w, id: w.NextRun()}
+		if err := w.Request(h.id, 0, create, req); err == nil {
 			for !h.wait(-1) {
 			}
 		}
@@ -909,8 +697,8 @@ func (e *Isolated) registerAgain(w *worker, bindings []*nsBinding, ids, create [
 		if _, err := opReply(h.reply.resp); err != nil {
 			return create, err
 		}
-		w.created(bindings, ids)
-		w.answered()
+		created(w, bindings, ids)
+		w.Answered()
 		create = nil // the request above created them all
 	}
 	return create, nil
@@ -932,24 +720,9 @@ func (e *Isolated) deadmanAfter(dl deadline) uint32 {
 	return uint32(min(max(ms, 1), 1<<31))
 }
 
-// requestFrame is a worker request: run id, the worker's deadman delay in ms (0: none), the
-// namespaces to create first, the request.
-func requestFrame(rid uint64, deadman uint32, create []uint32, req []byte) []byte {
-	f := make([]byte, 0, 4+1+8+4+2+4*len(create)+len(req))
-	f = binary.LittleEndian.AppendUint32(f, uint32(1+8+4+2+4*len(create)+len(req)))
-	f = append(f, pyrt.FrameRequest)
-	f = binary.LittleEndian.AppendUint64(f, rid)
-	f = binary.LittleEndian.AppendUint32(f, deadman)
-	f = binary.LittleEndian.AppendUint16(f, uint16(len(create)))
-	for _, id := range create {
-		f = binary.LittleEndian.AppendUint32(f, id)
-	}
-	return append(f, req...)
-}
-
 // isolatedRun adapts a request in flight on a worker to runHandle.
 type isolatedRun struct {
-	w     *worker
+	w     *worker.Worker
 	id    uint64
 	live  *liveOutput  // the run's live output, or nil
 	calls *hostCalls   // the run's host calls, or nil
@@ -966,10 +739,10 @@ func (r *isolatedRun) wait(d time.Duration) bool {
 		until = time.Now().Add(d)
 	}
 	for {
-		body, err := r.w.readFrame(until)
+		body, err := r.w.ReadFrame(until)
 		switch {
 		case errors.Is(err, os.ErrDeadlineExceeded):
-			if r.w.ended() { // the guardian reported the worker's end (its snapshot holds the pipe)
+			if r.w.Ended() { // the guardian reported the worker's end (its snapshot holds the pipe)
 				r.ended = true
 				return true
 			}
@@ -979,32 +752,23 @@ func (r *isolatedRun) wait(d time.Duration) bool {
 			return true
 		case body[0] == pyrt.FrameOutput || body[0] == pyrt.FrameCall:
 			if (runEvents{live: r.live, calls: r.calls}).event(body, r.id) != nil {
-				r.w.kill() // it broke the protocol: treat it as lost
+				r.w.Kill() // it broke the protocol: treat it as lost
 				r.ended = true
 				return true
 			}
 			continue
-		case body[0] != pyrt.FrameAnswer || len(body) < 10:
-			continue // a late ready frame, say
 		}
-		rep := workerReply{id: binary.LittleEndian.Uint64(body[1:]), kicked: body[9] != 0, resp: body[10:]}
-		if rep.id == r.id {
-			r.reply = &rep
+		// This run's answer ends the wait; anything else (a late ready frame, say) is skipped.
+		if rid, kicked, resp, ok := worker.Answer(body); ok && rid == r.id {
+			r.reply = &workerReply{id: rid, kicked: kicked, resp: resp}
 			return true
 		}
 	}
 }
 
-func (r *isolatedRun) kick(stage int) {
-	f := make([]byte, 0, 14)
-	f = binary.LittleEndian.AppendUint32(f, 10)
-	f = append(f, pyrt.FrameKick)
-	f = binary.LittleEndian.AppendUint64(f, r.id)
-	f = append(f, byte(stage))
-	r.w.send(f) //nolint:errcheck // a dead worker is noticed by wait
-}
+func (r *isolatedRun) kick(stage int) { r.w.Kick(r.id, stage) }
 
-func (r *isolatedRun) wake() { r.w.wake() }
+func (r *isolatedRun) wake() { r.w.Wake() }
 
 // workerSlot is one of the engine's worker positions: the live worker, its replacement
 // being started, and the token a request holds while in flight.
@@ -1018,9 +782,9 @@ type workerSlot struct {
 	calls atomic.Pointer[hostCalls]
 
 	mu      sync.Mutex
-	cur     *worker
+	cur     *worker.Worker
 	pending chan struct{} // closed when the start in progress ends
-	started *worker
+	started *worker.Worker
 	err     error
 	epoch   uint64
 	closed  bool
@@ -1045,7 +809,7 @@ func (s *workerSlot) startNext() {
 		}
 		s.mu.Lock()
 		if s.closed && w != nil {
-			w.kill()
+			w.Kill()
 			w, err = nil, ErrEngineClosed
 		}
 		s.started, s.err = w, err
@@ -1055,7 +819,7 @@ func (s *workerSlot) startNext() {
 }
 
 // awaitPending waits for the start in progress and makes its worker current.
-func (s *workerSlot) awaitPending(ctx context.Context) (*worker, error) {
+func (s *workerSlot) awaitPending(ctx context.Context) (*worker.Worker, error) {
 	s.mu.Lock()
 	done := s.pending
 	s.mu.Unlock()
@@ -1084,7 +848,7 @@ func (s *workerSlot) awaitPending(ctx context.Context) (*worker, error) {
 
 // live returns the slot's worker, replacing one that ended while idle. The caller holds
 // the token.
-func (s *workerSlot) live(ctx context.Context) (*worker, error) {
+func (s *workerSlot) live(ctx context.Context) (*worker.Worker, error) {
 	for attempt := 0; ; attempt++ {
 		s.mu.Lock()
 		w, closed := s.cur, s.closed
@@ -1093,8 +857,8 @@ func (s *workerSlot) live(ctx context.Context) (*worker, error) {
 			return nil, ErrEngineClosed
 		}
 		if w != nil {
-			if w.gone() {
-				w.kill()
+			if w.Gone() {
+				w.Kill()
 				s.replace(w)
 				continue
 			}
@@ -1108,8 +872,8 @@ func (s *workerSlot) live(ctx context.Context) (*worker, error) {
 			}
 			return nil, err
 		}
-		if w != nil && w.gone() && attempt < 1 {
-			w.kill() // ended while it waited (a spare, a template's death): once more
+		if w != nil && w.Gone() && attempt < 1 {
+			w.Kill() // ended while it waited (a spare, a template's death): once more
 			s.replace(w)
 			continue
 		}
@@ -1121,7 +885,7 @@ func (s *workerSlot) live(ctx context.Context) (*worker, error) {
 
 // hold takes the slot's token, waiting without a deadline, and returns its live worker;
 // the caller releases the token (unless hold failed).
-func (s *workerSlot) hold() (*worker, error) {
+func (s *workerSlot) hold() (*worker.Worker, error) {
 	if err := s.token.acquire(context.Background(), deadline{}); err != nil {
 		return nil, err
 	}
@@ -1134,7 +898,7 @@ func (s *workerSlot) hold() (*worker, error) {
 }
 
 // replace drops w (which has ended) and starts its successor.
-func (s *workerSlot) replace(w *worker) {
+func (s *workerSlot) replace(w *worker.Worker) {
 	s.mu.Lock()
 	if s.cur == w {
 		s.cur = nil
@@ -1148,10 +912,10 @@ func (s *workerSlot) shutdown() {
 	s.closed = true
 	cur, started, pending := s.cur, s.started, s.pending
 	s.mu.Unlock()
-	for _, w := range []*worker{cur, started} {
+	for _, w := range []*worker.Worker{cur, started} {
 		if w != nil {
-			w.kill()
-			w.awaitExit()
+			w.Kill()
+			w.AwaitExit()
 		}
 	}
 	if pending != nil {
@@ -1160,8 +924,8 @@ func (s *workerSlot) shutdown() {
 		w := s.started
 		s.mu.Unlock()
 		if w != nil {
-			w.kill()
-			w.awaitExit()
+			w.Kill()
+			w.AwaitExit()
 		}
 	}
 }

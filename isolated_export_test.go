@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/minipy-go/minipy/internal/cpython"
+	"github.com/minipy-go/minipy/internal/worker"
 )
 
 // NewIsolatedActingUnsandboxed is NewIsolated on a kernel that (it pretends) refuses
@@ -46,10 +47,10 @@ var (
 func TemplatePID(e *Isolated) int {
 	e.tmplMu.Lock()
 	defer e.tmplMu.Unlock()
-	if e.tmpl == nil || e.tmpl.cmd == nil {
+	if e.tmpl == nil {
 		return 0
 	}
-	return e.tmpl.cmd.Process.Pid
+	return e.tmpl.Pid()
 }
 
 // HostWorkDir is the host's directory of the namespace's working directory in the engine's
@@ -68,7 +69,7 @@ func WorkMounts(e *Isolated) int {
 // NewIsolatedBeating is NewIsolated whose Command workers get a beat every `every` and end
 // after a silence of silence.
 func NewIsolatedBeating(cfg IsolatedConfig, every, silence time.Duration) (*Isolated, error) {
-	testBeats = &beats{every, silence}
+	testBeats = &worker.Beats{Every: every, Silence: silence}
 	defer func() { testBeats = nil }()
 	return NewIsolated(cfg)
 }

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+
+	"github.com/minipy-go/minipy/internal/worker"
 )
 
 // IsolatedStats is an account of an isolated engine at one moment (Isolated.Stats), for
@@ -78,12 +80,12 @@ func (e *Isolated) Stats() IsolatedStats {
 		s.mu.Lock()
 		cur, started, pending := s.cur, s.started, s.pending != nil
 		s.mu.Unlock()
-		if cur != nil && !cur.gone() || started != nil || pending {
+		if cur != nil && !cur.Gone() || started != nil || pending {
 			st.Workers++
 		}
-		for _, w := range []*worker{cur, started} {
-			if w != nil && w.cmd != nil && !w.gone() {
-				roots[w.cmd.Process.Pid] = true // a worker forked from the template is the template's descendant
+		for _, w := range []*worker.Worker{cur, started} {
+			if w != nil && w.Pid() != 0 && !w.Gone() {
+				roots[w.Pid()] = true // a worker forked from the template is the template's descendant
 			}
 		}
 	}
@@ -93,10 +95,10 @@ func (e *Isolated) Stats() IsolatedStats {
 	if len(roots) == 0 {
 		return st
 	}
-	tree := processTree()
+	tree := worker.ReadTree()
 	seen := map[int]bool{}
 	for root := range roots {
-		for _, p := range append([]int{root}, tree.below(root)...) {
+		for _, p := range append([]int{root}, tree.Below(root)...) {
 			if !seen[p] {
 				seen[p] = true
 				st.MemoryBytes += pss(p)
@@ -111,10 +113,10 @@ func (e *Isolated) Stats() IsolatedStats {
 func (e *Isolated) templatePID() int {
 	e.tmplMu.Lock()
 	defer e.tmplMu.Unlock()
-	if e.tmpl == nil || e.tmpl.cmd == nil || e.tmpl.gone() {
+	if e.tmpl == nil || e.tmpl.Gone() {
 		return 0
 	}
-	return e.tmpl.cmd.Process.Pid
+	return e.tmpl.Pid()
 }
 
 // pss is process pid's proportional set size in bytes (0 if it cannot be read: gone, or
@@ -152,8 +154,8 @@ func (e *Isolated) Ready(ctx context.Context) error {
 		d := e.newDirs()
 		w, err := startWorker(e, d, 0)
 		if w != nil {
-			w.kill()
-			w.awaitExit()
+			w.Kill()
+			w.AwaitExit()
 		}
 		e.releaseDirs(d)
 		e.startRec.note(err)

@@ -7,7 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
+
+	"github.com/minipy-go/minipy/internal/worker"
 )
 
 // The working directories of an isolated engine's namespaces. Each namespace has one of its
@@ -17,8 +20,8 @@ import (
 //	DIR/work/TREE/ID     the working directory of namespace ID that shares that worker's
 //	                     sandbox: a Fork copy, or a namespace packed into a shared worker
 //
-// A sandboxed worker sees its own working directory at sandboxWorkdir and its tree at
-// sandboxTree, nothing of other trees: namespaces with a worker of their own (the default)
+// A sandboxed worker sees its own working directory at worker.SandboxWorkdir and its tree at
+// worker.SandboxTree, nothing of other trees: namespaces with a worker of their own (the default)
 // cannot see each other's files at all; a Fork copy and its source, which share a sandbox,
 // and namespaces packed into one worker (which share a process anyway) can.
 //
@@ -36,7 +39,7 @@ type workTree struct {
 }
 
 // workDirs are a worker slot's directories: the tree its workers bind, and the name in it of
-// the working directory they bind at sandboxWorkdir (their namespace's).
+// the working directory they bind at worker.SandboxWorkdir (their namespace's).
 type workDirs struct {
 	tree *workTree
 	home string
@@ -111,7 +114,7 @@ func (e *Isolated) makeWorkDir(t *workTree, name string) error {
 		}
 	}
 	if err == nil && e.sandbox {
-		err = os.Lchown(path, sandboxUID(), sandboxUID())
+		err = os.Lchown(path, worker.UID(), worker.UID())
 	}
 	if err != nil {
 		return fmt.Errorf("minipy: making a namespace's working directory: %w", err)
@@ -153,4 +156,38 @@ func (e *Isolated) removeWorkDir(d workDirs) {
 	if m != nil {
 		syscall.Close(m.fd)
 	}
+}
+
+// breakSandboxRoot makes the tests' engines give their workers a root mount point that does
+// not exist (see NewIsolatedRefusingMounts).
+var breakSandboxRoot bool
+
+// makeDirs makes the engine's private directory: work/ (the trees of the namespaces'
+// working directories; see workTree) and, sandboxed, root/ (the mount point of each
+// worker's root).
+func (e *Isolated) makeDirs() error {
+	dir, err := os.MkdirTemp("", "minipy-isolated-")
+	if err != nil {
+		return fmt.Errorf("minipy: making the workers' directory: %w", err)
+	}
+	e.dir = dir
+	e.trees = filepath.Join(dir, "work")
+	err = os.Mkdir(e.trees, 0o711)
+	if err == nil && e.sandbox {
+		// The workers' user must pass through dir and trees (owned by the host) to reach
+		// their own directories, but may list neither.
+		e.rootdir = filepath.Join(dir, "root")
+		err = errors.Join(os.Chmod(dir, 0o711), os.Chmod(e.trees, 0o711), os.Mkdir(e.rootdir, 0o755))
+	}
+	if err == nil && breakSandboxRoot {
+		e.rootdir = "/proc/minipy-no-such-dir" // nobody can make it
+	}
+	if err == nil && strings.ContainsAny(dir, "\n\r\t") {
+		err = errors.New("the temporary directory's name has a line break or tab")
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return fmt.Errorf("minipy: making the workers' directory: %w", err)
+	}
+	return nil
 }

@@ -1,7 +1,6 @@
 package minipy
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -10,9 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
-	"github.com/minipy-go/minipy/internal/pyrt"
+	"github.com/minipy-go/minipy/internal/worker"
 )
 
 // The working directories' cap (IsolatedConfig.WorkSize). With a template, each working
@@ -32,15 +30,12 @@ import (
 
 // workMount is a working directory that is a tmpfs (WorkSize).
 type workMount struct {
-	fd   int     // O_PATH, the tmpfs's root; the number stays while the directory lives (moveMounts dup3s over it)
-	tmpl *worker // the template in whose mount namespace it is mounted
+	fd   int            // O_PATH, the tmpfs's root; the number stays while the directory lives (moveMounts dup3s over it)
+	tmpl *worker.Worker // the template in whose mount namespace it is mounted
 }
 
 // defaultWorkSize is IsolatedConfig.WorkSize's default.
 const defaultWorkSize = 1 << 30
-
-// errTemplateGone: the template did not answer (it died, or the engine closed it).
-var errTemplateGone = errors.New("minipy: the template is gone")
 
 // key names the working directory of d under the engine's trees, and its mount in e.mounts.
 func (d workDirs) key() string { return d.tree.name + "/" + d.home }
@@ -65,7 +60,7 @@ func (e *Isolated) mountWorkDir(t *workTree, name string) error {
 			return nil
 		}
 		fd, err := e.askMount(tmpl, t.name, name)
-		if errors.Is(err, errTemplateGone) && tries == 0 {
+		if errors.Is(err, worker.ErrTemplateGone) && tries == 0 {
 			continue // a new one starts
 		}
 		if err != nil {
@@ -88,47 +83,14 @@ func (e *Isolated) mountWorkDir(t *workTree, name string) error {
 // askMount has template t mount the tmpfs of working directory tree/name and returns the
 // fd of its root. The caller holds e.mountReq: one request at a time, so that an answer
 // is the last request's.
-func (e *Isolated) askMount(t *worker, tree, name string) (int, error) {
-	msg := fmt.Sprintf("%c%s\x00%s\x00%d", pyrt.ControlMount, tree, name, e.cfg.WorkSize)
-	if _, _, err := t.ctl.WriteMsgUnix([]byte(msg), nil, nil); err != nil {
-		return -1, fmt.Errorf("%w: %w", errTemplateGone, err)
-	}
-	t.ctl.SetReadDeadline(time.Now().Add(e.cfg.StartTimeout)) //nolint:errcheck // a closed socket fails the read
-	defer t.ctl.SetReadDeadline(time.Time{})                  //nolint:errcheck
-	buf := make([]byte, 1024)
-	oob := make([]byte, syscall.CmsgSpace(4))
-	n, oobn, _, _, err := t.ctl.ReadMsgUnix(buf, oob) // (Go receives fds close-on-exec)
-	var fds []int
-	if msgs, perr := syscall.ParseSocketControlMessage(oob[:oobn]); perr == nil {
-		for _, m := range msgs {
-			if got, err := syscall.ParseUnixRights(&m); err == nil {
-				fds = append(fds, got...)
-			}
-		}
-	}
-	if err == nil && n == 1 && buf[0] == pyrt.ControlMount && len(fds) == 1 {
-		return fds[0], nil
-	}
-	for _, fd := range fds {
-		syscall.Close(fd)
-	}
-	switch {
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		// A template that does not answer in StartTimeout is stuck; its answer must not
-		// be taken for the next request's.
-		t.kill()
-		return -1, fmt.Errorf("%w: no answer to a mount within %v", errTemplateGone, e.cfg.StartTimeout)
-	case err != nil || n == 0:
-		return -1, fmt.Errorf("%w: %v", errTemplateGone, err)
-	}
-	return -1, fmt.Errorf("minipy: mounting the tmpfs of a namespace's working directory (IsolatedConfig.WorkSize): %s",
-		bytes.TrimPrefix(buf[:n], []byte{pyrt.ControlRefused}))
+func (e *Isolated) askMount(t *worker.Worker, tree, name string) (int, error) {
+	return t.AskMount(tree, name, e.cfg.WorkSize, e.cfg.StartTimeout)
 }
 
 // moveMounts moves the working directories of tree whose template has died into t, the
 // template that the tree's next worker is forked from (nil: it starts without one, and
 // binds the host's directories), copying their files; before a worker of tree starts.
-func (e *Isolated) moveMounts(tree *workTree, t *worker) error {
+func (e *Isolated) moveMounts(tree *workTree, t *worker.Worker) error {
 	if !e.capped() || tree == nil {
 		return nil
 	}
@@ -143,7 +105,7 @@ func (e *Isolated) moveMounts(tree *workTree, t *worker) error {
 	}
 	e.mu.Unlock()
 	for key, m := range moving {
-		if !m.tmpl.gone() {
+		if !m.tmpl.Gone() {
 			// Only the template that mounted it sees it: a worker started otherwise would
 			// not find the namespace's files.
 			return fmt.Errorf("minipy: the working directory of a namespace is held by the template, " +
@@ -255,7 +217,7 @@ func (e *Isolated) newRoot(fd int) *workRoot {
 // workers' user on a root host, -1 (the host's own) otherwise.
 func (e *Isolated) fileOwner() int {
 	if e.sandbox && os.Geteuid() == 0 {
-		return sandboxUID()
+		return worker.UID()
 	}
 	return -1
 }

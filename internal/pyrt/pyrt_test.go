@@ -1,7 +1,10 @@
 package pyrt
 
 import (
+	"flag"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -26,6 +29,22 @@ func TestPreludeIsPython(t *testing.T) {
 	out, err := exec.Command(python, "-c", code).CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	assert.Equal(t, "<minipy-runtime>|7|100|b'O'|\n[... 3 characters of stdout omitted ...]\n\n", string(out))
+}
+
+var updatePrelude = flag.Bool("update-prelude", false, "rewrite tests/prelude.py")
+
+// TestPreludeFile pins tests/prelude.py, the prelude that the Python unit tests load so
+// that they run on their own, to prelude(): change a constant, then run
+// go test ./internal/pyrt -run TestPreludeFile -update-prelude.
+func TestPreludeFile(t *testing.T) {
+	want := "# Generated from pyrt.go's prelude(), pinned by TestPreludeFile: the constants the Python\n" +
+		"# unit tests load as the runtime would get them (one line, as in the runtime).\n" + prelude() + "\n"
+	if *updatePrelude {
+		require.NoError(t, os.WriteFile(filepath.Join("tests", "prelude.py"), []byte(want), 0o644))
+	}
+	got, err := os.ReadFile(filepath.Join("tests", "prelude.py"))
+	require.NoError(t, err)
+	assert.Equal(t, want, string(got), "tests/prelude.py is stale: run with -update-prelude")
 }
 
 // The Python half's pure parts have unit tests of their own (tests/, python3 -m unittest),

@@ -1,23 +1,28 @@
-package minipy
+package worker
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"syscall"
 )
 
+// ErrNoSandbox: the kernel refuses what isolates workers (the root package re-exports it,
+// with its documentation).
+var ErrNoSandbox = errors.New("minipy: the kernel refuses the namespaces and mounts that isolate workers")
+
+// ErrSandboxAccess: sandboxed workers may not reach a path they need (re-exported by the
+// root package).
+var ErrSandboxAccess = errors.New("minipy: the sandboxed workers may not reach a path they need")
+
 // The sandbox of a local worker (worker.py's _enter_sandbox builds it from the config frame).
 const (
-	// sandboxWorkdir is where a sandboxed worker sees its namespace's working directory.
-	sandboxWorkdir = "/work"
-	// sandboxTree is where a sandboxed worker sees its tree: the working directories of the
+	// SandboxWorkdir is where a sandboxed worker sees its namespace's working directory.
+	SandboxWorkdir = "/work"
+	// SandboxTree is where a sandboxed worker sees its tree: the working directories of the
 	// namespaces that may share its sandbox (Fork copies; packed namespaces), by id.
-	sandboxTree = "/namespaces"
+	SandboxTree = "/namespaces"
 	// sandboxID is the uid and gid of the worker inside its user namespace ("user").
 	sandboxID = 1000
 	// nobodyID is the host user and group that sandboxed workers run as when the host runs
@@ -30,8 +35,8 @@ const (
 	// sandbox binds (a Mount's Source; EACCES or EPERM): a permission problem of the host's
 	// files, not the kernel's refusal (sent to it in the config frame).
 	sandboxAccessExit = 72
-	// defaultTmpSize caps /tmp and /dev/shm when IsolatedConfig.TmpSize is 0.
-	defaultTmpSize = 256 << 20
+	// DefaultTmpSize caps /tmp and /dev/shm when IsolatedConfig.TmpSize is 0.
+	DefaultTmpSize = 256 << 20
 	// capSysAdmin (linux/capability.h) is what the worker needs, inside its own user
 	// namespace only, to build its root file system; it drops it before any code runs.
 	capSysAdmin = 21
@@ -89,16 +94,18 @@ func sandboxIDs() (uid, gid int) {
 	return os.Geteuid(), os.Getegid()
 }
 
-func sandboxUID() int {
+// UID is the host user of sandboxed workers (and of their files): nobody on a root host,
+// else the host's own user.
+func UID() int {
 	uid, _ := sandboxIDs()
 	return uid
 }
 
-// probeNamespaces reports whether the kernel lets this process make the sandbox's
+// ProbeNamespaces reports whether the kernel lets this process make the sandbox's
 // namespaces, by starting /bin/true in them (~2 ms), once per process once it has
 // succeeded. (Whether it lets the worker mount its root is known when the first worker
 // starts.)
-func probeNamespaces() error {
+func ProbeNamespaces() error {
 	if namespacesWork.Load() {
 		return nil
 	}
@@ -119,105 +126,4 @@ func probeNamespacesNow() error {
 	cmd := exec.Command(path)
 	cmd.SysProcAttr = sandboxAttr(false)
 	return cmd.Run()
-}
-
-// breakSandboxRoot makes the tests' engines give their workers a root mount point that does
-// not exist (see NewIsolatedRefusingMounts).
-var breakSandboxRoot bool
-
-// makeDirs makes the engine's private directory: work/ (the trees of the namespaces'
-// working directories; see workTree) and, sandboxed, root/ (the mount point of each
-// worker's root).
-func (e *Isolated) makeDirs() error {
-	dir, err := os.MkdirTemp("", "minipy-isolated-")
-	if err != nil {
-		return fmt.Errorf("minipy: making the workers' directory: %w", err)
-	}
-	e.dir = dir
-	e.trees = filepath.Join(dir, "work")
-	err = os.Mkdir(e.trees, 0o711)
-	if err == nil && e.sandbox {
-		// The workers' user must pass through dir and trees (owned by the host) to reach
-		// their own directories, but may list neither.
-		e.rootdir = filepath.Join(dir, "root")
-		err = errors.Join(os.Chmod(dir, 0o711), os.Chmod(e.trees, 0o711), os.Mkdir(e.rootdir, 0o755))
-	}
-	if err == nil && breakSandboxRoot {
-		e.rootdir = "/proc/minipy-no-such-dir" // nobody can make it
-	}
-	if err == nil && strings.ContainsAny(dir, "\n\r\t") {
-		err = errors.New("the temporary directory's name has a line break or tab")
-	}
-	if err != nil {
-		os.RemoveAll(dir)
-		return fmt.Errorf("minipy: making the workers' directory: %w", err)
-	}
-	return nil
-}
-
-// workerEnv is a local worker's whole environment (see IsolatedConfig.Env), home its
-// working directory on the host.
-func (e *Isolated) workerEnv(home string) []string {
-	tmp := os.TempDir()
-	if e.sandbox {
-		home, tmp = sandboxWorkdir, "/tmp"
-	}
-	path := "/usr/local/bin:/usr/bin:/bin"
-	if dir := filepath.Dir(e.cfg.Python); filepath.IsAbs(e.cfg.Python) && !strings.Contains(":"+path+":", ":"+dir+":") {
-		path = dir + ":" + path
-	}
-	env := []string{"PATH=" + path, "HOME=" + home, "TMPDIR=" + tmp, "LANG=C.UTF-8"}
-	if e.sandbox {
-		env = append(env, "USER=user", "LOGNAME=user")
-	}
-	return append(env, e.cfg.Env...)
-}
-
-// checkEnv checks IsolatedConfig.Env; a Command worker gets it (and a sandboxed worker
-// PYTHONPATH) through a config frame of lines, so those values may not hold line breaks.
-func checkEnv(env []string, command bool) error {
-	for _, kv := range env {
-		key, _, ok := strings.Cut(kv, "=")
-		// A Command worker gets Env, and a sandboxed one PYTHONPATH, through the config frame.
-		lines := command || key == "PYTHONPATH"
-		if !ok || key == "" || strings.ContainsRune(kv, 0) || lines && strings.ContainsAny(kv, "\n\r") {
-			return fmt.Errorf("minipy: IsolatedConfig.Env entry %q is not KEY=VALUE (a non-empty key, no NUL byte"+
-				", no line break for Command workers or in PYTHONPATH)", kv)
-		}
-	}
-	return nil
-}
-
-// checkMounts checks IsolatedConfig.Mounts and returns them with clean paths and targets
-// filled in.
-func checkMounts(mounts []Mount) ([]Mount, error) {
-	out := make([]Mount, 0, len(mounts))
-	for _, m := range mounts {
-		if m.Target == "" {
-			m.Target = m.Source
-		}
-		bad := func(why string) error {
-			return fmt.Errorf("minipy: IsolatedConfig.Mounts: %q -> %q: %s", m.Source, m.Target, why)
-		}
-		if !filepath.IsAbs(m.Source) || !filepath.IsAbs(m.Target) {
-			return nil, bad("paths must be absolute")
-		}
-		m.Source, m.Target = filepath.Clean(m.Source), filepath.Clean(m.Target)
-		if strings.ContainsAny(m.Source+m.Target, "\n\r\t\x00") {
-			return nil, bad("paths may not hold line breaks, tabs or NUL bytes")
-		}
-		for _, reserved := range []string{"/proc", "/dev", sandboxTree} {
-			if m.Target == reserved || strings.HasPrefix(m.Target, reserved+"/") {
-				return nil, bad("the sandbox makes " + reserved + " itself")
-			}
-		}
-		if m.Target == "/" {
-			return nil, bad("the target cannot be the root")
-		}
-		if _, err := os.Stat(m.Source); err != nil {
-			return nil, bad(err.Error())
-		}
-		out = append(out, m)
-	}
-	return out, nil
 }

@@ -1,0 +1,459 @@
+package worker
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/minipy-go/minipy/internal/pyrt"
+)
+
+// Spec says how an engine's workers start: what the engine's configuration says, with its
+// defaults filled in, and the engine's directories. An engine makes one as it starts and
+// never changes it, so its methods are safe from any goroutine.
+type Spec struct {
+	Python       string   // the local workers' executable
+	Command      []string // start workers through this command instead (python elsewhere)
+	CommandShell bool     // Command passes its arguments through a POSIX shell (ssh)
+	Sandbox      bool     // local workers get Linux namespaces (sandboxAttr, worker.py's sandbox)
+	Network      bool
+	Env          []string // added to the workers' environment (IsolatedConfig.Env)
+	Mounts       []Mount
+	Trees        string // the host directory of the trees of working directories
+	RootDir      string // sandboxed: the (empty) mount point of a worker's root tmpfs
+
+	TmpSize       int64
+	MemoryLimit   int64
+	FileSizeLimit int64
+	OpenFiles     int
+	Processes     int
+	CPULimit      time.Duration
+	KickSignal    syscall.Signal
+	StartTimeout  time.Duration
+	Packed        bool     // several namespaces share each worker (IsolatedConfig.Workers)
+	Rollback      bool     // local workers fork a snapshot after each answer
+	Preload       []string // modules every worker imports as it starts
+	Beats         Beats    // Command workers'
+
+	// Ready reads the payload of a worker's ready frame ([version, executable, pid, tag,
+	// marshal], encoded as pyrt values): an error (an unsupported Python, say) ends the
+	// worker's start with it; tag and code, when set, are the runtime as the worker compiled
+	// it, which later workers of the same command load instead of compiling it.
+	Ready func(payload []byte) (tag string, code []byte, err error)
+}
+
+// Mount is a host path bound into sandboxed workers (IsolatedConfig.Mounts, checked).
+type Mount struct {
+	Source, Target string
+	Writable       bool
+}
+
+// Beats are a Command worker's beat interval and the silence after which it ends.
+type Beats struct{ Every, Silence time.Duration }
+
+// A Command worker's host sends it a beat (pyrt.FrameBeat) every DefaultBeats.Every; the
+// worker ends when, idle, it has heard nothing for DefaultBeats.Silence (worker.py's
+// hear_host), so a transport that keeps its stdin open after the host is gone (a relay, a
+// half-open connection) does not keep it alive for good.
+var DefaultBeats = Beats{Every: 10 * time.Second, Silence: 60 * time.Second}
+
+// Dirs are the directories a worker binds: its tree, Spec.Trees/Tree, and in it the
+// working directory Home, of the namespace the worker is started for. The zero Dirs is the
+// template's (it binds every tree).
+type Dirs struct {
+	Tree string // the tree's name under Spec.Trees
+	Home string // the working directory's name in the tree
+}
+
+func (d Dirs) template() bool { return d.Tree == "" }
+
+// HomePath is the host path of the working directory ("" for the template).
+func (s *Spec) HomePath(d Dirs) string {
+	if d.template() {
+		return ""
+	}
+	return filepath.Join(s.Trees, d.Tree, d.Home)
+}
+
+func (s *Spec) local() bool { return len(s.Command) == 0 }
+
+// bootstrap is the program a worker's python runs (python -c): it reads worker.py as one
+// frame (u32 length, source) from stdin with unbuffered reads, so that no byte of the
+// protocol after it is lost in a buffer, and runs it.
+const bootstrap = `import os
+def _read(n):
+    b = b""
+    while len(b) < n:
+        c = os.read(0, n - len(b))
+        if not c:
+            os._exit(70)
+        b += c
+    return b
+exec(compile(_read(int.from_bytes(_read(4), "little")), ` + "\"" + pyrt.RuntimeFile + "\"" + `, "exec"), {"__name__": "_minipy_worker", "_read": _read})
+`
+
+// Launch starts a worker process with dirs (the template: the zero Dirs), without waiting
+// for it to be ready (AwaitReady). epoch is the owner's generation of the worker.
+func (s *Spec) Launch(dirs Dirs, epoch uint64) (*Worker, error) {
+	cmd, err := s.command(dirs)
+	if err != nil {
+		return nil, err
+	}
+	p, err := newPipes()
+	if err != nil {
+		return nil, err
+	}
+	inR, inW, outR, outW, errR, errW := p[0], p[1], p[2], p[3], p[4], p[5]
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
+	var ctl *net.UnixConn
+	var ctlChild *os.File
+	if s.local() {
+		if ctl, ctlChild, err = controlSocket(); err != nil {
+			closeFiles(p[:]...)
+			return nil, err
+		}
+		cmd.ExtraFiles = []*os.File{ctlChild} // fd 3
+	}
+	err = cmd.Start()
+	closeFiles(inR, outW, errW)
+	if ctlChild != nil {
+		ctlChild.Close()
+	}
+	if err != nil {
+		if ctl != nil {
+			ctl.Close()
+		}
+		closeFiles(inW, outR, errR)
+		return nil, s.startError(cmd.Path, err)
+	}
+	w := &Worker{
+		Epoch:  epoch,
+		cmd:    cmd,
+		stdin:  inW,
+		pidns:  s.local() && s.Sandbox,
+		exited: make(chan struct{}),
+		out:    outR,
+		Known:  map[uint32]bool{pyrt.DefaultNamespace: true},
+		ctl:    ctl,
+	}
+	if ctl != nil && !dirs.template() {
+		// (The template's control socket carries no reports: it answers mounts, AskMount.)
+		w.line = newLine()
+	}
+	w.keepStderr(errR)
+	go func() {
+		cmd.Wait() //nolint:errcheck // the status is read from ProcessState
+		w.state = cmd.ProcessState
+		close(w.exited)
+	}()
+	if w.line != nil {
+		w.line.watch(w)
+	}
+	if !s.local() {
+		go w.beat(s.Beats.Every)
+	}
+	cfgFrame := s.configFrame(dirs)
+	// The bootstrap and config may exceed the pipe's buffer: write them while the caller
+	// waits for the worker's ready frame (or its death, or the start timeout).
+	go func() {
+		boot := binary.LittleEndian.AppendUint32(nil, uint32(len(pyrt.WorkerSource)))
+		boot = append(boot, pyrt.WorkerSource...)
+		w.Send(append(boot, cfgFrame...)) //nolint:errcheck // a worker that dies is noticed by the starter
+	}()
+	return w, nil
+}
+
+// command is the command of a worker with dirs (the template: no tree): the python (or
+// Command) running the bootstrap, in its directory, with its environment and, local and
+// sandboxed, the namespaces of sandboxAttr.
+func (s *Spec) command(dirs Dirs) (*exec.Cmd, error) {
+	args := append([]string(nil), s.Command...)
+	if len(args) == 0 {
+		args = []string{s.Python}
+		if s.Sandbox {
+			// No site before the sandbox exists: worker.py's _site_dirs says why, and runs it
+			// inside.
+			args = append(args, "-S")
+		}
+	}
+	if s.CommandShell {
+		args = append(args, "-c", shellQuote(bootstrap))
+	} else {
+		args = append(args, "-c", bootstrap)
+	}
+	path, err := exec.LookPath(args[0])
+	if err != nil {
+		return nil, fmt.Errorf("minipy: the worker executable: %w", err)
+	}
+	cmd := &exec.Cmd{Path: path, Args: args, SysProcAttr: &syscall.SysProcAttr{Setsid: true}}
+	if !s.local() {
+		return cmd, nil // (its environment is the command's)
+	}
+	cmd.Dir = s.HomePath(dirs)
+	if s.Sandbox { // the template too
+		// Python imports from its working directory ("" on sys.path with -c) as it
+		// starts, before the sandbox is built, with the access it starts with (root's on
+		// a root host): never from the namespace's directory, where earlier code may have
+		// left a signal.py. The trees' directory is the host's, and nobody else may write
+		// there; the worker moves to its working directory (/work) in its sandbox.
+		cmd.Dir = s.Trees
+	}
+	cmd.Env = s.env(cmd.Dir)
+	if s.Sandbox {
+		// Python imports from PYTHONPATH as it starts, before the sandbox exists and with
+		// the access it starts with: the worker puts it on sys.path in its sandbox
+		// instead (the config's pythonpath), where it may be a directory the code can
+		// write to.
+		cmd.Env = slices.DeleteFunc(cmd.Env, func(kv string) bool { return strings.HasPrefix(kv, "PYTHONPATH=") })
+		cmd.SysProcAttr = sandboxAttr(s.Network)
+	}
+	return cmd, nil
+}
+
+// env is a local worker's whole environment (see IsolatedConfig.Env), home its working
+// directory on the host.
+func (s *Spec) env(home string) []string {
+	tmp := os.TempDir()
+	if s.Sandbox {
+		home, tmp = SandboxWorkdir, "/tmp"
+	}
+	path := "/usr/local/bin:/usr/bin:/bin"
+	if dir := filepath.Dir(s.Python); filepath.IsAbs(s.Python) && !strings.Contains(":"+path+":", ":"+dir+":") {
+		path = dir + ":" + path
+	}
+	env := []string{"PATH=" + path, "HOME=" + home, "TMPDIR=" + tmp, "LANG=C.UTF-8"}
+	if s.Sandbox {
+		env = append(env, "USER=user", "LOGNAME=user")
+	}
+	return append(env, s.Env...)
+}
+
+// startError says why a worker's process did not start.
+func (s *Spec) startError(path string, err error) error {
+	if s.local() && s.Sandbox && errors.Is(err, syscall.EACCES) {
+		// The exec was refused (EPERM could be the clone's: the kernel's refusal).
+		who := "the host's user"
+		if os.Geteuid() == 0 {
+			who = "root in a user namespace of their own, which passes root's private directories but not " +
+				"another user's"
+		}
+		return fmt.Errorf("%w: the python %s: %w (sandboxed workers start it as %s)", ErrSandboxAccess, path, err, who)
+	}
+	return fmt.Errorf("minipy: starting a worker: %w", err)
+}
+
+// configFrame is what a worker with dirs (the template: no tree) reads after worker.py: a
+// frame of "key=value" lines (the limits, the kick signal, the working directories), then
+// a frame with the runtime, then one with the runtime as compiled by an earlier worker.
+func (s *Spec) configFrame(dirs Dirs) []byte {
+	var b strings.Builder
+	workdir, tree := s.HomePath(dirs), ""
+	if !dirs.template() {
+		tree = filepath.Join(s.Trees, dirs.Tree)
+	}
+	if s.Sandbox {
+		network := 0
+		if s.Network {
+			network = 1
+		}
+		fmt.Fprintf(&b, "root=%s\nsandbox_id=%d\nsandbox_refused=%d\nsandbox_access=%d\ntmp_size=%d\nnetwork=%d\n",
+			s.RootDir, sandboxID, sandboxRefusedExit, sandboxAccessExit, s.TmpSize, network)
+		if dirs.template() {
+			fmt.Fprintf(&b, "host_tree=%s\n", s.Trees) // every tree: a fork binds its own (Spawn)
+		} else {
+			fmt.Fprintf(&b, "host_workdir=%s\nhost_tree=%s\n", workdir, tree)
+		}
+		workdir, tree = SandboxWorkdir, SandboxTree
+		for _, kv := range s.Env {
+			if pp, ok := strings.CutPrefix(kv, "PYTHONPATH="); ok {
+				fmt.Fprintf(&b, "pythonpath=%s\n", pp) // (the last one is what Python would read)
+			}
+		}
+		for _, m := range s.Mounts {
+			mode := "ro"
+			if m.Writable {
+				mode = "rw"
+			}
+			fmt.Fprintf(&b, "mount=%s %s\t%s\n", mode, m.Source, m.Target)
+		}
+	}
+	if !s.local() {
+		for _, kv := range s.Env {
+			fmt.Fprintf(&b, "env=%s\n", kv)
+		}
+		fmt.Fprintf(&b, "silence_ms=%d\n", s.Beats.Silence.Milliseconds())
+	}
+	fmt.Fprintf(&b, "kick_signal=%d\nworkdir=%s\nmemory=%d\nfile_size=%d\nopen_files=%d\nprocesses=%d\ncpu_seconds=%d\n",
+		int(s.KickSignal), workdir, s.MemoryLimit, s.FileSizeLimit, s.OpenFiles, s.Processes,
+		int64((s.CPULimit+time.Second-1)/time.Second))
+	if tree != "" {
+		fmt.Fprintf(&b, "tree=%s\n", tree)
+	}
+	if s.Packed {
+		b.WriteString("packed=1\n")
+	}
+	if s.local() {
+		b.WriteString("control=1\n")
+		if s.Rollback {
+			b.WriteString("rollback=1\n")
+		}
+	}
+	if len(s.Preload) > 0 {
+		fmt.Fprintf(&b, "preload=%s\n", strings.Join(s.Preload, ","))
+	}
+	if dirs.template() {
+		b.WriteString("template=1\n")
+	}
+	var tag string
+	var code []byte
+	if c, ok := compiledRuntimes.Load(s.runtimeKey()); ok {
+		tag, code = c.(compiledRuntime).tag, c.(compiledRuntime).code
+	}
+	if tag != "" && !strings.ContainsAny(tag, "\n\r") {
+		fmt.Fprintf(&b, "code_tag=%s\n", tag)
+	}
+	f := binary.LittleEndian.AppendUint32(nil, uint32(b.Len()))
+	f = append(f, b.String()...)
+	f = binary.LittleEndian.AppendUint32(f, uint32(len(pyrt.Source)))
+	f = append(f, pyrt.Source...)
+	f = binary.LittleEndian.AppendUint32(f, uint32(len(code)))
+	return append(f, code...)
+}
+
+// compiledRuntimes holds, per worker command, the runtime as the first worker of that
+// command compiled it (marshal, made before it ran any code), which later workers of the
+// command, in any engine of this process, load instead of compiling it again (~5 ms of a
+// start); the worker checks the interpreter's tag before using it.
+var compiledRuntimes sync.Map // runtimeKey -> compiledRuntime
+
+type compiledRuntime struct {
+	tag  string
+	code []byte
+}
+
+func (s *Spec) runtimeKey() string {
+	return strings.Join(append([]string{s.Python}, s.Command...), "\x00")
+}
+
+// AwaitReady waits for the ready frame of a worker that is starting (Launch, Spawn) and
+// checks it (Spec.Ready). On any failure the worker is killed and the error says what it
+// said on its stderr.
+func (s *Spec) AwaitReady(w *Worker) (*Worker, error) {
+	until := time.Now().Add(s.StartTimeout)
+	for {
+		body, err := w.ReadFrame(until)
+		if err != nil {
+			break
+		}
+		if body[0] != pyrt.FrameReady {
+			continue
+		}
+		tag, code, err := s.Ready(body[1:])
+		if err != nil {
+			w.Kill()
+			w.AwaitExit()
+			return nil, err
+		}
+		if tag != "" && len(code) > 0 {
+			compiledRuntimes.LoadOrStore(s.runtimeKey(), compiledRuntime{tag: tag, code: code})
+		}
+		return w, nil
+	}
+	w.Kill()
+	w.AwaitExit()
+	msg := strings.TrimSpace(w.stderr.String())
+	if msg == "" {
+		msg = "no output"
+	}
+	how := "forked from the template"
+	select {
+	case <-w.exited:
+		if w.state != nil && !w.exitFrame && w.pidns {
+			switch w.state.ExitCode() {
+			case sandboxRefusedExit:
+				return nil, fmt.Errorf("%w: %s", ErrNoSandbox, msg)
+			case sandboxAccessExit:
+				// The worker could not open a path to bind (its stderr names it): the host's
+				// permissions, not the kernel, are in the way.
+				return nil, fmt.Errorf("%w (%w): %s", ErrSandboxAccess, fs.ErrPermission, msg)
+			}
+		}
+		if w.state != nil {
+			msg = fmt.Sprintf("%v (worker status %v, exit frame %v): %s", w.state, w.exitStatus.ExitStatus(), w.exitFrame, msg)
+		}
+	default:
+		msg = "no ready frame within " + s.StartTimeout.String() + ": " + msg
+	}
+	if w.cmd != nil {
+		how = strings.Join(w.cmd.Args[:len(w.cmd.Args)-2], " ")
+	}
+	return nil, fmt.Errorf("minipy: starting a worker (%s) failed: %s", how, msg)
+}
+
+// Spawn has template t fork a worker sandbox with dirs (docs/protocol.md, "Template"): it
+// sends the names of its tree and working directory, the new worker's pipes, its control
+// socket and its life pipe (whose end the guardian holds until it exits) over t's control
+// socket. The caller then waits for it with AwaitReady.
+func (s *Spec) Spawn(t *Worker, dirs Dirs, epoch uint64) (*Worker, error) {
+	p, err := newPipes()
+	if err != nil {
+		return nil, err
+	}
+	inR, inW, outR, outW, errR, errW := p[0], p[1], p[2], p[3], p[4], p[5]
+	closeAll := func(fs ...io.Closer) {
+		for _, f := range fs {
+			f.Close()
+		}
+	}
+	ctl, ctlChild, err := controlSocket()
+	if err != nil {
+		closeAll(inR, inW, outR, outW, errR, errW)
+		return nil, err
+	}
+	lifeR, lifeW, err := os.Pipe()
+	if err != nil {
+		closeAll(inR, inW, outR, outW, errR, errW, ctl, ctlChild)
+		return nil, err
+	}
+	rights := syscall.UnixRights(int(inR.Fd()), int(outW.Fd()), int(errW.Fd()), int(ctlChild.Fd()), int(lifeW.Fd()))
+	_, _, err = t.ctl.WriteMsgUnix(append([]byte{pyrt.ControlNew}, dirs.Tree+"\x00"+dirs.Home...), rights, nil)
+	closeAll(inR, outW, errW, ctlChild, lifeW)
+	if err != nil {
+		closeAll(inW, outR, errR, ctl, lifeR)
+		return nil, fmt.Errorf("%w: %w", ErrTemplateGone, err)
+	}
+	w := &Worker{
+		Epoch:  epoch,
+		stdin:  inW,
+		pidns:  true,
+		exited: make(chan struct{}),
+		out:    outR,
+		Known:  map[uint32]bool{pyrt.DefaultNamespace: true},
+		ctl:    ctl,
+		line:   newLine(),
+	}
+	w.keepStderr(errR)
+	go func() {
+		io.Copy(io.Discard, lifeR) //nolint:errcheck // nothing is written: it ends when the guardian exits
+		lifeR.Close()
+		close(w.exited)
+	}()
+	w.line.watch(w)
+	return w, nil
+}
+
+// shellQuote quotes s as one POSIX shell word.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}

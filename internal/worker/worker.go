@@ -1,0 +1,649 @@
+package worker
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/minipy-go/minipy/internal/pyrt"
+)
+
+// stderrKeep is how much of a worker's own stderr is kept for crash errors.
+const stderrKeep = 8 << 10
+
+// Worker is the host's side of one worker process: its pipes, its control socket to the
+// guardian (local workers), and what the host knows of its end. Its owner (the engine's
+// slot, while it holds the slot's token) calls ReadFrame, NextRun, Answered, KillWorker,
+// AwaitDeath, RollBack, Copy and reads and writes Known; Send, Reply, Wake, Kill, Gone,
+// Ended, Pid, Stderr and Status are safe from any goroutine.
+type Worker struct {
+	// Epoch is the owner's generation of the worker (set once, when it is made).
+	Epoch uint64
+	// Known is the namespaces the worker holds; the owner's.
+	Known map[uint32]bool
+
+	cmd    *exec.Cmd // nil for a worker forked from the template (and the copies of a worker)
+	stdin  *os.File
+	pidns  bool // the worker is pid 1 of its own pid namespace: killing it kills its tree
+	wmu    sync.Mutex
+	exited chan struct{} // closed when the process has been waited for
+	stderr tailBuffer
+
+	// The worker's stdout is read by the goroutine holding the slot's token, in the
+	// goroutine that waits for the answer: a hop through a reader goroutine and a channel
+	// cost about a third of a warm round trip.
+	out   *os.File
+	rbuf  []byte
+	woken atomic.Bool // Wake was called: the current wait must return
+
+	// Set from the frames read (b"X": the real worker's wait status, from its init).
+	exitFrame  bool
+	exitStatus syscall.WaitStatus
+	// Set before exited is closed.
+	state *os.ProcessState
+
+	killOnce sync.Once
+
+	runSeq uint64 // the owner's
+
+	// Local workers: ctl is the control socket to the guardian (fd 3 there, for the first
+	// worker of a guardian); line is what the workers of one ctl share (a rollback's worker
+	// replaces the one that ended on the same line); snapKnown is Known as of the last
+	// answered request, when the worker forked the snapshot that a rollback would wake;
+	// died is the guardian's report of the worker's end.
+	ctl        *net.UnixConn
+	line       *ctlLine
+	snapKnown  map[uint32]bool
+	stderrDone chan struct{} // closed when the worker's stderr pipe has ended
+	died       chan Death
+	deathNote  atomic.Pointer[Death]
+}
+
+// Death is the guardian's report (pyrt.ControlDied) that the worker process ended.
+type Death struct {
+	Status   syscall.WaitStatus
+	Snapshot bool // a snapshot of it waits to take over
+}
+
+// beatFrame is the frame of a beat.
+var beatFrame = append(binary.LittleEndian.AppendUint32(nil, 1), pyrt.FrameBeat)
+
+// beat sends the Command worker w a beat every interval until it exits.
+func (w *Worker) beat(every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.exited:
+			return
+		case <-t.C:
+			if w.Send(beatFrame) != nil {
+				return
+			}
+		}
+	}
+}
+
+// ErrNotProtocol is what ReadFrame returns when the worker's stdout is not our protocol.
+var ErrNotProtocol = errors.New("minipy: the worker broke the protocol")
+
+// ReadFrame returns the next frame from the worker (kind byte, payload), waiting until
+// deadline at most (zero: no limit; os.ErrDeadlineExceeded when it passes or Wake is
+// called). Any other error means the worker is gone. A frame cut by a deadline stays in the
+// buffer for the next call. Only the owner calls it.
+func (w *Worker) ReadFrame(deadline time.Time) ([]byte, error) {
+	for {
+		if len(w.rbuf) >= 4 {
+			n := int(binary.LittleEndian.Uint32(w.rbuf))
+			if n == 0 || n > 1<<30 {
+				return nil, ErrNotProtocol
+			}
+			if len(w.rbuf) >= 4+n {
+				body := append([]byte(nil), w.rbuf[4:4+n]...)
+				w.rbuf = w.rbuf[:copy(w.rbuf, w.rbuf[4+n:])]
+				if body[0] == pyrt.FrameExit && len(body) == 5 {
+					w.exitFrame = true
+					w.exitStatus = syscall.WaitStatus(int32(binary.LittleEndian.Uint32(body[1:])))
+					continue
+				}
+				return body, nil
+			}
+		}
+		if cap(w.rbuf)-len(w.rbuf) < 4096 {
+			// Grow as bytes arrive, not by the length a frame claims: code in the worker
+			// can reach the protocol descriptor and claim anything.
+			w.rbuf = append(make([]byte, 0, 2*cap(w.rbuf)+64<<10), w.rbuf...)
+		}
+		if err := w.out.SetReadDeadline(deadline); err != nil {
+			return nil, err
+		}
+		if w.woken.Swap(false) {
+			return nil, os.ErrDeadlineExceeded
+		}
+		m, err := w.out.Read(w.rbuf[len(w.rbuf):cap(w.rbuf)])
+		w.rbuf = w.rbuf[:len(w.rbuf)+m]
+		if err != nil && m == 0 {
+			return nil, err
+		}
+	}
+}
+
+// Wake makes a pending ReadFrame return os.ErrDeadlineExceeded. Safe from any goroutine.
+func (w *Worker) Wake() {
+	w.woken.Store(true)
+	w.out.SetReadDeadline(time.Now()) //nolint:errcheck // a closed pipe needs no waking
+}
+
+// Send writes one frame to the worker.
+func (w *Worker) Send(frame []byte) error {
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
+	_, err := w.stdin.Write(frame)
+	return err
+}
+
+// NextRun is the id of the owner's next request to the worker.
+func (w *Worker) NextRun() uint64 {
+	w.runSeq++
+	return w.runSeq
+}
+
+// Answered records that the worker answered a request: it snapshots itself before the
+// next one, holding the namespaces it knows now.
+func (w *Worker) Answered() {
+	if w.ctl != nil {
+		w.snapKnown = maps.Clone(w.Known)
+	}
+}
+
+// Kill kills the worker's whole process tree: in its pid namespace, killing its init
+// (the worker's pid 1) makes the kernel kill every process in it, however detached;
+// otherwise the process group and every descendant found in /proc are killed.
+func (w *Worker) Kill() {
+	w.killOnce.Do(func() {
+		if others := w.line != nil && w.line.release(); others || w.cmd == nil {
+			// Other workers (Fork copies) share the guardian: it ends this one's line. Or
+			// the worker was forked from the template: its guardian, pid 1 of its
+			// sandbox, ends everything in it when its last control socket closes.
+			w.ctl.CloseWrite() //nolint:errcheck // a closed socket: the line has ended
+			w.stdin.Close()
+			return
+		}
+		pid := w.cmd.Process.Pid
+		if !w.pidns {
+			killDescendants(pid)
+			syscall.Kill(-pid, syscall.SIGKILL) //nolint:errcheck // may be gone already
+		}
+		syscall.Kill(pid, syscall.SIGKILL) //nolint:errcheck // may be gone already
+		w.stdin.Close()
+	})
+}
+
+// AwaitExit waits (a bounded time) for the process to be reaped and its stdout to end.
+func (w *Worker) AwaitExit() {
+	t := time.NewTimer(5 * time.Second)
+	defer t.Stop()
+	if w.line != nil && w.line.detached.Load() {
+		select { // the guardian closes the line's socket once it has killed the line
+		case <-w.line.done:
+		case <-w.exited:
+		case <-t.C:
+		}
+		return
+	}
+	select {
+	case <-w.exited:
+	case <-t.C:
+	}
+}
+
+// Gone reports whether w's process has ended for the host: its guardian exited, or (a
+// line of a shared guardian) the guardian ended its line.
+func (w *Worker) Gone() bool {
+	select {
+	case <-w.exited:
+		return true
+	default:
+	}
+	if w.line == nil {
+		return false
+	}
+	select {
+	case <-w.line.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (b *tailBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, p...)
+	if len(b.buf) > b.max {
+		b.buf = append(b.buf[:0], b.buf[len(b.buf)-b.max:]...)
+	}
+	return len(p), nil
+}
+
+func (b *tailBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf)
+}
+
+// Reply sends the answer to host call id of the worker's run in progress (a FrameReply).
+func (w *Worker) Reply(id uint64, status byte, payload []byte) {
+	f := make([]byte, 0, 4+1+8+1+len(payload))
+	f = binary.LittleEndian.AppendUint32(f, uint32(1+8+1+len(payload)))
+	f = append(f, pyrt.FrameReply)
+	f = binary.LittleEndian.AppendUint64(f, id)
+	f = append(f, status)
+	f = append(f, payload...)
+	w.Send(f) //nolint:errcheck // a dead worker is noticed by the run's wait
+}
+
+// newPipes makes a worker's stdin, stdout and stderr pipes: read and write end of
+// each, in that order.
+func newPipes() ([6]*os.File, error) {
+	var p [6]*os.File
+	for i := 0; i < 6; i += 2 {
+		r, w, err := os.Pipe()
+		if err != nil {
+			for _, f := range p[:i] {
+				f.Close()
+			}
+			return p, err
+		}
+		p[i], p[i+1] = r, w
+	}
+	return p, nil
+}
+
+// controlSocket makes the rollback control socket: the host's end, and the guardian's (fd
+// 3 of the worker process), a SOCK_SEQPACKET pair so that each message arrives whole.
+func controlSocket() (*net.UnixConn, *os.File, error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("minipy: the worker's control socket: %w", err)
+	}
+	host := os.NewFile(uintptr(fds[0]), "minipy-control")
+	defer host.Close()
+	c, err := net.FileConn(host)
+	if err != nil {
+		syscall.Close(fds[1])
+		return nil, nil, fmt.Errorf("minipy: the worker's control socket: %w", err)
+	}
+	return c.(*net.UnixConn), os.NewFile(uintptr(fds[1]), "minipy-control-child"), nil
+}
+
+// keepStderr keeps the end of what the worker writes on its stderr pipe (read end r) for
+// crash errors; stderrDone closes when the pipe ends.
+func (w *Worker) keepStderr(r *os.File) {
+	w.stderr.max = stderrKeep
+	w.stderrDone = make(chan struct{})
+	go func() {
+		io.Copy(&w.stderr, r) //nolint:errcheck // ends with the worker
+		r.Close()
+		close(w.stderrDone)
+	}()
+}
+
+// newLine is the line of a guardian's first worker.
+func newLine() *ctlLine {
+	l := &ctlLine{guardian: &guardianLines{}, done: make(chan struct{})}
+	l.guardian.n.Store(1)
+	return l
+}
+
+// guardianLines counts the lines (workers with a control socket each) of one guardian
+// process: the first worker and the copies Namespace.Fork made from it.
+type guardianLines struct{ n atomic.Int32 }
+
+// ctlLine is one control socket to a guardian and the succession of workers on it (a
+// rollback's snapshot takes over from the worker that ended).
+type ctlLine struct {
+	guardian *guardianLines
+	cur      atomic.Pointer[Worker] // the worker the guardian's next report is about
+	released atomic.Bool
+	detached atomic.Bool   // released while other lines lived: the guardian ends it
+	done     chan struct{} // closed when the control socket has ended
+}
+
+// release gives up the line; it reports whether other lines of its guardian live on (then
+// the guardian must end this one alone, rather than be killed).
+func (l *ctlLine) release() (others bool) {
+	if !l.released.CompareAndSwap(false, true) {
+		return l.detached.Load()
+	}
+	others = l.guardian.n.Add(-1) > 0
+	l.detached.Store(others)
+	return others
+}
+
+// follow makes w the worker that the line's next report is about.
+func (l *ctlLine) follow(w *Worker) {
+	w.line = l
+	w.died = make(chan Death, 1)
+	l.cur.Store(w)
+}
+
+// watch makes w the line's current worker and reads the guardian's reports until the
+// socket ends: a b"D" (the worker ended) is kept for the run that waits, which it wakes.
+func (l *ctlLine) watch(w *Worker) {
+	l.follow(w)
+	ctl := w.ctl
+	go func() {
+		defer close(l.done)
+		buf := make([]byte, 16)
+		for {
+			n, err := ctl.Read(buf)
+			if err != nil {
+				return
+			}
+			if n == 6 && buf[0] == pyrt.ControlDied {
+				d := Death{Status: syscall.WaitStatus(int32(binary.LittleEndian.Uint32(buf[1:5]))), Snapshot: buf[5] == 1}
+				cur := l.cur.Load()
+				cur.deathNote.Store(&d)
+				select {
+				case cur.died <- d:
+				default:
+				}
+				cur.Wake()
+			}
+		}
+	}()
+}
+
+// Ended reports whether the guardian said the worker process ended.
+func (w *Worker) Ended() bool { return w.deathNote.Load() != nil }
+
+// KillWorker asks the guardian to kill the worker process but not its snapshot (the hard
+// stop at a deadline), and waits up to wait for its report; false when there is no report
+// (no control socket, or no answer): the caller then kills the whole guardian.
+func (w *Worker) KillWorker(wait time.Duration) (Death, bool) {
+	if w.line == nil {
+		return Death{}, false
+	}
+	if d := w.deathNote.Load(); d != nil {
+		return *d, true
+	}
+	if _, err := w.ctl.Write([]byte{pyrt.ControlKill}); err != nil {
+		return Death{}, false
+	}
+	return w.AwaitDeath(wait)
+}
+
+// AwaitDeath waits up to wait for the guardian's report that the worker ended.
+func (w *Worker) AwaitDeath(wait time.Duration) (Death, bool) {
+	if w.line == nil {
+		return Death{}, false
+	}
+	if d := w.deathNote.Load(); d != nil {
+		return *d, true
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case d := <-w.died:
+		return d, true
+	case <-w.exited:
+	case <-w.line.done:
+	case <-t.C:
+	}
+	if d := w.deathNote.Load(); d != nil {
+		return *d, true
+	}
+	return Death{}, false
+}
+
+// RollBack wakes the snapshot of w (which ended) as the worker: new pipes go to it through
+// the guardian, and it answers with a ready frame on them. The returned worker shares w's
+// process (the guardian), line and epoch, and knows the namespaces the snapshot holds.
+func (w *Worker) RollBack(timeout time.Duration) (*Worker, error) {
+	nw, err := w.handOver(w.ctl, w.line, []byte{pyrt.ControlTakeOver}, nil, w.Epoch, w.snapKnown, timeout)
+	if err != nil {
+		return nil, fmt.Errorf("minipy: the rollback snapshot did not take over: %w", err)
+	}
+	w.stdin.Close()
+	w.out.Close()
+	return nw, nil
+}
+
+// handOver makes the host's side of a worker that w's guardian wakes on fresh pipes (a
+// rollback's snapshot, a Fork's copy): it sends msg over w's control socket with the
+// pipes' worker ends (and extra after them), and waits for the ready frame on them. The
+// new worker reports over ctl, on line.
+func (w *Worker) handOver(ctl *net.UnixConn, line *ctlLine, msg []byte, extra []*os.File, epoch uint64,
+	known map[uint32]bool, timeout time.Duration) (*Worker, error) {
+	p, err := newPipes()
+	if err != nil {
+		return nil, err
+	}
+	inR, inW, outR, outW, errR, errW := p[0], p[1], p[2], p[3], p[4], p[5]
+	nw := &Worker{
+		Epoch:  epoch,
+		cmd:    w.cmd,
+		stdin:  inW,
+		pidns:  w.pidns,
+		exited: w.exited,
+		out:    outR,
+		Known:  maps.Clone(known),
+		ctl:    ctl,
+	}
+	if nw.Known == nil {
+		nw.Known = map[uint32]bool{pyrt.DefaultNamespace: true}
+	}
+	nw.snapKnown = maps.Clone(nw.Known)
+	line.follow(nw) // before the guardian can report on it
+	fds := []int{int(inR.Fd()), int(outW.Fd()), int(errW.Fd())}
+	for _, f := range extra {
+		fds = append(fds, int(f.Fd()))
+	}
+	_, _, err = w.ctl.WriteMsgUnix(msg, syscall.UnixRights(fds...), nil)
+	inR.Close()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		inW.Close()
+		outR.Close()
+		errR.Close()
+		return nil, err
+	}
+	nw.keepStderr(errR)
+	until := time.Now().Add(timeout)
+	for {
+		body, err := nw.ReadFrame(until)
+		if err != nil {
+			nw.stdin.Close()
+			nw.out.Close()
+			select { // what it said before it ended
+			case <-nw.stderrDone:
+			case <-time.After(100 * time.Millisecond):
+			}
+			if msg := strings.TrimSpace(nw.stderr.String()); msg != "" {
+				err = fmt.Errorf("%w: %s", err, msg)
+			}
+			return nil, err
+		}
+		if body[0] == pyrt.FrameReady {
+			return nw, nil
+		}
+	}
+}
+
+// Pid is the pid of the worker's own process on this host: the guardian (pid 1 of its
+// sandbox) of a local worker, the command of a Command worker; 0 for a worker forked from
+// the template (the template's descendant) and for the copies a guardian woke.
+func (w *Worker) Pid() int {
+	if w.cmd == nil || w.cmd.Process == nil {
+		return 0
+	}
+	return w.cmd.Process.Pid
+}
+
+// Stderr is the end of what the worker wrote on its stderr (stderrKeep bytes at most).
+func (w *Worker) Stderr() string { return w.stderr.String() }
+
+// StderrDone is closed when the worker's stderr pipe has ended.
+func (w *Worker) StderrDone() <-chan struct{} { return w.stderrDone }
+
+// Status is how the worker process ended, as far as the host knows: the guardian's report,
+// else the real worker's status from its pid namespace's init (an exit frame), else the
+// reaped process's; false when none is known (it has not been reaped yet).
+func (w *Worker) Status() (syscall.WaitStatus, bool) {
+	if d := w.deathNote.Load(); d != nil {
+		return d.Status, true
+	}
+	if w.exitFrame {
+		return w.exitStatus, true
+	}
+	select {
+	case <-w.exited:
+		if w.state != nil {
+			ws, ok := w.state.Sys().(syscall.WaitStatus)
+			return ws, ok
+		}
+	default:
+	}
+	return 0, false
+}
+
+// Controlled reports whether the worker has a guardian that reports on it (a local
+// worker): only such a worker can be rolled back or copied.
+func (w *Worker) Controlled() bool { return w.line != nil }
+
+// Copy takes the copy of the worker that its process forked under token (a Fork, as
+// namespace id; docs/protocol.md, "Fork"): it gives it pipes and a control socket of its
+// own, which the guardian pairs with it by the token, and returns it as a worker of its own
+// line, holding the default namespace and id, with epoch 1.
+func (w *Worker) Copy(token uint64, id uint32, timeout time.Duration) (*Worker, error) {
+	ctl, ctlChild, err := controlSocket()
+	if err != nil {
+		return nil, err
+	}
+	defer ctlChild.Close()
+	line := &ctlLine{guardian: w.line.guardian, done: make(chan struct{})}
+	line.guardian.n.Add(1)
+	msg := binary.LittleEndian.AppendUint64([]byte{pyrt.ControlFork}, token)
+	known := map[uint32]bool{pyrt.DefaultNamespace: true, id: true}
+	cw, err := w.handOver(ctl, line, msg, []*os.File{ctlChild}, 1, known, timeout)
+	if err != nil {
+		line.release()
+		ctl.Close()
+		return nil, err
+	}
+	line.watch(cw)
+	return cw, nil
+}
+
+// ErrTemplateGone: the template did not answer (it died, or the engine closed it).
+var ErrTemplateGone = errors.New("minipy: the template is gone")
+
+// AskMount has template t mount a tmpfs of size bytes over the working directory tree/name
+// in its mount namespace (pyrt.ControlMount) and returns an O_PATH fd of the tmpfs's root.
+// The caller sends one request at a time, so that an answer is the last request's; a
+// template that does not answer within timeout is stuck, and is killed.
+func (t *Worker) AskMount(tree, name string, size int64, timeout time.Duration) (int, error) {
+	msg := fmt.Sprintf("%c%s\x00%s\x00%d", pyrt.ControlMount, tree, name, size)
+	if _, _, err := t.ctl.WriteMsgUnix([]byte(msg), nil, nil); err != nil {
+		return -1, fmt.Errorf("%w: %w", ErrTemplateGone, err)
+	}
+	t.ctl.SetReadDeadline(time.Now().Add(timeout)) //nolint:errcheck // a closed socket fails the read
+	defer t.ctl.SetReadDeadline(time.Time{})       //nolint:errcheck
+	buf := make([]byte, 1024)
+	oob := make([]byte, syscall.CmsgSpace(4))
+	n, oobn, _, _, err := t.ctl.ReadMsgUnix(buf, oob) // (Go receives fds close-on-exec)
+	var fds []int
+	if msgs, perr := syscall.ParseSocketControlMessage(oob[:oobn]); perr == nil {
+		for _, m := range msgs {
+			if got, err := syscall.ParseUnixRights(&m); err == nil {
+				fds = append(fds, got...)
+			}
+		}
+	}
+	if err == nil && n == 1 && buf[0] == pyrt.ControlMount && len(fds) == 1 {
+		return fds[0], nil
+	}
+	for _, fd := range fds {
+		syscall.Close(fd)
+	}
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		// Its answer must not be taken for the next request's.
+		t.Kill()
+		return -1, fmt.Errorf("%w: no answer to a mount within %v", ErrTemplateGone, timeout)
+	case err != nil || n == 0:
+		return -1, fmt.Errorf("%w: %v", ErrTemplateGone, err)
+	}
+	return -1, fmt.Errorf("minipy: mounting the tmpfs of a namespace's working directory (IsolatedConfig.WorkSize): %s",
+		bytes.TrimPrefix(buf[:n], []byte{pyrt.ControlRefused}))
+}
+
+// closeFiles closes fs.
+func closeFiles(fs ...*os.File) {
+	for _, f := range fs {
+		f.Close()
+	}
+}
+
+// Reading is a Worker with no process whose frames come from out, for tests that feed
+// ReadFrame a stream of their own (the root package's fuzz test).
+func Reading(out *os.File) *Worker {
+	return &Worker{out: out, exited: make(chan struct{})}
+}
+
+// Request sends a request (pyrt.FrameRequest): run id rid, the worker's deadman delay in
+// ms (0: none), the namespaces to create first, and the request itself (an op and its
+// arguments).
+func (w *Worker) Request(rid uint64, deadman uint32, create []uint32, req []byte) error {
+	f := make([]byte, 0, 4+1+8+4+2+4*len(create)+len(req))
+	f = binary.LittleEndian.AppendUint32(f, uint32(1+8+4+2+4*len(create)+len(req)))
+	f = append(f, pyrt.FrameRequest)
+	f = binary.LittleEndian.AppendUint64(f, rid)
+	f = binary.LittleEndian.AppendUint32(f, deadman)
+	f = binary.LittleEndian.AppendUint16(f, uint16(len(create)))
+	for _, id := range create {
+		f = binary.LittleEndian.AppendUint32(f, id)
+	}
+	return w.Send(append(f, req...))
+}
+
+// Kick asks the worker to interrupt run rid (pyrt.FrameKick) at stage (1, then 2 once the
+// run has ignored the kicks for a while: the root package's timeout.go). A dead worker is
+// noticed by the owner's wait.
+func (w *Worker) Kick(rid uint64, stage int) {
+	f := make([]byte, 0, 14)
+	f = binary.LittleEndian.AppendUint32(f, 10)
+	f = append(f, pyrt.FrameKick)
+	f = binary.LittleEndian.AppendUint64(f, rid)
+	f = append(f, byte(stage))
+	w.Send(f) //nolint:errcheck // a dead worker is noticed by the owner's wait
+}
+
+// Answer reads an answer frame's body (pyrt.FrameAnswer): the run id, whether the run was
+// kicked, and the response; false if body is no answer.
+func Answer(body []byte) (rid uint64, kicked bool, resp []byte, ok bool) {
+	if len(body) < 10 || body[0] != pyrt.FrameAnswer {
+		return 0, false, nil, false
+	}
+	return binary.LittleEndian.Uint64(body[1:]), body[9] != 0, body[10:], true
+}

@@ -1,0 +1,278 @@
+package worker
+
+import (
+	"encoding/binary"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/minipy-go/minipy/internal/cpython"
+	"github.com/minipy-go/minipy/internal/pyrt"
+)
+
+// plainSpec is the Spec of unsandboxed local workers of the linked Python, with one tree
+// ("1", holding "work") made under a temporary directory.
+func plainSpec(t *testing.T) (*Spec, Dirs) {
+	t.Helper()
+	python := cpython.LinkedPython()
+	if python == "" {
+		python = "python3"
+	}
+	s := &Spec{
+		Python: python, Trees: t.TempDir(), KickSignal: syscall.SIGUSR1, StartTimeout: 30 * time.Second,
+		Beats: DefaultBeats,
+		Ready: func([]byte) (string, []byte, error) { return "", nil, nil },
+	}
+	d := Dirs{Tree: "1", Home: "work"}
+	require.NoError(t, os.MkdirAll(s.HomePath(d), 0o700))
+	return s, d
+}
+
+// configLines is the first frame of configFrame, as lines.
+func configLines(t *testing.T, f []byte) []string {
+	t.Helper()
+	require.GreaterOrEqual(t, len(f), 4)
+	n := binary.LittleEndian.Uint32(f)
+	return strings.Split(strings.TrimSuffix(string(f[4:4+n]), "\n"), "\n")
+}
+
+// TestLaunchAndKill: a plain worker starts, says it is ready (Spec.Ready sees the payload),
+// and Kill ends it and its children; its status says it was killed.
+func TestLaunchAndKill(t *testing.T) {
+	s, d := plainSpec(t)
+	var ready []byte
+	s.Ready = func(p []byte) (string, []byte, error) { ready = p; return "", nil, nil }
+	w, err := s.Launch(d, 7)
+	require.NoError(t, err)
+	w, err = s.AwaitReady(w)
+	require.NoError(t, err)
+	assert.NotEmpty(t, ready, "Ready got the ready frame's payload")
+	assert.Equal(t, uint64(7), w.Epoch)
+	assert.True(t, w.Known[pyrt.DefaultNamespace])
+	assert.True(t, w.Controlled(), "a local worker has a guardian")
+	pid := w.Pid()
+	require.NotZero(t, pid)
+	children := ReadTree().Below(pid)
+	require.NotEmpty(t, children, "the guardian runs the worker as its child")
+	assert.False(t, w.Gone())
+
+	w.Kill()
+	w.AwaitExit()
+	assert.True(t, w.Gone())
+	ws, ok := w.Status()
+	require.True(t, ok)
+	assert.True(t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "status %v", ws)
+	for _, p := range append(children, pid) {
+		assert.NoError(t, waitGone(p), "process %d outlived Kill", p)
+	}
+}
+
+// waitGone waits (a bounded time) until pid is no more, or a zombie.
+func waitGone(pid int) error {
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			return nil
+		}
+		if i := strings.LastIndexByte(string(stat), ')'); i > 0 && strings.HasPrefix(string(stat[i+1:]), " Z") {
+			return nil
+		}
+	}
+	return errors.New("still running")
+}
+
+// TestAwaitReadyRefused: a ready frame that Spec.Ready refuses fails the start with its
+// error, and the worker is killed.
+func TestAwaitReadyRefused(t *testing.T) {
+	s, d := plainSpec(t)
+	refused := errors.New("too old")
+	s.Ready = func([]byte) (string, []byte, error) { return "", nil, refused }
+	w, err := s.Launch(d, 1)
+	require.NoError(t, err)
+	_, err = s.AwaitReady(w)
+	require.ErrorIs(t, err, refused)
+	assert.True(t, w.Gone(), "a refused worker is killed")
+}
+
+// TestStartFailureSaysWhy: a "python" that is no Python fails the start with what it said
+// on its stderr; one that does not exist fails Launch.
+func TestStartFailureSaysWhy(t *testing.T) {
+	s, d := plainSpec(t)
+	sh, err := exec.LookPath("sh")
+	require.NoError(t, err)
+	s.Python = sh // sh -c BOOTSTRAP: "import: not found"
+	w, err := s.Launch(d, 1)
+	require.NoError(t, err)
+	_, err = s.AwaitReady(w)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "starting a worker")
+	assert.Contains(t, err.Error(), "import")
+
+	s.Python = filepath.Join(t.TempDir(), "no-such-python")
+	_, err = s.Launch(d, 1)
+	require.ErrorIs(t, err, os.ErrNotExist)
+}
+
+// TestCompiledRuntimeIsShared: the runtime a worker offers in its ready frame is handed to
+// the next worker of the same command in its config, and not to another command's.
+func TestCompiledRuntimeIsShared(t *testing.T) {
+	s, d := plainSpec(t)
+	s.Command = []string{"shared-runtime-test-" + t.Name()}
+	s.Ready = func([]byte) (string, []byte, error) { return "tag-1", []byte("code"), nil }
+	assert.NotContains(t, configLines(t, s.configFrame(d)), "code_tag=tag-1")
+	compiledRuntimes.LoadOrStore(s.runtimeKey(), compiledRuntime{tag: "tag-1", code: []byte("code")})
+	t.Cleanup(func() { compiledRuntimes.Delete(s.runtimeKey()) })
+	f := s.configFrame(d)
+	assert.Contains(t, configLines(t, f), "code_tag=tag-1")
+	assert.True(t, strings.HasSuffix(string(f), "\x04\x00\x00\x00code"), "the code is the last frame")
+	other := *s
+	other.Command = []string{"another-command"}
+	assert.NotContains(t, configLines(t, other.configFrame(d)), "code_tag=tag-1")
+}
+
+// TestConfigFrame: what a sandboxed worker and the template are told, and a Command
+// worker's own lines.
+func TestConfigFrame(t *testing.T) {
+	s := &Spec{
+		Python: "python3", Sandbox: true, Trees: "/e/work", RootDir: "/e/root", TmpSize: 5,
+		Env: []string{"PYTHONPATH=/a", "X=1"}, Mounts: []Mount{{Source: "/src", Target: "/dst"}, {Source: "/rw", Target: "/rw", Writable: true}},
+		Packed: true, Rollback: true, Preload: []string{"numpy", "json"}, KickSignal: syscall.SIGUSR1,
+		CPULimit: 1500 * time.Millisecond, Beats: DefaultBeats,
+	}
+	lines := configLines(t, s.configFrame(Dirs{Tree: "3", Home: "work"}))
+	for _, want := range []string{
+		"root=/e/root", "tmp_size=5", "network=0", "host_workdir=/e/work/3/work", "host_tree=/e/work/3",
+		"workdir=" + SandboxWorkdir, "tree=" + SandboxTree, "pythonpath=/a", "mount=ro /src\t/dst",
+		"mount=rw /rw\t/rw", "packed=1", "control=1", "rollback=1", "preload=numpy,json", "cpu_seconds=2",
+		"kick_signal=" + strconv.Itoa(int(syscall.SIGUSR1)), "sandbox_refused=" + strconv.Itoa(sandboxRefusedExit),
+	} {
+		assert.Contains(t, lines, want)
+	}
+	assert.NotContains(t, lines, "template=1")
+
+	tmpl := configLines(t, s.configFrame(Dirs{}))
+	assert.Contains(t, tmpl, "template=1")
+	assert.Contains(t, tmpl, "host_tree=/e/work", "the template binds every tree")
+
+	c := &Spec{Command: []string{"ssh", "h", "python3"}, Env: []string{"X=1"}, Beats: Beats{Every: time.Second, Silence: 3 * time.Second}}
+	lines = configLines(t, c.configFrame(Dirs{Tree: "1", Home: "work"}))
+	assert.Contains(t, lines, "env=X=1")
+	assert.Contains(t, lines, "silence_ms=3000")
+	assert.NotContains(t, lines, "control=1", "a Command worker has no guardian the host controls")
+	for _, l := range lines {
+		assert.False(t, strings.HasPrefix(l, "root="), "no sandbox for a Command worker: %s", l)
+	}
+}
+
+// TestFrames: the frames the host writes and reads, in pyrt's layout.
+func TestFrames(t *testing.T) {
+	r, wr, err := os.Pipe()
+	require.NoError(t, err)
+	defer r.Close()
+	w := &Worker{stdin: wr}
+	require.NoError(t, w.Request(9, 250, []uint32{1, 5}, []byte{pyrt.OpRun, 'x'}))
+	w.Kick(9, 2)
+	w.Reply(4, 1, []byte("ok"))
+	wr.Close()
+	out := make([]byte, 256)
+	n, _ := r.Read(out)
+	got := out[:n]
+	req := []byte{24, 0, 0, 0, pyrt.FrameRequest, 9, 0, 0, 0, 0, 0, 0, 0, 250, 0, 0, 0, 2, 0, 1, 0, 0, 0, 5, 0, 0, 0, pyrt.OpRun, 'x'}
+	req[0] = byte(len(req) - 4)
+	kick := []byte{10, 0, 0, 0, pyrt.FrameKick, 9, 0, 0, 0, 0, 0, 0, 0, 2}
+	reply := []byte{12, 0, 0, 0, pyrt.FrameReply, 4, 0, 0, 0, 0, 0, 0, 0, 1, 'o', 'k'}
+	assert.Equal(t, append(append(req, kick...), reply...), got)
+
+	rid, kicked, resp, ok := Answer([]byte{pyrt.FrameAnswer, 9, 0, 0, 0, 0, 0, 0, 0, 1, 'r'})
+	assert.True(t, ok)
+	assert.Equal(t, uint64(9), rid)
+	assert.True(t, kicked)
+	assert.Equal(t, []byte("r"), resp)
+	_, _, _, ok = Answer([]byte{pyrt.FrameReady, 1})
+	assert.False(t, ok)
+}
+
+// TestReadFrame: frames split across reads are reassembled, the guardian's exit frame is
+// kept rather than returned, Wake ends a wait, and a stream that is not the protocol is
+// refused.
+func TestReadFrame(t *testing.T) {
+	r, wr, err := os.Pipe()
+	require.NoError(t, err)
+	defer r.Close()
+	defer wr.Close()
+	w := Reading(r)
+	exit := binary.LittleEndian.AppendUint32([]byte{5, 0, 0, 0, pyrt.FrameExit}, uint32(9<<8))
+	go func() {
+		wr.Write(exit)                          //nolint:errcheck
+		wr.Write([]byte{3, 0, 0})               //nolint:errcheck
+		time.Sleep(20 * time.Millisecond)       // a frame cut between reads
+		wr.Write([]byte{0, pyrt.FrameReady, 1}) //nolint:errcheck
+		wr.Write([]byte{2})                     //nolint:errcheck
+	}()
+	body, err := w.ReadFrame(time.Now().Add(5 * time.Second))
+	require.NoError(t, err)
+	assert.Equal(t, []byte{pyrt.FrameReady, 1, 2}, body)
+	ws, ok := w.Status()
+	assert.True(t, ok)
+	assert.Equal(t, 9, ws.ExitStatus(), "the exit frame's status")
+
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		w.Wake()
+	}()
+	_, err = w.ReadFrame(time.Time{})
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+
+	wr.Write([]byte{0, 0, 0, 0}) //nolint:errcheck
+	for i := 0; i < 2; i++ {     // (a Wake whose wait had already returned makes the next one return early)
+		if _, err = w.ReadFrame(time.Now().Add(5 * time.Second)); !errors.Is(err, os.ErrDeadlineExceeded) {
+			break
+		}
+	}
+	require.ErrorIs(t, err, ErrNotProtocol)
+}
+
+// TestKillDescendants: every descendant is killed, and a process held for a start time
+// that is not its own (its pid reused) is never signalled.
+func TestKillDescendants(t *testing.T) {
+	cmd := exec.Command("sh", "-c", "sleep 1000 & (sleep 1000 & wait) & wait")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	require.NoError(t, cmd.Start())
+	defer func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) //nolint:errcheck
+		cmd.Wait()                                      //nolint:errcheck
+	}()
+	var below []int
+	for end := time.Now().Add(5 * time.Second); len(below) < 3 && time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		below = ReadTree().Below(cmd.Process.Pid)
+	}
+	require.Len(t, below, 3, "two sleeps and a subshell")
+
+	start, ok := procStart(below[0])
+	require.True(t, ok)
+	_, held := holdProcess(below[0], start+1)
+	assert.False(t, held, "a process whose start time is not the scanned one is not held")
+
+	killDescendants(cmd.Process.Pid)
+	for _, p := range below {
+		assert.NoError(t, waitGone(p), "descendant %d outlived killDescendants", p)
+	}
+	assert.NoError(t, cmd.Process.Signal(syscall.Signal(0)), "the root itself is left alone")
+}
+
+// TestTailBuffer keeps the last bytes only.
+func TestTailBuffer(t *testing.T) {
+	b := tailBuffer{max: 4}
+	b.Write([]byte("abc")) //nolint:errcheck
+	b.Write([]byte("def")) //nolint:errcheck
+	assert.Equal(t, "cdef", b.String())
+}

@@ -1,0 +1,249 @@
+package minipy
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/minipy-go/minipy/internal/worker"
+)
+
+// IsolatedConfig configures an isolated engine (see NewIsolated). The zero value is one
+// local worker of the default Python with no resource limits and no network.
+type IsolatedConfig struct {
+	// Workers packs namespaces into shared worker processes. 0 (the default) gives every
+	// namespace a worker of its own, killed by its Close: namespaces never share memory, a
+	// crash costs no other namespace its variables, and runs in different namespaces
+	// proceed in parallel. NewNamespace takes a spare worker started ahead (after the first
+	// NewNamespace, one is kept starting), so a namespace rarely waits for a start. N > 0 runs N workers and spreads the namespaces over
+	// them round-robin: fewer processes, but namespaces on one worker can reach each
+	// other's objects (gc.get_objects) and are lost together.
+	Workers int
+	// Python is the worker executable (a project's venv python works; 3.11 or later). ""
+	// means the interpreter of the libpython minipy is built against, found from the
+	// library's own file (PREFIX/bin/python3.X beside PREFIX/lib), else python3.X in
+	// /usr/bin, /usr/local/bin or on PATH (never a pyenv shim), so that both engines run
+	// one Python build. Its prefix (and a venv's base) and the directories on its sys.path
+	// are bound read-only into the sandbox at their own paths. When the host runs as root,
+	// sandboxed workers start it as root of a user namespace of their own, which enters
+	// root's private directories (a venv under /root works) but not another user's (that is
+	// ErrSandboxAccess), and they become the unprivileged user nobody before they build the
+	// sandbox: the code imports from the venv as nobody, so the venv's own files must be
+	// readable by others, as the usual umask makes them.
+	Python string
+	// Command, when set, starts each worker through a command that pipes stdin and stdout to
+	// a Python interpreter elsewhere: the engine appends "-c" and the worker's bootstrap
+	// program, so the command must end in the python executable, for example
+	// {"kubectl", "exec", "-i", "POD", "--", "python3"} or {"docker", "exec", "-i", "ID",
+	// "python3"}. Python is then ignored. Such workers get no Linux namespaces here (the
+	// other side is the sandbox), so Network must be true; the rlimits (memory, CPU, file
+	// size, open files, processes) are set by the worker itself and apply there. The far
+	// side never outlives the host's decision: the worker's guardian kills it when the
+	// connection closes, and its deadman timer at each run's deadline plus the grace.
+	Command []string
+	// CommandShell quotes the appended arguments for a POSIX shell, for commands that pass
+	// their arguments through one, as ssh does: {"ssh", "host", "python3"}.
+	CommandShell bool
+	// MemoryLimit caps each worker's address space (RLIMIT_AS), in bytes; 0 means none.
+	// An allocation past it raises MemoryError, returned as a *LimitError.
+	MemoryLimit int64
+	// CPULimit caps the CPU time each run may use (whole seconds, rounded up); 0 means none.
+	// A run that uses it up kills its worker: the error is a *WorkerLostError with Limit "cpu".
+	// It is a soft RLIMIT_CPU, re-armed before each run, which code could raise for itself:
+	// the run's Timeout and the hard kill still bound it.
+	CPULimit time.Duration
+	// FileSizeLimit caps the size of any file a worker writes (RLIMIT_FSIZE); 0 means none.
+	// It bounds what a run may print, too (output is captured in memory files): printing
+	// past it raises OSError (EFBIG) in the code. Without it, a run's output is held in the
+	// worker's memory, whole, until the run ends, and only then capped at MaxOutput.
+	FileSizeLimit int64
+	// OpenFiles caps the file descriptors each worker may hold (RLIMIT_NOFILE); 0: no cap.
+	OpenFiles int
+	// Processes caps the processes and threads of each worker (RLIMIT_NPROC; the worker's
+	// own two threads and, in a pid namespace, its reaper count too); 0 means none. It bites
+	// for root too: local workers run as an unprivileged user in their own user namespace.
+	Processes int
+	// Network lets workers reach the network. When false (the default), local workers run
+	// in their own network namespace with no interfaces up.
+	Network bool
+	// AllowUnsandboxed runs local workers without Linux namespaces when the kernel refuses
+	// them (no user namespaces), instead of failing. Without namespaces the network stays
+	// reachable, Processes does not bite for root, and a timed-out run's process tree is
+	// found by scanning /proc (children that were orphaned before the kill can escape).
+	AllowUnsandboxed bool
+	// Env adds variables ("KEY=VALUE") to the workers' environment. Workers never inherit
+	// the host's environment (an agent's API keys stay out of the model's reach): a local
+	// worker starts with PATH (the python's own directory first, as in an active venv),
+	// HOME (the working directory), TMPDIR, LANG=C.UTF-8 and USER, then Env, which may
+	// override them and may set what Python reads at start (PYTHONPATH, ...). A Command
+	// worker gets the environment its command gives it; Env is added there as the worker
+	// starts.
+	Env []string
+	// Mounts shares host files and directories with sandboxed local workers, read-only
+	// unless Writable (see Mount). Without the sandbox (AllowUnsandboxed on a kernel that
+	// refuses it) only mounts whose Target is their Source can be honoured.
+	Mounts []Mount
+	// TmpSize caps a sandboxed worker's private /tmp and /dev/shm, each a tmpfs (memory,
+	// not counted in MemoryLimit), in bytes; 0 means 256 MiB.
+	TmpSize int64
+	// WorkSize caps the bytes that each namespace's working directory may hold; 0 means
+	// 1 GiB, a negative value no cap. Past it the code's writes fail with OSError ENOSPC,
+	// and WriteFile with an error that matches syscall.ENOSPC; the host's disk holds none
+	// of it. Each working directory is then a tmpfs of that size: memory, like TmpSize (only
+	// what is written counts; not counted in MemoryLimit), with an inode per 4 KiB, mounted
+	// by the template in the workers' mount namespaces, so Namespace.WorkDir is a path
+	// through the host process's /proc/PID/fd. Sandboxed workers forked from the template
+	// (the default) get it; with NoTemplate, without the sandbox, for Command workers and
+	// with a negative WorkSize, working directories are directories on the host's disk.
+	WorkSize int64
+	// KickSignal is the signal that interrupts a run inside a worker; 0: DefaultKickSignal.
+	KickSignal syscall.Signal
+	// StartTimeout bounds a worker's start; 0 means 30 s.
+	StartTimeout time.Duration
+	// NoRollback turns off rollback snapshots. By default a local worker forks a snapshot
+	// of itself after each request it answers (copy-on-write, between requests); when a
+	// run crashes the worker (os._exit, a segfault, a limit) or is killed at its deadline,
+	// the snapshot takes over, so its namespaces are exactly as they were before that run,
+	// and the error (a *WorkerLostError with RolledBack) does not match ErrStateLost.
+	// Threads and child processes that earlier runs left running are not in the snapshot.
+	// Command workers have no snapshots, nor have workers of a free-threaded Python with a
+	// MemoryLimit (a snapshot could not start its threads under it).
+	NoRollback bool
+	// NoTemplate starts each sandboxed worker as a process of its own. By default an engine
+	// with sandboxed local workers keeps a template: a process in the sandbox's file system
+	// that has loaded the runtime and Preload, from which each new worker is forked
+	// (copy-on-write, so workers share those pages) into namespaces of its own (user, pid,
+	// mount, IPC, UTS, network), with a fresh /tmp and /dev/shm, its own limits, and no
+	// capability. Workers of Command or without the sandbox always start plainly.
+	NoTemplate bool
+	// Preload names modules ("numpy", "pandas", "matplotlib.pyplot") that every worker
+	// imports as it starts, before its first run: workers are started ahead of need (at
+	// NewIsolated and NewNamespace, and as soon as one is lost), so a session's first cell
+	// does not pay for them. A module that cannot be imported fails the worker's start
+	// (NewIsolated, or the namespace's first use, returns the error). The imports count
+	// towards StartTimeout and run under the worker's limits.
+	Preload []string
+}
+
+// Mount shares a host path with sandboxed workers (IsolatedConfig.Mounts).
+type Mount struct {
+	// Source is the host's file or directory (an absolute path that exists). Sandboxed
+	// workers open it as they set up their sandbox, with the host's user's access or, when
+	// the host runs as root, that of root in a user namespace of their own, which enters
+	// root's private directories but not another user's (ErrSandboxAccess); the code then
+	// reads and writes it as the workers' user.
+	Source string
+	// Target is where the worker sees it (absolute; "" means Source). It may not be "/"
+	// or lie under /proc or /dev. Under /work (the worker's working directory), its mount
+	// point is made in the engine's working directory.
+	Target string
+	// Writable lets the worker write through to Source (as far as the workers' host user,
+	// the host's own or nobody when the host is root, may); otherwise it is read-only.
+	Writable bool
+}
+
+// moduleName is a dotted Python module name.
+var moduleName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
+
+// withDefaults checks cfg and fills in its defaults.
+func withDefaults(cfg IsolatedConfig) (IsolatedConfig, error) {
+	if cfg.Workers < 0 {
+		return cfg, errors.New("minipy: IsolatedConfig.Workers must not be negative")
+	}
+	if cfg.KickSignal == 0 {
+		cfg.KickSignal = DefaultKickSignal
+	}
+	if cfg.StartTimeout <= 0 {
+		cfg.StartTimeout = 30 * time.Second
+	}
+	if cfg.MemoryLimit < 0 || cfg.CPULimit < 0 || cfg.FileSizeLimit < 0 || cfg.OpenFiles < 0 || cfg.Processes < 0 {
+		return cfg, errors.New("minipy: IsolatedConfig limits must not be negative")
+	}
+	if len(cfg.Command) > 0 && !cfg.Network {
+		return cfg, errors.New("minipy: IsolatedConfig.Command workers cannot be cut off from the network here " +
+			"(the command itself may need it); set Network: true and isolate the other side")
+	}
+	if len(cfg.Command) == 0 && cfg.Python == "" {
+		cfg.Python = defaultWorkerPython()
+	}
+	if cfg.TmpSize < 0 {
+		return cfg, errors.New("minipy: IsolatedConfig.TmpSize must not be negative")
+	}
+	if cfg.TmpSize == 0 {
+		cfg.TmpSize = worker.DefaultTmpSize
+	}
+	if cfg.WorkSize == 0 {
+		cfg.WorkSize = defaultWorkSize
+	}
+	if err := checkEnv(cfg.Env, len(cfg.Command) > 0); err != nil {
+		return cfg, err
+	}
+	for _, name := range cfg.Preload {
+		if !moduleName.MatchString(name) {
+			return cfg, fmt.Errorf("minipy: IsolatedConfig.Preload: %q is not a module name (such as numpy or matplotlib.pyplot)", name)
+		}
+	}
+	mounts, err := checkMounts(cfg.Mounts)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Mounts = mounts
+	if len(cfg.Command) > 0 && len(cfg.Mounts) > 0 {
+		return cfg, errors.New("minipy: IsolatedConfig.Mounts apply to local workers; a Command worker's files are the other side's")
+	}
+	return cfg, nil
+}
+
+// checkEnv checks IsolatedConfig.Env; a Command worker gets it (and a sandboxed worker
+// PYTHONPATH) through a config frame of lines, so those values may not hold line breaks.
+func checkEnv(env []string, command bool) error {
+	for _, kv := range env {
+		key, _, ok := strings.Cut(kv, "=")
+		// A Command worker gets Env, and a sandboxed one PYTHONPATH, through the config frame.
+		lines := command || key == "PYTHONPATH"
+		if !ok || key == "" || strings.ContainsRune(kv, 0) || lines && strings.ContainsAny(kv, "\n\r") {
+			return fmt.Errorf("minipy: IsolatedConfig.Env entry %q is not KEY=VALUE (a non-empty key, no NUL byte"+
+				", no line break for Command workers or in PYTHONPATH)", kv)
+		}
+	}
+	return nil
+}
+
+// checkMounts checks IsolatedConfig.Mounts and returns them with clean paths and targets
+// filled in.
+func checkMounts(mounts []Mount) ([]Mount, error) {
+	out := make([]Mount, 0, len(mounts))
+	for _, m := range mounts {
+		if m.Target == "" {
+			m.Target = m.Source
+		}
+		bad := func(why string) error {
+			return fmt.Errorf("minipy: IsolatedConfig.Mounts: %q -> %q: %s", m.Source, m.Target, why)
+		}
+		if !filepath.IsAbs(m.Source) || !filepath.IsAbs(m.Target) {
+			return nil, bad("paths must be absolute")
+		}
+		m.Source, m.Target = filepath.Clean(m.Source), filepath.Clean(m.Target)
+		if strings.ContainsAny(m.Source+m.Target, "\n\r\t\x00") {
+			return nil, bad("paths may not hold line breaks, tabs or NUL bytes")
+		}
+		for _, reserved := range []string{"/proc", "/dev", worker.SandboxTree} {
+			if m.Target == reserved || strings.HasPrefix(m.Target, reserved+"/") {
+				return nil, bad("the sandbox makes " + reserved + " itself")
+			}
+		}
+		if m.Target == "/" {
+			return nil, bad("the target cannot be the root")
+		}
+		if _, err := os.Stat(m.Source); err != nil {
+			return nil, bad(err.Error())
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
