@@ -248,10 +248,13 @@ func (e *Isolated) closeOwn(slot *workerSlot) {
 		defer slot.token.release()
 	}
 	e.mu.Lock()
+	_, open := e.own[slot]
 	delete(e.own, slot)
 	e.mu.Unlock()
 	slot.shutdown()
-	e.releaseDirs(slot.dirs)
+	if open { // (once: a tree counts each slot once)
+		e.releaseDirs(slot.dirs)
+	}
 }
 
 // Close kills every worker (and everything they started) and removes the engine's working

@@ -294,3 +294,28 @@ func TestIsolatedTemplateDies(t *testing.T) {
 	plain := newIsolated(t, minipy.IsolatedConfig{NoTemplate: true})
 	assert.Zero(t, minipy.TemplatePID(plain))
 }
+
+// TestForkCopiesClosedThenCollected: a Fork copy that is closed and then garbage-collected
+// is freed once: its tree, which the source shares, stays, and the source forks again
+// (the collector's free of a closed copy used to release the tree a second time).
+func TestForkCopiesClosedThenCollected(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{})
+	ns := e.NewNamespace()
+	defer ns.Close()
+	_, err := runIn(t, e, ns, "x = 1")
+	require.NoError(t, err)
+	for i := 0; i < 3; i++ {
+		cp, err := ns.Fork()
+		require.NoError(t, err, "fork %d", i)
+		require.NoError(t, cp.Close())
+		cp = nil //nolint:ineffassign,wastedassign // let the collector have it
+		runtime.GC()
+		runtime.GC()
+		time.Sleep(100 * time.Millisecond) // (cleanups run on a goroutine of their own)
+	}
+	_, err = os.Stat(minipy.HostWorkDir(ns))
+	require.NoError(t, err, "the source's working directory")
+	cp, err := ns.Fork()
+	require.NoError(t, err)
+	defer cp.Close()
+}

@@ -24,8 +24,9 @@ type Namespace struct {
 	id     uint32
 	ref    any // engine-specific (the isolated engine's worker slot)
 
-	mu     sync.Mutex
-	closed bool
+	mu      sync.Mutex
+	closed  bool
+	cleanup runtime.Cleanup // frees the namespace when the wrapper is collected unclosed
 }
 
 // NewNamespace makes a fresh namespace in the in-process interpreter, starting it if needed.
@@ -57,7 +58,7 @@ func newInProcessNamespace() (*Namespace, error) {
 // newNamespace wraps namespace id of engine e and frees it when the wrapper is collected.
 func newNamespace(e engine, id uint32, ref any) *Namespace {
 	ns := &Namespace{engine: e, id: id, ref: ref}
-	runtime.AddCleanup(ns, func(id uint32) {
+	ns.cleanup = runtime.AddCleanup(ns, func(id uint32) {
 		go func() {
 			// A run may still use it (its Options outlive the last reference): the free
 			// waits for the interpreter, so its functions go after that run too.
@@ -208,6 +209,9 @@ func (ns *Namespace) Close() error {
 	}
 	ns.closed = true
 	ns.mu.Unlock()
+	// Closed: a collection must not free it again (an isolated namespace's second free
+	// would release its working directories' tree twice, under its Fork copies' feet).
+	ns.cleanup.Stop()
 	ns.engine.hosts().forget(ns.id)
 	_, err := ns.engine.do(ns, pyrt.OpFree, int64(ns.id))
 	return err

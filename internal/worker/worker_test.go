@@ -233,7 +233,8 @@ func TestReadFrame(t *testing.T) {
 	require.ErrorIs(t, err, os.ErrDeadlineExceeded)
 
 	wr.Write([]byte{0, 0, 0, 0}) //nolint:errcheck
-	for i := 0; i < 2; i++ {     // (a Wake whose wait had already returned makes the next one return early)
+	// (A Wake whose wait had already returned makes the next one return early.)
+	for i := 0; i < 2; i++ {
 		if _, err = w.ReadFrame(time.Now().Add(5 * time.Second)); !errors.Is(err, os.ErrDeadlineExceeded) {
 			break
 		}
