@@ -163,6 +163,17 @@ var ErrSandboxAccess = worker.ErrSandboxAccess
 // anywhere; the host never follows one out). Nothing was read or written.
 var ErrBadPath = errors.New("minipy: the name is not a path inside the working directory")
 
+// ErrBadState is matched by Namespace.Restore's error for input that is not a saved
+// namespace this minipy can restore here: empty, truncated, foreign, a later format, saved
+// by another Python minor version, or holding values that cannot be loaded here (a module
+// that is not installed). The namespace is unchanged.
+var ErrBadState = errors.New("minipy: not a saved namespace that can be restored here")
+
+// ErrStateTag is matched by Namespace.Restore's error for a saved namespace whose tag does
+// not match under this process's state key (SetStateKey): sealed with another key, or
+// altered. Nothing of it is loaded, and the namespace is unchanged.
+var ErrStateTag = errors.New("minipy: the saved namespace's tag does not match the state key (another key, or altered)")
+
 // ErrNoFiles is matched by the error of a Namespace file method on a namespace whose files
 // the host cannot reach apart from its own: an in-process namespace's code shares the host
 // process's file system and working directory (use the os package), and a Command worker's

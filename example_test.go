@@ -298,3 +298,28 @@ func ExampleCallToolResult() {
 	// done
 	// image/png 40 30
 }
+
+// A namespace saved and restored into another one, as a server does when a session moves
+// to another process (which then needs the same minipy.SetStateKey).
+func ExampleNamespace_Save() {
+	ns := minipy.NewNamespace()
+	defer ns.Close()
+	minipy.Minipy("rate = 3\ndef scaled(x):\n    return x * rate\nlines = (l for l in [])", &minipy.Options{Globals: ns})
+	var saved bytes.Buffer
+	info, err := ns.Save(&saved)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("saved:", info.Saved, "skipped:", info.Skipped)
+
+	later := minipy.NewNamespace()
+	defer later.Close()
+	if err := later.Restore(&saved); err != nil {
+		panic(err)
+	}
+	r, _ := minipy.Minipy("rate = 10\nscaled(4)", &minipy.Options{Globals: later})
+	fmt.Println(r.Repr)
+	// Output:
+	// saved: [rate scaled] skipped: [lines]
+	// 40
+}

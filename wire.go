@@ -73,6 +73,8 @@ func replyError(v any) error {
 		return fmt.Errorf("%w: %s", ErrNamespaceClosed, msg)
 	case "fork":
 		return fmt.Errorf("%w: %s", ErrNoFork, msg)
+	case "state":
+		return fmt.Errorf("%w: %s", ErrBadState, msg)
 	}
 	return fmt.Errorf("minipy: internal error in the Python runtime: %s", msg)
 }

@@ -222,60 +222,6 @@ func (e *Isolated) fileOwner() int {
 	return -1
 }
 
-// copyFiles copies the directory rel of src, recursively, into the same place of dst:
-// directories, regular files and symbolic links, with their permission bits; nothing
-// else (FIFOs, sockets).
-func copyFiles(src, dst *workRoot, rel string) error {
-	fd, err := openat2(src.fd, rel, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0,
-		resolveBeneath|resolveNoSymlinks)
-	if err != nil {
-		return &fs.PathError{Op: "open", Path: rel, Err: err}
-	}
-	dir := os.NewFile(uintptr(fd), rel)
-	defer dir.Close()
-	names, err := dir.Readdirnames(-1)
-	if err != nil {
-		return &fs.PathError{Op: "readdir", Path: rel, Err: err}
-	}
-	for _, name := range names {
-		sub := path.Join(rel, name)
-		var st syscall.Stat_t
-		if fstatat(fd, name, &st) != nil {
-			continue // gone meanwhile
-		}
-		switch st.Mode & syscall.S_IFMT {
-		case syscall.S_IFDIR:
-			err = dst.mkdirAll(sub)
-			if err == nil {
-				err = copyFiles(src, dst, sub)
-			}
-		case syscall.S_IFREG:
-			var f *os.File
-			if f, _, err = src.openRead(sub); err == nil {
-				_, err = dst.write(sub, f)
-				f.Close()
-			}
-		case syscall.S_IFLNK:
-			var to string
-			if to, err = os.Readlink("/proc/self/fd/" + strconv.Itoa(fd) + "/" + name); err == nil {
-				err = dst.symlink(to, sub)
-			}
-		default:
-			continue
-		}
-		if err == nil && st.Mode&syscall.S_IFMT != syscall.S_IFLNK {
-			err = dst.chmod(sub, st.Mode&0o7777)
-		}
-		if errors.Is(err, fs.ErrPermission) {
-			continue // the host's user may not read it (a file of mode 0): it cannot be moved
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // symlink makes the symbolic link name (its directory exists) pointing to to.
 func (r *workRoot) symlink(to, name string) error {
 	parent, err := r.openat("symlink", path.Dir(name), syscall.O_RDONLY|syscall.O_DIRECTORY, 0)

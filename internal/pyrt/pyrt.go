@@ -27,10 +27,14 @@ var workerSource string
 //go:embed proctree.py
 var procTreeSource string
 
+//go:embed state.py
+var stateSource string
+
 // Source is runtime.py with the shared constants, then notebook.py (IPython's syntax,
-// magics, display) and proctree.py (killing a tree of processes): one module. It must be compiled with the file name RuntimeFile so that
+// magics, display), proctree.py (killing a tree of processes) and state.py (saving and
+// restoring a namespace): one module. It must be compiled with the file name RuntimeFile so that
 // the runtime's own frames can be told apart from the user's and left out of tracebacks.
-var Source = withConstants(runtimeSource) + "\n" + notebookSource + "\n" + procTreeSource
+var Source = withConstants(runtimeSource) + "\n" + notebookSource + "\n" + procTreeSource + "\n" + stateSource
 
 // WorkerSource is worker.py with the shared constants, then proctree.py and the call of its
 // main: the isolated engine's worker process around the runtime (the protocol, fd-level
@@ -56,6 +60,10 @@ const (
 	// namespace id, u32 copy id. The worker forks a copy of itself (Namespace.Fork;
 	// docs/protocol.md, "Fork").
 	OpFork
+	// OpSave and OpRestore save a namespace's variables and restore them (state.py;
+	// Namespace.Save and Restore).
+	OpSave
+	OpRestore
 )
 
 // Flags of a run request. RunLive: its output is sent while it runs (events of kind
@@ -150,8 +158,9 @@ func prelude() string {
 	b := func(kind byte) string { return fmt.Sprintf("b%q", string(kind)) }
 	defs := []string{
 		fmt.Sprintf("RUNTIME_FILE = %q", RuntimeFile),
-		fmt.Sprintf("OP_RUN, OP_NEW, OP_FREE, OP_SET, OP_GET, OP_NAMES, OP_INFO, OP_REGISTER, OP_FORK = %d, %d, %d, %d, %d, %d, %d, %d, %d",
-			OpRun, OpNew, OpFree, OpSet, OpGet, OpNames, OpInfo, OpRegister, OpFork),
+		fmt.Sprintf("OP_RUN, OP_NEW, OP_FREE, OP_SET, OP_GET, OP_NAMES, OP_INFO, OP_REGISTER, OP_FORK, OP_SAVE, OP_RESTORE = "+
+			"%d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d",
+			OpRun, OpNew, OpFree, OpSet, OpGet, OpNames, OpInfo, OpRegister, OpFork, OpSave, OpRestore),
 		fmt.Sprintf("RUN_LIVE, RUN_HOST_CALLS = %d, %d", RunLive, RunHostCalls),
 		fmt.Sprintf("DEFAULT_NAMESPACE = %d", DefaultNamespace),
 		fmt.Sprintf("MAX_DEPTH = %d", MaxDepth),

@@ -1432,6 +1432,10 @@ def dispatch(req):
         if op == OP_REGISTER:
             _op_register(*args)
             return b"\x00N"
+        if op == OP_SAVE:
+            return b"\x00" + encode(_op_save(*args))
+        if op == OP_RESTORE:
+            return b"\x00" + encode(_op_restore(*args))
         raise _OpError("internal", "unknown op %d" % op)
     except _OpError as exc:
         return b"\x01" + encode([exc.kind, str(exc)])

@@ -356,7 +356,8 @@ class _Worker:
                 self.enter(_COUNT_ID.unpack_from(request, 1)[0])
             # Reading requests change nothing: the snapshot stays good.
             self.changed = bool(count) or request[:1] not in (
-                bytes((OP_GET,)), bytes((OP_NAMES,)), bytes((OP_INFO,)), bytes((OP_FORK,)))
+                bytes((OP_GET,)), bytes((OP_NAMES,)), bytes((OP_INFO,)), bytes((OP_FORK,)),
+                bytes((OP_SAVE,)))
             if request[:1] == bytes((OP_FORK,)):
                 resp = self.fork(request)
                 if resp is None:

@@ -1,0 +1,66 @@
+package minipy_test
+
+import (
+	"bytes"
+	"context"
+	"testing"
+
+	"github.com/minipy-go/minipy"
+)
+
+// stateBenchCell fills a namespace as issue 23 measures it: a 10 MB numpy array and 100
+// variables (numbers, strings, lists, dicts, a function and a class among them).
+const stateBenchCell = `
+import numpy as np
+big = np.random.default_rng(1).random(10 * 2**20 // 8)
+def f(x):
+    return x + 1
+class C:
+    def __init__(self, i):
+        self.i = i
+for i in range(100):
+    globals()["v%d" % i] = [i, "s" * i, {"k": i / 3}, C(i)] if i % 2 else f
+`
+
+// BenchmarkSaveRestore measures Namespace.Save and Restore of stateBenchCell's namespace
+// in each engine (Restore into a fresh namespace of the same engine), and the saved size.
+func BenchmarkSaveRestore(b *testing.B) {
+	iso, err := minipy.NewIsolated(minipy.IsolatedConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer iso.Close()
+	for _, c := range []struct {
+		name   string
+		engine minipy.Engine
+		newNS  func() *minipy.Namespace
+	}{
+		{"in-process", minipy.InProcess(), minipy.NewNamespace},
+		{"isolated", iso, iso.NewNamespace},
+	} {
+		ns := c.newNS()
+		if _, err := c.engine.Run(context.Background(), stateBenchCell, &minipy.Options{Globals: ns}); err != nil {
+			b.Fatal(err)
+		}
+		var saved bytes.Buffer
+		b.Run(c.name+"/save", func(b *testing.B) {
+			for b.Loop() {
+				saved.Reset()
+				if _, err := ns.Save(&saved); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(saved.Len())/(1<<20), "MB")
+		})
+		target := c.newNS()
+		b.Run(c.name+"/restore", func(b *testing.B) {
+			for b.Loop() {
+				if err := target.Restore(bytes.NewReader(saved.Bytes())); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		ns.Close()
+		target.Close()
+	}
+}

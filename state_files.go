@@ -1,0 +1,210 @@
+package minipy
+
+import (
+	"archive/tar"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"strconv"
+	"syscall"
+)
+
+// fileSink receives the entries of a working directory as walkFiles finds them: another
+// working directory (copyFiles) or a tar archive (Save).
+type fileSink interface {
+	dir(rel string, mode uint32) error     // before the directory's entries
+	dirDone(rel string, mode uint32) error // after them
+	file(rel string, mode uint32, r io.Reader) error
+	symlink(rel, to string) error
+}
+
+// walkFiles walks the directory rel of src, recursively, into sink: directories, regular
+// files and symbolic links (never followed), with their permission bits; nothing else
+// (FIFOs, sockets). Entries the host's user may not read are left out.
+func walkFiles(src *workRoot, rel string, sink fileSink) error {
+	fd, err := openat2(src.fd, rel, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0,
+		resolveBeneath|resolveNoSymlinks)
+	if err != nil {
+		return &fs.PathError{Op: "open", Path: rel, Err: err}
+	}
+	dir := os.NewFile(uintptr(fd), rel)
+	defer dir.Close()
+	names, err := dir.Readdirnames(-1)
+	if err != nil {
+		return &fs.PathError{Op: "readdir", Path: rel, Err: err}
+	}
+	for _, name := range names {
+		sub := path.Join(rel, name)
+		var st syscall.Stat_t
+		if fstatat(fd, name, &st) != nil {
+			continue // gone meanwhile
+		}
+		mode := st.Mode & 0o7777
+		switch st.Mode & syscall.S_IFMT {
+		case syscall.S_IFDIR:
+			err = sink.dir(sub, mode)
+			if err == nil {
+				err = walkFiles(src, sub, sink)
+			}
+			if err == nil {
+				err = sink.dirDone(sub, mode)
+			}
+		case syscall.S_IFREG:
+			var f *os.File
+			if f, _, err = src.openRead(sub); err == nil {
+				err = sink.file(sub, mode, f)
+				f.Close()
+			}
+		case syscall.S_IFLNK:
+			var to string
+			if to, err = os.Readlink("/proc/self/fd/" + strconv.Itoa(fd) + "/" + name); err == nil {
+				err = sink.symlink(sub, to)
+			}
+		}
+		if errors.Is(err, fs.ErrPermission) {
+			continue // the host's user may not read it (a file of mode 0)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// copyFiles copies the directory rel of src, recursively, into the same place of dst.
+func copyFiles(src, dst *workRoot, rel string) error {
+	return walkFiles(src, rel, rootSink{dst})
+}
+
+// rootSink writes the entries into a working directory.
+type rootSink struct{ r *workRoot }
+
+func (s rootSink) dir(rel string, _ uint32) error        { return s.r.mkdirAll(rel) }
+func (s rootSink) dirDone(rel string, mode uint32) error { return s.r.chmod(rel, mode) }
+func (s rootSink) symlink(rel, to string) error          { return s.r.symlink(to, rel) }
+
+func (s rootSink) file(rel string, mode uint32, r io.Reader) error {
+	if _, err := s.r.write(rel, r); err != nil {
+		return err
+	}
+	return s.r.chmod(rel, mode)
+}
+
+// tarSink writes the entries as a tar archive, counting them.
+type tarSink struct {
+	w *tar.Writer
+	n int
+}
+
+func (s *tarSink) dir(rel string, mode uint32) error {
+	s.n++
+	return s.w.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: rel + "/", Mode: int64(mode)})
+}
+
+func (s *tarSink) dirDone(string, uint32) error { return nil }
+
+func (s *tarSink) file(rel string, mode uint32, r io.Reader) error {
+	data, err := io.ReadAll(r) // (its size now, which a header needs first)
+	if err != nil {
+		return &fs.PathError{Op: "read", Path: rel, Err: err}
+	}
+	s.n++
+	if err := s.w.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: rel, Mode: int64(mode), Size: int64(len(data))}); err != nil {
+		return err
+	}
+	_, err = s.w.Write(data)
+	return err
+}
+
+func (s *tarSink) symlink(rel, to string) error {
+	s.n++
+	return s.w.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: rel, Linkname: to, Mode: 0o777})
+}
+
+// tarFiles writes the working directory of root to w as a tar archive, and returns the
+// number of its entries.
+func tarFiles(root *workRoot, w io.Writer) (int, error) {
+	tw := tar.NewWriter(w)
+	s := &tarSink{w: tw}
+	if err := walkFiles(root, ".", s); err != nil {
+		return 0, err
+	}
+	return s.n, tw.Close()
+}
+
+// untarFiles writes the entries of the tar archive r (tarFiles') into the working directory
+// of root, replacing files and links of the same names; directories get their modes last,
+// so a read-only one is filled first.
+func untarFiles(root *workRoot, r io.Reader) error {
+	tr := tar.NewReader(r)
+	type dirMode struct {
+		name string
+		mode uint32
+	}
+	var dirs []dirMode
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("the files' archive: %w", err)
+		}
+		name, err := cleanFileName("restore", h.Name, true)
+		if err != nil || name == "." {
+			continue
+		}
+		mode := uint32(h.Mode) & 0o7777
+		switch h.Typeflag {
+		case tar.TypeDir:
+			err = root.mkdirAll(name)
+			dirs = append(dirs, dirMode{name, mode})
+		case tar.TypeReg:
+			if err = root.mkdirAll(path.Dir(name)); err == nil {
+				err = root.replace(name)
+			}
+			if err == nil {
+				err = rootSink{root}.file(name, mode, tr)
+			}
+		case tar.TypeSymlink:
+			if err = root.mkdirAll(path.Dir(name)); err == nil {
+				err = root.replace(name)
+			}
+			if err == nil {
+				err = root.symlink(h.Linkname, name)
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	for i := len(dirs) - 1; i >= 0; i-- {
+		if err := root.chmod(dirs[i].name, dirs[i].mode); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// replace removes the entry name (its directory exists) if it is a file or a link, so that
+// a file or link of that name can be made in its place; a directory there is an error.
+func (r *workRoot) replace(name string) error {
+	parent, err := r.openat("open", path.Dir(name), oPath|syscall.O_DIRECTORY, 0)
+	if err != nil {
+		return err
+	}
+	defer syscall.Close(parent)
+	var st syscall.Stat_t
+	base := path.Base(name)
+	if fstatat(parent, base, &st) != nil {
+		return nil // nothing there
+	}
+	if st.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+		return &fs.PathError{Op: "restore", Path: name, Err: fmt.Errorf("%w: a directory is in the way", fs.ErrExist)}
+	}
+	unlinkat(parent, base)
+	return nil
+}

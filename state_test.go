@@ -1,0 +1,245 @@
+package minipy_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/minipy-go/minipy"
+)
+
+// stateCell makes a namespace worth saving: data, a function that reads a global, a class
+// with an instance, a closure, a numpy array, a module, and what cannot be saved.
+const stateCell = `
+import json, threading
+import numpy as np
+rate = 3
+def scaled(x):
+    return x * rate
+class Box:
+    def __init__(self, v):
+        self.v = v
+    def twice(self):
+        return Box(scaled(self.v) * 2 // rate)
+def counter():
+    n = 0
+    def inc():
+        nonlocal n
+        n += 1
+        return n
+    return inc
+tick = counter()
+tick()
+box = Box(21)
+arr = np.arange(6).reshape(2, 3)
+gen = (i for i in range(3))
+lock = threading.Lock()
+`
+
+// stateEngines runs f on a namespace of each engine.
+func stateEngines(t *testing.T) map[string]minipy.Engine {
+	return map[string]minipy.Engine{
+		"in-process": minipy.InProcess(),
+		"isolated":   newIsolated(t, minipy.IsolatedConfig{}),
+	}
+}
+
+func newNS(t *testing.T, e minipy.Engine) *minipy.Namespace {
+	t.Helper()
+	var ns *minipy.Namespace
+	if iso, ok := e.(*minipy.Isolated); ok {
+		ns = iso.NewNamespace()
+	} else {
+		ns = minipy.NewNamespace()
+	}
+	t.Cleanup(func() { ns.Close() })
+	return ns
+}
+
+func runState(t *testing.T, e minipy.Engine, ns *minipy.Namespace, code string) string {
+	t.Helper()
+	res, err := e.Run(context.Background(), code, &minipy.Options{Globals: ns})
+	require.NoError(t, err)
+	return res.Repr
+}
+
+// TestSaveRestore: a namespace saved in one engine is restored in a fresh namespace of
+// each engine, with its functions, classes, closures and arrays working there, and the
+// values that cannot be saved named.
+func TestSaveRestore(t *testing.T) {
+	engines := stateEngines(t)
+	for from, src := range engines {
+		ns := newNS(t, src)
+		runState(t, src, ns, stateCell)
+		var saved bytes.Buffer
+		info, err := ns.Save(&saved)
+		require.NoError(t, err, from)
+		assert.ElementsMatch(t, []string{"json", "threading", "np", "rate", "scaled", "Box", "counter", "tick", "box",
+			"arr"}, info.Saved, from)
+		assert.Equal(t, []string{"gen", "lock"}, info.Skipped, from)
+		assert.Contains(t, info.Reasons["gen"], "generator", from)
+		assert.Contains(t, info.Reasons["lock"], "lock", from)
+
+		for to, dst := range engines {
+			t.Run(from+" to "+to, func(t *testing.T) {
+				target := newNS(t, dst)
+				runState(t, dst, target, "old = 1")
+				require.NoError(t, target.Restore(bytes.NewReader(saved.Bytes())))
+				names, err := target.Names()
+				require.NoError(t, err)
+				assert.NotContains(t, names, "old", "Restore replaces the variables")
+				assert.Equal(t, "(42, 42, 2, 15, True)",
+					runState(t, dst, target, "scaled(14), box.twice().v, tick(), int(arr.sum()), json.loads('1') == 1"))
+				assert.Equal(t, "30", runState(t, dst, target, "rate = 10\nscaled(3)"), "a restored function sees later cells")
+			})
+		}
+	}
+}
+
+// TestSaveRestoreFiles: an isolated namespace's working directory comes along (files,
+// directories, links, modes); the in-process engine, which has none, refuses such a
+// namespace and stays unchanged.
+func TestSaveRestoreFiles(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{})
+	ns := newNS(t, e)
+	runState(t, e, ns, "import os\nos.makedirs('data/sub')\nopen('data/sub/a.txt', 'w').write('hello')\n"+
+		"os.chmod('data/sub/a.txt', 0o600)\nos.symlink('sub/a.txt', 'data/link')\nx = 1")
+	var saved bytes.Buffer
+	info, err := ns.Save(&saved)
+	require.NoError(t, err)
+	assert.Equal(t, 4, info.Files, "data, data/sub, data/sub/a.txt, data/link")
+
+	target := newNS(t, e)
+	require.NoError(t, target.WriteFile("data/sub/a.txt", []byte("to be replaced")))
+	require.NoError(t, target.WriteFile("mine.txt", []byte("stays")))
+	require.NoError(t, target.Restore(bytes.NewReader(saved.Bytes())))
+	got, err := target.ReadFile("data/sub/a.txt")
+	require.NoError(t, err)
+	assert.Equal(t, "hello", string(got))
+	assert.Equal(t, "('hello', 'sub/a.txt', '0o600', 'stays', 1)", runState(t, e, target,
+		"open('data/link').read(), os.readlink('data/link'), oct(os.stat('data/sub/a.txt').st_mode & 0o777), "+
+			"open('mine.txt').read(), x"))
+
+	in := minipy.NewNamespace()
+	defer in.Close()
+	require.NoError(t, in.Set("kept", 1))
+	err = in.Restore(bytes.NewReader(saved.Bytes()))
+	require.ErrorIs(t, err, minipy.ErrNoFiles)
+	names, err := in.Names()
+	require.NoError(t, err)
+	assert.Equal(t, []string{"kept"}, names, "the namespace is unchanged")
+}
+
+// TestRestoreRefusesBadInput: empty, foreign, cut, altered and foreign-key input is
+// refused before anything of it is loaded, with the namespace unchanged.
+func TestRestoreRefusesBadInput(t *testing.T) {
+	for name, e := range stateEngines(t) {
+		t.Run(name, func(t *testing.T) {
+			src := newNS(t, e)
+			runState(t, e, src, "y = [1, 2]")
+			var saved bytes.Buffer
+			_, err := src.Save(&saved)
+			require.NoError(t, err)
+			good := saved.Bytes()
+			altered := bytes.Clone(good)
+			altered[len(altered)/2] ^= 1
+
+			ns := newNS(t, e)
+			runState(t, e, ns, "x = 1")
+			for what, c := range map[string]struct {
+				input []byte
+				want  error
+			}{
+				"empty":   {nil, minipy.ErrBadState},
+				"foreign": {[]byte("PK\x03\x04 a zip file, say, long enough to hold a tag: 0123456789"), minipy.ErrBadState},
+				"cut":     {good[:len(good)-10], minipy.ErrBadState},
+				"added":   {append(bytes.Clone(good), "more"...), minipy.ErrBadState},
+				"altered": {altered, minipy.ErrStateTag},
+			} {
+				err := ns.Restore(bytes.NewReader(c.input))
+				assert.ErrorIs(t, err, c.want, what)
+				if what != "altered" {
+					assert.NotErrorIs(t, err, minipy.ErrStateTag, what)
+				}
+			}
+			assert.Equal(t, "(1, False)", runState(t, e, ns, "x, 'y' in globals()"), "unchanged")
+		})
+	}
+}
+
+// TestStateKey: a namespace sealed under one key is refused under another, and restored
+// once the key is set back; short keys are refused.
+func TestStateKey(t *testing.T) {
+	require.Error(t, minipy.SetStateKey([]byte("short")))
+	key1 := bytes.Repeat([]byte{1}, 32)
+	key2 := bytes.Repeat([]byte{2}, 32)
+	require.NoError(t, minipy.SetStateKey(key1))
+	t.Cleanup(func() { minipy.SetStateKey(bytes.Repeat([]byte{7}, 32)) }) //nolint:errcheck
+	ns := minipy.NewNamespace()
+	defer ns.Close()
+	require.NoError(t, ns.Set("v", "secret"))
+	var saved bytes.Buffer
+	_, err := ns.Save(&saved)
+	require.NoError(t, err)
+
+	require.NoError(t, minipy.SetStateKey(key2))
+	target := minipy.NewNamespace()
+	defer target.Close()
+	require.ErrorIs(t, target.Restore(bytes.NewReader(saved.Bytes())), minipy.ErrStateTag)
+	require.NoError(t, minipy.SetStateKey(key1))
+	require.NoError(t, target.Restore(bytes.NewReader(saved.Bytes())))
+	v, err := target.Get("v")
+	require.NoError(t, err)
+	assert.Equal(t, "secret", v)
+}
+
+// TestRestoreHostFunctions: host functions are not saved; a restored namespace keeps the
+// ones registered on it and names the missing ones when they are called.
+func TestRestoreHostFunctions(t *testing.T) {
+	for name, e := range stateEngines(t) {
+		t.Run(name, func(t *testing.T) {
+			double := minipy.Func("double", "Doubles n.", func(_ context.Context, in struct {
+				N int `json:"n"`
+			}) (int, error) {
+				return 2 * in.N, nil
+			})
+			src := newNS(t, e)
+			require.NoError(t, src.Register(double))
+			runState(t, e, src, "def quad(n):\n    return double(n=double(n=n))")
+			var saved bytes.Buffer
+			info, err := src.Save(&saved)
+			require.NoError(t, err)
+			assert.Equal(t, []string{"double"}, info.HostFunctions)
+
+			bare := newNS(t, e)
+			require.NoError(t, bare.Restore(bytes.NewReader(saved.Bytes())))
+			_, err = e.Run(context.Background(), "quad(1)", &minipy.Options{Globals: bare})
+			var pyErr *minipy.PythonError
+			require.ErrorAs(t, err, &pyErr)
+			assert.Contains(t, pyErr.Error(), "host function double is not registered")
+
+			require.NoError(t, bare.Register(double))
+			assert.Equal(t, "12", runState(t, e, bare, "quad(3)"), "registered after the restore")
+
+			ready := newNS(t, e)
+			require.NoError(t, ready.Register(double))
+			require.NoError(t, ready.Restore(bytes.NewReader(saved.Bytes())))
+			assert.Equal(t, "20", runState(t, e, ready, "quad(5)"), "registered before the restore")
+		})
+	}
+}
+
+// TestSaveClosedNamespace: a closed namespace cannot be saved or restored.
+func TestSaveClosedNamespace(t *testing.T) {
+	ns := minipy.NewNamespace()
+	require.NoError(t, ns.Close())
+	_, err := ns.Save(&bytes.Buffer{})
+	require.ErrorIs(t, err, minipy.ErrNamespaceClosed)
+	require.ErrorIs(t, ns.Restore(strings.NewReader("x")), minipy.ErrNamespaceClosed)
+	require.False(t, errors.Is(err, minipy.ErrBadState))
+}
