@@ -28,6 +28,10 @@ type httpConfig struct {
 	// ready reports whether a new session's worker can start (the isolated engine's Ready);
 	// nil: always.
 	ready func(context.Context) error
+	// state saves sessions and brings them back (-state-dir), with the server's sessions;
+	// nil: none.
+	state    *stateDir
+	sessions *sessions
 }
 
 // readyTimeout bounds /readyz's check of the engine.
@@ -41,6 +45,9 @@ func httpHandler(server *mcp.Server, cfg httpConfig) http.Handler {
 		&mcp.StreamableHTTPOptions{SessionTimeout: cfg.idle})
 	if cfg.gate != nil {
 		endpoint = cfg.gate.admit(endpoint)
+	}
+	if cfg.state != nil {
+		endpoint = cfg.state.bringBack(cfg.sessions, endpoint) // (after the tokens: it needs the user)
 	}
 	if cfg.tokens != nil {
 		var unauthed func()
@@ -123,6 +130,9 @@ func serveHTTP(ctx context.Context, server *mcp.Server, ln net.Listener, cfg htt
 	// Shutdown waiting: close the sessions first.
 	for ss := range server.Sessions() {
 		ss.Close() //nolint:errcheck // closing anyway
+	}
+	if cfg.state != nil {
+		cfg.sessions.awaitSaves(drainTimeout) // each is saved as it closes
 	}
 	shutdown, cancelShutdown := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancelShutdown()

@@ -114,6 +114,10 @@ func main() {
 	maxPerUser := flag.Int("max-sessions-per-user", 0, "with -http: the most sessions one user (one -tokens NAME; all clients without tokens are one user) may hold at once (0: no limit besides -max-sessions)")
 	maxResource := flag.Int64("max-resource-size", defaultMaxResourceSize, "with -backend isolated: the largest file of a session's working directory that resources/read returns, in `bytes`")
 	drainTimeout := flag.Duration("drain-timeout", 30*time.Second, "with -http: at SIGTERM, how long running calls may take to finish before the server closes")
+	stateDirFlag := flag.String("state-dir", "", "with -http: save sessions (variables, functions, files) in this `directory` when they idle and at SIGTERM, and resume them under the same Mcp-Session-Id, for the same user, in this process or another replica sharing it")
+	stateTTL := flag.Duration("state-ttl", 24*time.Hour, "with -state-dir: forget a saved session this long after its last save (0: never)")
+	stateIdle := flag.Duration("state-idle", 30*time.Second, "with -state-dir: save a session this long after a call, if no other call came")
+	stateKey := flag.String("state-key-file", "", "with -state-dir: the `file` of the secret (16 bytes or more) that seals saved sessions; replicas sharing the directory share it (default: DIR/.key, made on first use)")
 	flag.Parse()
 	if *isolated {
 		*backend = minipy.BackendIsolated
@@ -124,7 +128,8 @@ func main() {
 	if *httpAddr == "" {
 		flag.Visit(func(f *flag.Flag) {
 			switch f.Name {
-			case "tokens", "allow-anonymous", "max-sessions", "max-sessions-per-user", "drain-timeout", "session-timeout":
+			case "tokens", "allow-anonymous", "max-sessions", "max-sessions-per-user", "drain-timeout", "session-timeout",
+				"state-dir", "state-ttl", "state-idle", "state-key-file":
 				log.Fatalf("minipy-mcp: -%s applies to -http; over stdio the client that started the server is its only user", f.Name)
 			}
 		})
@@ -211,8 +216,20 @@ func main() {
 		if iso, ok := eng.(*minipy.Isolated); ok {
 			cfg.ready = iso.Ready
 		}
-		server, _ := newServerSessions(eng, opts, serverHooks{functions: fns, metrics: m, gate: g,
-			maxResourceSize: *maxResource})
+		hooks := serverHooks{functions: fns, metrics: m, gate: g, maxResourceSize: *maxResource}
+		if *stateDirFlag != "" {
+			if hooks.state, err = openStateDir(*stateDirFlag, *stateTTL, *stateKey); err != nil {
+				log.Fatalf("minipy-mcp: %v", err)
+			}
+			hooks.stateIdle = *stateIdle
+			log.Printf("minipy-mcp: sessions are saved in %s (-state-dir) and kept for %v (-state-ttl)", *stateDirFlag,
+				*stateTTL)
+		}
+		server, sessions := newServerSessions(eng, opts, hooks)
+		if hooks.state != nil {
+			cfg.state, cfg.sessions = hooks.state, sessions
+			go hooks.state.keepUp(ctx, sessions.keptIDs)
+		}
 		err = serveHTTP(ctx, server, ln, cfg, *drainTimeout)
 	}
 	if err != nil && !errors.Is(err, context.Canceled) {

@@ -33,6 +33,10 @@ type serverHooks struct {
 	// maxResourceSize caps what resources/read returns of a session's file (0:
 	// defaultMaxResourceSize).
 	maxResourceSize int64
+	// state saves sessions and brings them back (-state-dir); nil: none. stateIdle is how
+	// long after a call a session is saved, if no other call came (-state-idle).
+	state     *stateDir
+	stateIdle time.Duration
 }
 
 // newServerSessions is newServer with hooks, also returning its sessions.
@@ -45,13 +49,22 @@ func newServerSessions(eng minipy.Engine, opts *minipy.Options, hooks serverHook
 		}
 	}
 	s := &sessions{eng: eng, opts: *opts, fns: fns, metrics: hooks.metrics, gate: hooks.gate,
-		spaces: map[*mcp.ServerSession]*minipy.Namespace{}, maxResourceSize: hooks.maxResourceSize}
+		spaces: map[*mcp.ServerSession]*minipy.Namespace{}, maxResourceSize: hooks.maxResourceSize,
+		state: hooks.state, stateIdle: hooks.stateIdle, kept: map[string]*keptSession{}}
 	if s.maxResourceSize <= 0 {
 		s.maxResourceSize = defaultMaxResourceSize
 	}
-	server := mcp.NewServer(&mcp.Implementation{Name: "minipy", Version: version}, nil)
+	var serverOpts *mcp.ServerOptions
+	if s.state != nil {
+		serverOpts = &mcp.ServerOptions{GetSessionID: s.state.newSessionID}
+	}
+	server := mcp.NewServer(&mcp.Implementation{Name: "minipy", Version: version}, serverOpts)
+	s.server = server
 	if hooks.metrics != nil {
 		server.AddReceivingMiddleware(hooks.metrics.middleware)
+	}
+	if s.state != nil {
+		server.AddReceivingMiddleware(s.keepInitialize)
 	}
 	if hooks.gate != nil {
 		server.AddReceivingMiddleware(hooks.gate.middleware)
@@ -85,8 +98,13 @@ type sessions struct {
 	gate    *gate             // or nil
 	// maxResourceSize caps resources/read.
 	maxResourceSize int64
+	state           *stateDir // or nil
+	stateIdle       time.Duration
+	server          *mcp.Server
+	closing         sync.WaitGroup // forgetWhenClosed calls in progress (their saves)
 	mu              sync.Mutex
 	spaces          map[*mcp.ServerSession]*minipy.Namespace
+	kept            map[string]*keptSession // -state-dir: by session id
 }
 
 // existing is the session's namespace, or nil if it has none yet.
@@ -103,6 +121,10 @@ func (s *sessions) namespace(ss *mcp.ServerSession) *minipy.Namespace {
 	if !ok {
 		ns = s.newNamespace()
 		s.spaces[ss] = ns
+		if s.state != nil {
+			s.state.tryLease(ss.ID()) // (a fresh session: nobody else has it)
+		}
+		s.closing.Add(1)
 		go s.forgetWhenClosed(ss) // reset keeps the entry, so this runs once per session
 	}
 	return ns
@@ -120,7 +142,11 @@ func (s *sessions) newNamespace() *minipy.Namespace {
 }
 
 func (s *sessions) forgetWhenClosed(ss *mcp.ServerSession) {
+	defer s.closing.Done()
 	ss.Wait() //nolint:errcheck // the session is over either way
+	if s.state != nil {
+		s.keepClosed(ss) // saved (or, ended by the client, forgotten) before it is freed
+	}
 	s.mu.Lock()
 	ns := s.spaces[ss]
 	delete(s.spaces, ss)
@@ -152,6 +178,7 @@ func (s *sessions) run(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 	}
 	res := s.eng.CallToolResult(ctx, json.RawMessage(req.Params.Arguments), &opts)
 	s.metrics.observeRun(res)
+	s.changed(req.Session)
 	return toolResult(res), nil
 }
 
@@ -189,6 +216,7 @@ func (s *sessions) reset(_ context.Context, req *mcp.CallToolRequest) (*mcp.Call
 	s.mu.Unlock()
 	if old != nil {
 		old.Close() //nolint:errcheck // freeing is best effort
+		s.changed(req.Session)
 	}
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{
 		Text: "[reset]\nThe namespace is empty: every variable, function, import and file of this session is gone.\n"}}}, nil

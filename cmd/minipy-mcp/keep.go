@@ -1,0 +1,200 @@
+package main
+
+// The sessions' side of -state-dir (statedir.go): what is kept of each session to save it
+// and bring it back, when it is saved, and its namespace restored.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// keptSession is what sessions keep of a session for -state-dir.
+type keptSession struct {
+	user string
+	init json.RawMessage // its initialize request's params
+
+	mu      sync.Mutex // one save at a time
+	dirty   bool       // a call ran since the last save
+	timer   *time.Timer
+	deleted bool // the client ended it: its saved state goes with it
+}
+
+// keepInitialize (receiving middleware) keeps a session's initialize request and user.
+func (s *sessions) keepInitialize(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if method == "initialize" {
+			if ss, ok := req.GetSession().(*mcp.ServerSession); ok {
+				k := &keptSession{}
+				if js, err := json.Marshal(req.GetParams()); err == nil {
+					k.init = js
+				}
+				if extra := req.GetExtra(); extra != nil && extra.TokenInfo != nil {
+					k.user = extra.TokenInfo.UserID
+				}
+				s.mu.Lock()
+				if _, ok := s.kept[ss.ID()]; !ok { // (a session brought back keeps what it had)
+					s.kept[ss.ID()] = k
+				}
+				s.mu.Unlock()
+			}
+		}
+		return next(ctx, method, req)
+	}
+}
+
+// live reports whether session id is open in this process.
+func (s *sessions) live(id string) bool {
+	for ss := range s.server.Sessions() {
+		if ss.ID() == id {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *sessions) keptOf(id string) *keptSession {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.kept[id]
+}
+
+// deleted notes that the client ends session id.
+func (s *sessions) deleted(id string) {
+	if k := s.keptOf(id); k != nil {
+		k.mu.Lock()
+		k.deleted = true
+		k.mu.Unlock()
+	}
+}
+
+// changed notes that a call ran in ss: it is saved after -state-idle without another.
+func (s *sessions) changed(ss *mcp.ServerSession) {
+	if s.state == nil {
+		return
+	}
+	k := s.keptOf(ss.ID())
+	if k == nil {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.dirty = true
+	if k.timer == nil {
+		k.timer = time.AfterFunc(s.stateIdle, func() { s.save(ss, k) })
+	} else {
+		k.timer.Reset(s.stateIdle)
+	}
+}
+
+// save saves ss if a call ran since its last save.
+func (s *sessions) save(ss *mcp.ServerSession, k *keptSession) {
+	s.mu.Lock()
+	ns := s.spaces[ss]
+	s.mu.Unlock()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.dirty || k.deleted || ns == nil {
+		return
+	}
+	k.dirty = false
+	info, err := s.state.save(ss.ID(), savedMeta{User: k.user, Init: k.init}, ns)
+	switch {
+	case err != nil:
+		k.dirty = true
+		log.Printf("minipy-mcp: -state-dir: saving a session: %v", err)
+	case len(info.Skipped) > 0:
+		log.Printf("minipy-mcp: -state-dir: saved a session without %v, which cannot be saved", info.Skipped)
+	}
+}
+
+// keepClosed saves ss as it closes (the client's idle timeout, the drain) and gives up its
+// lease; a session its client ended is forgotten instead.
+func (s *sessions) keepClosed(ss *mcp.ServerSession) {
+	id := ss.ID()
+	k := s.keptOf(id)
+	if k == nil {
+		return
+	}
+	k.mu.Lock()
+	if k.timer != nil {
+		k.timer.Stop()
+	}
+	deleted := k.deleted
+	k.mu.Unlock()
+	if deleted {
+		s.state.remove(id)
+	} else {
+		s.save(ss, k)
+	}
+	s.state.releaseLease(id)
+	s.mu.Lock()
+	delete(s.kept, id)
+	s.mu.Unlock()
+}
+
+// restore gives session id, just made again by its replayed initialize request, its saved
+// namespace (with the host functions registered first).
+func (s *sessions) restore(id string, meta savedMeta, blob []byte) error {
+	var ss *mcp.ServerSession
+	for one := range s.server.Sessions() {
+		if one.ID() == id {
+			ss = one
+		}
+	}
+	if ss == nil {
+		return errNoSession
+	}
+	ns := s.newNamespace()
+	if err := ns.Restore(bytes.NewReader(blob)); err != nil {
+		ns.Close() //nolint:errcheck // freeing is best effort
+		ss.Close() //nolint:errcheck // it cannot go on
+		return err
+	}
+	s.mu.Lock()
+	s.kept[id] = &keptSession{user: meta.User, init: meta.Init}
+	old := s.spaces[ss]
+	s.spaces[ss] = ns
+	if old == nil {
+		s.closing.Add(1)
+		go s.forgetWhenClosed(ss)
+	}
+	s.mu.Unlock()
+	if old != nil {
+		old.Close() //nolint:errcheck // freeing is best effort
+	}
+	return nil
+}
+
+// keptIDs lists the sessions whose leases this replica renews.
+func (s *sessions) keptIDs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := make([]string, 0, len(s.kept))
+	for id := range s.kept {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// awaitSaves waits (up to wait) for the sessions that closed to be saved.
+func (s *sessions) awaitSaves(wait time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		s.closing.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(wait):
+		log.Printf("minipy-mcp: -state-dir: saving the sessions took longer than %v", wait)
+	}
+}
+
+var errNoSession = errors.New("the session was not made again")

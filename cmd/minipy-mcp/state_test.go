@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/minipy-go/minipy"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// switchable sends each request to the current replica, as a load balancer would, with a
+// bearer token.
+type switchable struct {
+	to    atomic.Pointer[string]
+	token string
+}
+
+func (s *switchable) RoundTrip(r *http.Request) (*http.Response, error) {
+	base, _ := url.Parse(*s.to.Load())
+	r = r.Clone(r.Context())
+	r.URL.Scheme, r.URL.Host, r.Host = base.Scheme, base.Host, base.Host
+	r.Header.Set("Authorization", "Bearer "+s.token)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+func (s *switchable) send(to *serverProc) { s.to.Store(&to.base) }
+
+// savedSessions lists the saved sessions in dir.
+func savedSessions(t *testing.T, dir string) []string {
+	t.Helper()
+	names, err := filepath.Glob(filepath.Join(dir, "*.session"))
+	require.NoError(t, err)
+	return names
+}
+
+// A session outlives its replica: two replicas share a state directory; a rolling restart
+// of both, one at a time, keeps a session's variables, functions, classes and files, under
+// its own Mcp-Session-Id, for its own user only; the client ending it forgets its state.
+func TestServeStateAcrossReplicas(t *testing.T) {
+	dir := t.TempDir()
+	tokens := tokenFile(t, "alice:"+tokenAlice, "bob:"+tokenBob)
+	args := []string{"-backend", "isolated", "-tokens", tokens, "-state-dir", dir, "-state-idle", "100ms"}
+	a, b := startServer(t, args...), startServer(t, args...)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("A's log:\n%s\nB's log:\n%s", a.log, b.log)
+		}
+	})
+
+	lb := &switchable{token: tokenAlice}
+	lb.send(a)
+	client := mcp.NewClient(&mcp.Implementation{Name: "minipy-state-test", Version: "0"}, nil)
+	cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{
+		Endpoint: a.base + "/mcp", HTTPClient: &http.Client{Transport: lb}}, nil)
+	require.NoError(t, err)
+	defer cs.Close()
+	text, isError := runText(t, cs, map[string]any{"code": "x = 41\ndef f(v):\n    return v + 1\n" +
+		"class K:\n    def __init__(self):\n        self.n = 7\nk = K()\nopen('note.txt', 'w').write('kept')\nx"})
+	require.False(t, isError, text)
+	require.Eventually(t, func() bool { return len(savedSessions(t, dir)) == 1 }, 10*time.Second, 20*time.Millisecond,
+		"saved after -state-idle")
+
+	// B is asked for it while A holds it: it waits for A's lease, which A renews.
+	// (Asserted by the unit test of leases; here A drains, and B takes it over.)
+	a.stop(t)
+	assert.Contains(t, a.log.String(), "drained")
+	lb.send(b)
+	text, isError = runText(t, cs, map[string]any{"code": "f(x), k.n, open('note.txt').read()"})
+	require.False(t, isError, "%s\nB's log:\n%s", text, b.log)
+	assert.Equal(t, "[value]\n(42, 7, 'kept')\n", text)
+
+	a2 := startServer(t, args...)
+	runText(t, cs, map[string]any{"code": "x += 1"})
+	b.stop(t)
+
+	// Bob has Alice's session id: the saved session is not his.
+	hijack := postTo(t, a2, tokenBob, cs.ID(), `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":`+
+		`{"name":"minipy","arguments":{"code":"x"}}}`)
+	assert.Equal(t, http.StatusNotFound, hijack.StatusCode)
+
+	lb.send(a2)
+	text, isError = runText(t, cs, map[string]any{"code": "x, f(x)"})
+	require.False(t, isError, "%s\nA2's log:\n%s", text, a2.log)
+	assert.Equal(t, "[value]\n(42, 43)\n", text, "the call on B before its drain is kept")
+
+	require.NoError(t, cs.Close()) // DELETE: the client ends it
+	assert.Eventually(t, func() bool { return len(savedSessions(t, dir)) == 0 }, 10*time.Second, 20*time.Millisecond,
+		"an ended session's state is removed")
+}
+
+// runText runs code in cs and returns the reply's text (the first content: files add links).
+func runText(t *testing.T, cs *mcp.ClientSession, args map[string]any) (string, bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: minipy.ToolName, Arguments: args})
+	require.NoError(t, err)
+	require.NotEmpty(t, res.Content)
+	text, ok := res.Content[0].(*mcp.TextContent)
+	require.True(t, ok, "content is %T", res.Content[0])
+	return text.Text, res.IsError
+}
+
+// postTo posts body to s in session id with token, and returns the response.
+func postTo(t *testing.T, s *serverProc, token, id, body string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, s.base+"/mcp", strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Mcp-Session-Id", id)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
+// Leases: one replica holds a session at a time; it renews and gives up its own; another
+// takes an expired one, and a free one.
+func TestStateLeases(t *testing.T) {
+	dir := t.TempDir()
+	a, err := openStateDir(dir, time.Hour, "")
+	require.NoError(t, err)
+	b, err := openStateDir(dir, time.Hour, "")
+	require.NoError(t, err)
+	key, err := os.ReadFile(filepath.Join(dir, ".key"))
+	require.NoError(t, err)
+	assert.Len(t, strings.TrimSpace(string(key)), 64, "a random key, made once, shared")
+
+	require.True(t, a.tryLease("s1"))
+	assert.True(t, a.tryLease("s1"), "its own")
+	assert.False(t, b.tryLease("s1"), "held by a")
+	ctx := context.Background()
+	assert.False(t, b.takeLease(ctx, "s1", 300*time.Millisecond), "a keeps holding it")
+	a.releaseLease("s1")
+	assert.True(t, b.tryLease("s1"), "given up")
+	b.releaseLease("s1")
+
+	expired, _ := json.Marshal(lease{Owner: "a dead replica", Until: time.Now().Add(-time.Second)})
+	require.NoError(t, os.WriteFile(a.path("s2", ".lease"), expired, 0o600))
+	assert.True(t, b.tryLease("s2"), "an expired lease is taken over")
+	b.releaseLease("s2")
+	a.releaseLease("s2") // not a's: stays b's... and b gave it up
+	_, err = os.Stat(a.path("s2", ".lease"))
+	assert.True(t, os.IsNotExist(err))
+}
+
+// Saved sessions expire after -state-ttl: a load finds none, and the sweep removes old
+// files.
+func TestStateExpires(t *testing.T) {
+	dir := t.TempDir()
+	d, err := openStateDir(dir, 200*time.Millisecond, "")
+	require.NoError(t, err)
+	write := func(id string) {
+		js, _ := json.Marshal(savedMeta{User: "u", Saved: time.Now()})
+		require.NoError(t, os.WriteFile(d.path(id, ".session"), append([]byte{byte(len(js)), 0, 0, 0}, js...), 0o600))
+	}
+	write("s")
+	meta, _, err := d.load("s")
+	require.NoError(t, err)
+	assert.Equal(t, "u", meta.User)
+	time.Sleep(300 * time.Millisecond)
+	_, _, err = d.load("s")
+	require.ErrorIs(t, err, os.ErrNotExist, "expired")
+	assert.Empty(t, savedSessions(t, dir), "and removed")
+
+	write("old")
+	past := time.Now().Add(-time.Hour)
+	require.NoError(t, os.Chtimes(d.path("old", ".session"), past, past))
+	write("new")
+	d.sweep()
+	assert.Equal(t, []string{d.path("new", ".session")}, savedSessions(t, dir))
+}
