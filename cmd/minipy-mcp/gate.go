@@ -192,6 +192,18 @@ func (g *gate) take(user string) (id, refusal string) {
 	return id, ""
 }
 
+// hold counts a session of user that no request's ticket stands for (a handle, which
+// releases it when it ends), or says why it may not open.
+func (g *gate) hold(user string) (refusal string) {
+	id, refusal := g.take(user)
+	if refusal == "" {
+		g.mu.Lock()
+		delete(g.tickets, id)
+		g.mu.Unlock()
+	}
+	return refusal
+}
+
 // returnUnbound gives the place of ticket id back if no session took it.
 func (g *gate) returnUnbound(id string) {
 	g.mu.Lock()

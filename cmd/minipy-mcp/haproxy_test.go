@@ -122,7 +122,7 @@ func TestServeBehindHAProxy(t *testing.T) {
 
 	client := mcp.NewClient(&mcp.Implementation{Name: "minipy-haproxy-test", Version: "0"}, nil)
 	cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{
-		Endpoint: fmt.Sprintf("http://127.0.0.1:%d/mcp", ph)}, nil)
+		Endpoint: fmt.Sprintf("http://127.0.0.1:%d/mcp", ph)}, legacy)
 	require.NoError(t, err)
 	defer cs.Close()
 	text, isError := runText(t, cs, map[string]any{"code": "n = 1\ndef bump():\n    global n\n    n += 1\n    return n\n" +

@@ -41,8 +41,10 @@ const readyTimeout = 5 * time.Second
 // closed after cfg.idle without a request, behind cfg's tokens and caps; /healthz, /readyz
 // and /metrics beside it, without a token (they tell nothing of a session).
 func httpHandler(server *mcp.Server, cfg httpConfig) http.Handler {
-	var endpoint http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
-		&mcp.StreamableHTTPOptions{SessionTimeout: cfg.idle})
+	getServer := func(*http.Request) *mcp.Server { return server }
+	var endpoint http.Handler = byRevision(
+		mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{SessionTimeout: cfg.idle}),
+		mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{Stateless: true}))
 	if cfg.gate != nil {
 		endpoint = cfg.gate.admit(endpoint)
 	}
@@ -82,6 +84,25 @@ func httpHandler(server *mcp.Server, cfg httpConfig) http.Handler {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.metrics.registry, promhttp.HandlerOpts{}))
 	}
 	return mux
+}
+
+// sessionlessRevision is the first MCP revision without protocol sessions (SEP-2567).
+const sessionlessRevision = "2026-07-28"
+
+// byRevision serves the requests of a revision without protocol sessions (their
+// MCP-Protocol-Version header says so, and they name no session) with the SDK's stateless
+// handler, which alone speaks it, and the others with the stateful one, which keeps a
+// session per client: the spec lets a server serve both eras on one endpoint. A client of
+// the new revision keeps its variables through session handles (handles.go).
+func byRevision(stateful, stateless http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" &&
+			r.Header.Get("Mcp-Protocol-Version") >= sessionlessRevision {
+			stateless.ServeHTTP(w, r)
+			return
+		}
+		stateful.ServeHTTP(w, r)
+	})
 }
 
 // serveHTTP serves handler on ln until ctx ends (SIGTERM, SIGINT), then drains: the gate
@@ -130,6 +151,9 @@ func serveHTTP(ctx context.Context, server *mcp.Server, ln net.Listener, cfg htt
 	// Shutdown waiting: close the sessions first.
 	for ss := range server.Sessions() {
 		ss.Close() //nolint:errcheck // closing anyway
+	}
+	if cfg.sessions != nil {
+		cfg.sessions.closeHandles(-1) // saved first, with -state-dir
 	}
 	if cfg.state != nil {
 		cfg.sessions.awaitSaves(drainTimeout) // each is saved as it closes

@@ -172,15 +172,39 @@ func (s *sessions) restore(id string, meta savedMeta, blob []byte) error {
 	return nil
 }
 
-// keptIDs lists the sessions whose leases this replica renews.
-func (s *sessions) keptIDs() []string {
+// keptIDs lists the sessions and handles whose leases this replica renews, with their users.
+func (s *sessions) keptIDs() map[string]string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ids := make([]string, 0, len(s.kept))
-	for id := range s.kept {
-		ids = append(ids, id)
+	ids := make(map[string]string, len(s.kept)+len(s.handles))
+	for id, k := range s.kept {
+		ids[id] = k.user
+	}
+	for h, hs := range s.handles {
+		ids[h] = hs.kept.user
 	}
 	return ids
+}
+
+// giveUp lets another replica have session (or handle) id: it is saved and ended here.
+// A protocol session's client then reaches it there, under the same id.
+func (s *sessions) giveUp(id string) {
+	s.mu.Lock()
+	hs, handle := s.handles[id]
+	busy := handle && hs.inUse > 0
+	s.mu.Unlock()
+	if busy {
+		return // a call runs in it here: asked again at the next look
+	}
+	if handle {
+		s.closeHandle(id)
+		return
+	}
+	for ss := range s.server.Sessions() {
+		if ss.ID() == id {
+			ss.Close() //nolint:errcheck // forgetWhenClosed saves it and gives up its lease
+		}
+	}
 }
 
 // awaitSaves waits (up to wait) for the sessions that closed to be saved.

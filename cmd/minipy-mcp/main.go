@@ -216,7 +216,8 @@ func main() {
 		if iso, ok := eng.(*minipy.Isolated); ok {
 			cfg.ready = iso.Ready
 		}
-		hooks := serverHooks{functions: fns, metrics: m, gate: g, maxResourceSize: *maxResource}
+		hooks := serverHooks{functions: fns, metrics: m, gate: g, maxResourceSize: *maxResource,
+			handles: true, idle: *sessionTimeout}
 		if *stateDirFlag != "" {
 			if hooks.state, err = openStateDir(*stateDirFlag, *stateTTL, *stateKey); err != nil {
 				log.Fatalf("minipy-mcp: %v", err)
@@ -226,9 +227,11 @@ func main() {
 				*stateTTL)
 		}
 		server, sessions := newServerSessions(eng, opts, hooks)
+		cfg.sessions = sessions
+		go sessions.expireHandles(ctx, *sessionTimeout)
 		if hooks.state != nil {
-			cfg.state, cfg.sessions = hooks.state, sessions
-			go hooks.state.keepUp(ctx, sessions.keptIDs)
+			cfg.state = hooks.state
+			go hooks.state.keepUp(ctx, sessions.keptIDs, sessions.giveUp)
 		}
 		err = serveHTTP(ctx, server, ln, cfg, *drainTimeout)
 	}

@@ -177,7 +177,7 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 func (s *serverProc) dial(token string) (*mcp.ClientSession, error) {
 	client := mcp.NewClient(&mcp.Implementation{Name: "minipy-serve-test", Version: "0"}, nil)
 	return client.Connect(context.Background(), &mcp.StreamableClientTransport{
-		Endpoint: s.base + "/mcp", HTTPClient: &http.Client{Transport: bearer{token}}}, nil)
+		Endpoint: s.base + "/mcp", HTTPClient: &http.Client{Transport: bearer{token}}}, legacy)
 }
 
 func (s *serverProc) connect(t *testing.T, token string) *mcp.ClientSession {

@@ -37,6 +37,10 @@ type serverHooks struct {
 	// long after a call a session is saved, if no other call came (-state-idle).
 	state     *stateDir
 	stateIdle time.Duration
+	// handles offers session handles (handles.go; the HTTP server), which live idle for
+	// idle (-session-timeout), as the tools' descriptions say.
+	handles bool
+	idle    time.Duration
 }
 
 // newServerSessions is newServer with hooks, also returning its sessions.
@@ -50,7 +54,8 @@ func newServerSessions(eng minipy.Engine, opts *minipy.Options, hooks serverHook
 	}
 	s := &sessions{eng: eng, opts: *opts, fns: fns, metrics: hooks.metrics, gate: hooks.gate,
 		spaces: map[*mcp.ServerSession]*minipy.Namespace{}, maxResourceSize: hooks.maxResourceSize,
-		state: hooks.state, stateIdle: hooks.stateIdle, kept: map[string]*keptSession{}}
+		state: hooks.state, stateIdle: hooks.stateIdle, kept: map[string]*keptSession{},
+		handles: map[string]*handleSession{}}
 	if s.maxResourceSize <= 0 {
 		s.maxResourceSize = defaultMaxResourceSize
 	}
@@ -76,11 +81,15 @@ func newServerSessions(eng minipy.Engine, opts *minipy.Options, hooks serverHook
 		defer described.Globals.Close()
 	}
 	tool := eng.ToolSchemaFor(&described)
-	server.AddTool(&mcp.Tool{Name: tool.Name, Description: tool.Description, InputSchema: tool.InputSchema.Map()}, s.run)
+	input, resetInput := tool.InputSchema.Map(), map[string]any{"type": "object", "properties": map[string]any{}}
+	if hooks.handles {
+		input, resetInput = withHandleProperty(input, hooks.idle), withHandleProperty(resetInput, hooks.idle)
+	}
+	server.AddTool(&mcp.Tool{Name: tool.Name, Description: tool.Description, InputSchema: input}, s.run)
 	server.AddTool(&mcp.Tool{
 		Name:        resetToolName,
 		Description: "Empty the Python namespace of the " + tool.Name + " tool: forget every variable, function and import of this session, and its files.",
-		InputSchema: map[string]any{"type": "object", "properties": map[string]any{}},
+		InputSchema: resetInput,
 	}, s.reset)
 	if w, ok := eng.(interface{ WorkDir() string }); ok && w.WorkDir() != "" {
 		s.addFileResources(server) // an isolated engine with local workers: files of their own
@@ -105,6 +114,7 @@ type sessions struct {
 	mu              sync.Mutex
 	spaces          map[*mcp.ServerSession]*minipy.Namespace
 	kept            map[string]*keptSession // -state-dir: by session id
+	handles         map[string]*handleSession
 }
 
 // existing is the session's namespace, or nil if it has none yet.
@@ -121,8 +131,8 @@ func (s *sessions) namespace(ss *mcp.ServerSession) *minipy.Namespace {
 	if !ok {
 		ns = s.newNamespace()
 		s.spaces[ss] = ns
-		if s.state != nil {
-			s.state.tryLease(ss.ID()) // (a fresh session: nobody else has it)
+		if k := s.kept[ss.ID()]; s.state != nil && k != nil {
+			s.state.tryLease(ss.ID(), k.user) // (a fresh session: nobody else has it)
 		}
 		s.closing.Add(1)
 		go s.forgetWhenClosed(ss) // reset keeps the entry, so this runs once per session
@@ -170,7 +180,26 @@ func (s *sessions) run(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 		defer leave()
 	}
 	opts := s.opts
-	opts.Globals, opts.Locals = s.namespace(req.Session), nil
+	opts.Locals = nil
+	h, err := handleOf(req.Params.Arguments)
+	if err != nil {
+		return errorResult(err.Error()), nil
+	}
+	var hs *handleSession
+	made := false
+	// A handle, or a request of a revision without sessions over HTTP (a session of its
+	// own that ends with it).
+	sessionless := req.Extra != nil && req.Extra.Header != nil && req.Session.ID() == ""
+	if h != "" || sessionless {
+		made = h == ""
+		if h, hs, err = s.acquireHandle(ctx, h, userOf(ctx, req)); err != nil {
+			return handleError(h, err), nil
+		}
+		defer func() { s.releaseHandle(h, hs, true) }()
+		opts.Globals = hs.ns
+	} else {
+		opts.Globals = s.namespace(req.Session)
+	}
 	if token := req.Params.GetProgressToken(); token != nil {
 		p := newProgress(ctx, req.Session, token)
 		defer p.stop()
@@ -178,6 +207,9 @@ func (s *sessions) run(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 	}
 	res := s.eng.CallToolResult(ctx, json.RawMessage(req.Params.Arguments), &opts)
 	s.metrics.observeRun(res)
+	if hs != nil {
+		return handleResult(res, h, made), nil
+	}
 	s.changed(req.Session)
 	return toolResult(res), nil
 }
@@ -207,7 +239,12 @@ func joinLines(text, line string) string {
 	return text + line
 }
 
-func (s *sessions) reset(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+func (s *sessions) reset(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	if h, err := handleOf(req.Params.Arguments); err != nil {
+		return errorResult(err.Error()), nil
+	} else if h != "" {
+		return s.resetHandle(ctx, req, h), nil
+	}
 	s.mu.Lock()
 	old := s.spaces[req.Session]
 	if old != nil {

@@ -37,11 +37,16 @@ func connectInProcess(t *testing.T, server *mcp.Server) *mcp.ClientSession {
 func connectClient(t *testing.T, transport mcp.Transport) *mcp.ClientSession {
 	t.Helper()
 	client := mcp.NewClient(&mcp.Implementation{Name: "minipy-mcp-test", Version: "0"}, nil)
-	cs, err := client.Connect(context.Background(), transport, nil)
+	cs, err := client.Connect(context.Background(), transport, legacy)
 	require.NoError(t, err)
 	t.Cleanup(func() { cs.Close() })
 	return cs
 }
+
+// legacy pins a client to the last MCP revision with protocol sessions (2025-11-25): the
+// tests of sessions use it; the SDK's client otherwise speaks 2026-07-28, which has none
+// (handles_test.go).
+var legacy = &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"}
 
 // call calls a tool and returns its text and isError.
 func call(t *testing.T, cs *mcp.ClientSession, tool string, args any) (string, bool) {

@@ -61,7 +61,7 @@ func TestServeStateAcrossReplicas(t *testing.T) {
 	lb.send(a)
 	client := mcp.NewClient(&mcp.Implementation{Name: "minipy-state-test", Version: "0"}, nil)
 	cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{
-		Endpoint: a.base + "/mcp", HTTPClient: &http.Client{Transport: lb}}, nil)
+		Endpoint: a.base + "/mcp", HTTPClient: &http.Client{Transport: lb}}, legacy)
 	require.NoError(t, err)
 	defer cs.Close()
 	text, isError := runText(t, cs, map[string]any{"code": "x = 41\ndef f(v):\n    return v + 1\n" +
@@ -138,18 +138,18 @@ func TestStateLeases(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, strings.TrimSpace(string(key)), 64, "a random key, made once, shared")
 
-	require.True(t, a.tryLease("s1"))
-	assert.True(t, a.tryLease("s1"), "its own")
-	assert.False(t, b.tryLease("s1"), "held by a")
+	require.True(t, a.tryLease("s1", "u"))
+	assert.True(t, a.tryLease("s1", "u"), "its own")
+	assert.False(t, b.tryLease("s1", "u"), "held by a")
 	ctx := context.Background()
-	assert.False(t, b.takeLease(ctx, "s1", 300*time.Millisecond), "a keeps holding it")
+	assert.False(t, b.takeLease(ctx, "s1", "u", 300*time.Millisecond), "a keeps holding it")
 	a.releaseLease("s1")
-	assert.True(t, b.tryLease("s1"), "given up")
+	assert.True(t, b.tryLease("s1", "u"), "given up")
 	b.releaseLease("s1")
 
 	expired, _ := json.Marshal(lease{Owner: "a dead replica", Until: time.Now().Add(-time.Second)})
 	require.NoError(t, os.WriteFile(a.path("s2", ".lease"), expired, 0o600))
-	assert.True(t, b.tryLease("s2"), "an expired lease is taken over")
+	assert.True(t, b.tryLease("s2", "u"), "an expired lease is taken over")
 	b.releaseLease("s2")
 	a.releaseLease("s2") // not a's: stays b's... and b gave it up
 	_, err = os.Stat(a.path("s2", ".lease"))

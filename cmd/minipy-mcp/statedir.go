@@ -49,8 +49,10 @@ const (
 	// leaseFor/3.
 	leaseFor = 30 * time.Second
 	// leaseWait is how long a request for a session that another replica holds waits for
-	// it to be given up (the other one drains) before it is refused.
+	// it to be given up (the other one drains, or hands it over) before it is refused.
 	leaseWait = 15 * time.Second
+	// wantEvery is how often a replica looks for the sessions others want of it.
+	wantEvery = 200 * time.Millisecond
 )
 
 // stateDir is the directory of saved sessions.
@@ -185,22 +187,34 @@ func (d *stateDir) remove(id string) {
 // lease is the content of a lease file.
 type lease struct {
 	Owner string    `json:"owner"`
+	User  string    `json:"user"` // the session's
 	Until time.Time `json:"until"`
 }
 
 // takeLease makes this replica the holder of session id, waiting up to wait for another
-// holder to give it up or for its lease to expire; false if it is still held.
-func (d *stateDir) takeLease(ctx context.Context, id string, wait time.Duration) bool {
+// holder to give it up or for its lease to expire; false if it is still held. While it
+// waits, a want file asks the holder to give the session up (keepUp): it saves it and
+// lets go, so a session whose requests reach another replica moves there.
+func (d *stateDir) takeLease(ctx context.Context, id, user string, wait time.Duration) bool {
 	end := time.Now().Add(wait)
+	wanted := false
+	defer func() {
+		if wanted {
+			os.Remove(d.path(id, ".want"))
+		}
+	}()
 	for {
-		if d.tryLease(id) {
+		if d.tryLease(id, user) {
 			return true
+		}
+		if !wanted {
+			wanted = os.WriteFile(d.path(id, ".want"), []byte(d.owner), 0o600) == nil
 		}
 		if time.Now().After(end) || ctx.Err() != nil {
 			return false
 		}
 		select {
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(50 * time.Millisecond):
 		case <-ctx.Done():
 		}
 	}
@@ -209,7 +223,7 @@ func (d *stateDir) takeLease(ctx context.Context, id string, wait time.Duration)
 // tryLease takes session id's lease if it is free, expired or this replica's already. Two
 // replicas that race for an expired one both write theirs; the one whose write is read
 // back wins.
-func (d *stateDir) tryLease(id string) bool {
+func (d *stateDir) tryLease(id, user string) bool {
 	path := d.path(id, ".lease")
 	if data, err := os.ReadFile(path); err == nil {
 		var l lease
@@ -217,7 +231,7 @@ func (d *stateDir) tryLease(id string) bool {
 			return false
 		}
 	}
-	if d.writeLease(id) != nil {
+	if d.writeLease(id, user) != nil {
 		return false
 	}
 	data, err := os.ReadFile(path)
@@ -225,8 +239,8 @@ func (d *stateDir) tryLease(id string) bool {
 	return err == nil && json.Unmarshal(data, &l) == nil && l.Owner == d.owner
 }
 
-func (d *stateDir) writeLease(id string) error {
-	js, _ := json.Marshal(lease{Owner: d.owner, Until: time.Now().Add(leaseFor)})
+func (d *stateDir) writeLease(id, user string) error {
+	js, _ := json.Marshal(lease{Owner: d.owner, User: user, Until: time.Now().Add(leaseFor)})
 	f, err := os.CreateTemp(d.dir, ".lease-*")
 	if err != nil {
 		return err
@@ -237,6 +251,43 @@ func (d *stateDir) writeLease(id string) error {
 		return err
 	}
 	return os.Rename(f.Name(), d.path(id, ".lease"))
+}
+
+// errHeld: another replica holds the session and did not let go of it within leaseWait.
+var errHeld = errors.New("another replica holds this session and did not let go of it; retry in a moment")
+
+// claim makes this replica the holder of session id for user and returns what is saved of
+// it. A replica that holds it is asked to let go (it saves it first: the session may be
+// newer than its last save), and claim waits for that. fs.ErrNotExist: neither a holder
+// nor a save has it for user.
+func (d *stateDir) claim(ctx context.Context, id, user string) (savedMeta, []byte, error) {
+	if l, ok := d.readLease(id); ok && l.Owner != d.owner && time.Now().Before(l.Until) {
+		if l.User != user {
+			return savedMeta{}, nil, fs.ErrNotExist
+		}
+	} else if meta, _, err := d.load(id); err != nil {
+		return meta, nil, err
+	} else if meta.User != user {
+		return meta, nil, fs.ErrNotExist
+	}
+	if !d.takeLease(ctx, id, user, leaseWait) {
+		return savedMeta{}, nil, errHeld
+	}
+	meta, blob, err := d.load(id)
+	if err == nil && meta.User != user {
+		err = fs.ErrNotExist
+	}
+	if err != nil {
+		d.releaseLease(id)
+	}
+	return meta, blob, err
+}
+
+// readLease reads session id's lease, if it has one.
+func (d *stateDir) readLease(id string) (lease, bool) {
+	var l lease
+	data, err := os.ReadFile(d.path(id, ".lease"))
+	return l, err == nil && json.Unmarshal(data, &l) == nil
 }
 
 // releaseLease gives up session id's lease if this replica holds it.
@@ -264,6 +315,7 @@ func (d *stateDir) sweep() {
 		switch {
 		case strings.HasSuffix(e.Name(), ".session") && d.ttl > 0 && old > d.ttl,
 			strings.HasSuffix(e.Name(), ".lease") && old > leaseFor+d.ttl,
+			strings.HasSuffix(e.Name(), ".want") && old > time.Hour,
 			strings.HasPrefix(e.Name(), ".saving-") && old > time.Hour,
 			strings.HasPrefix(e.Name(), ".lease-") && old > time.Hour:
 			os.Remove(filepath.Join(d.dir, e.Name()))
@@ -271,11 +323,14 @@ func (d *stateDir) sweep() {
 	}
 }
 
-// keepUp renews this replica's leases (of the sessions that held ids) every leaseFor/3 and
-// sweeps the directory every -state-ttl/10 (at most hourly), until ctx ends.
-func (d *stateDir) keepUp(ctx context.Context, ids func() []string) {
+// keepUp renews this replica's leases (of the sessions that held ids) every leaseFor/3,
+// gives up (giveUp) those another replica wants (checked every wantEvery), and sweeps the
+// directory every -state-ttl/10 (at most hourly), until ctx ends.
+func (d *stateDir) keepUp(ctx context.Context, held func() map[string]string, giveUp func(id string)) {
 	renew := time.NewTicker(leaseFor / 3)
 	defer renew.Stop()
+	wanted := time.NewTicker(wantEvery)
+	defer wanted.Stop()
 	every := min(time.Hour, max(d.ttl/10, time.Minute))
 	sweep := time.NewTicker(every)
 	defer sweep.Stop()
@@ -285,8 +340,14 @@ func (d *stateDir) keepUp(ctx context.Context, ids func() []string) {
 		case <-ctx.Done():
 			return
 		case <-renew.C:
-			for _, id := range ids() {
-				d.writeLease(id) //nolint:errcheck // renewed at the next tick
+			for id, user := range held() {
+				d.writeLease(id, user) //nolint:errcheck // renewed at the next tick
+			}
+		case <-wanted.C:
+			for id := range held() {
+				if _, err := os.Stat(d.path(id, ".want")); err == nil {
+					go giveUp(id)
+				}
 			}
 		case <-sweep.C:
 			d.sweep()
@@ -303,8 +364,10 @@ func (d *stateDir) bringBack(s *sessions, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get("Mcp-Session-Id")
 		if id == "" {
-			d.bringing.RLock()
-			defer d.bringing.RUnlock()
+			if r.Header.Get("Mcp-Protocol-Version") < sessionlessRevision { // (may be an initialize)
+				d.bringing.RLock()
+				defer d.bringing.RUnlock()
+			}
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -315,31 +378,26 @@ func (d *stateDir) bringBack(s *sessions, next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		meta, blob, err := d.load(id)
-		if err != nil {
-			if !errors.Is(err, fs.ErrNotExist) {
-				log.Printf("minipy-mcp: -state-dir: %v", err)
-			}
-			next.ServeHTTP(w, r) // the SDK's answer to an unknown session
-			return
-		}
 		user := ""
 		if info := auth.TokenInfoFromContext(r.Context()); info != nil {
 			user = info.UserID
 		}
-		if meta.User != user {
-			http.Error(w, "session not found", http.StatusNotFound) // as the SDK says it: nothing to learn here
-			return
-		}
 		if r.Method == http.MethodDelete {
-			if d.takeLease(r.Context(), id, leaseWait) {
+			if meta, _, err := d.load(id); err == nil && meta.User == user && d.takeLease(r.Context(), id, user, leaseWait) {
 				d.remove(id)
 				d.releaseLease(id)
+				w.WriteHeader(http.StatusNoContent)
+				return
 			}
-			w.WriteHeader(http.StatusNoContent)
+			next.ServeHTTP(w, r) // the SDK's answer to an unknown session
 			return
 		}
-		if err := d.bringBackOne(r, id, meta, blob, s, next); err != nil {
+		err := d.bringBackOne(r, id, user, s, next)
+		if errors.Is(err, fs.ErrNotExist) {
+			next.ServeHTTP(w, r) // the SDK's answer to an unknown session: also another user's
+			return
+		}
+		if err != nil {
 			log.Printf("minipy-mcp: -state-dir: bringing a session back: %v", err)
 			w.Header().Set("Retry-After", "5")
 			http.Error(w, "minipy-mcp: the session is saved but cannot be resumed here now: "+err.Error(),
@@ -350,13 +408,15 @@ func (d *stateDir) bringBack(s *sessions, next http.Handler) http.Handler {
 	})
 }
 
-// bringBackOne takes session id's lease, replays its initialize request to next with the id
-// forced, and restores its namespace.
-func (d *stateDir) bringBackOne(r *http.Request, id string, meta savedMeta, blob []byte, s *sessions,
-	next http.Handler) error {
-	if !d.takeLease(r.Context(), id, leaseWait) {
-		return errors.New("another replica holds it")
+// bringBackOne claims session id for user and brings it back: it replays the session's
+// initialize request to next with the id forced, and restores its namespace.
+func (d *stateDir) bringBackOne(r *http.Request, id, user string, s *sessions, next http.Handler) error {
+	meta, blob, err := d.claim(r.Context(), id, user)
+	if err != nil {
+		return err
 	}
+	// One at a time, and no new session meanwhile: the id to force is the process's. (Under
+	// it still as the namespace is restored: a request that waits finds it restored.)
 	d.bringing.Lock()
 	defer d.bringing.Unlock()
 	if s.live(id) { // brought back by a request that came at the same time
@@ -375,7 +435,6 @@ func (d *stateDir) bringBackOne(r *http.Request, id string, meta savedMeta, blob
 		return fmt.Errorf("the SDK did not take its initialize request again (HTTP %d)", code)
 	}
 	replay(r, next, id, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
-	// (Under bringing still: a request that waits for it finds the namespace restored.)
 	return s.restore(id, meta, blob)
 }
 
