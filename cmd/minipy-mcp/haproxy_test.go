@@ -20,9 +20,10 @@ import (
 )
 
 // haproxyConfig balances two replicas as docs/deploy.md says: sticky on Mcp-Session-Id,
-// learned from the response that makes a session; health-checked on /healthz; a request
-// whose replica is down goes to the other (redispatch). The stats page says which
-// servers are up.
+// learned from the response that makes a session, and on a 2026-07-28 client's session
+// handle (Mcp-Param-Session), learned from the first request that carries it;
+// health-checked on /healthz; a request whose replica is down goes to the other
+// (redispatch). The stats page says which servers are up.
 const haproxyConfig = `global
     maxconn 200
 defaults
@@ -42,6 +43,7 @@ backend minipy
     stick-table type string len 64 size 100k expire 30m
     stick on req.hdr(Mcp-Session-Id)
     stick store-response res.hdr(Mcp-Session-Id)
+    stick on req.hdr(Mcp-Param-Session)
     server a 127.0.0.1:%d check inter 200ms fall 1 rise 1
     server b 127.0.0.1:%d check inter 200ms fall 1 rise 1
 listen stats
@@ -128,6 +130,15 @@ func TestServeBehindHAProxy(t *testing.T) {
 	text, isError := runText(t, cs, map[string]any{"code": "n = 1\ndef bump():\n    global n\n    n += 1\n    return n\n" +
 		"open('log.txt', 'w').write('start\\n')\nn"})
 	require.False(t, isError, text)
+	// A client of the sessionless revision, with a handle.
+	modern, err := mcp.NewClient(&mcp.Implementation{Name: "minipy-haproxy-test", Version: "0"}, nil).Connect(
+		context.Background(), &mcp.StreamableClientTransport{Endpoint: fmt.Sprintf("http://127.0.0.1:%d/mcp", ph)}, nil)
+	require.NoError(t, err)
+	defer modern.Close()
+	_, err = modern.ListTools(context.Background(), nil)
+	require.NoError(t, err)
+	text, isError, h := callText(t, modern, "minipy", map[string]any{"code": "m = 10"})
+	require.False(t, isError, text)
 
 	for i, restart := range []struct {
 		name string
@@ -145,5 +156,8 @@ func TestServeBehindHAProxy(t *testing.T) {
 			want += "after " + r + "\\n"
 		}
 		assert.Equal(t, fmt.Sprintf("[value]\n(%d, '%s')\n", i+2, want), text, "after restarting %s", restart.name)
+		text, isError, _ = callText(t, modern, "minipy", map[string]any{"code": "m += 1\nm", handleArg: h})
+		require.False(t, isError, "the handle after restarting %s: %s", restart.name, text)
+		assert.Equal(t, fmt.Sprintf("[value]\n%d\n", 11+i), text, "the handle after restarting %s", restart.name)
 	}
 }
