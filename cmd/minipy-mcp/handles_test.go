@@ -2,8 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -93,6 +98,48 @@ func TestSessionlessRevisionUsesHandles(t *testing.T) {
 	require.False(t, isError, text)
 	text, _, _ = callText(t, cs, minipy.ToolName, map[string]any{"code": "'x' in dir()", handleArg: h})
 	assert.Equal(t, "[value]\nFalse\n", text, "reset emptied the handle's session")
+}
+
+// The official TypeScript SDK v2's client, negotiating versions, speaks 2026-07-28 with the
+// server and keeps its variables through the handle: it mirrors it in Mcp-Param-Session.
+func TestSessionlessTypeScriptClient(t *testing.T) {
+	dir, err := filepath.Abs(filepath.Join("testdata", "tsclient2"))
+	require.NoError(t, err)
+	_, err = os.Stat(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "client"))
+	require.NoError(t, err, "the TypeScript SDK v2 is not installed: run `make deps` (npm ci in %s)", dir)
+	node, err := exec.LookPath("node")
+	require.NoError(t, err, "node is needed: make deps installs it")
+	server, _ := newServerSessions(minipy.InProcess(), &minipy.Options{}, serverHooks{handles: true, idle: time.Minute})
+	srv := httptest.NewServer(httpHandler(server, httpConfig{idle: time.Minute}))
+	defer srv.Close()
+	cmd := exec.Command(node, "handles.mjs", srv.URL+"/mcp")
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	var exitErr *exec.ExitError
+	if errors.As(err, &exitErr) {
+		t.Fatalf("the TypeScript client failed: %v\n%s", err, exitErr.Stderr)
+	}
+	require.NoError(t, err)
+	var got struct {
+		Version, Header, First, Handle, Second, Fresh string
+		Unknown                                       struct {
+			IsError bool
+			Text    string
+		}
+		Mirrored bool
+		Versions []string
+	}
+	require.NoError(t, json.Unmarshal(out, &got), "%s", out)
+	assert.Equal(t, sessionlessRevision, got.Version)
+	assert.Equal(t, []string{sessionlessRevision}, got.Versions, "every request of the revision")
+	assert.Equal(t, handleHeader, got.Header)
+	assert.True(t, strings.HasPrefix(got.Handle, handlePrefix), got.Handle)
+	assert.Contains(t, got.First, "[session]\n"+got.Handle)
+	assert.Equal(t, "[value]\n42\n", got.Second)
+	assert.Contains(t, got.Fresh, "[value]\nFalse\n")
+	assert.True(t, got.Unknown.IsError)
+	assert.Contains(t, got.Unknown.Text, "is unknown")
+	assert.True(t, got.Mirrored, "the handle went in Mcp-Param-Session")
 }
 
 // Handles outlive their replica and move between replicas that share -state-dir: a call
