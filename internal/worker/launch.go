@@ -372,6 +372,12 @@ func (s *Spec) AwaitReady(w *Worker) (*Worker, error) {
 	}
 	w.Kill()
 	w.AwaitExit()
+	// What it said before it ended: the pipe's last bytes may still be on their way to
+	// keepStderr's copy when its exit is seen.
+	select {
+	case <-w.stderrDone:
+	case <-time.After(time.Second):
+	}
 	msg := strings.TrimSpace(w.stderr.String())
 	if msg == "" {
 		msg = "no output"
