@@ -33,6 +33,14 @@ type Function struct {
 	// converts values; an error (or a panic) raises minipy.HostError with its text in
 	// Python. ctx is cancelled when the run that called it is stopped or ends.
 	Call func(ctx context.Context, args map[string]any) (any, error)
+	// Inline runs Call on the in-process interpreter's own thread, while the calling
+	// Python code waits, instead of handing it to a goroutine: a call then costs about half
+	// as much (docs/host-functions.md has the figures). The price: a Call that ignores its
+	// ctx holds the run past its deadline: the run is abandoned as one stuck in a C call
+	// is (InterruptedError.Abandoned), and the interpreter stays busy until Call returns.
+	// For quick functions that return when ctx is done. Calls from threads the code
+	// started, and the isolated engine's, are served as usual.
+	Inline bool
 
 	err   error    // why Func could not build it
 	order []string // the properties' order, when known (Func)
@@ -190,7 +198,7 @@ func newHostFunc(fn Function) (*hostFunc, error) {
 		specParams = append(specParams, []any{p.key, p.py, p.ann, p.required, p.hasDefault, p.def,
 			anySlice(p.types), enum})
 	}
-	hf.spec = []any{fn.Name, int64(0), docstring(fn, params), specParams, returnAnnotation(fn.OutputSchema), open}
+	hf.spec = []any{fn.Name, int64(0), docstring(fn, params), specParams, returnAnnotation(fn.OutputSchema), open, fn.Inline}
 	return hf, nil
 }
 

@@ -107,7 +107,9 @@ func (h *hostCalls) serve(id uint64, v any) {
 	h.reply(id, status, payload)
 }
 
-func (h *hostCalls) run(v any) (status byte, payload []byte) {
+// callParts splits a decoded call, [function id, {args}], into the function (nil if none
+// has that id) and its arguments (nil if malformed).
+func (h *hostCalls) callParts(v any) (*hostFunc, map[string]any) {
 	parts, _ := v.([]any)
 	var fid int64
 	var args map[string]any
@@ -115,10 +117,20 @@ func (h *hostCalls) run(v any) (status byte, payload []byte) {
 		fid, _ = parts[0].(int64)
 		args, _ = parts[1].(map[string]any)
 	}
-	hf := h.reg.lookup(uint64(fid))
+	return h.reg.lookup(uint64(fid)), args
+}
+
+// function is the function a decoded call names, or nil.
+func (h *hostCalls) function(v any) *hostFunc {
+	hf, _ := h.callParts(v)
+	return hf
+}
+
+func (h *hostCalls) run(v any) (status byte, payload []byte) {
+	hf, args := h.callParts(v)
 	switch {
 	case h.ended.Load():
-		return pyrt.CallRefused, []byte("host functions can be called only while a run of their namespace is in progress")
+		return pyrt.CallRefused, []byte(notInRun)
 	case hf == nil || args == nil:
 		return pyrt.CallRefused, []byte("no such host function (it was replaced or its namespace closed)")
 	case !h.reg.holds(h.gid, hf) && !h.reg.holds(h.lid, hf):

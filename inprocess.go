@@ -83,6 +83,7 @@ func startInProcess(cfg Config) (*inProcessEngine, error) {
 			return
 		}
 		process.engine = &inProcessEngine{interp: interp, token: make(turn, 1), abandoned: make(chan struct{})}
+		cpython.SetInlineHandler(process.engine.serveInline)
 	})
 	return process.engine, process.err
 }
@@ -196,21 +197,49 @@ func (e *inProcessEngine) serveCalls() {
 
 // serveCall serves one call event (u32 length, kind, u64 generation, u64 call id, payload).
 func (e *inProcessEngine) serveCall(frame []byte) {
+	h, id, v, refused := e.callOf(frame)
+	if refused {
+		cpython.Reply(id, pyrt.CallRefused, []byte(notInRun))
+		return
+	}
+	h.serve(id, v)
+}
+
+// serveInline serves a call event of a Function.Inline function on the interpreter's own
+// thread (the calling Python code waits in C, without the GIL) and returns the reply.
+func (e *inProcessEngine) serveInline(frame []byte) (byte, []byte) {
+	h, _, v, refused := e.callOf(frame)
+	if refused {
+		return pyrt.CallRefused, []byte(notInRun)
+	}
+	if hf := h.function(v); hf != nil && !hf.fn.Inline {
+		// Code that calls the runtime's hook itself: only Inline functions run here.
+		return pyrt.CallRefused, fmt.Appendf(nil, "%s() is not an inline function", hf.fn.Name)
+	}
+	h.inflight.Add(1)
+	defer h.inflight.Add(-1)
+	return h.run(v)
+}
+
+const notInRun = "host functions can be called only while a run of their namespace is in progress"
+
+// callOf decodes a call event and finds the run it belongs to; refused: it belongs to none
+// (a run that ended, or a frame that is not a call).
+func (e *inProcessEngine) callOf(frame []byte) (h *hostCalls, id uint64, v any, refused bool) {
 	if len(frame) < 4+1+8+8 {
-		return // never: the C side makes these frames
+		return nil, 0, nil, true // never: the C side makes these frames
 	}
 	gen := binary.LittleEndian.Uint64(frame[5:])
 	id, v, err := decodeCall(frame[13:])
-	h := e.calls.Load()
+	h = e.calls.Load()
 	for h != nil && h.gen.Load() == 0 { // the run is being submitted: its generation comes next
 		runtime.Gosched()
 		h = e.calls.Load()
 	}
 	if err != nil || h == nil || h.gen.Load() != gen {
-		cpython.Reply(id, pyrt.CallRefused, []byte("host functions can be called only while a run of their namespace is in progress"))
-		return
+		return nil, id, nil, true
 	}
-	h.serve(id, v)
+	return h, id, v, false
 }
 
 func (r *inProcessRun) kick(stage int) { r.req.Kick(stage) }

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "cpython.h"
+#include "_cgo_export.h"
 
 // How long each side busy-waits (yielding after 20 us, see cpu_relax) before sleeping on
 // the futex. Waking a sleeping thread costs 50-150 us on a VM whose idle vCPU has halted,
@@ -312,12 +313,57 @@ static PyObject *c_emit(PyObject *self, PyObject *args) {
 // awake.
 #define SERVER_SPIN_NS 50000
 
-// host_call(payload) -> (status, reply): queue a call event for Go and wait, without the
-// GIL, for its reply (see mp_call). A run that is stopped meanwhile ends the wait: on the
-// owner thread the kick's handler then raises; elsewhere the status says CallStopped.
+// host_call_inline runs the call event frame (made by c_host_call, call id 0) on this, the
+// owner, thread: Go's mpHostCallInline serves it and returns at once, without the GIL, with
+// no server to wake and no reply to wait for. Only for Function.Inline's functions: a Go
+// function that ignores its ctx holds the run here past its deadline, as a C loop would.
+static PyObject *host_call_inline(mp_call *c) {
+	pthread_mutex_lock(&mp.mu);
+	int refused = !mp.running || !mp.host_calls ? 4 : mp.kicked ? 3 : 0;  // pyrt.CallRefused, CallStopped
+	uint64_t gen = mp.gen;
+	pthread_mutex_unlock(&mp.mu);
+	PyObject *reply = NULL;
+	if (refused) {
+		reply = Py_BuildValue("(iy)", refused, refused == 4 ? "host functions can be called only while a run of their namespace is in progress" : "");
+	} else {
+		memcpy(c->frame + 5, &gen, 8);
+		memset(c->frame + 13, 0, 8);
+		int status = 0;
+		char *resp = NULL;
+		size_t resp_len = 0;
+		Py_BEGIN_ALLOW_THREADS
+		mpHostCallInline(c->frame, c->frame_len, &status, &resp, &resp_len);
+		// Stopped (the run's ctx is done): as a served call's wait ends only with the
+		// run's kick, wait for it (up to a second), so that the run ends as a kicked one.
+		for (int i = 0; status == 3 && i < 50000; i++) {
+			pthread_mutex_lock(&mp.mu);
+			int kicked = mp.kicked || mp.gen != gen;
+			pthread_mutex_unlock(&mp.mu);
+			if (kicked) {
+				break;
+			}
+			struct timespec pause = {0, 20000};
+			nanosleep(&pause, NULL);
+		}
+		Py_END_ALLOW_THREADS
+		if (status != 3 || PyErr_CheckSignals() == 0) {  // stopped: the kick's handler raises, if it will
+			reply = Py_BuildValue("(iy#)", status, resp ? resp : "", (Py_ssize_t)resp_len);
+		}
+		free(resp);
+	}
+	free(c->frame);
+	free(c);
+	return reply;
+}
+
+// host_call(payload, inline) -> (status, reply): queue a call event for Go and wait, without
+// the GIL, for its reply (see mp_call). A run that is stopped meanwhile ends the wait: on the
+// owner thread the kick's handler then raises; elsewhere the status says CallStopped. With
+// inline (Function.Inline) the owner thread serves the call itself (host_call_inline).
 static PyObject *c_host_call(PyObject *self, PyObject *args) {
 	Py_buffer data;
-	if (!PyArg_ParseTuple(args, "y*", &data)) {
+	int inline_call = 0;
+	if (!PyArg_ParseTuple(args, "y*|p", &data, &inline_call)) {
 		return NULL;
 	}
 	if (data.len > UINT32_MAX - 64) {
@@ -345,6 +391,9 @@ static PyObject *c_host_call(PyObject *self, PyObject *args) {
 	c->frame[4] = 'C';
 	memcpy(c->frame + 21, data.buf, (size_t)data.len);
 	PyBuffer_Release(&data);
+	if (inline_call && pthread_equal(pthread_self(), mp.owner)) {
+		return host_call_inline(c);
+	}
 	// Under mp.mu: a run that has ended (or was stopped) takes no more calls.
 	pthread_mutex_lock(&mp.mu);
 	int refused = !mp.running || !mp.host_calls ? 4 : mp.kicked ? 3 : 0;  // pyrt.CallRefused, CallStopped
@@ -544,7 +593,7 @@ static PyMethodDef native_methods[] = {
     {"kick_stage", c_kick_stage, METH_NOARGS, "The stage of the current kick."},
     {"async_raise", c_async_raise, METH_VARARGS, "PyThreadState_SetAsyncExc(ident, exc)."},
     {"emit", c_emit, METH_VARARGS, "emit(kind, stream, data): queue an event of the run for the caller."},
-    {"host_call", c_host_call, METH_VARARGS, "host_call(payload) -> (status, reply): call a host function."},
+    {"host_call", c_host_call, METH_VARARGS, "host_call(payload, inline=False) -> (status, reply): call a host function."},
     {NULL, NULL, 0, NULL},
 };
 

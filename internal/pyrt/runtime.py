@@ -1004,12 +1004,12 @@ def _minipy_module():
     sys.modules["minipy"] = mod
 
 
-def _no_host(payload):
+def _no_host(payload, inline=False):
     return CALL_REFUSED, b"no host functions here"
 
 
-# Hook: call_host(payload) -> (status, reply bytes). In-process the C module's host_call,
-# in a worker _Worker.call_host.
+# Hook: call_host(payload, inline) -> (status, reply bytes). In-process the C module's
+# host_call (inline: Function.Inline, served on this thread), in a worker _Worker.call_host.
 call_host = _no_host
 
 class _NotPassed:
@@ -1055,7 +1055,7 @@ def _bad_value(qualname, name, value, enum):
         qualname, name, ", ".join(repr(v) for v in enum), value))
 
 
-def _call(fid, qualname, args):
+def _call(fid, qualname, args, inline=False):
     try:
         payload = encode([fid, args])
     except (Unconvertible, RecursionError):
@@ -1066,7 +1066,7 @@ def _call(fid, qualname, args):
                 raise TypeError("%s() argument '%s' cannot be passed to Go: %s is not JSON-like (str, int, "
                                 "float, bool, None, list, dict, bytes)" % (qualname, name, exc)) from None
         raise
-    status, data = call_host(payload)
+    status, data = call_host(payload, inline)
     if status == CALL_OK:
         return decode(data)
     if status == CALL_SHOW:  # minipy.WithDisplays: show them as display() would, here
@@ -1105,15 +1105,16 @@ class HostGroup(types.ModuleType):
 
 
 def make_host_function(spec):
-    """The Python function for one spec: [name, id, doc, params, returns, open]; each param
+    """The Python function for one spec: [name, id, doc, params, returns, open, inline]; each param
     is [json name, python name ("" for names only **kwargs can pass), annotation, required,
     has default, default, json types ([]: any), enum (or None)]; open: other keyword
-    arguments are passed on too (the schema's additionalProperties)."""
-    name, fid, doc, params, returns, open_ = spec
+    arguments are passed on too (the schema's additionalProperties); inline: Function.Inline."""
+    name, fid, doc, params, returns, open_, inline = spec
     short = name.rpartition(".")[2]
     # The generated code's own names all start with _minipy_, which Go never gives a parameter.
     env = {"_minipy_call": _call, "_minipy_opt": _OPT, "_minipy_fits": _fits, "_minipy_bad_type": _bad_type,
-           "_minipy_bad_value": _bad_value, "_minipy_q": name, "_minipy_fid": fid, "__builtins__": builtins}
+           "_minipy_bad_value": _bad_value, "_minipy_q": name, "_minipy_fid": fid, "_minipy_inline": bool(inline),
+           "__builtins__": builtins}
     sig, body, annotations, extra = [], [], {}, {}
     for i, (key, pyname, ann, required, has_default, default, types_, enum) in enumerate(params):
         types_ = tuple(types_)
@@ -1167,7 +1168,7 @@ def make_host_function(spec):
             "    if _minipy_r and _minipy_k not in _minipy_kw:",
             "        raise TypeError('%s() missing required keyword argument: %r' % (_minipy_q, _minipy_k))",
         ]
-    src = "def %s(%s):\n    _minipy_a = {}\n%s    return _minipy_call(_minipy_fid, _minipy_q, _minipy_a)\n" % (
+    src = "def %s(%s):\n    _minipy_a = {}\n%s    return _minipy_call(_minipy_fid, _minipy_q, _minipy_a, _minipy_inline)\n" % (
         short, ", ".join(sig), "".join("    %s\n" % line for line in body))
     exec(compile(src, RUNTIME_FILE, "exec"), env)
     fn = env[short]

@@ -258,7 +258,7 @@ class _Worker:
 
     # -- host calls -----------------------------------------------------------------------
 
-    def call_host(self, payload):
+    def call_host(self, payload, inline=False):
         """runtime.call_host: send a call event (F_CALL) and wait for the host's F_REPLY,
         which the control thread hands over; a kick of the run ends the wait (on the main
         thread the kick's signal interrupts it and its handler raises)."""

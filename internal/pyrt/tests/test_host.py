@@ -44,15 +44,23 @@ class HostFunction(unittest.TestCase):
         self.calls = []
         self.answer = (_rt["CALL_OK"], _rt["encode"](42))
 
-        def call_host(payload):
+        self.inline = []
+
+        def call_host(payload, inline):
             self.calls.append(_rt["decode"](payload))
+            self.inline.append(inline)
             return self.answer
 
         _rt["call_host"] = call_host
         self.addCleanup(_rt.__setitem__, "call_host", _rt["_no_host"])
 
-    def make(self, params, name="add", doc="Add two numbers.", returns="int", open_=False, fid=3):
-        return _rt["make_host_function"]([name, fid, doc, params, returns, open_])
+    def make(self, params, name="add", doc="Add two numbers.", returns="int", open_=False, fid=3, inline=False):
+        return _rt["make_host_function"]([name, fid, doc, params, returns, open_, inline])
+
+    def test_inline_is_passed_to_the_hook(self):
+        self.make([])()
+        self.make([], inline=True)()
+        self.assertEqual(self.inline, [False, True])
 
     def test_signature_docs_and_names(self):
         fn = self.make([param("a", ["integer"], required=True), param("b", ["integer"], default=1, has_default=True)])

@@ -129,11 +129,11 @@ class SaveRestore(unittest.TestCase):
 
     def test_restore_replaces_but_keeps_host_functions(self):
         target = space_with("old = 1\nkept = 2\n")
-        spec = ["lookup", 1, "", [], "", False]
+        spec = ["lookup", 1, "", [], "", False, False]
         _rt["_op_register"](target, [spec])
-        _rt["_op_register"](target, [["db.get", 2, "", [], "", False]])
+        _rt["_op_register"](target, [["db.get", 2, "", [], "", False, False]])
         source = space_with("new = 3\n")
-        _rt["_op_register"](source, [spec, ["gone", 3, "", [], "", False]])
+        _rt["_op_register"](source, [spec, ["gone", 3, "", [], "", False, False]])
         blob, saved, skipped, hosts, version = _rt["_op_save"](source)
         self.assertEqual((saved, hosts), (["new"], ["lookup", "gone"]))
         _rt["_op_restore"](target, blob, hosts, version)
