@@ -1,5 +1,5 @@
-// Package eino offers minipy as a tool of github.com/cloudwego/eino, for its ToolsNode,
-// its react agent and its adk agents.
+// Package eino offers minipy as a tool of github.com/cloudwego/eino, for its ToolsNode
+// and the agents that run one, such as its react agent.
 //
 // New returns a tool.InvokableTool: its Info is minipy's tool schema (the name "minipy",
 // the description for the engine and options, the JSON Schema of {"code", "timeout"}),
@@ -19,7 +19,7 @@
 //
 // Options go to the engine as minipy.Options; WithOptions replaces them for one call (a
 // shared agent serving many conversations passes each one's namespace with
-// react.WithToolOptions or compose.WithToolsNodeOption).
+// react.WithToolOptions, or compose.WithToolOption to a ToolsNode).
 package eino
 
 import (

@@ -5,7 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"fmt"
+	"errors"
 	"image/png"
 	"regexp"
 	"strconv"
@@ -33,13 +33,14 @@ const plotCode = "import matplotlib.pyplot as plt\nimport numpy as np\nx = np.li
 var imageMarker = regexp.MustCompile(`\[image 1: PNG (\d+)x(\d+), \d+ KB\]`)
 
 // toolMessage returns the content of the request's last message, checking that it is the
-// tool message answering callID.
+// tool message answering callID. Like every check in a step, which runs on the server's
+// goroutine, it asserts and goes on.
 func toolMessage(t *testing.T, req map[string]any, callID string) string {
 	t.Helper()
 	assert.Equal(t, "tool", scripted.Get(req, "messages", -1, "role"))
 	assert.Equal(t, callID, scripted.Get(req, "messages", -1, "tool_call_id"))
 	content, ok := scripted.Get(req, "messages", -1, "content").(string)
-	require.True(t, ok, "the tool message's content is text")
+	assert.True(t, ok, "the tool message's content is text")
 	return content
 }
 
@@ -61,23 +62,23 @@ func TestReactAgentRunsTheModelsCode(t *testing.T) {
 	opts := &minipy.Options{Globals: ns, Timeout: 20 * time.Second}
 
 	const answer = "12!/7 is 68428800; the plot is drawn."
+	wantParams, err := json.Marshal(eng.ToolSchemaFor(opts).InputSchema.Map())
+	require.NoError(t, err)
+	plotArgs, err := json.Marshal(map[string]any{"code": plotCode, "timeout": 30})
+	require.NoError(t, err)
 	url := scripted.Serve(t, "/chat/completions",
 		func(t *testing.T, req map[string]any) any {
 			want := eng.ToolSchemaFor(opts)
 			assert.Equal(t, want.Name, scripted.Get(req, "tools", 0, "function", "name"))
 			assert.Equal(t, want.Description, scripted.Get(req, "tools", 0, "function", "description"))
-			wantParams, err := json.Marshal(want.InputSchema.Map())
-			require.NoError(t, err)
 			gotParams, err := json.Marshal(scripted.Get(req, "tools", 0, "function", "parameters"))
-			require.NoError(t, err)
+			assert.NoError(t, err)
 			assert.JSONEq(t, string(wantParams), string(gotParams))
 			return call("call_1", `{"code": "import math\nn = math.factorial(12)\nprint('12! =', n)\nn / 7"}`)
 		},
 		func(t *testing.T, req map[string]any) any {
 			assert.Equal(t, "[stdout]\n12! = 479001600\n[value]\n68428800.0\n", toolMessage(t, req, "call_1"))
-			args, err := json.Marshal(map[string]any{"code": plotCode, "timeout": 30})
-			require.NoError(t, err)
-			return call("call_2", string(args))
+			return call("call_2", string(plotArgs))
 		},
 		func(t *testing.T, req map[string]any) any {
 			text := toolMessage(t, req, "call_2")
@@ -104,26 +105,28 @@ func TestReactAgentRunsTheModelsCode(t *testing.T) {
 	assert.Equal(t, answer, msg.Content)
 }
 
-// scriptedModel is a model.ToolCallingChatModel that answers from a script, recording
-// what it was sent. eino-ext's chat models do not send a tool message's images to their
-// APIs, so the enhanced tool's test puts the model in-process; eino's react agent and
-// ToolsNode still drive the tool.
+// scriptedModel is a model.ToolCallingChatModel that answers from a script and records
+// what it was sent and the tools it was given. eino-ext's chat models do not send a tool
+// message's images to their APIs, so the enhanced tool's test puts the model in-process;
+// eino's react agent and ToolsNode still drive the tool.
 type scriptedModel struct {
 	mu      sync.Mutex
-	steps   []func(input []*schema.Message) *schema.Message
-	next    int
+	replies []*schema.Message
+	inputs  [][]*schema.Message
 	tools   []*schema.ToolInfo
-	t       *testing.T
-	stepped chan struct{}
 }
+
+// errScriptEnded is the error of a request after the last reply.
+var errScriptEnded = errors.New("a request after the last step of the script")
 
 func (m *scriptedModel) Generate(_ context.Context, input []*schema.Message, _ ...model.Option) (*schema.Message, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	require.Less(m.t, m.next, len(m.steps), "a request after the last step")
-	step := m.steps[m.next]
-	m.next++
-	return step(input), nil
+	if len(m.inputs) == len(m.replies) {
+		return nil, errScriptEnded
+	}
+	m.inputs = append(m.inputs, input)
+	return m.replies[len(m.inputs)-1], nil
 }
 
 func (m *scriptedModel) Stream(ctx context.Context, input []*schema.Message, opts ...model.Option) (*schema.StreamReader[*schema.Message], error) {
@@ -153,38 +156,11 @@ func TestReactAgentGetsThePlot(t *testing.T) {
 	args, err := json.Marshal(map[string]any{"code": plotCode})
 	require.NoError(t, err)
 	const answer = "The plot shows one period of sin."
-	m := &scriptedModel{t: t}
-	m.steps = []func([]*schema.Message) *schema.Message{
-		func(input []*schema.Message) *schema.Message {
-			require.Len(t, m.tools, 1)
-			assert.Equal(t, minipy.ToolName, m.tools[0].Name)
-			return schema.AssistantMessage("", []schema.ToolCall{{ID: "call_1", Type: "function",
-				Function: schema.FunctionCall{Name: minipy.ToolName, Arguments: string(args)}}})
-		},
-		func(input []*schema.Message) *schema.Message {
-			last := input[len(input)-1]
-			assert.Equal(t, schema.Tool, last.Role)
-			assert.Equal(t, "call_1", last.ToolCallID)
-			parts := last.UserInputMultiContent
-			require.Len(t, parts, 2, "the text, then the plot")
-			assert.Equal(t, schema.ChatMessagePartTypeText, parts[0].Type)
-			marker := imageMarker.FindStringSubmatch(parts[0].Text)
-			require.NotNil(t, marker, "the text names the plot: %q", parts[0].Text)
-			assert.Equal(t, "[stdout]\nplotted\n"+marker[0]+"\n", parts[0].Text)
-
-			assert.Equal(t, schema.ChatMessagePartTypeImageURL, parts[1].Type)
-			require.NotNil(t, parts[1].Image)
-			assert.Equal(t, "image/png", parts[1].Image.MIMEType)
-			require.NotNil(t, parts[1].Image.Base64Data)
-			data, err := base64.StdEncoding.DecodeString(*parts[1].Image.Base64Data)
-			require.NoError(t, err)
-			cfg, err := png.DecodeConfig(bytes.NewReader(data))
-			require.NoError(t, err, "the image part is a PNG")
-			assert.Equal(t, marker[1], strconv.Itoa(cfg.Width))
-			assert.Equal(t, marker[2], strconv.Itoa(cfg.Height))
-			return schema.AssistantMessage(answer, nil)
-		},
-	}
+	m := &scriptedModel{replies: []*schema.Message{
+		schema.AssistantMessage("", []schema.ToolCall{{ID: "call_1", Type: "function",
+			Function: schema.FunctionCall{Name: minipy.ToolName, Arguments: string(args)}}}),
+		schema.AssistantMessage(answer, nil),
+	}}
 	agent, err := react.NewAgent(ctx, &react.AgentConfig{
 		ToolCallingModel: m,
 		ToolsConfig:      compose.ToolsNodeConfig{Tools: []tool.BaseTool{eino.NewEnhanced(eng, &minipy.Options{Globals: ns})}},
@@ -194,7 +170,30 @@ func TestReactAgentGetsThePlot(t *testing.T) {
 	msg, err := agent.Generate(ctx, []*schema.Message{schema.UserMessage("Plot sin.")})
 	require.NoError(t, err)
 	assert.Equal(t, answer, msg.Content)
-	assert.Equal(t, len(m.steps), m.next, "steps of the script that were not played")
+
+	require.Len(t, m.tools, 1)
+	assert.Equal(t, minipy.ToolName, m.tools[0].Name)
+	require.Len(t, m.inputs, 2)
+	last := m.inputs[1][len(m.inputs[1])-1]
+	assert.Equal(t, schema.Tool, last.Role)
+	assert.Equal(t, "call_1", last.ToolCallID)
+	parts := last.UserInputMultiContent
+	require.Len(t, parts, 2, "the text, then the plot")
+	assert.Equal(t, schema.ChatMessagePartTypeText, parts[0].Type)
+	marker := imageMarker.FindStringSubmatch(parts[0].Text)
+	require.NotNil(t, marker, "the text names the plot: %q", parts[0].Text)
+	assert.Equal(t, "[stdout]\nplotted\n"+marker[0]+"\n", parts[0].Text)
+
+	assert.Equal(t, schema.ChatMessagePartTypeImageURL, parts[1].Type)
+	require.NotNil(t, parts[1].Image)
+	assert.Equal(t, "image/png", parts[1].Image.MIMEType)
+	require.NotNil(t, parts[1].Image.Base64Data)
+	data, err := base64.StdEncoding.DecodeString(*parts[1].Image.Base64Data)
+	require.NoError(t, err)
+	cfg, err := png.DecodeConfig(bytes.NewReader(data))
+	require.NoError(t, err, "the image part is a PNG")
+	assert.Equal(t, marker[1], strconv.Itoa(cfg.Width))
+	assert.Equal(t, marker[2], strconv.Itoa(cfg.Height))
 }
 
 // WithOptions runs one call in another namespace, as a shared agent serving many
@@ -249,5 +248,4 @@ func TestFailuresAreText(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, res.Parts, 1)
 	assert.Contains(t, res.Parts[0].Text, "[bad arguments]\n")
-	_ = fmt.Sprint
 }

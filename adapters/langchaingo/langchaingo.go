@@ -4,9 +4,10 @@
 //
 // A langchaingo tool takes one string and returns one string. The input may be the
 // code itself, which is what langchaingo's agents pass (the OpenAI functions agent
-// offers every tool a single "__arg1" string and hands over its value), or a JSON
-// object with the arguments of minipy's schema, {"code": "...", "timeout": 30}, which a
-// model that was shown that schema sends. The output is the text minipy's CallTool
+// offers every tool a single "__arg1" string and hands over its value; the ReAct agent
+// passes what follows "Action Input:", taken out of its Markdown code fence if it is in
+// one), or a JSON object with the arguments of minipy's schema, {"code": "...",
+// "timeout": 30}, which a model that was shown that schema sends. The output is the text minipy's CallTool
 // renders: labelled sections ([stdout], [stderr], [value], [error], [timeout]) within the
 // output budget of the options. A Python error, a timeout or unusable arguments are
 // part of that text, not a Go error, so that the agent reads them and carries on.
@@ -69,14 +70,31 @@ func (t *Tool) CallResult(ctx context.Context, input string) minipy.ToolResult {
 
 // arguments turns a langchaingo tool input into minipy's tool arguments: a JSON object
 // with a "code" member (the arguments as minipy's schema has them) is passed as it is;
-// anything else is the code itself. Python source that happens to be such an object, a
-// dict literal with a "code" key and nothing else to run, is taken as arguments.
+// anything else is the code itself, out of its Markdown code fence if it is in one (as
+// models write code after a ReAct agent's "Action Input:"). Python source that happens to
+// be such an object, a dict literal with a "code" key and nothing else to run, is taken
+// as arguments.
 func arguments(input string) json.RawMessage {
 	if isArguments(input) {
 		return json.RawMessage(input)
 	}
-	args, _ := json.Marshal(map[string]string{"code": input}) // a string map always marshals
+	args, _ := json.Marshal(map[string]string{"code": unfence(input)}) // a string map always marshals
 	return args
+}
+
+// unfence returns the code inside a Markdown code fence that is the whole of input
+// ("```python\n...\n```"), or input when it is not one.
+func unfence(input string) string {
+	t := strings.TrimSpace(input)
+	if !strings.HasPrefix(t, "```") || !strings.HasSuffix(t, "```") {
+		return input
+	}
+	first := strings.IndexByte(t, '\n')
+	last := strings.LastIndex(t, "```")
+	if first < 0 || last <= first || strings.Contains(t[3:first], "`") { // an info string has no backtick
+		return input
+	}
+	return t[first+1 : last]
 }
 
 // isArguments reports whether input is a JSON object with a "code" member.

@@ -18,13 +18,14 @@ import (
 )
 
 // toolMessage returns the content of the request's last message, checking that it is the
-// tool message answering callID.
+// tool message answering callID. Like every check in a step, which runs on the server's
+// goroutine, it asserts and goes on.
 func toolMessage(t *testing.T, req map[string]any, callID string) string {
 	t.Helper()
 	assert.Equal(t, "tool", scripted.Get(req, "messages", -1, "role"))
 	assert.Equal(t, callID, scripted.Get(req, "messages", -1, "tool_call_id"))
 	content, ok := scripted.Get(req, "messages", -1, "content").(string)
-	require.True(t, ok, "the tool message's content is text")
+	assert.True(t, ok, "the tool message's content is text")
 	return content
 }
 
@@ -77,6 +78,39 @@ func TestExecutorRunsTheModelsCode(t *testing.T) {
 	assert.Equal(t, answer, out)
 }
 
+// langchaingo's text-based ReAct agent (MRKL) passes what follows "Action Input:", here
+// code in a Markdown fence, and puts the tool's text in the prompt as the observation.
+func TestOneShotAgentRunsFencedCode(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	eng := minipy.InProcess()
+	ns := eng.NewNamespace()
+	defer ns.Close()
+	tool := langchaingo.New(eng, &minipy.Options{Globals: ns})
+
+	prompt := func(req map[string]any) string {
+		s, _ := scripted.Get(req, "messages", -1, "content").(string)
+		return s
+	}
+	url := scripted.Serve(t, "/chat/completions",
+		func(t *testing.T, req map[string]any) any {
+			assert.Contains(t, prompt(req), "minipy: "+tool.Description())
+			return scripted.Completion("chatcmpl-1", "stop", map[string]any{"content": "Thought: I should compute it.\n" +
+				"Action: minipy\nAction Input: ```python\nimport math\nprint('computing')\nmath.factorial(10)\n```"})
+		},
+		func(t *testing.T, req map[string]any) any {
+			assert.Contains(t, prompt(req), "\nObservation: [stdout]\ncomputing\n[value]\n3628800\n")
+			return scripted.Completion("chatcmpl-2", "stop", map[string]any{"content": "Thought: I now know the final answer\nFinal Answer: 10! is 3628800."})
+		},
+	)
+	llm, err := openai.New(openai.WithBaseURL(url), openai.WithToken("test-key"), openai.WithModel("gpt-test"))
+	require.NoError(t, err)
+	agent := agents.NewOneShotAgent(llm, []tools.Tool{tool})
+	out, err := chains.Run(ctx, agents.NewExecutor(agent, agents.WithMaxIterations(3)), "What is 10!?")
+	require.NoError(t, err)
+	assert.Equal(t, "10! is 3628800.", out)
+}
+
 func TestCallInputs(t *testing.T) {
 	ctx := context.Background()
 	eng := minipy.InProcess()
@@ -91,6 +125,9 @@ func TestCallInputs(t *testing.T) {
 		{"arguments with spaces and a timeout", " {\"code\": \"1 + 1\", \"timeout\": \"2\"}\n", "[value]\n2\n"},
 		{"code that is not JSON", "{1, 2} | {3}", "[value]\n{1, 2, 3}\n"},
 		{"nothing to show", "x = 1", "[no output]\n"},
+		{"code in a fence", "```python\nprint('fenced')\n6 * 7\n```", "[stdout]\nfenced\n[value]\n42\n"},
+		{"code in a bare fence", "\n```\n2 ** 10\n```\n", "[value]\n1024\n"},
+		{"backticks inside the code", "s = \"```\"\nlen(s)", "[value]\n3\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := tool.Call(ctx, tc.input)

@@ -14,7 +14,8 @@ import (
 )
 
 // Step answers one request: it gets the request's JSON body, decoded, and returns the
-// reply's body, which is encoded as JSON. It checks the request with assert.
+// reply's body, which is encoded as JSON. It checks the request with assert, not require:
+// it runs on the server's goroutine, where t.FailNow must not be called.
 type Step func(t *testing.T, request map[string]any) any
 
 // Serve starts a local server that answers POST requests to path with steps, in order,
