@@ -57,3 +57,9 @@ func LinkedPython() string { return "" }
 
 // FreeThreaded is unknown without cgo: no libpython is linked.
 func FreeThreaded() bool { return false }
+
+// InlineHandler serves a call of a Function.Inline function (see the cgo build).
+type InlineHandler func(frame []byte) (status byte, payload []byte)
+
+// SetInlineHandler is unreachable without cgo (Start fails).
+func SetInlineHandler(InlineHandler) { panic(ErrNoCgo) }
