@@ -205,13 +205,14 @@ func (e *Isolated) NewNamespace() *Namespace {
 	if fresh {
 		slot = e.ownSlot()
 	}
-	spare := e.ownSlot() // (its directories are made outside the lock)
+	// The next spare's directories are made by its start, off this call's path (mounting a
+	// tmpfs is a round trip to the template).
+	spare := &workerSlot{e: e, token: make(turn, 1), own: true, lazyDirs: true}
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
-		e.releaseDirs(spare.dirs) // Close may have removed the engine's directory before they were made
 		if fresh {
-			e.releaseDirs(slot.dirs)
+			e.releaseDirs(slot.dirs) // Close may have removed the engine's directory before they were made
 		}
 		return &Namespace{closed: true, ref: ErrEngineClosed}
 	}
@@ -229,9 +230,8 @@ func (e *Isolated) NewNamespace() *Namespace {
 	}
 	if keep {
 		spare.startNext()
-	} else {
-		e.releaseDirs(spare.dirs)
-	}
+	} // (else it never started, and made nothing)
+	slot.ensureDirs() // a spare's: made by its start by now, or waited for
 	e.opened.Add(1)
 	return newNamespace(e, id, &nsBinding{slot: slot, dirs: slot.dirs})
 }
@@ -780,6 +780,10 @@ type workerSlot struct {
 	token turn
 	own   bool     // the worker of one namespace (IsolatedConfig.Workers 0)
 	dirs  workDirs // the working directory and tree its workers bind
+	// lazyDirs: dirs is made by ensureDirs, which whoever reads dirs calls first (a spare
+	// makes them in its start, in the background).
+	lazyDirs bool
+	dirsOnce sync.Once
 	// calls is the host calls of the run in progress, if it may make any: a Run or
 	// Namespace method on this slot from inside one of them fails with ErrReentrant.
 	calls atomic.Pointer[hostCalls]
@@ -806,6 +810,7 @@ func (s *workerSlot) startNext() {
 	done := make(chan struct{})
 	s.pending = done
 	go func() {
+		s.ensureDirs()
 		w, err := startWorker(s.e, s.dirs, epoch)
 		if !errors.Is(err, ErrEngineClosed) {
 			s.e.startRec.note(err)
@@ -819,6 +824,23 @@ func (s *workerSlot) startNext() {
 		close(done)
 		s.mu.Unlock()
 	}()
+}
+
+// ensureDirs makes a lazyDirs slot's directories, once; a second caller waits for the
+// first. An engine closed meanwhile may have removed their parent: they are released, and
+// the slot's starts fail with ErrEngineClosed.
+func (s *workerSlot) ensureDirs() {
+	if !s.lazyDirs {
+		return
+	}
+	s.dirsOnce.Do(func() {
+		d := s.e.newDirs()
+		if d.err == nil && s.e.isClosed() {
+			s.e.releaseDirs(d)
+			d = workDirs{err: ErrEngineClosed}
+		}
+		s.dirs = d
+	})
 }
 
 // awaitPending waits for the start in progress and makes its worker current.

@@ -330,10 +330,17 @@ class _Worker:
 
     def serve(self, dispatch):
         state = _rt._state
+        warm = True
         while True:
             if self.snapshots and self.changed:
                 while self.snapshot():  # a snapshot that took over snapshots itself again
                     pass
+            if warm:
+                # Once, after the first snapshot (which shares the pages again), and only
+                # when no request waits: a spare's first run then finds its pages its own.
+                warm = False
+                if self.request is None:
+                    _rt.warm_up()
             self.request_ready.acquire()
             body, self.request = self.request, None
             run_id = _RUN_ID.unpack_from(body, 1)[0]

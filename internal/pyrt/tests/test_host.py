@@ -6,27 +6,12 @@ too). The runtime is loaded with tests/prelude.py, the constants Go would give i
 by TestPreludeFile)."""
 
 import inspect
-import os
 import typing
 import unittest
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_CONSTANTS_LINE = "# @constants: pyrt.go puts the constants shared with Go on this line\n"
+from source import load
 
-
-def _load_runtime():
-    with open(os.path.join(_HERE, "prelude.py")) as f:
-        prelude = f.read().splitlines()[-1]
-    path = os.path.join(_HERE, "..", "runtime.py")
-    with open(path) as f:
-        src = f.read()
-    assert src.count(_CONSTANTS_LINE) == 1
-    ns = {"__name__": "minipy_runtime"}
-    exec(compile(src.replace(_CONSTANTS_LINE, prelude + "\n"), path, "exec"), ns)
-    return ns
-
-
-_rt = _load_runtime()
+_rt = load(("runtime.py",))
 
 
 def param(name, types_, pyname=None, ann=None, required=False, default=None, has_default=False, enum=None):

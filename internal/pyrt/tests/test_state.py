@@ -6,26 +6,9 @@ import os
 import sys
 import unittest
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_CONSTANTS_LINE = "# @constants: pyrt.go puts the constants shared with Go on this line\n"
+from source import load
 
-
-def _load():
-    """runtime.py with the prelude, then state.py, as one module (as pyrt.Source is)."""
-    with open(os.path.join(_HERE, "prelude.py")) as f:
-        prelude = f.read().splitlines()[-1]
-    ns = {"__name__": "minipy_runtime"}
-    for name in ("runtime.py", "state.py"):
-        path = os.path.join(_HERE, "..", name)
-        with open(path) as f:
-            src = f.read()
-        if name == "runtime.py":
-            src = src.replace(_CONSTANTS_LINE, prelude + "\n")
-        exec(compile(src, path, "exec"), ns)
-    return ns
-
-
-_rt = _load()
+_rt = load(("runtime.py", "state.py"))
 _VERSION = "%d.%d" % sys.version_info[:2]
 
 
