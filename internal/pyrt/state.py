@@ -99,113 +99,128 @@ _CLASS_MADE = ("__dict__", "__weakref__", "__module__", "__qualname__", "__slots
 
 
 _picklers = None
+_pickle = None  # the pickle module, once _state_picklers has imported it
+
+
+class _SpacePicklerBase:
+    """The pickler of a namespace's values, less its base class: _state_picklers makes it a
+    pickle.Pickler when pickle is first needed."""
+
+    def __init__(self, file, space):
+        _pickle.Pickler.__init__(self, file, protocol=_STATE_PROTOCOL)
+        self.space = space
+        self.held = {}  # type -> {id: name} of the instances its module holds
+
+    def persistent_id(self, obj):
+        return _SPACE_ID if obj is self.space else None
+
+    def reducer_override(self, obj):
+        if type(obj) is types.FunctionType:
+            # (Functions that a cell's code made elsewhere, such as a dataclass's __init__,
+            # whose globals are the __main__ module's, get the namespace as theirs.)
+            if obj.__globals__ is self.space or _made_here(obj, self.space):
+                return self._function(obj)
+            return NotImplemented
+        if isinstance(obj, types.ModuleType):
+            if _is_host(obj):
+                raise _pickle.PicklingError("host functions are the host's")
+            if sys.modules.get(obj.__name__) is not obj:
+                raise _pickle.PicklingError("module %s cannot be imported by its name" % obj.__name__)
+            return _importlib.import_module, (obj.__name__,)
+        if isinstance(obj, type) and _made_here(obj, self.space):
+            return self._class(obj)
+        if type(obj) is property:
+            return property, (obj.fget, obj.fset, obj.fdel, obj.__doc__)
+        if type(obj) in (classmethod, staticmethod):
+            return type(obj), (obj.__func__,)
+        if type(obj) is types.MappingProxyType:
+            return _mapping_proxy, (dict(obj),)
+        return self._held(obj)
+
+    def _held(self, obj):
+        """A module's own object (dataclasses.MISSING, a logger, an enum member) by
+        reference: code compares such objects by identity."""
+        t = type(obj)
+        if isinstance(obj, (type, types.BuiltinFunctionType)) or t.__module__ == "builtins":
+            return NotImplemented  # (pickle saves classes and built-in functions by name already)
+        held = self.held.get(t)
+        if held is None:
+            held = {}
+            mod = sys.modules.get(getattr(t, "__module__", None) or "")
+            if mod is not None and t.__module__ != self.space.get("__name__"):
+                held = {id(v): k for k, v in list(vars(mod).items()) if type(v) is t}
+            self.held[t] = held
+        name = held.get(id(obj))
+        if name is None:
+            return NotImplemented
+        return getattr, (sys.modules[t.__module__], name)
+
+    def _function(self, fn):
+        code = fn.__code__
+        cells = []
+        for cell in fn.__closure__ or ():
+            try:
+                cells.append(cell.cell_contents)
+            except ValueError:
+                cells.append(_Empty())
+        state = (fn.__qualname__, fn.__defaults__, fn.__kwdefaults__, fn.__doc__, fn.__annotations__,
+                 fn.__dict__, fn.__module__, cells)
+        # The state comes after the function is made and memoized: a recursive closure, or a
+        # default that refers to the function, finds it.
+        return (_new_function, (_marshal.dumps(code), self.space, fn.__name__, len(code.co_freevars)), state,
+                None, None, _set_function_state)
+
+    def _class(self, cls):
+        import enum
+
+        attrs = {k: v for k, v in vars(cls).items() if k not in _CLASS_MADE}
+        skeleton = {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
+        if "__doc__" in vars(cls):
+            skeleton["__doc__"] = cls.__doc__
+        slots = vars(cls).get("__slots__")
+        if slots is not None:
+            skeleton["__slots__"] = slots
+            for name in [slots] if isinstance(slots, str) else slots:
+                attrs.pop(name, None)  # the member descriptors: made again from __slots__
+        if isinstance(cls, enum.EnumMeta):
+            members = {name: member.value for name, member in cls.__members__.items()}
+            attrs = {k: v for k, v in attrs.items()
+                     if k not in members and not k.startswith("_") and not isinstance(v, cls)}
+            return (_new_enum, (type(cls), cls.__name__, cls.__bases__, members, skeleton), attrs,
+                    None, None, _set_class_state)
+        return (_new_class, (type(cls), cls.__name__, cls.__bases__, skeleton), attrs, None, None,
+                _set_class_state)
+
+
+class _SpaceUnpicklerBase:
+    """The unpickler of a namespace's values, less its base class (pickle.Unpickler)."""
+
+    def __init__(self, file, space):
+        _pickle.Unpickler.__init__(self, file)
+        self.space = space
+
+    def persistent_load(self, pid):
+        if pid == _SPACE_ID:
+            return self.space
+        raise _pickle.UnpicklingError("unknown persistent id %r" % (pid,))
 
 
 def _state_picklers():
-    """pickle, and the pickler and unpickler of a namespace, made on first use."""
-    global _picklers
-    if _picklers is not None:
-        return _picklers
-    import pickle as _pickle
+    """pickle, and the pickler and unpickler of a namespace, made on first use: importing
+    pickle (and re) would cost every worker's start 15-40 ms."""
+    global _picklers, _pickle
+    if _picklers is None:
+        import pickle
 
-    class _SpacePickler(_pickle.Pickler):
-        def __init__(self, file, space):
-            _pickle.Pickler.__init__(self, file, protocol=_STATE_PROTOCOL)
-            self.space = space
-            self.held = {}  # type -> {id: name} of the instances its module holds
+        _pickle = pickle
 
-        def persistent_id(self, obj):
-            return _SPACE_ID if obj is self.space else None
+        class _SpacePickler(_SpacePicklerBase, pickle.Pickler):
+            pass
 
-        def reducer_override(self, obj):
-            if type(obj) is types.FunctionType:
-                # (Functions that a cell's code made elsewhere, such as a dataclass's __init__,
-                # whose globals are the __main__ module's, get the namespace as theirs.)
-                if obj.__globals__ is self.space or _made_here(obj, self.space):
-                    return self._function(obj)
-                return NotImplemented
-            if isinstance(obj, types.ModuleType):
-                if _is_host(obj):
-                    raise _pickle.PicklingError("host functions are the host's")
-                if sys.modules.get(obj.__name__) is not obj:
-                    raise _pickle.PicklingError("module %s cannot be imported by its name" % obj.__name__)
-                return _importlib.import_module, (obj.__name__,)
-            if isinstance(obj, type) and _made_here(obj, self.space):
-                return self._class(obj)
-            if type(obj) is property:
-                return property, (obj.fget, obj.fset, obj.fdel, obj.__doc__)
-            if type(obj) in (classmethod, staticmethod):
-                return type(obj), (obj.__func__,)
-            if type(obj) is types.MappingProxyType:
-                return _mapping_proxy, (dict(obj),)
-            return self._held(obj)
+        class _SpaceUnpickler(_SpaceUnpicklerBase, pickle.Unpickler):
+            pass
 
-        def _held(self, obj):
-            """A module's own object (dataclasses.MISSING, a logger, an enum member) by
-            reference: code compares such objects by identity."""
-            t = type(obj)
-            if isinstance(obj, (type, types.BuiltinFunctionType)) or t.__module__ == "builtins":
-                return NotImplemented  # (pickle saves classes and built-in functions by name already)
-            held = self.held.get(t)
-            if held is None:
-                held = {}
-                mod = sys.modules.get(getattr(t, "__module__", None) or "")
-                if mod is not None and t.__module__ != self.space.get("__name__"):
-                    held = {id(v): k for k, v in list(vars(mod).items()) if type(v) is t}
-                self.held[t] = held
-            name = held.get(id(obj))
-            if name is None:
-                return NotImplemented
-            return getattr, (sys.modules[t.__module__], name)
-
-        def _function(self, fn):
-            code = fn.__code__
-            cells = []
-            for cell in fn.__closure__ or ():
-                try:
-                    cells.append(cell.cell_contents)
-                except ValueError:
-                    cells.append(_Empty())
-            state = (fn.__qualname__, fn.__defaults__, fn.__kwdefaults__, fn.__doc__, fn.__annotations__,
-                     fn.__dict__, fn.__module__, cells)
-            # The state comes after the function is made and memoized: a recursive closure, or a
-            # default that refers to the function, finds it.
-            return (_new_function, (_marshal.dumps(code), self.space, fn.__name__, len(code.co_freevars)), state,
-                    None, None, _set_function_state)
-
-        def _class(self, cls):
-            import enum
-
-            attrs = {k: v for k, v in vars(cls).items() if k not in _CLASS_MADE}
-            skeleton = {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
-            if "__doc__" in vars(cls):
-                skeleton["__doc__"] = cls.__doc__
-            slots = vars(cls).get("__slots__")
-            if slots is not None:
-                skeleton["__slots__"] = slots
-                for name in [slots] if isinstance(slots, str) else slots:
-                    attrs.pop(name, None)  # the member descriptors: made again from __slots__
-            if isinstance(cls, enum.EnumMeta):
-                members = {name: member.value for name, member in cls.__members__.items()}
-                attrs = {k: v for k, v in attrs.items()
-                         if k not in members and not k.startswith("_") and not isinstance(v, cls)}
-                return (_new_enum, (type(cls), cls.__name__, cls.__bases__, members, skeleton), attrs,
-                        None, None, _set_class_state)
-            return (_new_class, (type(cls), cls.__name__, cls.__bases__, skeleton), attrs, None, None,
-                    _set_class_state)
-
-
-    class _SpaceUnpickler(_pickle.Unpickler):
-        def __init__(self, file, space):
-            _pickle.Unpickler.__init__(self, file)
-            self.space = space
-
-        def persistent_load(self, pid):
-            if pid == _SPACE_ID:
-                return self.space
-            raise _pickle.UnpicklingError("unknown persistent id %r" % (pid,))
-
-    _picklers = (_pickle, _SpacePickler, _SpaceUnpickler)
+        _picklers = (pickle, _SpacePickler, _SpaceUnpickler)
     return _picklers
 
 
