@@ -5,7 +5,7 @@ import (
 )
 
 // BenchmarkWorkDirMake is what making and removing a working directory costs (each
-// NewNamespace makes one for its spare): "tmpfs" has the template mount one (WorkSize, a
+// spare's start makes one, off NewNamespace's path): "tmpfs" has the template mount one (WorkSize, a
 // round trip to it), "disk" makes a directory only.
 func BenchmarkWorkDirMake(b *testing.B) {
 	for _, c := range []struct {

@@ -128,9 +128,11 @@ func TestWorkSizeForkAndPacked(t *testing.T) {
 // mount is gone.
 func TestWorkSizeClose(t *testing.T) {
 	e := newIsolated(t, minipy.IsolatedConfig{WorkSize: 1 << 20})
-	first := e.NewNamespace() // (and a spare, with its directory, for the next)
+	first := e.NewNamespace() // (and a spare, whose start makes its directory, for the next)
 	defer first.Close()
 	valueIn(t, e, first, "1")
+	require.Eventually(t, func() bool { return minipy.WorkMounts(e) == 3 }, 10*time.Second, 5*time.Millisecond,
+		"the default namespace's, first's and the spare's")
 	before := minipy.WorkMounts(e)
 	mounts := func() int {
 		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(minipy.TemplatePID(e)), "mountinfo"))
@@ -140,8 +142,9 @@ func TestWorkSizeClose(t *testing.T) {
 	tmpfs := mounts()
 	ns := e.NewNamespace()
 	assert.Equal(t, "ok", valueIn(t, e, ns, fillCode+"fill('f.bin', 10)"))
-	assert.Greater(t, minipy.WorkMounts(e), before)
-	assert.Greater(t, mounts(), tmpfs)
+	// ns took the spare; the next spare's start mounts its directory in the background.
+	require.Eventually(t, func() bool { return minipy.WorkMounts(e) > before && mounts() > tmpfs },
+		10*time.Second, 5*time.Millisecond)
 	require.NoError(t, ns.Close())
 	runtime.GC()
 	require.Eventually(t, func() bool { return minipy.WorkMounts(e) <= before && mounts() <= tmpfs },
