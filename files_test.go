@@ -302,8 +302,17 @@ ctypes.CDLL(None).sleep(60)`, &minipy.Options{Globals: ns, Timeout: 200 * time.M
 // tests above run as root here, and this one runs them again as an unprivileged user, whose
 // workers run as that user.
 func TestNamespaceFilesAsUser(t *testing.T) {
+	out := rerunAsNobody(t, "^(TestNamespaceFiles|TestNamespaceFilesBadPath|TestNamespaceFilesStream|TestResultFiles|TestWorkSize|TestWorkSizeTemplateDies)$")
+	assert.Contains(t, out, "--- PASS: TestResultFiles/template")
+	assert.Contains(t, out, "--- PASS: TestWorkSizeTemplateDies")
+}
+
+// rerunAsNobody runs the tests that match run again as the unprivileged user nobody, when
+// the tests run as root (else it skips t), and returns their output, which holds no SKIP.
+func rerunAsNobody(t *testing.T, run string) string {
+	t.Helper()
 	if os.Geteuid() != 0 || os.Getenv("MINIPY_AS_USER") != "" {
-		t.Skip("runs the file tests again as nobody when the tests run as root; they are running as a user")
+		t.Skip("runs tests again as nobody when the tests run as root; they are running as a user")
 	}
 	dir := sandboxReadableDir(t)
 	bin := filepath.Join(dir, "minipy.test")
@@ -313,8 +322,7 @@ func TestNamespaceFilesAsUser(t *testing.T) {
 	tmp := filepath.Join(dir, "tmp")
 	require.NoError(t, os.Mkdir(tmp, 0o700))
 	require.NoError(t, os.Chown(tmp, 65534, 65534))
-	cmd := exec.Command(bin, "-test.run", "^(TestNamespaceFiles|TestNamespaceFilesBadPath|TestNamespaceFilesStream|TestResultFiles|TestWorkSize|TestWorkSizeTemplateDies)$",
-		"-test.count=1", "-test.v")
+	cmd := exec.Command(bin, "-test.run", run, "-test.count=1", "-test.v")
 	cmd.Dir = tmp
 	// The test's environment (LD_LIBRARY_PATH for a libpython of its own: make compat), with
 	// the user's own HOME and TMPDIR.
@@ -322,9 +330,8 @@ func TestNamespaceFilesAsUser(t *testing.T) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
-	assert.Contains(t, string(out), "--- PASS: TestResultFiles/template")
-	assert.Contains(t, string(out), "--- PASS: TestWorkSizeTemplateDies")
 	assert.NotContains(t, string(out), "SKIP")
+	return string(out)
 }
 
 // Result.Files leaves out what libraries keep in HOME (the working directory) and Python's

@@ -273,6 +273,8 @@ func TestSandboxWithoutTemplate(t *testing.T) {
 		{"UserHasNoPrivileges", TestSandboxUserHasNoPrivileges},
 		{"SeccompRefusesKernelAttackSurface", TestSandboxSeccompRefusesKernelAttackSurface},
 		{"TenantsAreApart", TestSandboxTenantsAreApart},
+		{"GuardianIsOutOfReach", TestSandboxGuardianIsOutOfReach},
+		{"SeccompRefusesEscapes", TestSandboxSeccompRefusesEscapes},
 	} {
 		t.Run(test.name, test.fn)
 	}

@@ -574,14 +574,16 @@ def type_name(exc_type):
 
 
 def describe_error(exc, limit):
-    """[type, message, traceback] with the runtime's own frames left out."""
-    import traceback
-
+    """[type, message, traceback] with the runtime's own frames left out. Without a
+    traceback (importing the module failed: code that used up its file descriptors gets
+    EMFILE opening traceback.py), the type and message alone."""
     try:
         message = str(exc)
     except BaseException:
         message = "<unprintable %s>" % type(exc).__name__
     try:
+        import traceback
+
         te = traceback.TracebackException(type(exc), exc, exc.__traceback__, compact=True)
         # Leave out the runtime's frames wherever they are: the caller of the cell at the
         # top, and wrappers such as the sliced time.sleep or the kick handler at the bottom.

@@ -876,63 +876,27 @@ class _Mounter:
         self.check("capset", self.libc.capset(header, data))
         self.check("no_new_privs", self.libc.prctl(38, 1, 0, 0, 0))
 
-    def seccomp(self, built=None):
-        """Installs the seccomp filter (_SECCOMP, or one filter() built) on this process and
-        all it will start."""
-        fprog = built or self.filter()
-        self.check("seccomp", self.libc.prctl(22, 2, self.ctypes.byref(fprog), 0, 0))  # PR_SET_SECCOMP, FILTER
+    def seccomp(self, built):
+        """Installs the seccomp filter (one filter() built) on this process and all it will start."""
+        self.check("seccomp", self.libc.prctl(22, 2, self.ctypes.byref(built), 0, 0))  # PR_SET_SECCOMP, FILTER
 
-    def filter(self):
-        """The seccomp filter for this machine, as prctl takes it."""
-        machine = os.uname().machine
-        if machine not in _SECCOMP:
-            raise OSError(38, "seccomp: no filter for " + machine)
+    def filter(self, code):
+        """The seccomp filter (the config's seccomp: struct sock_filter instructions, built
+        by the host: internal/worker/seccomp.go), as prctl takes it."""
+        if not code or len(code) % 8:
+            raise OSError(22, "seccomp: the host sent no filter")
         ct = self.ctypes
-        prog = _seccomp_program(*_SECCOMP[machine])
-
-        class Insn(ct.Structure):
-            _fields_ = [("code", ct.c_uint16), ("jt", ct.c_uint8), ("jf", ct.c_uint8), ("k", ct.c_uint32)]
+        insns = ct.create_string_buffer(code, len(code))
 
         class Prog(ct.Structure):
-            _fields_ = [("len", ct.c_ushort), ("filter", ct.POINTER(Insn))]
+            _fields_ = [("len", ct.c_ushort), ("filter", ct.c_void_p)]
 
-        insns = (Insn * len(prog))(*[Insn(*i) for i in prog])
-        fprog = Prog(len(prog), insns)
+        fprog = Prog(len(code) // 8, ct.addressof(insns))
         fprog._insns = insns  # kept alive with it
         return fprog
 
 
-# The seccomp filter's denied system calls, by architecture (AUDIT_ARCH value, then numbers):
-# what only attacks the kernel or escapes from here (nested user namespaces, setns, mount
-# and friends, ptrace and cross-process memory, keyrings, bpf, perf events, userfaultfd,
-# io_uring, kernel modules, kexec, swap, reboot, accounting, quotas, file handles). clone is
-# allowed without CLONE_NEWUSER; clone3 (whose flags a filter cannot read) fails with ENOSYS,
-# upon which libc falls back to clone.
-_SECCOMP = {
-    "x86_64": (0xC000003E, 56, 435, (
-        101, 165, 166, 155, 161, 272, 308, 250, 248, 249, 321, 246, 320, 298, 323, 425, 426, 427, 304,
-        175, 313, 176, 167, 168, 169, 163, 179, 428, 429, 430, 431, 432, 433, 442, 310, 311)),
-    "aarch64": (0xC00000B7, 220, 435, (
-        117, 40, 39, 41, 51, 97, 268, 219, 217, 218, 280, 104, 294, 241, 282, 425, 426, 427, 265,
-        105, 273, 106, 224, 225, 142, 89, 60, 428, 429, 430, 431, 432, 433, 442, 270, 271)),
-}
 _CLONE_NEWUSER = 0x10000000
-
-
-def _seccomp_program(arch, clone, clone3, denied):
-    """The filter as struct sock_filter instructions (code, jt, jf, k)."""
-    LD, JEQ, JSET, RET = 0x20, 0x15, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, JMP|JSET|K, RET|K
-    ALLOW, EPERM, ENOSYS, KILL = 0x7FFF0000, 0x00050001, 0x00050026, 0x80000000
-    prog = [(LD, 0, 0, 4), (JEQ, 1, 0, arch), (RET, 0, 0, KILL),  # another ABI: refuse it all
-            (LD, 0, 0, 0)]
-    if arch == 0xC000003E:
-        prog += [(0x35, 0, 1, 0x40000000), (RET, 0, 0, KILL)]  # JGE: x32 system calls
-    for nr in denied:
-        prog += [(JEQ, 0, 1, nr), (RET, 0, 0, EPERM)]
-    prog += [(JEQ, 0, 1, clone3), (RET, 0, 0, ENOSYS),
-             (JEQ, 0, 3, clone), (LD, 0, 0, 16), (JSET, 0, 1, _CLONE_NEWUSER), (RET, 0, 0, EPERM),
-             (RET, 0, 0, ALLOW)]
-    return prog
 
 
 def _site_dirs():
@@ -1036,7 +1000,7 @@ def _enter_sandbox(cfg, template=False):
         _template_binds[:] = m.bound
         return
     m.drop_privileges()
-    m.seccomp()
+    m.seccomp(m.filter(cfg.get("seccomp")))
 
 
 def _sandbox_sources(cfg):
@@ -1166,7 +1130,7 @@ def _serve_template(cfg, runtime):
     # process that forks without exec; the workers collect again).
     gc.disable()
     global _filter
-    _filter = _Mounter("").filter()  # built once here, installed by each fork
+    _filter = _Mounter("").filter(cfg.get("seccomp"))  # made once here, installed by each fork
     compiled = _load_runtime(cfg, runtime)
     for name in filter(None, cfg.get("preload", "").split(",")):
         try:
@@ -1368,6 +1332,7 @@ def _become_tenant(cfg, fds, dirs):
         for i, f in enumerate(high):
             os.dup2(f, i, inheritable=i < 3)
             os.close(f)
+        os.closerange(_LIFE_FD + 1, 1 << 20)  # anything else the template held: not the code's
     except BaseException as exc:
         try:
             os.write(err_fd[0], ("minipy worker: making the sandbox of a worker forked from the template failed: %s\n"
@@ -1438,13 +1403,14 @@ def _become_guardian(cfg, runtime):
     import select
 
     init = os.getpid() == 1
-    if not init:
-        try:
-            import ctypes
+    try:
+        import ctypes
 
-            ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-        except (OSError, AttributeError):
-            pass  # not Linux: the host still kills the process group
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        prctl = None  # not Linux: the host still kills the process group
+    if not init and prctl:
+        prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
     wake_r, wake_w = _child_wakeup()
     control = bool(cfg.get("control"))
     if control:
@@ -1469,6 +1435,7 @@ def _become_guardian(cfg, runtime):
             # for any new thread, so there such a worker neither snapshots nor forks.
             _forkable = not (cfg.get("memory") and not getattr(sys, "_is_gil_enabled", lambda: True)())
         return
+    _out_of_reach(prctl)
     if control:
         v_w.close()
         _guard_lines(pid, v_g, wake_r)
@@ -1500,6 +1467,19 @@ def _become_guardian(cfg, runtime):
     if status is not None and not host_gone:
         _report_exit(status)
     os._exit(0)
+
+
+def _out_of_reach(prctl):
+    """The guardian runs as the code's user: made undumpable once it has forked the worker
+    (which stays dumpable: it is the code's own), the code can neither open its
+    /proc/PID/mem nor ptrace it nor take its fds (pidfd_getfd), which the seccomp filter
+    denies as well; and the signals Python handles (SIGINT) are ignored, since pid 1 of a
+    pid namespace gets from inside it only the signals it handles. (The template is out of
+    reach already: it is in no worker's pid namespace.)"""
+    if prctl and prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE
+        os.write(2, b"minipy worker: the guardian could not make itself undumpable\n")
+        os._exit(70)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _copy_files(src, dst):
@@ -1764,6 +1744,10 @@ class _Guardian:
 
 def main(read):
     cfg = _read_config(read)
+    # Whatever the host process inherited without close-on-exec (a shell's or a service
+    # manager's descriptors: Go closes only its own) would reach the code: none but the
+    # protocol's stdin, stdout, stderr and control socket stay.
+    os.closerange(_CTL_FD + 1 if cfg.get("control") else 3, 1 << 20)
     if cfg.get("root"):
         try:
             _enter_sandbox(cfg, bool(cfg.get("template")))
@@ -1828,6 +1812,8 @@ def _read_config(read):
             mode, _, paths = value.partition(" ")
             source, _, target = paths.partition("\t")
             cfg["mounts"].append((source, target, mode == "rw"))
+        elif key == "seccomp":
+            cfg[key] = bytes.fromhex(value)
         else:
             cfg[key] = value if key in _TEXT_KEYS else int(value)
     return cfg

@@ -269,6 +269,9 @@ func (s *Spec) configFrame(dirs Dirs) []byte {
 		}
 		fmt.Fprintf(&b, "root=%s\nsandbox_id=%d\nsandbox_refused=%d\nsandbox_access=%d\ntmp_size=%d\nnetwork=%d\n",
 			s.RootDir, sandboxID, sandboxRefusedExit, sandboxAccessExit, s.TmpSize, network)
+		if filter, err := SeccompFilter(); err == nil { // (else the worker refuses to start: ProbeNamespaces says why)
+			fmt.Fprintf(&b, "seccomp=%x\n", filter)
+		}
 		if dirs.template() {
 			fmt.Fprintf(&b, "host_tree=%s\n", s.Trees) // every tree: a fork binds its own (Spawn)
 		} else {

@@ -103,7 +103,7 @@ func UID() int {
 
 // ProbeNamespaces reports whether the kernel lets this process make the sandbox's
 // namespaces, by starting /bin/true in them (~2 ms), once per process once it has
-// succeeded. (Whether it lets the worker mount its root is known when the first worker
+// succeeded, and whether the sandbox's seccomp filter can be built for this architecture. (Whether it lets the worker mount its root is known when the first worker
 // starts.)
 func ProbeNamespaces() error {
 	if namespacesWork.Load() {
@@ -119,6 +119,9 @@ func ProbeNamespaces() error {
 var namespacesWork atomic.Bool
 
 func probeNamespacesNow() error {
+	if _, err := SeccompFilter(); err != nil {
+		return err
+	}
 	path, err := exec.LookPath("true")
 	if err != nil {
 		return err
