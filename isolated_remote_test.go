@@ -273,3 +273,18 @@ func TestIsolatedSSHWorkerDiesWithItsRun(t *testing.T) {
 		})
 	}
 }
+
+// A Command worker's beats start once its bootstrap and config are written: a beat written
+// first was read as worker.py (NameError: name 'H' is not defined), when the start was
+// slower than a beat's interval (a loaded machine).
+func TestCommandWorkerBeatsWaitForItsStart(t *testing.T) {
+	for i := 0; i < 3; i++ {
+		e, err := minipy.NewIsolatedBeating(minipy.IsolatedConfig{Command: []string{minipy.LinkedPython()}, Network: true},
+			time.Microsecond, time.Minute)
+		require.NoError(t, err)
+		r, err := e.Minipy("1 + 1", nil)
+		require.NoError(t, err)
+		assert.Equal(t, int64(2), r.Value)
+		require.NoError(t, e.Close())
+	}
+}

@@ -160,16 +160,16 @@ func (s *Spec) Launch(dirs Dirs, epoch uint64) (*Worker, error) {
 	if w.line != nil {
 		w.line.watch(w)
 	}
-	if !s.local() {
-		go w.beat(s.Beats.Every)
-	}
 	cfgFrame := s.configFrame(dirs)
 	// The bootstrap and config may exceed the pipe's buffer: write them while the caller
-	// waits for the worker's ready frame (or its death, or the start timeout).
+	// waits for the worker's ready frame (or its death, or the start timeout). A Command
+	// worker's beats start after them: one written first would be read as worker.py.
 	go func() {
 		boot := binary.LittleEndian.AppendUint32(nil, uint32(len(pyrt.WorkerSource)))
 		boot = append(boot, pyrt.WorkerSource...)
-		w.Send(append(boot, cfgFrame...)) //nolint:errcheck // a worker that dies is noticed by the starter
+		if w.Send(append(boot, cfgFrame...)) == nil && !s.local() {
+			w.beat(s.Beats.Every)
+		}
 	}()
 	return w, nil
 }
