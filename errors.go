@@ -151,10 +151,11 @@ var ErrNoSandbox = worker.ErrNoSandbox
 
 // ErrSandboxAccess is matched (with fs.ErrPermission) by the error of NewIsolated or of a
 // worker's start when a host path that sandboxed workers need, their Python or a Mount's
-// Source, is one they may not reach; the error names it. They reach the host's paths as the
-// host's user or, on a root host, as root within a user namespace of their own, which passes
-// root's private directories (/root) but not another user's. It never matches ErrNoSandbox:
-// AllowUnsandboxed does not fall back on it.
+// Source, is one they may not reach, or a Mount is one the code could not use as it says
+// (see Mount: read it, or write a Writable one); the error names it and the fix. They reach
+// the host's paths as the host's user or, on a root host, as root within a user namespace of
+// their own, which passes root's private directories (/root) but not another user's. It
+// never matches ErrNoSandbox: AllowUnsandboxed does not fall back on it.
 var ErrSandboxAccess = worker.ErrSandboxAccess
 
 // ErrBadPath is matched by the error of a Namespace file method (WriteFile, ReadFile,

@@ -112,7 +112,10 @@ func newIsolated(cfg IsolatedConfig, sandbox bool) (*Isolated, error) {
 	if err := e.makeDirs(); err != nil {
 		return nil, err
 	}
-	e.makeSpec()
+	if err := e.makeSpec(); err != nil {
+		e.Close()
+		return nil, err
+	}
 	if e.sandbox && !cfg.NoTemplate {
 		t, err := e.spec.Launch(worker.Dirs{}, 0)
 		if err == nil {
@@ -293,6 +296,7 @@ func (e *Isolated) Close() error {
 	}
 	e.watch.close()
 	e.closeMounts()
+	e.spec.Close()
 	return os.RemoveAll(e.dir)
 }
 

@@ -131,19 +131,30 @@ type IsolatedConfig struct {
 }
 
 // Mount shares a host path with sandboxed workers (IsolatedConfig.Mounts).
+//
+// The code uses it as the workers' host user: the host's own user, or nobody (uid and gid
+// 65534) when the host runs as root. On a root host, a Mount that nobody could not use as
+// it says, by the mode of Source (read a read-only one; write a Writable one, such as a
+// directory of root's that os.MkdirTemp or t.TempDir made), is an idmapped bind mount
+// (Linux 5.12 or later): through it Source's owner and group are the workers' user, so the
+// code reads and writes what they may, and what it writes belongs to them on the host.
+// Files of other users under it keep their own permissions for the code (it is none of
+// them). NewIsolated fails with ErrSandboxAccess, naming the path and the fix, for a Mount
+// the workers could not use: one that an unprivileged host's user may not use as it says,
+// or one that needs an idmapped mount where none can be made: on a file system that
+// refuses them (ramfs, /proc, NFS, most FUSE file systems, tmpfs before Linux 6.3), or by
+// a root without CAP_SYS_ADMIN (a container's, by default).
 type Mount struct {
 	// Source is the host's file or directory (an absolute path that exists). Sandboxed
 	// workers open it as they set up their sandbox, with the host's user's access or, when
 	// the host runs as root, that of root in a user namespace of their own, which enters
-	// root's private directories but not another user's (ErrSandboxAccess); the code then
-	// reads and writes it as the workers' user.
+	// root's private directories but not another user's (ErrSandboxAccess).
 	Source string
 	// Target is where the worker sees it (absolute; "" means Source). It may not be "/"
 	// or lie under /proc or /dev. Under /work (the worker's working directory), its mount
 	// point is made in the engine's working directory.
 	Target string
-	// Writable lets the worker write through to Source (as far as the workers' host user,
-	// the host's own or nobody when the host is root, may); otherwise it is read-only.
+	// Writable lets the code write through to Source; otherwise it is read-only.
 	Writable bool
 }
 

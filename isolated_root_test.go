@@ -7,8 +7,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -50,7 +52,8 @@ func TestSandboxRootPrivateMounts(t *testing.T) {
 	require.NoError(t, os.WriteFile(file, []byte("one file"), 0o644))
 	for _, mode := range engineModes {
 		t.Run(mode.name, func(t *testing.T) {
-			e := newIsolated(t, minipy.IsolatedConfig{NoTemplate: mode.noTemplate, Mounts: []minipy.Mount{
+			mark := fmt.Sprintf("MINIPY_IDMAP_TEST=%d.%d", os.Getpid(), time.Now().UnixNano())
+			e := newIsolated(t, minipy.IsolatedConfig{NoTemplate: mode.noTemplate, Env: []string{mark}, Mounts: []minipy.Mount{
 				{Source: data, Target: "/data"},
 				{Source: data}, // at its own path, under the private directory
 				{Source: file, Target: "/work/inputs/single.txt"},
@@ -96,8 +99,12 @@ func TestSandboxRootWorkersAreNobody(t *testing.T) {
 	require.NoError(t, os.Mkdir(shared, 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(shared, "secret.txt"), []byte("s3cret"), 0o600))
 	require.NoError(t, os.WriteFile(filepath.Join(shared, "open.txt"), []byte("open"), 0o644))
-	out := filepath.Join(private, "out") // root's 0755: a Writable mount the sandbox's user cannot write to
+	// root's 0755: a Writable mount that the sandbox's user writes as its owner, through an
+	// idmapped mount that maps root alone: a directory of another user's in it stays theirs.
+	out := filepath.Join(private, "out")
 	require.NoError(t, os.Mkdir(out, 0o755))
+	require.NoError(t, os.Mkdir(filepath.Join(out, "theirs"), 0o755))
+	require.NoError(t, os.Chown(filepath.Join(out, "theirs"), 54321, 54321))
 	lastCap, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
 	require.NoError(t, err)
 	var last int
@@ -115,13 +122,14 @@ status = dict(l.split(":\t", 1) for l in open("/proc/self/status").read().splitl
  [status[k].strip() for k in ("CapInh", "CapPrm", "CapEff", "CapAmb", "CapBnd", "NoNewPrivs", "Seccomp")],
  try_(lambda: open("/shared/secret.txt").read()), open("/shared/open.txt").read(),
  try_(lambda: open("/shared/new.txt", "w").close()), try_(lambda: open("/out/new.txt", "w").close()),
+ try_(lambda: open("/out/theirs/new.txt", "w").close()),
  try_(lambda: os.setuid(0)) in (errno.EPERM, errno.EINVAL), try_(lambda: os.chown("/work", 0, 0)) in (errno.EPERM, errno.EINVAL))`
 	none := "0000000000000000"
 	eacces, erofs := int64(13), int64(30)
 	want := []any{
 		[]any{int64(1000), int64(1000), int64(1000), int64(1000)}, []any{int64(1000), int64(1000), int64(1000)}, []any{},
 		[]any{none, none, none, none, bounding, "1", "2"},
-		eacces, "open", erofs, eacces, true, true,
+		eacces, "open", erofs, nil, eacces, true, true,
 	}
 	for _, cfg := range []minipy.IsolatedConfig{{}, {NoTemplate: true}, {Workers: 2}, {Workers: 2, NoTemplate: true}} {
 		t.Run(fmt.Sprintf("Workers%d/NoTemplate=%v", cfg.Workers, cfg.NoTemplate), func(t *testing.T) {
@@ -134,7 +142,8 @@ status = dict(l.split(":\t", 1) for l in open("/proc/self/status").read().splitl
 				r, err := e.Run(context.Background(), code, &minipy.Options{Globals: ns})
 				require.NoError(t, err)
 				assert.Equal(t, want, r.Value, "uid 1000, no group, no capability, no_new_privs, seccomp; "+
-					"root's 0600 file unreadable, a read-only mount read-only, root's directory unwritable, no way back to root "+
+					"root's 0600 file unreadable, a read-only mount read-only, root's Writable mount written as its owner "+
+					"but another user's directory in it unwritable, no way back to root "+
 					"(EPERM, or EINVAL where the namespace has no uid 0)")
 			}
 			// The host's view: this engine's processes (the ones with mark in their
@@ -239,4 +248,147 @@ func processesWith(t *testing.T, kv string) []int {
 		}
 	}
 	return pids
+}
+
+// A Mount of a directory of root's that the sandbox's user (nobody on the host) could not
+// use as the Mount says, a Writable t.TempDir() (0755) or a read-only os.MkdirTemp (0700),
+// is an idmapped bind mount: inside, its owner is the sandbox's user, so the code writes the
+// one and reads the other, and what it writes belongs to the directory's owner (root) on
+// the host. Every worker gets it: the template's tenants, a process of its own
+// (NoTemplate), a Fork copy's, the next one.
+func TestSandboxRootIdmappedMounts(t *testing.T) {
+	needRoot(t)
+	for _, mode := range engineModes {
+		t.Run(mode.name, func(t *testing.T) {
+			out, in, work := t.TempDir(), t.TempDir(), t.TempDir() // root's, 0755
+			require.NoError(t, os.Chmod(in, 0o700))
+			require.NoError(t, os.WriteFile(filepath.Join(in, "in.txt"), []byte("input"), 0o600))
+			require.NoError(t, os.WriteFile(filepath.Join(out, "old.txt"), []byte("old"), 0o644))
+			mark := fmt.Sprintf("MINIPY_IDMAP_TEST=%d.%d", os.Getpid(), time.Now().UnixNano())
+			e := newIsolated(t, minipy.IsolatedConfig{NoTemplate: mode.noTemplate, Env: []string{mark}, Mounts: []minipy.Mount{
+				{Source: out, Target: "/out", Writable: true},
+				{Source: in, Target: "/in"},
+				{Source: work, Target: "/work/results", Writable: true},      // under the working directory
+				{Source: filepath.Join(in, "in.txt"), Target: "/single.txt"}, // a file (0600)
+			}})
+			code := `import os
+def try_(f):
+    try:
+        return f()
+    except OSError as e:
+        return e.errno
+open("/out/result.txt", "w").write("result " + NAME)
+os.makedirs("/out/sub/" + NAME)
+open("/out/sub/%s/deep.txt" % NAME, "w").write("deep")
+open("/work/results/%s.txt" % NAME, "w").write(NAME)
+(os.getuid(), os.stat("/out").st_uid, open("/out/old.txt").read(), open("/in/in.txt").read() + open("/single.txt").read(),
+ try_(lambda: open("/in/new.txt", "w")), try_(lambda: open("/in/in.txt", "a")), sorted(os.listdir("/out")))`
+			erofs := int64(30)
+			want := []any{int64(1000), int64(1000), "old", "inputinput", erofs, erofs, []any{"old.txt", "result.txt", "sub"}}
+			ns := e.NewNamespace()
+			r, err := e.Run(context.Background(), "NAME = 'first'\n"+code, &minipy.Options{Globals: ns})
+			require.NoError(t, err)
+			assert.Equal(t, want, r.Value, "the code writes /out as its owner; /in is read, and read-only")
+			b, err := ns.Fork()
+			require.NoError(t, err)
+			r, err = e.Run(context.Background(), "NAME = 'fork'\n"+code, &minipy.Options{Globals: b})
+			require.NoError(t, err)
+			assert.Equal(t, want, r.Value, "a Fork copy's worker")
+			r, err = e.Minipy("NAME = 'next'\n"+code, nil)
+			require.NoError(t, err)
+			assert.Equal(t, want, r.Value, "another worker")
+
+			got, err := os.ReadFile(filepath.Join(out, "result.txt"))
+			require.NoError(t, err)
+			assert.Equal(t, "result next", string(got))
+			for _, p := range []string{filepath.Join(out, "result.txt"), filepath.Join(out, "sub", "fork"),
+				filepath.Join(out, "sub", "first", "deep.txt"), filepath.Join(work, "next.txt")} {
+				info, err := os.Stat(p)
+				require.NoError(t, err)
+				st := info.Sys().(*syscall.Stat_t)
+				assert.Equal(t, []uint32{0, 0}, []uint32{st.Uid, st.Gid}, "%s belongs to the directory's owner, root", p)
+			}
+			_, err = os.Stat(filepath.Join(in, "new.txt"))
+			assert.ErrorIs(t, err, fs.ErrNotExist)
+
+			// The mounts' fds, which the host passed to the template or worker, are closed
+			// before any code runs: no process of the engine holds one.
+			sources := map[[2]uint64]string{}
+			for _, dir := range []string{out, in, work, filepath.Join(in, "in.txt")} {
+				info, err := os.Stat(dir)
+				require.NoError(t, err)
+				st := info.Sys().(*syscall.Stat_t)
+				sources[[2]uint64{st.Dev, st.Ino}] = dir
+			}
+			procs := processesWith(t, mark)
+			assert.GreaterOrEqual(t, len(procs), 4, "guardians and workers")
+			for _, pid := range procs {
+				fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+				for _, fd := range fds {
+					info, err := os.Stat(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
+					if err != nil {
+						continue
+					}
+					st := info.Sys().(*syscall.Stat_t)
+					dir, held := sources[[2]uint64{st.Dev, st.Ino}]
+					assert.False(t, held, "process %d holds fd %s on %s", pid, fd.Name(), dir)
+				}
+			}
+			// (Collected, ns would be closed, and its working directory, where /work/results
+			// is mounted for its Fork copy too, removed.)
+			runtime.KeepAlive(ns)
+			runtime.KeepAlive(b)
+		})
+	}
+}
+
+// Where the kernel refuses the idmapped mount that a Mount needs (its file system does not
+// support them: ramfs, /proc, FUSE, tmpfs before Linux 6.3), NewIsolated fails with
+// ErrSandboxAccess naming the path and the fix, rather than the code's first write; a Mount
+// there that needs none works as before.
+func TestSandboxRootIdmapRefused(t *testing.T) {
+	needRoot(t)
+	ramfs := filepath.Join(t.TempDir(), "ramfs")
+	require.NoError(t, os.Mkdir(ramfs, 0o755))
+	require.NoError(t, syscall.Mount("minipy-test", ramfs, "ramfs", 0, "mode=0755"))
+	t.Cleanup(func() { syscall.Unmount(ramfs, syscall.MNT_DETACH) })
+	private := filepath.Join(ramfs, "private")
+	require.NoError(t, os.Mkdir(private, 0o700))
+	open := filepath.Join(ramfs, "open")
+	require.NoError(t, os.Mkdir(open, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(open, "in.txt"), []byte("input"), 0o644))
+	for _, mode := range engineModes {
+		for _, allow := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/AllowUnsandboxed=%v", mode.name, allow), func(t *testing.T) {
+				for _, m := range []minipy.Mount{
+					{Source: ramfs, Target: "/out", Writable: true}, // root's 0755: nobody may not write it
+					{Source: private, Target: "/in"},                // root's 0700: nobody may not read it
+				} {
+					e, err := minipy.NewIsolated(minipy.IsolatedConfig{NoTemplate: mode.noTemplate, AllowUnsandboxed: allow,
+						Mounts: []minipy.Mount{m}})
+					if e != nil {
+						e.Close()
+					}
+					require.ErrorIs(t, err, minipy.ErrSandboxAccess, "%+v", m)
+					assert.ErrorIs(t, err, fs.ErrPermission)
+					assert.ErrorIs(t, err, syscall.EINVAL, "the kernel's answer: ramfs does not support idmapped mounts")
+					assert.NotErrorIs(t, err, minipy.ErrNoSandbox)
+					assert.Contains(t, err.Error(), m.Source, "the error names the path")
+					assert.Contains(t, err.Error(), "uid 65534", "and the fix")
+				}
+				e := newIsolated(t, minipy.IsolatedConfig{NoTemplate: mode.noTemplate, AllowUnsandboxed: allow,
+					Mounts: []minipy.Mount{{Source: open, Target: "/in"}}})
+				r, err := e.Minipy(`open("/in/in.txt").read()`, nil)
+				require.NoError(t, err)
+				assert.Equal(t, "input", r.Value, "a Mount that nobody may read needs no idmapped mount")
+			})
+		}
+	}
+}
+
+// On an unprivileged host (nobody here) the workers are the host's user: its own Mounts work
+// as they are, and one it may not use is refused as the engine starts.
+func TestSandboxOwnMountsAsUser(t *testing.T) {
+	out := rerunAsNobody(t, "^TestSandboxOwnMounts$")
+	assert.Contains(t, out, "--- PASS: TestSandboxOwnMounts/NoTemplate")
 }

@@ -2,11 +2,13 @@ package minipy_test
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -116,6 +118,49 @@ def write(p):
 	_, err = minipy.NewIsolated(minipy.IsolatedConfig{Command: []string{"python3"}, Network: true,
 		Mounts: []minipy.Mount{{Source: in}}})
 	assert.Error(t, err, "a Command worker's files are the other side's")
+}
+
+// The host's own directories, private ones too (0700), are the code's to read, and to write
+// when Writable: on a root host through an idmapped mount (TestSandboxRootIdmappedMounts),
+// on an unprivileged one because the workers are its user (TestSandboxOwnMountsAsUser
+// runs this as nobody). What the code writes is the host's user's. A Mount the workers
+// could not use is refused as the engine starts, never at the code's first write.
+func TestSandboxOwnMounts(t *testing.T) {
+	for _, mode := range engineModes {
+		t.Run(mode.name, func(t *testing.T) {
+			out, in := t.TempDir(), t.TempDir()
+			require.NoError(t, os.Chmod(out, 0o700))
+			require.NoError(t, os.Chmod(in, 0o700))
+			require.NoError(t, os.WriteFile(filepath.Join(in, "in.txt"), []byte("input"), 0o600))
+			e := newIsolated(t, minipy.IsolatedConfig{NoTemplate: mode.noTemplate, Mounts: []minipy.Mount{
+				{Source: out, Target: "/out", Writable: true}, {Source: in, Target: "/in"}}})
+			r, err := e.Minipy(`import os
+def write(p):
+    try:
+        open(p, "w").write("x")
+        return "ok"
+    except OSError as e:
+        return e.errno
+open("/out/result.txt", "w").write("result")
+(open("/in/in.txt").read(), write("/in/new.txt"), write("/in/in.txt"))`, nil)
+			require.NoError(t, err)
+			erofs := int64(30)
+			assert.Equal(t, []any{"input", erofs, erofs}, r.Value, "read-only unless Writable")
+			info, err := os.Stat(filepath.Join(out, "result.txt"))
+			require.NoError(t, err)
+			st := info.Sys().(*syscall.Stat_t)
+			assert.Equal(t, []int{os.Geteuid(), os.Getegid()}, []int{int(st.Uid), int(st.Gid)},
+				"what the code writes belongs to the host's user")
+		})
+	}
+	if os.Geteuid() != 0 {
+		// A directory of root's that the host's user (and so its workers) may not write.
+		_, err := minipy.NewIsolated(minipy.IsolatedConfig{Mounts: []minipy.Mount{{Source: "/usr/share", Target: "/out", Writable: true}}})
+		require.ErrorIs(t, err, minipy.ErrSandboxAccess)
+		assert.ErrorIs(t, err, fs.ErrPermission)
+		assert.NotErrorIs(t, err, minipy.ErrNoSandbox)
+		assert.Contains(t, err.Error(), "/usr/share", "the error names the path")
+	}
 }
 
 func TestSandboxProcShowsOnlyItsProcesses(t *testing.T) {

@@ -25,8 +25,10 @@ var errNotProtocol = worker.ErrNotProtocol
 // (isolated_export_test.go).
 var testBeats *worker.Beats
 
-// makeSpec says how e's workers start (worker.Spec), once, as e starts.
-func (e *Isolated) makeSpec() {
+// makeSpec says how e's workers start (worker.Spec), once, as e starts; a Mount that the
+// sandboxed workers could not use, even through an idmapped mount, is its error
+// (worker.Spec.PrepareMounts).
+func (e *Isolated) makeSpec() error {
 	cfg := e.cfg
 	e.spec = worker.Spec{
 		Python: cfg.Python, Command: cfg.Command, CommandShell: cfg.CommandShell,
@@ -43,6 +45,7 @@ func (e *Isolated) makeSpec() {
 	for _, m := range cfg.Mounts {
 		e.spec.Mounts = append(e.spec.Mounts, worker.Mount{Source: m.Source, Target: m.Target, Writable: m.Writable})
 	}
+	return e.spec.PrepareMounts()
 }
 
 // dirsOf names d for internal/worker (the template: no tree).

@@ -717,6 +717,7 @@ _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE, _MS_SHARED = 32, 4096, 16384, 1 << 
 _LOCKED = ((2, _MS_NOSUID), (4, _MS_NODEV), (8, _MS_NOEXEC), (1024, 1024), (2048, 2048), (4096, 1 << 21))
 _CAP_SYS_ADMIN = 21  # linux/capability.h
 _PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "loongarch64": 41, "ppc64le": 203, "s390x": 217}
+_MOVE_MOUNT = 429  # the generic table's number: the same on every architecture _PIVOT_ROOT names
 
 # What a sandboxed worker sees of the host besides its python: the system directories
 # (read-only; symlinks such as Debian's /bin -> usr/bin are copied as symlinks) and the few
@@ -840,6 +841,25 @@ class _Mounter:
             raise OSError(2, "bind %s: not opened before the sandbox's user took over" % source)
         dest = self.place(target, stat.S_ISDIR(os.fstat(fd).st_mode))
         self.mount("/proc/self/fd/%d" % fd, dest, None, _MS_BIND | _MS_REC, name=source)
+        self.restrict(target, dest, writable)
+
+    def attach(self, source, target, writable, fd):
+        """Puts at target the idmapped mount of the host's source that the host made (fd: a
+        mount in no namespace yet; see internal/worker/idmap.go), instead of a bind of source,
+        and closes fd; then restricts it as bind does."""
+        import stat
+
+        try:
+            dest = self.place(target, stat.S_ISDIR(os.fstat(fd).st_mode))
+            self.check("move the idmapped mount of %s to %s" % (source, target),
+                       self.libc.syscall(_MOVE_MOUNT, fd, b"", -100, os.fsencode(dest), 4))  # AT_FDCWD, MOVE_MOUNT_F_EMPTY_PATH
+        finally:
+            os.close(fd)
+        self.restrict(target, dest, writable)
+
+    def restrict(self, target, dest, writable):
+        """Remounts the mount at dest (target in the new root) read-only unless writable, never
+        setuid or device files."""
         flags = _MS_REMOUNT | _MS_BIND | _MS_NOSUID | _MS_NODEV | (0 if writable else _MS_RDONLY)
         vfs = os.statvfs(dest).f_flag
         for st_flag, ms_flag in _LOCKED:
@@ -1026,8 +1046,8 @@ def _reach_sources(m, cfg, python, etc, template):
         m.reach("/etc/" + name, optional=True)
     for p in python:
         m.reach(p, optional=True)
-    for source, _, _ in cfg["mounts"]:
-        m.reach(source)
+    for source, _, _, _ in cfg["mounts"]:
+        m.reach(source)  # (an idmapped one too: the workers may reach it)
     if template:
         m.reach(cfg["host_tree"])
         return None
@@ -1085,8 +1105,11 @@ def _bind_sources(m, cfg, python, template, workdir):
         finally:
             os.close(workdir)
         m.bind(cfg["host_tree"], cfg["tree"], writable=True)
-    for source, target, writable in cfg["mounts"]:
-        m.bind(source, target, writable)
+    for source, target, writable, fd in cfg["mounts"]:
+        if fd is None:
+            m.bind(source, target, writable)
+        else:
+            m.attach(source, target, writable, fd)
 
 
 def _devices(m, tmp_size):
@@ -1746,8 +1769,10 @@ def main(read):
     cfg = _read_config(read)
     # Whatever the host process inherited without close-on-exec (a shell's or a service
     # manager's descriptors: Go closes only its own) would reach the code: none but the
-    # protocol's stdin, stdout, stderr and control socket stay.
-    os.closerange(_CTL_FD + 1 if cfg.get("control") else 3, 1 << 20)
+    # protocol's stdin, stdout, stderr and control socket stay, and the idmapped mounts
+    # that follow it (the sandbox moves each into place and closes its fd: _Mounter.attach).
+    kept = max([_CTL_FD] + [m[3] for m in cfg["mounts"] if m[3] is not None])
+    os.closerange(kept + 1 if cfg.get("control") else 3, 1 << 20)
     if cfg.get("root"):
         try:
             _enter_sandbox(cfg, bool(cfg.get("template")))
@@ -1799,7 +1824,8 @@ def main(read):
 
 def _read_config(read):
     """The config frame: "key=value" lines, integers but for the keys in _TEXT_KEYS and
-    "mount" (repeated: "ro|rw SOURCE\tTARGET"). Read unbuffered, before anything else, since
+    "mount" (repeated: "ro|rw SOURCE\tTARGET", then "\tFD" when the host passes the mount
+    itself, idmapped, as that fd). Read unbuffered, before anything else, since
     the sandbox is built from it. (Not JSON: importing json costs ~6 ms of a start.)"""
     cfg = {"mounts": []}
     body = read(int.from_bytes(read(4), "little"))
@@ -1811,7 +1837,8 @@ def _read_config(read):
         elif key == "mount":
             mode, _, paths = value.partition(" ")
             source, _, target = paths.partition("\t")
-            cfg["mounts"].append((source, target, mode == "rw"))
+            target, _, fd = target.partition("\t")
+            cfg["mounts"].append((source, target, mode == "rw", int(fd) if fd else None))
         elif key == "seccomp":
             cfg[key] = bytes.fromhex(value)
         else:

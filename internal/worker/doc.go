@@ -8,8 +8,9 @@
 //
 // # Ownership
 //
-//   - A Spec is made once per engine and never changed; its methods are safe from any
-//     goroutine.
+//   - A Spec is made once per engine (PrepareMounts is the last step of making it) and never
+//     changed; its methods are safe from any goroutine. It holds the user namespaces of its
+//     idmapped Mounts (idmap.go) until its Close, which its engine calls as it closes.
 //   - A Worker has one owner at a time: the engine's worker slot, while it holds the slot's
 //     token (the template: the engine, under its template lock; one AskMount at a time).
 //     Only the owner reads frames (ReadFrame), numbers requests (NextRun), reads and writes

@@ -57,6 +57,8 @@ type Spec struct {
 type Mount struct {
 	Source, Target string
 	Writable       bool
+
+	userns *os.File // the user namespace of its idmapped mount, if it needs one (PrepareMounts)
 }
 
 // Beats are a Command worker's beat interval and the silence after which it ends.
@@ -110,6 +112,11 @@ func (s *Spec) Launch(dirs Dirs, epoch uint64) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
+	mounts, err := s.mountFiles() // (idmap.go)
+	if err != nil {
+		return nil, err
+	}
+	defer closeFiles(mounts...) // the worker's copies are its own once it has started
 	p, err := newPipes()
 	if err != nil {
 		return nil, err
@@ -123,7 +130,8 @@ func (s *Spec) Launch(dirs Dirs, epoch uint64) (*Worker, error) {
 			closeFiles(p[:]...)
 			return nil, err
 		}
-		cmd.ExtraFiles = []*os.File{ctlChild} // fd 3
+		// fd 3, then the idmapped Mounts' (fds 4...: sandboxed workers, whose Spec has any)
+		cmd.ExtraFiles = append([]*os.File{ctlChild}, mounts...)
 	}
 	err = cmd.Start()
 	closeFiles(inR, outW, errW)
@@ -283,12 +291,18 @@ func (s *Spec) configFrame(dirs Dirs) []byte {
 				fmt.Fprintf(&b, "pythonpath=%s\n", pp) // (the last one is what Python would read)
 			}
 		}
+		fd := mountFDs // the idmapped Mounts' (Launch)
 		for _, m := range s.Mounts {
 			mode := "ro"
 			if m.Writable {
 				mode = "rw"
 			}
-			fmt.Fprintf(&b, "mount=%s %s\t%s\n", mode, m.Source, m.Target)
+			fmt.Fprintf(&b, "mount=%s %s\t%s", mode, m.Source, m.Target)
+			if m.userns != nil {
+				fmt.Fprintf(&b, "\t%d", fd)
+				fd++
+			}
+			b.WriteByte('\n')
 		}
 	}
 	if !s.local() {
