@@ -13,8 +13,26 @@ import (
 	"github.com/minipy-go/minipy/internal/worker"
 )
 
+// Unlimited, in a limit of IsolatedConfig (MemoryLimit, CPULimit, FileSizeLimit, OpenFiles,
+// Processes, WorkSize), asks for no limit at all, where 0 asks for the field's default. Any
+// negative value means the same.
+const Unlimited = -1
+
+// DefaultProcesses is the Processes limit of sandboxed local workers when the configuration
+// gives none (0): at most this many processes and threads in each sandbox. A fork bomb
+// takes no more of the machine's pids than that (the kernel's default pid_max is 32,768 or
+// more), and it leaves room for what data-science code runs legitimately, which
+// RLIMIT_NPROC counts too: the sandbox's own 5 (the guardian, the worker's three threads,
+// its rollback snapshot), OpenBLAS's thread per core (numpy's BLAS; up to 64), another
+// library's pool, and subprocesses. Hosts with more than about 100 cores and several
+// thread pools may need more, or fewer threads per pool (OMP_NUM_THREADS,
+// OPENBLAS_NUM_THREADS in Env).
+const DefaultProcesses = 256
+
 // IsolatedConfig configures an isolated engine (see NewIsolated). The zero value is one
-// local worker of the default Python with no resource limits and no network.
+// local worker of the default Python, in a sandbox with no network and at most
+// DefaultProcesses processes and threads, with no limit on memory, CPU time, file size or
+// open files. Each limit takes Unlimited for none.
 type IsolatedConfig struct {
 	// Workers packs namespaces into shared worker processes. 0 (the default) gives every
 	// namespace a worker of its own, killed by its Close: namespaces never share memory, a
@@ -49,32 +67,43 @@ type IsolatedConfig struct {
 	// CommandShell quotes the appended arguments for a POSIX shell, for commands that pass
 	// their arguments through one, as ssh does: {"ssh", "host", "python3"}.
 	CommandShell bool
-	// MemoryLimit caps each worker's address space (RLIMIT_AS), in bytes; 0 means none.
-	// An allocation past it raises MemoryError, returned as a *LimitError.
+	// MemoryLimit caps each worker's address space (RLIMIT_AS), in bytes; 0 or Unlimited
+	// means none. An allocation past it raises MemoryError, returned as a *LimitError. The
+	// address space counts what libraries reserve, not only what they use: numpy's OpenBLAS
+	// reserves about 139 MiB per thread, a thread per core (docs/isolated.md, "Limits and their defaults").
 	MemoryLimit int64
-	// CPULimit caps the CPU time each run may use (whole seconds, rounded up); 0 means none.
-	// A run that uses it up kills its worker: the error is a *WorkerLostError with Limit "cpu".
-	// It is a soft RLIMIT_CPU, re-armed before each run, which code could raise for itself:
-	// the run's Timeout and the hard kill still bound it.
+	// CPULimit caps the CPU time each run may use (whole seconds, rounded up); 0 or
+	// Unlimited means none. A run that uses it up kills its worker: the error is a
+	// *WorkerLostError with Limit "cpu". It is a soft RLIMIT_CPU, re-armed before each run,
+	// which code could raise for itself: the run's Timeout and the hard kill still bound it.
 	CPULimit time.Duration
-	// FileSizeLimit caps the size of any file a worker writes (RLIMIT_FSIZE); 0 means none.
-	// It bounds what a run may print, too (output is captured in memory files): printing
-	// past it raises OSError (EFBIG) in the code. Without it, a run's output is held in the
-	// worker's memory, whole, until the run ends, and only then capped at MaxOutput.
+	// FileSizeLimit caps the size of any file a worker writes (RLIMIT_FSIZE); 0 or
+	// Unlimited means none. It bounds what a run may print, too (output is captured in
+	// memory files): printing past it raises OSError (EFBIG) in the code. Without it, a
+	// run's output is held in the worker's memory, whole, until the run ends, and only then
+	// capped at MaxOutput.
 	FileSizeLimit int64
-	// OpenFiles caps the file descriptors each worker may hold (RLIMIT_NOFILE); 0: no cap.
+	// OpenFiles caps the file descriptors each worker may hold (RLIMIT_NOFILE); 0 or
+	// Unlimited: no cap.
 	OpenFiles int
-	// Processes caps the processes and threads of each worker (RLIMIT_NPROC; the worker's
-	// own two threads and, in a pid namespace, its reaper count too); 0 means none. It bites
-	// for root too: local workers run as an unprivileged user in their own user namespace.
+	// Processes caps the processes and threads in each sandbox (RLIMIT_NPROC; the
+	// guardian, the worker's own threads and its rollback snapshot count too); 0 means
+	// DefaultProcesses for sandboxed local workers, Unlimited none. Each sandbox is a user
+	// namespace of its own, whose count is its own (a Fork's copy shares its original's;
+	// packed workers' namespaces share their worker's), and it bites for root too: local
+	// workers run as an unprivileged user there. Without the sandbox (AllowUnsandboxed) and
+	// for Command workers, 0 means none: RLIMIT_NPROC counts every process of the user
+	// there (the host's, or the far side's), not the worker's own, and root is exempt. A
+	// limit given there still applies, to that count.
 	Processes int
 	// Network lets workers reach the network. When false (the default), local workers run
 	// in their own network namespace with no interfaces up.
 	Network bool
 	// AllowUnsandboxed runs local workers without Linux namespaces when the kernel refuses
 	// them (no user namespaces), instead of failing. Without namespaces the network stays
-	// reachable, Processes does not bite for root, and a timed-out run's process tree is
-	// found by scanning /proc (children that were orphaned before the kill can escape).
+	// reachable, Processes has no default and does not bite for root, and a timed-out
+	// run's process tree is found by scanning /proc (children that were orphaned before the
+	// kill can escape).
 	AllowUnsandboxed bool
 	// Env adds variables ("KEY=VALUE") to the workers' environment. Workers never inherit
 	// the host's environment (an agent's API keys stay out of the model's reach): a local
@@ -89,12 +118,13 @@ type IsolatedConfig struct {
 	// refuses it) only mounts whose Target is their Source can be honoured.
 	Mounts []Mount
 	// TmpSize caps a sandboxed worker's private /tmp and /dev/shm, each a tmpfs (memory,
-	// not counted in MemoryLimit), in bytes; 0 means 256 MiB.
+	// not counted in MemoryLimit), in bytes; 0 means 256 MiB. It has no Unlimited: a tmpfs
+	// without a size may take half the machine's memory.
 	TmpSize int64
 	// WorkSize caps the bytes that each namespace's working directory may hold; 0 means
-	// 1 GiB, a negative value no cap. Past it the code's writes fail with OSError ENOSPC,
-	// and WriteFile with an error that matches syscall.ENOSPC; the host's disk holds none
-	// of it. Each working directory is then a tmpfs of that size: memory, like TmpSize (only
+	// 1 GiB, Unlimited (any negative value) no cap. Past it the code's writes fail with
+	// OSError ENOSPC, and WriteFile with an error that matches syscall.ENOSPC; the host's
+	// disk holds none of it. Each working directory is then a tmpfs of that size: memory, like TmpSize (only
 	// what is written counts; not counted in MemoryLimit), with an inode per 4 KiB, mounted
 	// by the template in the workers' mount namespaces, so Namespace.WorkDir is a path
 	// through the host process's /proc/PID/fd. Sandboxed workers forked from the template
@@ -172,9 +202,6 @@ func withDefaults(cfg IsolatedConfig) (IsolatedConfig, error) {
 	if cfg.StartTimeout <= 0 {
 		cfg.StartTimeout = 30 * time.Second
 	}
-	if cfg.MemoryLimit < 0 || cfg.CPULimit < 0 || cfg.FileSizeLimit < 0 || cfg.OpenFiles < 0 || cfg.Processes < 0 {
-		return cfg, errors.New("minipy: IsolatedConfig limits must not be negative")
-	}
 	if len(cfg.Command) > 0 && !cfg.Network {
 		return cfg, errors.New("minipy: IsolatedConfig.Command workers cannot be cut off from the network here " +
 			"(the command itself may need it); set Network: true and isolate the other side")
@@ -208,6 +235,19 @@ func withDefaults(cfg IsolatedConfig) (IsolatedConfig, error) {
 		return cfg, errors.New("minipy: IsolatedConfig.Mounts apply to local workers; a Command worker's files are the other side's")
 	}
 	return cfg, nil
+}
+
+// processCap is the Processes limit of cfg's workers: 0 for none. sandboxed says whether
+// they are local workers in the sandbox, where each sandbox is a user namespace whose
+// count is its own (DefaultProcesses when cfg gives none).
+func (cfg IsolatedConfig) processCap(sandboxed bool) int {
+	switch {
+	case cfg.Processes > 0:
+		return cfg.Processes
+	case cfg.Processes == 0 && sandboxed:
+		return DefaultProcesses
+	}
+	return 0
 }
 
 // checkEnv checks IsolatedConfig.Env; a Command worker gets it (and a sandboxed worker

@@ -551,7 +551,9 @@ func TestIsolatedBadConfig(t *testing.T) {
 	assert.Error(t, err)
 	_, err = minipy.NewIsolated(minipy.IsolatedConfig{Python: "/bin/false"})
 	assert.Error(t, err)
-	_, err = minipy.NewIsolated(minipy.IsolatedConfig{MemoryLimit: -1})
+	_, err = minipy.NewIsolated(minipy.IsolatedConfig{TmpSize: -1})
+	assert.Error(t, err, "a tmpfs has no Unlimited")
+	_, err = minipy.NewIsolated(minipy.IsolatedConfig{Workers: -1})
 	assert.Error(t, err)
 }
 

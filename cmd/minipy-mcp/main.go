@@ -33,7 +33,17 @@
 //	-max-output int     character budget of a reply (default 16384)
 //	-workers int        with -backend isolated: pack the sessions into this many shared worker
 //	                    processes (default 0: a worker process of its own per session)
-//	-memory-limit int   bytes of memory per worker with -backend isolated (0: none)
+//	-memory-limit int   with -backend isolated: bytes of address space per worker
+//	                    (default: 4 GiB plus 256 MiB per CPU, for thread pools; 0: none)
+//	-processes n        with -backend isolated: processes and threads of a session's
+//	                    sandbox (default 256, minipy.DefaultProcesses; 0: none)
+//	-cpu-limit d        with -backend isolated: CPU time a run may use (default 1m, or
+//	                    -timeout when longer; 0: none)
+//	-open-files n       with -backend isolated: file descriptors per worker (default
+//	                    1024; 0: none)
+//	-limits mode        with -backend isolated: default, or none to lift the four limits
+//	                    above (a limit's flag given with it still sets its own); the log
+//	                    says at start which are in force
 //	-work-size int      bytes a session's working directory may hold with -backend
 //	                    isolated: a tmpfs, so memory (default 256 MiB; -1: the host's
 //	                    disk, no cap)
@@ -44,7 +54,7 @@
 //	-allow-anonymous    with -http beyond loopback: serve without -tokens
 //	-max-sessions n     with -http: sessions open at once (default: the memory the server
 //	                    may use, its cgroup's limit or the machine's, / (256 MiB or
-//	                    -memory-limit, plus -work-size), at least 4; 0: no limit)
+//	                    -memory-limit when given, plus -work-size), at least 4; 0: no limit)
 //	-max-sessions-per-user n  with -http: sessions one user may hold (0: no limit but
 //	                    -max-sessions; without -tokens every client is one user)
 //	-drain-timeout d    with -http: how long SIGTERM waits for running calls (default 30s)
@@ -103,14 +113,15 @@ func main() {
 	maxOutput := flag.Int("max-output", 0, "character budget of a reply (0: minipy.DefaultToolOutput)")
 	isolated := flag.Bool("isolated", false, "same as -backend isolated")
 	workers := flag.Int("workers", 0, "with -backend isolated: pack the sessions into this many shared worker processes (0: a worker process of its own per session)")
-	memoryLimit := flag.Int64("memory-limit", 0, "bytes of memory per worker with -backend isolated (0: no limit)")
+	var limitFlags limitFlags
+	limitFlags.register(flag.CommandLine)
 	workSize := flag.Int64("work-size", defaultWorkSize, "with -backend isolated: the `bytes` a session's working directory may hold, in a tmpfs (memory); -1: on the host's disk, no cap")
 	httpAddr := flag.String("http", "", "serve the Streamable HTTP transport on `addr` (host:port) instead of stdio")
 	sessionTimeout := flag.Duration("session-timeout", 30*time.Minute, "with -http: close a session (and free its namespace) after this long without a request")
 	upstreamFile := flag.String("upstream", "", "connect to the MCP servers of this mcpServers JSON `file` and give their tools to the code as Python functions (code mode)")
 	tokensFile := flag.String("tokens", "", "with -http: the clients' bearer tokens, one NAME:TOKEN per line in this `file` (read again on SIGHUP); a session belongs to the user who opened it")
 	allowAnonymous := flag.Bool("allow-anonymous", false, "with -http on an address beyond loopback: serve without -tokens (anyone who reaches it runs code)")
-	maxSessions := flag.Int("max-sessions", -1, "with -http: the most sessions open at once (default: the memory the server may use / (256 MiB or -memory-limit, plus -work-size), at least 4; 0: no limit)")
+	maxSessions := flag.Int("max-sessions", -1, "with -http: the most sessions open at once (default: the memory the server may use / (256 MiB or -memory-limit when given, plus -work-size), at least 4; 0: no limit)")
 	maxPerUser := flag.Int("max-sessions-per-user", 0, "with -http: the most sessions one user (one -tokens NAME; all clients without tokens are one user) may hold at once (0: no limit besides -max-sessions)")
 	maxResource := flag.Int64("max-resource-size", defaultMaxResourceSize, "with -backend isolated: the largest file of a session's working directory that resources/read returns, in `bytes`")
 	drainTimeout := flag.Duration("drain-timeout", 30*time.Second, "with -http: at SIGTERM, how long running calls may take to finish before the server closes")
@@ -159,7 +170,13 @@ func main() {
 	if *workSize == 0 {
 		log.Fatalf("minipy-mcp: -work-size 0: give the bytes a session's working directory may hold, or -1 for no cap")
 	}
-	eng, err := newEngine(*backend, minipy.IsolatedConfig{Workers: *workers, MemoryLimit: *memoryLimit, WorkSize: *workSize})
+	limits, memoryBudget, err := limitFlags.resolve(flag.CommandLine, *timeout)
+	if err != nil {
+		log.Fatalf("minipy-mcp: %v", err)
+	}
+	cfg := minipy.IsolatedConfig{Workers: *workers, WorkSize: *workSize}
+	limits.apply(&cfg)
+	eng, err := newEngine(*backend, cfg)
 	if err != nil {
 		log.Fatalf("minipy-mcp: %v", err)
 	}
@@ -167,6 +184,7 @@ func main() {
 	if _, ok := eng.(*minipy.Isolated); ok {
 		log.Printf("minipy-mcp: running code in the isolated engine's sandboxed workers, each session in a " +
 			"working directory of its own")
+		log.Printf("minipy-mcp: limits of each worker: %v", limits)
 	} else {
 		log.Printf("minipy-mcp: running code in this process's embedded interpreter")
 	}
@@ -205,7 +223,7 @@ func main() {
 		err = server.Run(ctx, &mcp.IOTransport{Reader: os.Stdin, Writer: protocol})
 	} else {
 		if *maxSessions < 0 {
-			*maxSessions = defaultMaxSessions(*memoryLimit, *workSize)
+			*maxSessions = defaultMaxSessions(memoryBudget, *workSize)
 		}
 		g := newGate(*maxSessions, *maxPerUser)
 		m := newMetrics(eng, g, "tcp")
@@ -248,7 +266,10 @@ func limitText(n int) string {
 }
 
 // sessionMemory is what -max-sessions's default allows each session's worker when
-// -memory-limit does not say: numpy and pandas imported, a figure or two, a few frames.
+// -memory-limit is not given: numpy and pandas imported, a figure or two, a few frames
+// (115 MB resident with numpy, pandas and a matplotlib figure). -memory-limit's default
+// is not that: it is an address space, far above what a worker holds (its thread pools'
+// reservations), set to stop one runaway session, not to budget the memory.
 const sessionMemory = 256 << 20
 
 // defaultWorkSize is -work-size's default: smaller than the library's 1 GiB, since each
@@ -258,8 +279,8 @@ const defaultWorkSize = 256 << 20
 
 // defaultMaxSessions is -max-sessions's default: the memory this process may use (its
 // cgroup's memory.max, else the machine's), divided by the memory a session may take (its
-// worker's, -memory-limit or sessionMemory, and its working directory's, workSize when it
-// is a tmpfs), at least 4.
+// worker's, -memory-limit when given or sessionMemory, and its working directory's,
+// workSize when it is a tmpfs), at least 4.
 func defaultMaxSessions(memoryLimit, workSize int64) int {
 	per := int64(sessionMemory)
 	if memoryLimit > 0 {
