@@ -13,6 +13,13 @@ require (
 )
 
 require (
+	github.com/elastic/go-seccomp-bpf v1.6.0 // indirect
+	github.com/moby/profiles/seccomp v0.3.0 // indirect
+	github.com/opencontainers/runtime-spec v1.2.1 // indirect
+	golang.org/x/net v0.43.0 // indirect
+)
+
+require (
 	github.com/Masterminds/goutils v1.1.1 // indirect
 	github.com/Masterminds/semver/v3 v3.2.0 // indirect
 	github.com/Masterminds/sprig/v3 v3.2.3 // indirect
