@@ -167,7 +167,10 @@ func (d *decoder) dict(depth int) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := make(map[string]any, n)
+	// n is the sender's claim, which the bytes that follow bound only loosely (an entry
+	// takes 5 of them at least, a map's slot 80 bytes): size the map by what real entries
+	// (a distinct key and a value) leave room for, and let it grow as they decode.
+	m := make(map[string]any, min(n, (len(d.buf)-d.pos)/16))
 	for i := 0; i < n; i++ {
 		k, err := d.str()
 		if err != nil {

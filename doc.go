@@ -72,7 +72,8 @@
 // was stopped. Namespace errors match ErrNameNotFound, ErrUnsupportedValue,
 // ErrNamespaceClosed and ErrInterpreterBusy. The isolated engine adds ErrStateLost (its
 // worker was killed or crashed: the namespace's variables are gone), *WorkerLostError (what
-// happened: signal, exit code, limit), *LimitError, ErrNoSandbox and ErrSandboxAccess; its
+// happened: signal, exit code, limit, or ErrProtocol when its code broke the worker's
+// protocol), *LimitError, ErrTooLarge, ErrNoSandbox and ErrSandboxAccess; its
 // namespaces' file methods ErrBadPath (and fs.ErrNotExist), in-process ones ErrNoFiles.
 //
 // # Timeouts and their limits

@@ -184,6 +184,19 @@ var ErrNoFiles = errors.New("minipy: this namespace has no working directory of 
 // ErrEngineClosed is matched by the error of any use of a closed isolated engine.
 var ErrEngineClosed = errors.New("minipy: the isolated engine is closed")
 
+// ErrProtocol is matched by the error of a run or Namespace method whose worker broke the
+// protocol: it sent the host what no worker sends, such as a frame larger than
+// IsolatedConfig.MaxTransfer allows (refused at its header, before the host holds any of
+// it). The code a worker runs can reach the worker's pipe to the host and write to it;
+// minipy then kills the worker, and the error is a *WorkerLostError whose Protocol says
+// what it sent.
+var ErrProtocol = worker.ErrNotProtocol
+
+// ErrTooLarge is matched by the error of Namespace.Get and Save on an isolated engine when
+// the value, or the namespace's saved variables, are more bytes than a worker may send the
+// host (IsolatedConfig.MaxTransfer). The worker and its namespaces are unchanged.
+var ErrTooLarge = errors.New("minipy: more than a worker may send the host (IsolatedConfig.MaxTransfer)")
+
 // ErrNoFork is matched by Namespace.Fork's error for a namespace that cannot be copied
 // into a process of its own: one of the in-process engine (the host process is its
 // process), of an isolated engine that packs namespaces into shared workers
@@ -215,6 +228,10 @@ type WorkerLostError struct {
 	// place: the namespace is exactly as it was before the run (what the run assigned is
 	// gone, what came before is kept), so the error does not match ErrStateLost.
 	RolledBack bool
+	// Protocol is set when minipy killed the worker because it broke the protocol (the
+	// error matches ErrProtocol): it says what the worker sent, such as a frame past the
+	// size cap (IsolatedConfig.MaxTransfer).
+	Protocol error
 }
 
 func (e *WorkerLostError) Error() string {
@@ -224,6 +241,8 @@ func (e *WorkerLostError) Error() string {
 		what = "the worker holding this namespace ended before this run (see an earlier error), which did not start"
 	case e.Killed:
 		what = e.Interrupted.Error() + "; the code did not yield, so its worker process tree was killed"
+	case e.Protocol != nil:
+		what = e.Protocol.Error() + "; the worker was killed"
 	case e.Limit != "":
 		what = fmt.Sprintf("the worker was killed by its %s limit", e.Limit)
 	case e.Signal != 0:
@@ -237,8 +256,9 @@ func (e *WorkerLostError) Error() string {
 	return "minipy: " + strings.TrimPrefix(what, "minipy: ") + "; the namespace's variables are lost"
 }
 
-// Unwrap gives errors.Is ErrStateLost, ErrLimit when a limit ended the worker, and the
-// interruption (ErrTimeout, context errors) when minipy killed it.
+// Unwrap gives errors.Is ErrStateLost, ErrLimit when a limit ended the worker, the
+// interruption (ErrTimeout, context errors) when minipy killed it, and ErrProtocol when it
+// broke the protocol.
 func (e *WorkerLostError) Unwrap() []error {
 	var errs []error
 	if !e.RolledBack {
@@ -249,6 +269,9 @@ func (e *WorkerLostError) Unwrap() []error {
 	}
 	if e.Interrupted != nil {
 		errs = append(errs, e.Interrupted)
+	}
+	if e.Protocol != nil {
+		errs = append(errs, e.Protocol)
 	}
 	return errs
 }

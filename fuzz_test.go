@@ -8,9 +8,13 @@ import (
 	"io"
 	"math/big"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/minipy-go/minipy/internal/worker"
 )
@@ -134,7 +138,7 @@ func FuzzWorkerFrames(f *testing.F) {
 			wr.Write(stream) //nolint:errcheck // the reader may stop first
 			wr.Close()
 		}()
-		w := worker.Reading(r)
+		w := worker.Reading(r, 1<<20)
 		live := newLiveOutput(&Options{Stdout: io.Discard, Stderr: io.Discard})
 		defer live.finish()
 		// Host calls of run 1, none registered: each is answered, refused.
@@ -177,4 +181,20 @@ func TestValueDepthLimit(t *testing.T) {
 	if _, err := d.value(); err != nil {
 		t.Fatalf("a value at the limit did not decode: %v", err)
 	}
+}
+
+// TestValueCountIsNotTrusted: a dict's item count is a claim of the worker's; the decoder
+// sizes nothing by it beyond what the bytes that follow could hold (a map presized by a
+// claimed 4M entries took 320 MB for a 4 MB buffer).
+func TestValueCountIsNotTrusted(t *testing.T) {
+	const n = 4 << 20
+	buf := append([]byte{'d'}, binary.LittleEndian.AppendUint32(nil, n)...)
+	buf = append(buf, bytes.Repeat([]byte{0xff}, n)...) // no valid entry
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	d := decoder{buf: buf}
+	_, err := d.value()
+	runtime.ReadMemStats(&after)
+	require.ErrorIs(t, err, errTruncated)
+	assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(32<<20), "allocated by the claimed count")
 }

@@ -429,6 +429,9 @@ func (e *Isolated) run(ctx context.Context, code string, opts *Options) (res *Re
 		w.Kill()
 		return e.lost(slot, w, bindings, intr, res, started)
 	}
+	if h.broke != nil {
+		return e.broken(slot, w, bindings, h.broke, res, started)
+	}
 	if h.reply == nil {
 		return e.ended(slot, w, bindings, s, res, started)
 	}
@@ -481,6 +484,24 @@ func (e *Isolated) ended(slot *workerSlot, w *worker.Worker, bindings []*nsBindi
 	if s.cause != nil && errors.As(err, &lost) && lost.Signal == syscall.SIGKILL {
 		lost.Killed = true
 		lost.Interrupted, _ = s.interrupted(started, nil).(*InterruptedError)
+	}
+	return res, err
+}
+
+// broken handles a request whose worker broke the protocol (why): it is killed, and its
+// snapshot, which predates the request, takes over when it has one.
+func (e *Isolated) broken(slot *workerSlot, w *worker.Worker, bindings []*nsBinding, why error, res *Result,
+	started time.Time) (*Result, error) {
+	var err error
+	if d, ok := w.KillWorker(time.Second); ok && d.Snapshot {
+		res, err = e.rolledBack(slot, w, bindings, nil, res, started)
+	} else {
+		w.Kill()
+		res, err = e.lost(slot, w, bindings, nil, res, started)
+	}
+	var lost *WorkerLostError
+	if errors.As(err, &lost) {
+		lost.Protocol = why
 	}
 	return res, err
 }
@@ -583,6 +604,10 @@ func (e *Isolated) do(ns *Namespace, op byte, args ...any) (any, error) {
 	if err := w.Request(rid, 0, create, req); err == nil {
 		for !h.wait(-1) { // false only after a stray wake from an earlier run's context
 		}
+	}
+	if h.broke != nil {
+		_, err := e.broken(slot, w, []*nsBinding{b}, h.broke, &Result{}, time.Now())
+		return nil, err
 	}
 	if h.reply == nil {
 		_, err := e.lost(slot, w, []*nsBinding{b}, nil, &Result{}, time.Now())
@@ -735,6 +760,7 @@ type isolatedRun struct {
 	calls *hostCalls   // the run's host calls, or nil
 	reply *workerReply // set once wait reports the run finished with an answer
 	ended bool         // the worker ended (or broke the protocol) before answering
+	broke error        // what the worker sent that no worker sends (it must be killed), or nil
 }
 
 func (r *isolatedRun) wait(d time.Duration) bool {
@@ -755,11 +781,14 @@ func (r *isolatedRun) wait(d time.Duration) bool {
 			}
 			return false
 		case err != nil:
+			if errors.Is(err, errNotProtocol) {
+				r.broke = err
+			}
 			r.ended = true
 			return true
 		case body[0] == pyrt.FrameOutput || body[0] == pyrt.FrameCall:
-			if (runEvents{live: r.live, calls: r.calls}).event(body, r.id) != nil {
-				r.w.Kill() // it broke the protocol: treat it as lost
+			if err := (runEvents{live: r.live, calls: r.calls}).event(body, r.id); err != nil {
+				r.broke = err
 				r.ended = true
 				return true
 			}

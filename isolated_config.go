@@ -131,6 +131,17 @@ type IsolatedConfig struct {
 	// (the default) get it; with NoTemplate, without the sandbox, for Command workers and
 	// with a negative WorkSize, working directories are directories on the host's disk.
 	WorkSize int64
+	// MaxTransfer caps, in bytes, what a worker may send the host in one message: a run's
+	// result (its value, output and displays), a Get's value, a Save's variables, a host
+	// function call with its arguments. It bounds what the code in a worker can make the host
+	// process hold: the worker keeps under it, and a worker that sends more all the same
+	// (its code can write to the worker's pipe to the host) is killed as the frame's header
+	// arrives, with a *WorkerLostError matching ErrProtocol (its namespace rolls back).
+	// Within it, a run's value that does not fit is left out (Value nil, Repr kept), then its
+	// displays, then its output is cut; Get and Save fail with ErrTooLarge, the worker
+	// unchanged; a host call raises ValueError in the code. 0 means DefaultMaxTransfer; it
+	// may be 1 MiB to 1 GiB.
+	MaxTransfer int64
 	// KickSignal is the signal that interrupts a run inside a worker; 0: DefaultKickSignal.
 	KickSignal syscall.Signal
 	// StartTimeout bounds a worker's start; 0 means 30 s.
@@ -159,6 +170,16 @@ type IsolatedConfig struct {
 	// towards StartTimeout and run under the worker's limits.
 	Preload []string
 }
+
+// DefaultMaxTransfer is IsolatedConfig.MaxTransfer when it is 0: 64 MiB.
+const DefaultMaxTransfer = worker.DefaultMaxTransfer
+
+// The bounds of IsolatedConfig.MaxTransfer: a run's result needs room for its output
+// (runtime.py's _fit_run_reply), and a frame's length is a u32.
+const (
+	minTransfer = 1 << 20
+	maxTransfer = 1 << 30
+)
 
 // Mount shares a host path with sandboxed workers (IsolatedConfig.Mounts).
 //
@@ -208,6 +229,13 @@ func withDefaults(cfg IsolatedConfig) (IsolatedConfig, error) {
 	}
 	if len(cfg.Command) == 0 && cfg.Python == "" {
 		cfg.Python = defaultWorkerPython()
+	}
+	switch {
+	case cfg.MaxTransfer == 0:
+		cfg.MaxTransfer = DefaultMaxTransfer
+	case cfg.MaxTransfer < minTransfer || cfg.MaxTransfer > maxTransfer:
+		return cfg, fmt.Errorf("minipy: IsolatedConfig.MaxTransfer must be %d (1 MiB) to %d (1 GiB) bytes, or 0 for "+
+			"DefaultMaxTransfer", minTransfer, maxTransfer)
 	}
 	if cfg.TmpSize < 0 {
 		return cfg, errors.New("minipy: IsolatedConfig.TmpSize must not be negative")

@@ -73,3 +73,14 @@ func NewIsolatedBeating(cfg IsolatedConfig, every, silence time.Duration) (*Isol
 	defer func() { testBeats = nil }()
 	return NewIsolated(cfg)
 }
+
+// ReadBufferCap is the capacity of the read buffer of the worker that holds ns (-1: none).
+func ReadBufferCap(ns *Namespace) int {
+	slot := bindingOf(ns).slot
+	slot.mu.Lock()
+	defer slot.mu.Unlock()
+	if slot.cur == nil {
+		return -1
+	}
+	return slot.cur.BufferCap()
+}

@@ -580,7 +580,8 @@ func TestIsolatedCloseStopsRunsInProgress(t *testing.T) {
 func TestIsolatedCodeThatWritesToTheProtocolIsContained(t *testing.T) {
 	e := newIsolated(t, minipy.IsolatedConfig{NoRollback: true})
 	// The code finds the worker's private pipes and writes a frame header claiming ~1 GB:
-	// the host must neither allocate it nor wait past the run's deadline.
+	// the host must neither allocate it nor wait past the run's deadline (it refuses the
+	// header: isolated_frames_test.go).
 	code := `import os
 for fd in range(3, 64):
     try:
@@ -590,6 +591,7 @@ for fd in range(3, 64):
         pass`
 	_, err := e.Minipy(code, &minipy.Options{Timeout: 300 * time.Millisecond})
 	require.ErrorIs(t, err, minipy.ErrStateLost)
+	assert.ErrorIs(t, err, minipy.ErrProtocol)
 	r, err := e.Minipy("1 + 1", nil)
 	require.NoError(t, err)
 	assert.Equal(t, int64(2), r.Value)

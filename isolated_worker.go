@@ -19,7 +19,7 @@ type workerReply struct {
 }
 
 // errNotProtocol is matched by the errors of a worker that broke the protocol.
-var errNotProtocol = worker.ErrNotProtocol
+var errNotProtocol = ErrProtocol
 
 // testBeats, when set, replaces an engine's Command worker beats as it is made
 // (isolated_export_test.go).
@@ -38,7 +38,7 @@ func (e *Isolated) makeSpec() error {
 		OpenFiles: max(cfg.OpenFiles, 0), Processes: cfg.processCap(e.sandbox), CPULimit: max(cfg.CPULimit, 0),
 		KickSignal: cfg.KickSignal, StartTimeout: cfg.StartTimeout,
 		Packed: !e.perNS, Rollback: !cfg.NoRollback, Preload: cfg.Preload,
-		Beats: worker.DefaultBeats, Ready: readyFrame,
+		Beats: worker.DefaultBeats, Ready: readyFrame, MaxTransfer: int(cfg.MaxTransfer),
 	}
 	if testBeats != nil {
 		e.spec.Beats = *testBeats

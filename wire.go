@@ -75,6 +75,8 @@ func replyError(v any) error {
 		return fmt.Errorf("%w: %s", ErrNoFork, msg)
 	case "state":
 		return fmt.Errorf("%w: %s", ErrBadState, msg)
+	case "too_large":
+		return fmt.Errorf("%w: %s", ErrTooLarge, msg)
 	}
 	return fmt.Errorf("minipy: internal error in the Python runtime: %s", msg)
 }

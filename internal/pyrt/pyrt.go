@@ -128,6 +128,11 @@ const (
 	CallShow    = 5 // the function's result and displays to show: codec [result, [{MIME type: bytes}, ...]]
 )
 
+// OutputChunk is the most output bytes a worker sends in one output event (FrameOutput): a
+// run's output is read from its memory files in chunks of that size, and the host refuses a
+// larger output frame.
+const OutputChunk = 1 << 20
+
 // ImageTypes are the MIME types of displays that count as images: the ones model APIs
 // take (Anthropic's image blocks, OpenAI's image_url, MCP's ImageContent). A display with
 // one of them is numbered in the model's text ("[image 1: ...]") and its image is sent;
@@ -171,6 +176,7 @@ func prelude() string {
 		fmt.Sprintf("CALL_OK, CALL_ERROR, CALL_BAD_ARGS, CALL_STOPPED, CALL_REFUSED, CALL_SHOW = %d, %d, %d, %d, %d, %d",
 			CallOK, CallError, CallBadArgs, CallStopped, CallRefused, CallShow),
 		fmt.Sprintf("IMAGE_TYPES = (%s,)", quoted(ImageTypes)),
+		fmt.Sprintf("OUTPUT_CHUNK = %d", OutputChunk),
 		fmt.Sprintf("C_DIED, C_KILL, C_TAKE_OVER, C_FORK, C_NEW, C_MOUNT, C_REFUSED = %s, %s, %s, %s, %s, %s, %s",
 			b(ControlDied), b(ControlKill), b(ControlTakeOver), b(ControlFork), b(ControlNew), b(ControlMount),
 			b(ControlRefused)),

@@ -136,6 +136,17 @@ def encode_or_opaque(v):
         return b"X"
 
 
+# The most bytes a worker may send the host in one message (IsolatedConfig.MaxTransfer; the
+# host kills a worker that sends more): replies and host calls keep under it. worker.py sets
+# it; -1 in-process, where nothing crosses a pipe.
+max_transfer = -1
+
+
+def _too_large(what, size):
+    return "%s is %d bytes, more than a worker may send the host (IsolatedConfig.MaxTransfer: %d bytes)" % (
+        what, size, max_transfer)
+
+
 def _dec(buf, pos):
     tag = buf[pos]
     pos += 1
@@ -1088,6 +1099,8 @@ def _call(fid, qualname, args, inline=False):
                 raise TypeError("%s() argument '%s' cannot be passed to Go: %s is not JSON-like (str, int, "
                                 "float, bool, None, list, dict, bytes)" % (qualname, name, exc)) from None
         raise
+    if 0 <= max_transfer < len(payload):
+        raise ValueError("%s(): %s" % (qualname, _too_large("the call with its arguments", len(payload))))
     status, data = call_host(payload, inline)
     if status == CALL_OK:
         return decode(data)
@@ -1351,19 +1364,49 @@ def run(gid, lid, max_output, flags, src, max_images=-1, max_image_bytes=-1):
     stdout, stderr = out.getvalue(), err.getvalue()
     if _child_output.active:
         _child_output.stop()
+    displays = _displays.bundles or None
+    if displays:
+        _displays.reset(-1, -1)
+    reply = _run_reply(has_value, value_bytes, [text, stdout, stderr], error, seconds, displays)
+    if 0 <= max_transfer < len(reply):
+        reply = _fit_run_reply(has_value, [text, stdout, stderr], error, seconds, displays)
+    return reply
+
+
+def _run_reply(has_value, value_bytes, texts, error, seconds, displays):
     buf = bytearray(b"\x00")
     buf += b"T" if has_value else b"F"
     buf += value_bytes
-    for s in (text, stdout, stderr):
+    for s in texts:
         buf += b"s"
         _enc_str(s, buf)
     _enc(error, buf, 0)
     buf += b"f"
     buf += _D.pack(seconds)
-    _enc(_displays.bundles or None, buf, 0)
-    if _displays.bundles:
-        _displays.reset(-1, -1)
+    _enc(displays, buf, 0)
     return bytes(buf)
+
+
+def _fit_run_reply(has_value, texts, error, seconds, displays):
+    """The reply of a run that is larger than max_transfer, made to fit: without the value
+    (Result.Value nil, its repr kept), then without the displays (stderr says so), then with
+    each text cut to its head and tail."""
+    reply = _run_reply(has_value, b"X", texts, error, seconds, displays)
+    if len(reply) <= max_transfer:
+        return reply
+    if displays:
+        texts[2] += "\n[minipy: the run's %d displays were left out: with its output they are more than a worker " \
+                    "may send the host (IsolatedConfig.MaxTransfer, %d bytes)]\n" % (len(displays), max_transfer)
+    reply = _run_reply(has_value, b"X", texts, error, seconds, None)
+    if len(reply) <= max_transfer:
+        return reply
+    # Six texts at most (the repr, stdout, stderr, an error's type, message and traceback), of
+    # four UTF-8 bytes a character at most, and room for the rest.
+    limit = max(0, (max_transfer - 4096) // 24)
+    texts = [cap_text(s, limit, what) for s, what in zip(texts, ("repr", "stdout", "stderr"))]
+    if error is not None:
+        error = [cap_text(e, limit, what) for e, what in zip(error, ("the type", "the message", "the traceback"))]
+    return _run_reply(has_value, b"X", texts, error, seconds, None)
 
 
 # A cell like the ones models send first: a statement, output, a value to show.
@@ -1403,9 +1446,12 @@ def _op_get(ident, name):
     except KeyError:
         raise _OpError("name", "name %r is not defined" % name) from None
     try:
-        return encode(value)
+        data = encode(value)
     except (Unconvertible, RecursionError) as exc:
         raise _OpError("unsupported", "%s (%s); repr: %s" % (name, exc, cap_text(repr(value), 200, "repr"))) from None
+    if 0 <= max_transfer < len(data) + 1:
+        raise _OpError("too_large", _too_large("the value of %s" % name, len(data)))
+    return data
 
 
 def _op_names(ident):
@@ -1456,6 +1502,13 @@ def dispatch(req):
     """Serve one request (bytes) and return the response (bytes).
 
     Response: status byte 0 then the op's values, or status 1 then [kind, message]."""
+    resp = _dispatch(req)
+    if 0 <= max_transfer < len(resp):  # (Get, Save and runs keep under it themselves)
+        resp = b"\x01" + encode(["too_large", _too_large("the reply", len(resp))])
+    return resp
+
+
+def _dispatch(req):
     try:
         op = req[0]
         if op == OP_RUN:

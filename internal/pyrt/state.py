@@ -262,7 +262,10 @@ def _op_save(ident):
             _SpacePickler(buf, space).dump(data)
         except (Exception, RecursionError) as exc:
             raise _OpError("state", "the namespace cannot be saved: %s" % _why(exc)) from None
-    return [buf.getvalue(), list(data), skipped, hosts, "%d.%d" % sys.version_info[:2]]
+    pickled = buf.getvalue()
+    if 0 <= max_transfer < len(pickled) + 4096:  # and the names
+        raise _OpError("too_large", _too_large("the namespace's saved variables", len(pickled)))
+    return [pickled, list(data), skipped, hosts, "%d.%d" % sys.version_info[:2]]
 
 
 def _missing_host(name):

@@ -118,7 +118,6 @@ class _Pump:
     the code."""
 
     _INTERVAL = 0.010  # output.go's liveInterval
-    _CHUNK = 1 << 20
 
     def __init__(self, w):
         self.w = w
@@ -154,7 +153,7 @@ class _Pump:
             for fd, mem in ((1, self.w.out_mem), (2, self.w.err_mem)):
                 size = os.fstat(mem).st_size
                 while self.sent[fd] < size:
-                    data = os.pread(mem, min(size - self.sent[fd], self._CHUNK), self.sent[fd])
+                    data = os.pread(mem, min(size - self.sent[fd], OUTPUT_CHUNK), self.sent[fd])
                     if not data:
                         break
                     self.sent[fd] += len(data)
@@ -1900,6 +1899,7 @@ def _start(w, cfg, runtime):
     w.kick_signal = cfg["kick_signal"]
     w.cpu_limit = cfg.get("cpu_seconds", 0)
     w.snapshots = bool(cfg.get("rollback")) and _forkable and w.snap_sock is not None
+    _rt.max_transfer = cfg.get("max_transfer", -1)
     dispatch = _rt.install(w.kick_signal, None)
     _rt.call_host = w.call_host
     _rt.adopter = os.getppid()  # the guardian

@@ -45,6 +45,10 @@ type Spec struct {
 	Rollback      bool     // local workers fork a snapshot after each answer
 	Preload       []string // modules every worker imports as it starts
 	Beats         Beats    // Command workers'
+	// MaxTransfer caps what a worker sends the host in one answer or host call, in bytes
+	// (IsolatedConfig.MaxTransfer; 0: DefaultMaxTransfer): the worker keeps under it, and
+	// ReadFrame refuses a frame that claims more.
+	MaxTransfer int
 
 	// Ready reads the payload of a worker's ready frame ([version, executable, pid, tag,
 	// marshal], encoded as pyrt values): an error (an unsupported Python, say) ends the
@@ -89,6 +93,16 @@ func (s *Spec) HomePath(d Dirs) string {
 }
 
 func (s *Spec) local() bool { return len(s.Command) == 0 }
+
+// DefaultMaxTransfer is Spec.MaxTransfer when it is 0 (IsolatedConfig.MaxTransfer's default).
+const DefaultMaxTransfer = 64 << 20
+
+func (s *Spec) maxTransfer() int {
+	if s.MaxTransfer <= 0 {
+		return DefaultMaxTransfer
+	}
+	return s.MaxTransfer
+}
 
 // bootstrap is the program a worker's python runs (python -c): it reads worker.py as one
 // frame (u32 length, source) from stdin with unbuffered reads, so that no byte of the
@@ -154,6 +168,7 @@ func (s *Spec) Launch(dirs Dirs, epoch uint64) (*Worker, error) {
 		out:    outR,
 		Known:  map[uint32]bool{pyrt.DefaultNamespace: true},
 		ctl:    ctl,
+		limit:  s.maxTransfer(),
 	}
 	if ctl != nil && !dirs.template() {
 		// (The template's control socket carries no reports: it answers mounts, AskMount.)
@@ -311,9 +326,9 @@ func (s *Spec) configFrame(dirs Dirs) []byte {
 		}
 		fmt.Fprintf(&b, "silence_ms=%d\n", s.Beats.Silence.Milliseconds())
 	}
-	fmt.Fprintf(&b, "kick_signal=%d\nworkdir=%s\nmemory=%d\nfile_size=%d\nopen_files=%d\nprocesses=%d\ncpu_seconds=%d\n",
+	fmt.Fprintf(&b, "kick_signal=%d\nworkdir=%s\nmemory=%d\nfile_size=%d\nopen_files=%d\nprocesses=%d\ncpu_seconds=%d\nmax_transfer=%d\n",
 		int(s.KickSignal), workdir, s.MemoryLimit, s.FileSizeLimit, s.OpenFiles, s.Processes,
-		int64((s.CPULimit+time.Second-1)/time.Second))
+		int64((s.CPULimit+time.Second-1)/time.Second), s.maxTransfer())
 	if tree != "" {
 		fmt.Fprintf(&b, "tree=%s\n", tree)
 	}
@@ -465,6 +480,7 @@ func (s *Spec) Spawn(t *Worker, dirs Dirs, epoch uint64) (*Worker, error) {
 		Known:  map[uint32]bool{pyrt.DefaultNamespace: true},
 		ctl:    ctl,
 		line:   newLine(),
+		limit:  s.maxTransfer(),
 	}
 	w.keepStderr(errR)
 	go func() {

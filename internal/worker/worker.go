@@ -46,6 +46,7 @@ type Worker struct {
 	out   *os.File
 	rbuf  []byte
 	woken atomic.Bool // Wake was called: the current wait must return
+	limit int         // the payload cap of its answers and host calls (Spec.MaxTransfer)
 
 	// Set from the frames read (b"X": the real worker's wait status, from its init).
 	exitFrame  bool
@@ -98,32 +99,89 @@ func (w *Worker) beat(every time.Duration) {
 // ErrNotProtocol is what ReadFrame returns when the worker's stdout is not our protocol.
 var ErrNotProtocol = errors.New("minipy: the worker broke the protocol")
 
+// The host's bounds on what a worker makes it hold (docs/protocol.md, "Frame sizes"). The
+// code a worker runs can reach the worker's protocol pipe and write any header there, so
+// each kind of frame has a cap of what an honest worker sends in it, and ReadFrame takes no
+// more: the worker's answers and host calls Spec.MaxTransfer, which the worker itself keeps
+// under; its output events one chunk of pyrt.OutputChunk; its ready frame readyCap.
+const (
+	// readyCap caps a ready frame: a codec list that holds the runtime as the worker compiled
+	// it (marshal, about 200 KB).
+	readyCap = 16 << 20
+	// frameHead is the most that a frame of an answer or a host call holds besides its
+	// payload: kind, run id, call id or kicked byte.
+	frameHead = 1 + 8 + 8
+	// keepBuf is the read buffer's capacity between frames: a larger frame gets a buffer of
+	// its own as its bytes arrive, which goes to the caller with the frame.
+	keepBuf = 64 << 10
+)
+
+// FrameError is ReadFrame's error for a frame no worker sends: a kind the host never reads
+// from a worker, or a length past the cap of its kind. The worker broke the protocol (the
+// code it runs wrote to its pipe), and ReadFrame read nothing of the frame's payload. It
+// matches ErrNotProtocol.
+type FrameError struct {
+	Kind byte
+	Size int // the length the header claims: the kind byte and the payload
+	Cap  int // the most the host takes in a frame of that kind; 0 for a kind it never takes
+}
+
+func (e *FrameError) Error() string {
+	if e.Cap == 0 {
+		return fmt.Sprintf("minipy: the worker broke the protocol: a frame of kind %q, which no worker sends", e.Kind)
+	}
+	return fmt.Sprintf("minipy: the worker broke the protocol: a frame of %d bytes (kind %q) past the cap of %d",
+		e.Size, e.Kind, e.Cap)
+}
+
+// Is makes errors.Is(err, ErrNotProtocol) hold.
+func (e *FrameError) Is(target error) bool { return target == ErrNotProtocol }
+
+// frameCap is the most a frame of kind may claim (its kind byte and payload); 0 for a kind
+// that workers never send.
+func (w *Worker) frameCap(kind byte) int {
+	switch kind {
+	case pyrt.FrameAnswer, pyrt.FrameCall:
+		return frameHead + w.limit
+	case pyrt.FrameOutput:
+		return 1 + 8 + 1 + pyrt.OutputChunk
+	case pyrt.FrameReady:
+		return readyCap
+	case pyrt.FrameExit:
+		return 1 + 4
+	}
+	return 0
+}
+
 // ReadFrame returns the next frame from the worker (kind byte, payload), waiting until
 // deadline at most (zero: no limit; os.ErrDeadlineExceeded when it passes or Wake is
-// called). Any other error means the worker is gone. A frame cut by a deadline stays in the
-// buffer for the next call. Only the owner calls it.
+// called). A frame past its kind's cap is a *FrameError, refused at its header; any other
+// error means the worker is gone. A frame cut by a deadline stays in the buffer for the
+// next call. Only the owner calls it.
 func (w *Worker) ReadFrame(deadline time.Time) ([]byte, error) {
 	for {
-		if len(w.rbuf) >= 4 {
+		need := 5 // the length and the kind
+		if len(w.rbuf) >= 4 && binary.LittleEndian.Uint32(w.rbuf) == 0 {
+			return nil, ErrNotProtocol
+		}
+		if len(w.rbuf) >= 5 {
 			n := int(binary.LittleEndian.Uint32(w.rbuf))
-			if n == 0 || n > 1<<30 {
-				return nil, ErrNotProtocol
+			if c := w.frameCap(w.rbuf[4]); n > c {
+				return nil, &FrameError{Kind: w.rbuf[4], Size: n, Cap: c}
 			}
-			if len(w.rbuf) >= 4+n {
-				body := append([]byte(nil), w.rbuf[4:4+n]...)
-				w.rbuf = w.rbuf[:copy(w.rbuf, w.rbuf[4+n:])]
-				if body[0] == pyrt.FrameExit && len(body) == 5 {
-					w.exitFrame = true
-					w.exitStatus = syscall.WaitStatus(int32(binary.LittleEndian.Uint32(body[1:])))
-					continue
+			if need = 4 + n; len(w.rbuf) >= need {
+				if body := w.takeFrame(n); body != nil {
+					return body, nil
 				}
-				return body, nil
+				continue
 			}
 		}
-		if cap(w.rbuf)-len(w.rbuf) < 4096 {
-			// Grow as bytes arrive, not by the length a frame claims: code in the worker
-			// can reach the protocol descriptor and claim anything.
-			w.rbuf = append(make([]byte, 0, 2*cap(w.rbuf)+64<<10), w.rbuf...)
+		if len(w.rbuf) == cap(w.rbuf) { // full, and the frame needs more
+			// Grow as bytes arrive, never past the frame: the host holds eight times what was
+			// sent at most, whatever the header claims. (Doubling took 2-4 times longer to read
+			// 1 MiB output frames under -race: more and larger allocations.)
+			c := min(max(8*cap(w.rbuf), keepBuf), max(need, keepBuf))
+			w.rbuf = append(make([]byte, 0, c), w.rbuf...)
 		}
 		if err := w.out.SetReadDeadline(deadline); err != nil {
 			return nil, err
@@ -138,6 +196,31 @@ func (w *Worker) ReadFrame(deadline time.Time) ([]byte, error) {
 		}
 	}
 }
+
+// takeFrame takes the whole frame of length n at the start of the buffer and returns its
+// body; nil for a guardian's exit frame, which it notes. A frame in a buffer grown past
+// keepBuf keeps that buffer, and the bytes after it move to a small one: the buffer shrinks
+// after each large frame, and a large frame is not copied.
+func (w *Worker) takeFrame(n int) []byte {
+	var body []byte
+	if cap(w.rbuf) > keepBuf {
+		body = w.rbuf[4 : 4+n : 4+n]
+		w.rbuf = append(make([]byte, 0, keepBuf), w.rbuf[4+n:]...)
+	} else {
+		body = append([]byte(nil), w.rbuf[4:4+n]...)
+		w.rbuf = w.rbuf[:copy(w.rbuf, w.rbuf[4+n:])]
+	}
+	if body[0] == pyrt.FrameExit && len(body) == 5 {
+		w.exitFrame = true
+		w.exitStatus = syscall.WaitStatus(int32(binary.LittleEndian.Uint32(body[1:])))
+		return nil
+	}
+	return body
+}
+
+// BufferCap is the capacity of the worker's read buffer, for tests: it shrinks back to
+// keepBuf after a large frame.
+func (w *Worker) BufferCap() int { return cap(w.rbuf) }
 
 // Wake makes a pending ReadFrame return os.ErrDeadlineExceeded. Safe from any goroutine.
 func (w *Worker) Wake() {
@@ -448,6 +531,7 @@ func (w *Worker) handOver(ctl *net.UnixConn, line *ctlLine, msg []byte, extra []
 		out:    outR,
 		Known:  maps.Clone(known),
 		ctl:    ctl,
+		limit:  w.limit,
 	}
 	if nw.Known == nil {
 		nw.Known = map[uint32]bool{pyrt.DefaultNamespace: true}
@@ -605,10 +689,11 @@ func closeFiles(fs ...*os.File) {
 	}
 }
 
-// Reading is a Worker with no process whose frames come from out, for tests that feed
-// ReadFrame a stream of their own (the root package's fuzz test).
-func Reading(out *os.File) *Worker {
-	return &Worker{out: out, exited: make(chan struct{})}
+// Reading is a Worker with no process whose frames come from out, taking answers of
+// maxTransfer bytes at most, for tests that feed ReadFrame a stream of their own (the root
+// package's fuzz test).
+func Reading(out *os.File, maxTransfer int) *Worker {
+	return &Worker{out: out, exited: make(chan struct{}), limit: maxTransfer}
 }
 
 // Request sends a request (pyrt.FrameRequest): run id rid, the worker's deadman delay in

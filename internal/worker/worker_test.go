@@ -209,7 +209,7 @@ func TestReadFrame(t *testing.T) {
 	require.NoError(t, err)
 	defer r.Close()
 	defer wr.Close()
-	w := Reading(r)
+	w := Reading(r, DefaultMaxTransfer)
 	exit := binary.LittleEndian.AppendUint32([]byte{5, 0, 0, 0, pyrt.FrameExit}, uint32(9<<8))
 	go func() {
 		wr.Write(exit)                          //nolint:errcheck
@@ -276,4 +276,91 @@ func TestTailBuffer(t *testing.T) {
 	b.Write([]byte("abc")) //nolint:errcheck
 	b.Write([]byte("def")) //nolint:errcheck
 	assert.Equal(t, "cdef", b.String())
+}
+
+// frameOf is a frame of kind with payload.
+func frameOf(kind byte, payload []byte) []byte {
+	f := binary.LittleEndian.AppendUint32(nil, uint32(1+len(payload)))
+	return append(append(f, kind), payload...)
+}
+
+// TestReadFrameCaps: a frame whose header claims more than its kind may carry, or of a kind
+// no worker sends, is refused at its header (a *FrameError that matches ErrNotProtocol),
+// whatever follows it.
+func TestReadFrameCaps(t *testing.T) {
+	const limit = 1 << 20
+	cases := []struct {
+		name string
+		head []byte
+		cap  int
+	}{
+		{"answer", binary.LittleEndian.AppendUint32(nil, frameHead+limit+1), frameHead + limit},
+		{"call", binary.LittleEndian.AppendUint32(nil, 1<<30), frameHead + limit},
+		{"output", binary.LittleEndian.AppendUint32(nil, 1+8+1+pyrt.OutputChunk+1), 1 + 8 + 1 + pyrt.OutputChunk},
+		{"ready", binary.LittleEndian.AppendUint32(nil, readyCap+1), readyCap},
+		{"exit", binary.LittleEndian.AppendUint32(nil, 6), 5},
+		{"unknown", binary.LittleEndian.AppendUint32(nil, 2), 0},
+	}
+	kinds := map[string]byte{"answer": pyrt.FrameAnswer, "call": pyrt.FrameCall, "output": pyrt.FrameOutput,
+		"ready": pyrt.FrameReady, "exit": pyrt.FrameExit, "unknown": pyrt.FrameRequest}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r, wr, err := os.Pipe()
+			require.NoError(t, err)
+			defer r.Close()
+			defer wr.Close()
+			w := Reading(r, limit)
+			_, err = wr.Write(append(c.head, kinds[c.name], 1, 2, 3))
+			require.NoError(t, err)
+			_, err = w.ReadFrame(time.Now().Add(5 * time.Second))
+			var fe *FrameError
+			require.ErrorAs(t, err, &fe)
+			assert.ErrorIs(t, err, ErrNotProtocol)
+			assert.Equal(t, kinds[c.name], fe.Kind)
+			assert.Equal(t, int(binary.LittleEndian.Uint32(c.head)), fe.Size)
+			assert.Equal(t, c.cap, fe.Cap)
+			assert.LessOrEqual(t, w.BufferCap(), keepBuf, "nothing was allocated by the claimed length")
+		})
+	}
+}
+
+// TestReadFrameBuffer: a large frame within its cap is read whole and taken with its own
+// buffer, which then shrinks back to keepBuf; a header that claims a large frame makes the
+// buffer grow with what arrives, not with the claim.
+func TestReadFrameBuffer(t *testing.T) {
+	r, wr, err := os.Pipe()
+	require.NoError(t, err)
+	defer r.Close()
+	defer wr.Close()
+	const limit = 2 << 20
+	w := Reading(r, limit)
+	payload := make([]byte, limit)
+	for i := range payload {
+		payload[i] = byte(i)
+	}
+	small := frameOf(pyrt.FrameReady, []byte("after"))
+	go func() {
+		wr.Write(append(frameOf(pyrt.FrameAnswer, payload), small...)) //nolint:errcheck
+	}()
+	body, err := w.ReadFrame(time.Now().Add(10 * time.Second))
+	require.NoError(t, err)
+	require.Equal(t, append([]byte{pyrt.FrameAnswer}, payload...), body)
+	assert.LessOrEqual(t, cap(body), 5+limit+1, "the frame's buffer grew to the frame, not past it")
+	assert.LessOrEqual(t, w.BufferCap(), keepBuf, "the buffer shrank after the large frame")
+	body, err = w.ReadFrame(time.Now().Add(5 * time.Second))
+	require.NoError(t, err)
+	assert.Equal(t, []byte("Yafter"), body)
+	assert.LessOrEqual(t, w.BufferCap(), keepBuf)
+
+	// A header that claims nearly the cap, then 100 KB of it: the buffer holds what came.
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		wr.Write(append(binary.LittleEndian.AppendUint32(nil, limit), pyrt.FrameAnswer)) //nolint:errcheck
+		wr.Write(make([]byte, 100<<10))                                                  //nolint:errcheck
+	}()
+	_, err = w.ReadFrame(time.Now().Add(time.Second))
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+	<-sent
+	assert.LessOrEqual(t, w.BufferCap(), 8*(100<<10+5), "the buffer grew by what arrived, not by the claim")
 }

@@ -1,0 +1,170 @@
+package minipy_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/minipy-go/minipy"
+)
+
+// writeProtocol is code that writes a frame header claiming claim bytes (kind A) to its
+// worker's protocol pipe, then streams mib MiB of zeros after it: what a model's code can
+// do, since the worker's objects are its to reach.
+func writeProtocol(claim, mib int) string {
+	return fmt.Sprintf(`import os, sys
+fd = sys.modules["_minipy_runtime"].call_host.__self__.out_fd
+os.write(fd, (%d).to_bytes(4, "little") + b"A")
+chunk = bytes(1 << 20)
+for _ in range(%d):
+    os.write(fd, chunk)`, claim, mib)
+}
+
+// TestIsolatedLyingFrameHeader: a worker that claims a 512 MiB frame and streams it is
+// killed at the header, before the host holds any of it (it held 2.5 GB before); its
+// namespace rolls back, and the engine serves the next run.
+func TestIsolatedLyingFrameHeader(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{})
+	ns := e.NewNamespace()
+	opts := &minipy.Options{Globals: ns, Timeout: time.Minute}
+	_, err := e.Run(context.Background(), "kept = 1", opts)
+	require.NoError(t, err)
+
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err = e.Run(context.Background(), "lost = 1\n"+writeProtocol(512<<20, 512), opts)
+	runtime.ReadMemStats(&after)
+	var lost *minipy.WorkerLostError
+	require.ErrorAs(t, err, &lost)
+	assert.ErrorIs(t, err, minipy.ErrProtocol)
+	require.Error(t, lost.Protocol)
+	assert.Contains(t, err.Error(), fmt.Sprintf("a frame of %d bytes (kind 'A') past the cap of", 512<<20))
+	assert.True(t, lost.RolledBack, "the snapshot predates the run: %v", err)
+	assert.NotErrorIs(t, err, minipy.ErrStateLost)
+	grew := after.TotalAlloc - before.TotalAlloc
+	assert.Less(t, grew, uint64(32<<20), "the host allocated %d MiB for a frame it should have refused", grew>>20)
+	t.Logf("the host allocated %d KiB in the run", grew>>10)
+
+	r, err := e.Run(context.Background(), "kept, 'lost' in dir()", opts)
+	require.NoError(t, err)
+	assert.Equal(t, []any{int64(1), false}, r.Value)
+
+	// Without a snapshot the namespace is lost, and the engine still serves.
+	e = newIsolated(t, minipy.IsolatedConfig{NoRollback: true})
+	_, err = e.Minipy(writeProtocol(1<<30, 2), &minipy.Options{Timeout: time.Minute})
+	require.ErrorAs(t, err, &lost)
+	assert.ErrorIs(t, err, minipy.ErrProtocol)
+	assert.ErrorIs(t, err, minipy.ErrStateLost)
+	r, err = e.Minipy("1 + 1", nil)
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), r.Value)
+}
+
+// TestIsolatedProtocolBrokenInSave: code that runs during a Namespace method (a value's
+// __reduce__ while Save pickles it) and writes a lying frame gets its worker killed too; the
+// method fails with ErrProtocol and the namespace rolls back.
+func TestIsolatedProtocolBrokenInSave(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{})
+	ns := e.NewNamespace()
+	code := "class Evil:\n    def __reduce__(self):\n" +
+		strings.ReplaceAll("\n"+writeProtocol(256<<20, 4), "\n", "\n        ") + "\n        return (int, ())\n" +
+		"kept = 1\nevil = Evil()"
+	_, err := e.Run(context.Background(), code, &minipy.Options{Globals: ns})
+	require.NoError(t, err)
+	_, err = ns.Save(&strings.Builder{})
+	var lost *minipy.WorkerLostError
+	require.ErrorAs(t, err, &lost)
+	assert.ErrorIs(t, err, minipy.ErrProtocol)
+	assert.True(t, lost.RolledBack)
+	v, err := ns.Get("kept")
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), v)
+}
+
+// TestIsolatedMaxTransfer: what a worker sends the host stays within MaxTransfer. Up to
+// it, values, saves and output arrive whole, and the host's read buffer shrinks after each;
+// past it, Get and Save fail with ErrTooLarge and the worker lives on, a run's value is
+// left out (its repr kept), its output is cut, and a host call raises ValueError.
+func TestIsolatedMaxTransfer(t *testing.T) {
+	const limit = 4 << 20
+	e := newIsolated(t, minipy.IsolatedConfig{MaxTransfer: limit})
+	ns := e.NewNamespace()
+	require.NoError(t, ns.Register(minipy.Function{Name: "size", Call: func(_ context.Context, args map[string]any) (any, error) {
+		return int64(len(args["data"].([]byte))), nil
+	}, InputSchema: map[string]any{"type": "object", "properties": map[string]any{"data": map[string]any{}}}}))
+	run := func(code string, opts *minipy.Options) (*minipy.Result, error) {
+		if opts == nil {
+			opts = &minipy.Options{}
+		}
+		opts.Globals = ns
+		return e.Run(context.Background(), code, opts)
+	}
+	_, err := run("near = bytes(4_000_000); far = bytes(5_000_000)", nil)
+	require.NoError(t, err)
+
+	v, err := ns.Get("near")
+	require.NoError(t, err)
+	assert.Len(t, v, 4_000_000)
+	assert.LessOrEqual(t, minipy.ReadBufferCap(ns), 64<<10, "the read buffer shrank after the value")
+	_, err = ns.Get("far")
+	require.ErrorIs(t, err, minipy.ErrTooLarge)
+	assert.Contains(t, err.Error(), "the value of far is 5000005 bytes")
+
+	_, err = ns.Save(&strings.Builder{})
+	require.ErrorIs(t, err, minipy.ErrTooLarge)
+	_, err = run("del far", nil)
+	require.NoError(t, err)
+	var saved strings.Builder
+	_, err = ns.Save(&saved)
+	require.NoError(t, err, "a save near the cap")
+	assert.Greater(t, saved.Len(), 4_000_000)
+
+	r, err := run("near", nil)
+	require.NoError(t, err)
+	assert.Len(t, r.Value, 4_000_000, "a value near the cap")
+	r, err = run("near + near", nil)
+	require.NoError(t, err)
+	assert.True(t, r.HasValue)
+	assert.Nil(t, r.Value, "a value past the cap is left out")
+	assert.True(t, strings.HasPrefix(r.Repr, "b'\\x00"), r.Repr)
+
+	r, err = run("print('x' * 6_000_000)", &minipy.Options{MaxOutput: -1})
+	require.NoError(t, err)
+	assert.Less(t, len(r.Stdout), limit)
+	assert.Contains(t, r.Stdout, "characters of stdout omitted")
+
+	r, err = run("class Big:\n    def _repr_png_(self): return near + near\ndisplay(Big())\nprint('shown')",
+		&minipy.Options{MaxImageBytes: -1})
+	require.NoError(t, err)
+	assert.Empty(t, r.Displays, "displays past the cap are left out")
+	assert.Contains(t, r.Stdout, "shown")
+	assert.Contains(t, r.Stderr, "the run's 1 displays were left out")
+
+	_, err = run("size(data=near[:1000])", nil)
+	require.NoError(t, err)
+	_, err = run("size(data=near + near)", nil)
+	var py *minipy.PythonError
+	require.ErrorAs(t, err, &py)
+	assert.Equal(t, "ValueError", py.Type)
+	assert.Contains(t, py.Message, "IsolatedConfig.MaxTransfer")
+
+	v, err = ns.Get("near")
+	require.NoError(t, err, "the worker lived through all of it")
+	assert.Len(t, v, 4_000_000)
+	assert.LessOrEqual(t, minipy.ReadBufferCap(ns), 64<<10)
+}
+
+func TestIsolatedMaxTransferBounds(t *testing.T) {
+	for _, bad := range []int64{-1, 1<<20 - 1, 1<<30 + 1} {
+		_, err := minipy.NewIsolated(minipy.IsolatedConfig{MaxTransfer: bad})
+		require.Error(t, err, "MaxTransfer %d", bad)
+		assert.False(t, errors.Is(err, minipy.ErrNoSandbox))
+	}
+}
