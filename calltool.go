@@ -55,7 +55,8 @@ type ToolResult struct {
 	// Duration is how long the run took (Result.Duration); 0 when nothing ran.
 	Duration time.Duration
 	// Files and MoreFiles are Result's: the files the run created or changed, for a host
-	// that hands them to the model's client (minipy-mcp links them after the text). The
+	// that hands them to the model's client (minipy-mcp links them after the text), and
+	// how many more there are (MoreFilesUnknown: some may be, how many is not known). The
 	// text does not list them.
 	Files     []FileInfo
 	MoreFiles int

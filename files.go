@@ -36,11 +36,17 @@ type FileInfo struct {
 // ListFiles lists them as any other.
 func (f FileInfo) Hidden() bool {
 	for part := range strings.SplitSeq(f.Name, "/") {
-		if strings.HasPrefix(part, ".") || part == "__pycache__" {
+		if hiddenName(part) {
 			return true
 		}
 	}
 	return false
+}
+
+// hiddenName reports a name that makes a file Hidden, and a folder whose files Result.Files
+// never names (so it gets no watch).
+func hiddenName(name string) bool {
+	return strings.HasPrefix(name, ".") || name == "__pycache__"
 }
 
 // The Namespace file methods work on the host's side, on the namespace's working directory
@@ -379,16 +385,6 @@ func openat2(dirfd int, name string, flags int, mode uint32, resolve uint64) (in
 		}
 		return -1, errno
 	}
-}
-
-// fstatat is lstat of name in dirfd (syscall has no Fstatat on amd64).
-func fstatat(dirfd int, name string, st *syscall.Stat_t) error {
-	fd, err := syscall.Openat(dirfd, name, oPath|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer syscall.Close(fd)
-	return syscall.Fstat(fd, st)
 }
 
 // oPath is O_PATH, which syscall lacks: the same on every architecture Go runs Linux on

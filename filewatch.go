@@ -14,13 +14,23 @@ import (
 
 // fileWatch finds, for Result.Files, the files a run creates or changes under its
 // namespace's working directory, without walking the directory: one inotify instance per
-// engine (a user may have only 128) watches every directory of every namespace that has
+// engine (a user may have only 128) watches the directories of every namespace that has
 // run, and a run reads the events that came during it. A run that changes nothing costs
 // two reads that find nothing. Events that come between runs still add watches for new
-// directories, but name no file. When the kernel drops events (its queue overflowed) or
-// refuses a watch (fs.inotify.max_user_watches), the namespace's next runs walk its
-// directory instead, for files whose inode changed (ctime) since the run began, until its
-// watches are whole again.
+// directories, but name no file. Hidden directories (hiddenName) get no watch: their files
+// are never named, and one moved to a visible name is watched, and its files named, then.
+//
+// Watches are kernel memory charged to the host's user, whose budget every process of that
+// user shares, and a working directory may hold a directory per inode: so a namespace gets
+// at most nsWatchLimit watches, and the engine engineWatches. A namespace with a
+// directory that has no watch (past a bound, or the kernel refused one) is capped: the end
+// of its runs walks its directory for files whose inode changed since the run began
+// (ctime), statting the files of the directories without a watch only, and visiting at most
+// walkLimit entries; a walk that stops there makes MoreFiles MoreFilesUnknown. Setting
+// watches up lists at most listLimit entries a run (what is not listed gets no watch). A
+// capped namespace tries again to watch all its directories when watches were freed. When
+// the kernel drops events (its queue overflowed), the namespaces set their watches up again
+// at their next run, and the runs that lost events walk their whole directory.
 type fileWatch struct {
 	e      *Isolated
 	mu     sync.Mutex
@@ -28,6 +38,46 @@ type fileWatch struct {
 	dirs   map[int32]*watchedDir
 	spaces map[*nsBinding]*watchedNS
 	buf    []byte
+	freed  uint64 // counts the watches dropped: a capped namespace with room tries again when it grew
+	// The bounds (nsWatchLimit, engineWatches, walkLimit, listLimit), set on first use.
+	nsLimit, engineLimit, walkLimit, listLimit int
+}
+
+// The bounds on what one engine's Result.Files may make the host hold and do. A watch costs
+// the kernel about 1 KiB, charged to fs.inotify.max_user_watches: 8,192 before Linux 5.11,
+// since then 1% of memory up to 1,048,576, for all the processes of a user (of root, on
+// most servers). A working directory of WorkSize 1 GiB may hold 262,144 directories.
+const (
+	// nsWatchLimit is more directories than code usually makes outside its hidden ones
+	// (which get no watch): all of CPython 3.11's standard library holds 978.
+	nsWatchLimit = 1024
+	// engineWatchLimit is 16 namespaces at their bound (most hold a few directories);
+	// engineWatches makes it at most a quarter of the host user's budget (2,048 of an old
+	// kernel's 8,192), which leaves the rest to the host's other processes.
+	engineWatchLimit = 16384
+	// walkLimit bounds the directory entries that one run's walks visit (the directories
+	// without a watch, or all after lost events): the host's CPU time, 1 µs for a folder
+	// or a file of a watched one, 5 µs for a file whose ctime is read (tmpfs, on a loaded
+	// 2-core VM: BenchmarkFileWatchWalk), so at most ~50 ms a run, while the engine's
+	// other runs wait for the watches' lock; the 262,144 inodes of a 1 GiB working
+	// directory would take over a second, every run.
+	walkLimit = 10000
+	// listLimit bounds the directory entries listed to set watches up, from one run's
+	// start to the next's (first watches, watches again after lost events or freed ones,
+	// folders made or moved in): 0.75 µs each (BenchmarkFileWatchSetup), so at most
+	// ~75 ms, however often the code renames a big folder back and forth. A working
+	// directory with more entries than that (hidden ones aside) has folders without a
+	// watch.
+	listLimit = 100000
+)
+
+// engineWatches is engineWatchLimit, and at most a quarter of the host user's budget
+// (max, fs.inotify.max_user_watches; <= 0 when it cannot be read).
+func engineWatches(max int) int {
+	if max <= 0 {
+		return engineWatchLimit
+	}
+	return min(engineWatchLimit, (max+3)/4)
 }
 
 // watchedDir is a directory with a watch: its namespace and path in its working directory.
@@ -38,15 +88,22 @@ type watchedDir struct {
 
 // watchedNS is a namespace's watch state.
 type watchedNS struct {
-	b         *nsBinding
-	wds       map[int32]string            // its watches, by path
-	whole     bool                        // every directory has a watch (else: walk at the end of runs)
-	recording bool                        // a run is in progress: events name changed files
-	changed   map[string]bool             // true: written; false: only closed after writing (see event)
-	host      map[string]syscall.Timespec // ctime of the files the host's WriteFile wrote, until a run ends
-	walk      bool                        // events were lost during this run
-	since     time.Time                   // the run's start, less the file clock's granularity
-	root      *workRoot                   // open during begin and end
+	b          *nsBinding
+	wds        map[int32]string            // its watches: the directory of each
+	byPath     map[string]int32            // the same, by directory
+	seen       map[int32]bool              // the watches found again, while rewatch runs
+	whole      bool                        // its watches were set up (else: at the next run's begin)
+	capped     bool                        // a directory has no watch (a bound, or the kernel refused)
+	tried      uint64                      // freed when rewatch last ran
+	recording  bool                        // a run is in progress: events name changed files
+	changed    map[string]bool             // true: written; false: only closed after writing (see event)
+	host       map[string]syscall.Timespec // ctime of the files the host's WriteFile wrote, until a run ends
+	walk       bool                        // events were lost during this run: its end walks everything
+	budget     int                         // the entries this run's walks may still visit
+	listBudget int                         // the entries watchTree may still list, until the next run
+	unknown    bool                        // a walk of this run stopped short: MoreFilesUnknown
+	since      time.Time                   // the run's start, less the file clock's granularity
+	root       *workRoot                   // open during begin and end
 }
 
 // The events that say a file changed, and those that keep the watches whole.
@@ -72,15 +129,18 @@ func (fw *fileWatch) begin(b *nsBinding) *watchedNS {
 		ns.changed = map[string]bool{}
 	}
 	clear(ns.changed)
-	ns.walk = false
-	if !ns.whole && fw.open() {
+	ns.walk, ns.unknown = false, false
+	opened := fw.open() // (and the bounds set)
+	ns.listBudget = fw.listLimit
+	if opened && (!ns.whole || ns.capped && ns.tried != fw.freed && fw.room(ns)) {
 		if root, err := fw.e.rootOf(b); err == nil {
 			ns.root = root
-			ns.whole = fw.watchTree(ns, ".", false)
+			fw.rewatch(ns)
 			root.close()
 			ns.root = nil
 		}
 	}
+	ns.budget = fw.walkLimit
 	ns.recording = true
 	return ns
 }
@@ -89,7 +149,7 @@ func (fw *fileWatch) begin(b *nsBinding) *watchedNS {
 func (fw *fileWatch) space(b *nsBinding) *watchedNS {
 	ns := fw.spaces[b]
 	if ns == nil {
-		ns = &watchedNS{b: b, wds: map[int32]string{}}
+		ns = &watchedNS{b: b, wds: map[int32]string{}, byPath: map[string]int32{}}
 		if fw.spaces == nil {
 			fw.spaces, fw.dirs = map[*nsBinding]*watchedNS{}, map[int32]*watchedDir{}
 		}
@@ -114,7 +174,8 @@ func (fw *fileWatch) hostWrote(b *nsBinding, name string, ctime syscall.Timespec
 	ns.host[name] = ctime
 }
 
-// end stops recording the run's changes and returns the files changed, as they are now.
+// end stops recording the run's changes and returns the files changed, as they are now;
+// more is MoreFilesUnknown if a walk stopped at its bound.
 func (fw *fileWatch) end(ns *watchedNS) (files []FileInfo, more int) {
 	if ns == nil {
 		return nil, 0
@@ -123,19 +184,21 @@ func (fw *fileWatch) end(ns *watchedNS) (files []FileInfo, more int) {
 	defer fw.mu.Unlock()
 	fw.drain() // (event opens the working directory if a new folder needs watches)
 	ns.recording = false
-	if len(ns.changed) == 0 && !ns.walk && ns.whole {
+	walk := ns.walk || !ns.whole || ns.capped
+	if len(ns.changed) == 0 && !walk && !ns.unknown {
 		ns.host = nil
 		return nil, 0 // the common case: nothing to open, nothing to stat
 	}
 	root, err := fw.e.rootOf(ns.b)
 	if err != nil {
-		ns.changed, ns.host = nil, nil
+		clear(ns.changed)
+		ns.host = nil
 		return nil, 0
 	}
 	defer root.close()
-	if ns.walk || !ns.whole {
-		ns.changed = map[string]bool{}
-		walkChanged(root.fd, ".", ".", ns.since, ns.changed, 0)
+	if walk {
+		// Without lost events, a watched directory's files are its events'.
+		fw.walkChanged(ns, root.fd, ".", ".", ns.since, ns.whole && !ns.walk, 0)
 	}
 	closedOnly := map[string]bool{}
 	names := make([]string, 0, len(ns.changed))
@@ -149,6 +212,9 @@ func (fw *fileWatch) end(ns *watchedNS) (files []FileInfo, more int) {
 	slices.Sort(names)
 	for _, name := range names {
 		fd, err := openat2(root.fd, name, oPath|syscall.O_NOFOLLOW, 0, resolveBeneath|resolveNoSymlinks)
+		if err == syscall.ENAMETOOLONG {
+			ns.unknown = true
+		}
 		if err != nil {
 			continue // removed since, or moved out through a link
 		}
@@ -159,16 +225,20 @@ func (fw *fileWatch) end(ns *watchedNS) (files []FileInfo, more int) {
 		if err != nil || info.IsDir || info.Hidden() {
 			continue
 		}
-		if closedOnly[name] {
-			if ctime, ok := host[name]; ok && ctime == st.Ctim || time.Unix(st.Ctim.Unix()).Before(ns.since) {
-				continue // unchanged since the host's WriteFile, or since before the run
-			}
+		if ctime, ok := host[name]; ok && ctime == st.Ctim {
+			continue // unchanged since the host's WriteFile (a walk finds those just before the run)
+		}
+		if closedOnly[name] && changedBefore(st.Ctim, ns.since) {
+			continue // unchanged since before the run
 		}
 		if len(files) == MaxResultFiles {
 			more++
 			continue
 		}
 		files = append(files, info)
+	}
+	if ns.unknown {
+		more = MoreFilesUnknown
 	}
 	return files, more
 }
@@ -214,8 +284,27 @@ func (fw *fileWatch) close() {
 	fw.spaces, fw.dirs = nil, nil
 }
 
-// open makes the inotify instance, once; false if the kernel refuses one.
+// open makes the inotify instance, once; false if the kernel refuses one. It sets the
+// bounds that are not set yet.
 func (fw *fileWatch) open() bool {
+	if fw.nsLimit == 0 {
+		fw.nsLimit = nsWatchLimit
+	}
+	if fw.walkLimit == 0 {
+		fw.walkLimit = walkLimit
+	}
+	if fw.listLimit == 0 {
+		fw.listLimit = listLimit
+	}
+	if fw.engineLimit == 0 {
+		max := -1
+		if b, err := os.ReadFile("/proc/sys/fs/inotify/max_user_watches"); err == nil {
+			if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				max = n
+			}
+		}
+		fw.engineLimit = engineWatches(max)
+	}
 	if fw.fd == 0 {
 		fd, err := syscall.InotifyInit1(syscall.IN_NONBLOCK | syscall.IN_CLOEXEC)
 		if err != nil {
@@ -226,45 +315,119 @@ func (fw *fileWatch) open() bool {
 	return fw.fd > 0
 }
 
-func (fw *fileWatch) unwatch(wd int32) {
-	if d := fw.dirs[wd]; d != nil {
-		delete(d.ns.wds, wd)
+// room reports whether ns may have another watch.
+func (fw *fileWatch) room(ns *watchedNS) bool {
+	return len(ns.wds) < fw.nsLimit && len(fw.dirs) < fw.engineLimit
+}
+
+// add notes the watch wd of the directory rel of ns.
+func (fw *fileWatch) add(ns *watchedNS, wd int32, rel string) {
+	if old := fw.dirs[wd]; old != nil && (old.ns != ns || old.rel != rel) {
+		// The directory moved while events were lost (or, in two namespaces: cannot be).
+		delete(old.ns.wds, wd)
+		if old.ns.byPath[old.rel] == wd {
+			delete(old.ns.byPath, old.rel)
+		}
+	}
+	if prev, ok := ns.byPath[rel]; ok && prev != wd {
+		fw.unwatch(prev) // another directory was there (events were lost)
+	}
+	fw.dirs[wd] = &watchedDir{ns: ns, rel: rel}
+	ns.wds[wd] = rel
+	ns.byPath[rel] = wd
+	if ns.seen != nil {
+		ns.seen[wd] = true
+	}
+}
+
+// drop forgets the watch wd, which the kernel dropped or is told to.
+func (fw *fileWatch) drop(wd int32) *watchedDir {
+	d := fw.dirs[wd]
+	if d == nil {
+		return nil
 	}
 	delete(fw.dirs, wd)
+	delete(d.ns.wds, wd)
+	if d.ns.byPath[d.rel] == wd {
+		delete(d.ns.byPath, d.rel)
+	}
+	fw.freed++
+	return d
+}
+
+func (fw *fileWatch) unwatch(wd int32) {
+	fw.drop(wd)
 	syscall.InotifyRmWatch(fw.fd, uint32(wd)) //nolint:errcheck // gone already, if the directory is
 }
 
+// rewatch sets up the watches of ns's working directory (ns.root open) anew, within the
+// bounds, and drops those of directories no longer there (when it listed them all).
+func (fw *fileWatch) rewatch(ns *watchedNS) {
+	ns.capped = false
+	ns.seen = map[int32]bool{}
+	fw.watchTree(ns, ".", false)
+	if ns.listBudget > 0 {
+		for wd := range ns.wds {
+			if !ns.seen[wd] {
+				fw.unwatch(wd)
+			}
+		}
+	}
+	ns.seen = nil
+	ns.whole, ns.tried = true, fw.freed
+}
+
 // watchTree adds watches to the directory rel of ns's working directory and all below it
-// (ns.root open), naming its files as changed when record. False if the kernel refused a
-// watch.
-func (fw *fileWatch) watchTree(ns *watchedNS, rel string, record bool) bool {
+// (ns.root open), naming its files as changed when record, while the bounds allow. A
+// directory past them makes ns capped; when record, its files are named all the same. It
+// lists at most ns.listBudget entries: past that, ns is capped, and unknown when record.
+func (fw *fileWatch) watchTree(ns *watchedNS, rel string, record bool) {
+	if rel != "." && hiddenName(path.Base(rel)) {
+		return
+	}
+	if _, ok := ns.byPath[rel]; !ok && !fw.room(ns) {
+		ns.capped = true
+		if record {
+			fw.walkChanged(ns, ns.root.fd, rel, rel, time.Time{}, false, 0)
+		}
+		return
+	}
 	fd, err := openat2(ns.root.fd, rel, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0,
 		resolveBeneath|resolveNoSymlinks)
-	if err != nil {
-		return true // gone or replaced meanwhile: its own events say so
+	switch err {
+	case nil:
+	case syscall.ENOENT, syscall.ENOTDIR, syscall.ELOOP, syscall.EXDEV:
+		return // gone or replaced meanwhile: its own events say so
+	default:
+		ns.capped = true // one the host cannot read (mode 0), a name too long: walked instead
+		return
 	}
-	dir := os.NewFile(uintptr(fd), rel)
+	dir := os.NewFile(uintptr(fd), dirName(fd))
 	defer dir.Close()
 	// Through the open directory's magic link, so that the watch is on what was opened.
-	wd, err := syscall.InotifyAddWatch(fw.fd, "/proc/self/fd/"+strconv.Itoa(fd), watchMask)
+	wd, err := syscall.InotifyAddWatch(fw.fd, dir.Name(), watchMask)
 	if err != nil {
-		return false
-	}
-	if old, ok := fw.dirs[int32(wd)]; ok && old.ns != ns {
-		delete(old.ns.wds, int32(wd)) // one inode in two namespaces: cannot be (trees are apart)
-	}
-	fw.dirs[int32(wd)] = &watchedDir{ns: ns, rel: rel}
-	ns.wds[int32(wd)] = rel
-	ok := true
-	entries(dir, fd, func(name string, st *syscall.Stat_t) {
-		sub := path.Join(rel, name)
-		if st.Mode&syscall.S_IFMT == syscall.S_IFDIR {
-			ok = fw.watchTree(ns, sub, record) && ok
-		} else if record {
-			ns.changed[sub] = true
+		ns.capped = true // the kernel's bound (ENOSPC), or its memory
+		if record {
+			fw.walkChanged(ns, ns.root.fd, rel, rel, time.Time{}, false, 0)
 		}
+		return
+	}
+	fw.add(ns, int32(wd), rel)
+	entries(dir, func(name string, isDir bool) bool {
+		if ns.listBudget <= 0 {
+			// The directories below that are not listed have no watch.
+			ns.capped, ns.unknown = true, ns.unknown || record
+			return false
+		}
+		ns.listBudget--
+		if isDir {
+			fw.watchTree(ns, path.Join(rel, name), record)
+		} else if record {
+			ns.changed[path.Join(rel, name)] = true
+		}
+		return true
 	})
-	return ok
 }
 
 // drain reads the events that have come, and acts on them.
@@ -308,8 +471,7 @@ func (fw *fileWatch) event(wd int32, mask uint32, name string) {
 	}
 	ns := d.ns
 	if mask&syscall.IN_IGNORED != 0 {
-		delete(ns.wds, wd)
-		delete(fw.dirs, wd)
+		fw.drop(wd)
 		if d.rel == "." {
 			// The working directory itself went: its tmpfs moved to a new template
 			// (moveMounts). The next run watches the new one.
@@ -336,6 +498,16 @@ func (fw *fileWatch) event(wd int32, mask uint32, name string) {
 			}
 		}
 	case mask&(syscall.IN_CREATE|syscall.IN_MOVED_TO) != 0:
+		if hiddenName(name) {
+			return
+		}
+		if !fw.room(ns) && (!ns.recording || mask&syscall.IN_MOVED_TO == 0) {
+			// Past a bound, a directory made during a run is walked at its end, and its
+			// files have the run's ctime; one moved in keeps its files' times, so they are
+			// named now.
+			ns.capped = true
+			return
+		}
 		if ns.root == nil {
 			root, err := fw.e.rootOf(ns.b)
 			if err != nil {
@@ -344,42 +516,94 @@ func (fw *fileWatch) event(wd int32, mask uint32, name string) {
 			ns.root = root
 			defer func() { root.close(); ns.root = nil }()
 		}
-		if !fw.watchTree(ns, rel, ns.recording) {
-			ns.whole = false
-		}
+		fw.watchTree(ns, rel, ns.recording)
 	}
 }
 
-// walkChanged adds to changed the files below the directory name of dirfd (rel in the
-// working directory) whose inode changed after since, not following links.
-func walkChanged(dirfd int, name, rel string, since time.Time, changed map[string]bool, depth int) {
+// walkChanged adds to ns.changed the files below the directory name of dirfd (rel in the
+// working directory) whose inode changed at or after since (all of them if since is zero),
+// not following links, leaving out hidden names, and those of watched directories when
+// trusted (their events named them). It visits at most ns.budget entries, and makes ns
+// unknown if it stops short.
+func (fw *fileWatch) walkChanged(ns *watchedNS, dirfd int, name, rel string, since time.Time, trusted bool, depth int) {
+	if ns.unknown {
+		return
+	}
 	if depth > 256 {
+		ns.unknown = true
 		return
 	}
-	fd, err := syscall.Openat(dirfd, name, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
-	if err != nil {
+	// (name is a path from the working directory when watchTree walks what it cannot watch.)
+	fd, err := openat2(dirfd, name, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0,
+		resolveBeneath|resolveNoSymlinks)
+	switch err {
+	case nil:
+	case syscall.ENOENT, syscall.ENOTDIR, syscall.ELOOP, syscall.EXDEV:
+		return // gone or replaced meanwhile
+	default:
+		ns.unknown = true // a folder the host cannot read (mode 0), a name too long
 		return
 	}
-	dir := os.NewFile(uintptr(fd), rel)
+	dir := os.NewFile(uintptr(fd), dirName(fd))
 	defer dir.Close()
-	entries(dir, fd, func(name string, st *syscall.Stat_t) {
-		sub := path.Join(rel, name)
-		if st.Mode&syscall.S_IFMT == syscall.S_IFDIR {
-			walkChanged(fd, name, sub, since, changed, depth+1)
-		} else if !time.Unix(st.Ctim.Unix()).Before(since) {
-			changed[sub] = true
+	_, watched := ns.byPath[rel]
+	watched = watched && trusted
+	entries(dir, func(name string, isDir bool) bool {
+		if ns.budget <= 0 {
+			ns.unknown = true
+			return false
 		}
+		ns.budget--
+		if hiddenName(name) || watched && !isDir {
+			return true // (a watched directory's files: its events named them)
+		}
+		sub := path.Join(rel, name)
+		var st syscall.Stat_t
+		switch {
+		case isDir:
+			from := since
+			if !watched && !since.IsZero() && fstatat(fd, name, &st) == nil &&
+				!changedBefore(st.Ctim, since) && changedBefore(st.Mtim, since) {
+				// Its inode changed, its entries did not: moved here whole (or its mode
+				// changed). Its files keep their times, and are all new here.
+				from = time.Time{}
+			}
+			fw.walkChanged(ns, fd, name, sub, from, trusted, depth+1)
+		case since.IsZero():
+			if _, ok := ns.changed[sub]; !ok {
+				ns.changed[sub] = true
+			}
+		case fstatat(fd, name, &st) == nil && !changedBefore(st.Ctim, since):
+			if _, ok := ns.changed[sub]; !ok {
+				ns.changed[sub] = true
+			}
+		}
+		return !ns.unknown
 	})
 }
 
-// entries calls fn with each entry of the open directory dir (fd) and its lstat, leaving
-// out those gone meanwhile.
-func entries(dir *os.File, fd int, fn func(name string, st *syscall.Stat_t)) {
-	names, _ := dir.Readdirnames(-1)
-	for _, name := range names {
-		var st syscall.Stat_t
-		if fstatat(fd, name, &st) == nil {
-			fn(name, &st)
+func changedBefore(t syscall.Timespec, since time.Time) bool {
+	return time.Unix(t.Unix()).Before(since)
+}
+
+// dirName names the open directory fd by its magic link, which reaches it from anywhere.
+func dirName(fd int) string {
+	return "/proc/self/fd/" + strconv.Itoa(fd)
+}
+
+// entries calls fn with the name of each entry of the open directory dir (named by
+// dirName: os reaches an entry through it when the file system does not say its type),
+// and whether it is a directory, until fn returns false.
+func entries(dir *os.File, fn func(name string, isDir bool) bool) {
+	for {
+		list, err := dir.ReadDir(256)
+		for _, entry := range list {
+			if !fn(entry.Name(), entry.IsDir()) {
+				return
+			}
+		}
+		if err != nil {
+			return // io.EOF, or the directory went
 		}
 	}
 }

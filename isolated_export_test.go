@@ -1,6 +1,9 @@
 package minipy
 
 import (
+	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/minipy-go/minipy/internal/cpython"
@@ -83,4 +86,38 @@ func ReadBufferCap(ns *Namespace) int {
 		return -1
 	}
 	return slot.cur.BufferCap()
+}
+
+// SetWatchLimits sets e's bounds on Result.Files' inotify watches (per namespace, for the
+// engine), on the directory entries a run's walk may visit and on those listed to set
+// watches up (0: the default), so that tests reach them fast.
+func SetWatchLimits(e *Isolated, perNS, perEngine, walk, list int) {
+	e.watch.mu.Lock()
+	defer e.watch.mu.Unlock()
+	e.watch.nsLimit, e.watch.engineLimit, e.watch.walkLimit, e.watch.listLimit = perNS, perEngine, walk, list
+}
+
+// NSWatchLimit is a namespace's bound on watches, when no test set it.
+const NSWatchLimit = nsWatchLimit
+
+// HostWatches is how many watches e's inotify instance holds, as the kernel counts them
+// (the "inotify wd:" lines of its /proc/self/fdinfo), -1 if it has none.
+func HostWatches(e *Isolated) int {
+	e.watch.mu.Lock()
+	fd := e.watch.fd
+	e.watch.mu.Unlock()
+	if fd <= 0 {
+		return -1
+	}
+	b, err := os.ReadFile("/proc/self/fdinfo/" + strconv.Itoa(fd))
+	if err != nil {
+		return -1
+	}
+	n := 0
+	for line := range strings.Lines(string(b)) {
+		if strings.HasPrefix(line, "inotify wd:") {
+			n++
+		}
+	}
+	return n
 }

@@ -77,12 +77,23 @@ type Result struct {
 	// isolated engines with local workers track them (Namespace.WorkDir); writes made
 	// between runs (the host's WriteFile, threads the code left running) do not count.
 	Files []FileInfo
-	// MoreFiles is how many changed files Files leaves out.
+	// MoreFiles is how many changed files Files leaves out: 0 when it names them all, and
+	// MoreFilesUnknown (-1) when the run may have changed files that Files leaves out but
+	// how many is not known. Test MoreFiles != 0 for "Files is not the whole list".
 	MoreFiles int
 }
 
 // MaxResultFiles caps Result.Files.
 const MaxResultFiles = 100
+
+// MoreFilesUnknown is Result.MoreFiles when the run may have changed files that Files
+// leaves out, but how many is not known; Files names those the engine saw. The engine's
+// watches are bounded, for each namespace and for the engine, and the end of a run walks
+// the folders without one up to a bound of its own (docs/isolated.md, "Files in and
+// out"): a working directory past both, or with a folder the host cannot read (the code
+// made it mode 0), gives its runs this. ListFiles finds the rest (ModTime after the run
+// began).
+const MoreFilesUnknown = -1
 
 // Text renders the result as a model should read it: the printed output, then stderr,
 // then the value's repr, each on lines of its own.

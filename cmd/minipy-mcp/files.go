@@ -61,7 +61,10 @@ func fileLinks(res minipy.ToolResult) (links []mcp.Content, note string) {
 		size := f.Size
 		links = append(links, &mcp.ResourceLink{URI: fileURI(f.Name), Name: f.Name, MIMEType: mimeType(f.Name), Size: &size})
 	}
-	if res.MoreFiles > 0 {
+	switch {
+	case res.MoreFiles == minipy.MoreFilesUnknown:
+		note = "[files: more changed files may not be linked; resources/list lists them]\n"
+	case res.MoreFiles > 0:
 		note = fmt.Sprintf("[files: %d more changed files are not linked; resources/list lists them]\n", res.MoreFiles)
 	}
 	return links, note

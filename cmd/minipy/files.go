@@ -185,8 +185,8 @@ type outCopier struct {
 }
 
 // copyResult copies res.Files from src into the directory (making it and the folders
-// under it, overwriting files that are there) and, when res.MoreFiles says some were left
-// out, every other file of src modified since started less outSlack. It returns the files
+// under it, overwriting files that are there) and, when res.MoreFiles says some were or
+// may have been left out, every other file of src modified since started less outSlack. It returns the files
 // it copied, with where each went, and the notes to report: on the files it left (a name
 // out of the directory, a link out of the working directory, not a regular file) and on
 // each it failed to write. err is the first of those failures (the rest were tried).
@@ -195,7 +195,7 @@ func (o *outCopier) copyResult(src fileSource, res *minipy.Result, started time.
 		return nil, nil, nil
 	}
 	infos := res.Files
-	if res.MoreFiles > 0 {
+	if res.MoreFiles != 0 { // (MoreFilesUnknown: some may be)
 		listed := make(map[string]bool, len(infos))
 		for _, fi := range infos {
 			listed[fi.Name] = true
@@ -211,8 +211,7 @@ func (o *outCopier) copyResult(src fileSource, res *minipy.Result, started time.
 			}
 		}, &walkErr)
 		if walkErr != nil {
-			notes = append(notes, fmt.Sprintf("listing the working directory for the %d files the run's result left out: %v",
-				res.MoreFiles, walkErr))
+			notes = append(notes, fmt.Sprintf("listing the working directory for the files the run's result left out: %v", walkErr))
 		}
 	}
 	var root *os.Root

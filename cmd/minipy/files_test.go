@@ -344,11 +344,33 @@ func TestCopyResultMoreFiles(t *testing.T) {
 	}
 	assert.Equal(t, []string{"listed.txt", "a/b/c/deep.txt", "a/new.txt", "a/slack.txt", "put/changed.csv"}, names)
 
+	// The same when how many is not known.
+	res.MoreFiles = minipy.MoreFilesUnknown
+	copied, _, err = o.copyResult(src, res, started)
+	require.NoError(t, err)
+	assert.Len(t, copied, 5)
+
 	// Without MoreFiles only the listed ones.
 	res.MoreFiles = 0
 	copied, _, err = o.copyResult(src, res, started)
 	require.NoError(t, err)
 	assert.Len(t, copied, 1)
+}
+
+// The --json document's more_files: Result.MoreFiles less those --out found, and -1 (some
+// may have been left out) only without --out, whose walk looks for all of them.
+func TestJSONMoreFiles(t *testing.T) {
+	res := &minipy.Result{Files: []minipy.FileInfo{{Name: "a.txt", Size: 1}}, MoreFiles: minipy.MoreFilesUnknown}
+	files, more := jsonFiles(res, nil, false)
+	assert.Equal(t, []jsonFile{{Name: "a.txt", Size: 1}}, files)
+	assert.Equal(t, -1, more)
+	copied := []outFile{{name: "a.txt", size: 1, path: "out/a.txt"}, {name: "b.txt", size: 2, path: "out/b.txt"}}
+	files, more = jsonFiles(res, copied, true)
+	assert.Equal(t, []jsonFile{{Name: "a.txt", Size: 1, Path: "out/a.txt"}, {Name: "b.txt", Size: 2, Path: "out/b.txt"}}, files)
+	assert.Zero(t, more)
+	res.MoreFiles = 3
+	_, more = jsonFiles(res, copied, true)
+	assert.Equal(t, 2, more, "one of the three found")
 }
 
 // A file that cannot be read leaves the local one as it was.

@@ -25,7 +25,7 @@
 // copies the files a run created or changed (Result.Files) out into DIR after it, also
 // after one that raised or timed out, keeping their relative paths and overwriting what is
 // there; --put files the run left unchanged are not copied. When a run changed more files
-// than Result.Files lists (Result.MoreFiles), --out copies the rest too: the files of the
+// than Result.Files lists (Result.MoreFiles, or may have: MoreFilesUnknown), --out copies the rest too: the files of the
 // working directory modified from one second before the run began. It says on stderr where
 // each file went, or with --json lists them under "files", which an isolated run's
 // --json document has even without --out. Both flags make the backend isolated.
@@ -73,7 +73,8 @@ type jsonResult struct {
 	Cancelled  bool            `json:"cancelled,omitempty"`
 	// Files are the files the run created or changed in its working directory (isolated
 	// runs: Result.Files), with where --out copied each; MoreFiles counts those left out
-	// (Result.MoreFiles), which --out finds and lists here too.
+	// (Result.MoreFiles; -1: some may be, how many is not known), which --out finds and
+	// lists here too.
 	Files     []jsonFile `json:"files,omitempty"`
 	MoreFiles int        `json:"more_files,omitempty"`
 }
@@ -487,6 +488,9 @@ func jsonFiles(res *minipy.Result, copied []outFile, out bool) ([]jsonFile, int)
 			files = append(files, jsonFile{Name: f.name, Size: f.size, Path: f.path})
 			more--
 		}
+	}
+	if res.MoreFiles == minipy.MoreFilesUnknown {
+		more = 0 // --out's walk looked for all of them
 	}
 	return files, max(more, 0)
 }
