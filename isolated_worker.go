@@ -35,7 +35,7 @@ func (e *Isolated) makeSpec() {
 		OpenFiles: cfg.OpenFiles, Processes: cfg.Processes, CPULimit: cfg.CPULimit,
 		KickSignal: cfg.KickSignal, StartTimeout: cfg.StartTimeout,
 		Packed: !e.perNS, Rollback: !cfg.NoRollback, Preload: cfg.Preload,
-		Beats: worker.DefaultBeats, Ready: readyFrame,
+		Beats: worker.DefaultBeats, Ready: readyFrame, Cgroups: e.cgroups,
 	}
 	if testBeats != nil {
 		e.spec.Beats = *testBeats
@@ -158,6 +158,12 @@ func lostError(w *worker.Worker, intr *InterruptedError) error {
 		e.Limit = "cpu"
 	case syscall.SIGXFSZ:
 		e.Limit = "file size"
+	case syscall.SIGKILL:
+		// The OOM killer of the sandbox's cgroup (MemoryLimit) kills with SIGKILL, and
+		// counts it: a kill counted since this worker started was this one.
+		if w.OOMKilled() {
+			e.Limit = "memory"
+		}
 	}
 	return e
 }

@@ -45,6 +45,11 @@ type Spec struct {
 	Rollback      bool     // local workers fork a snapshot after each answer
 	Preload       []string // modules every worker imports as it starts
 	Beats         Beats    // Command workers'
+	// Cgroups is the engine's cgroup, nil without one: each local worker's sandbox then
+	// gets a group of its own in it (cgroup.go), which bounds its memory and processes and
+	// which Kill empties. Without one, a sandboxed worker under a MemoryLimit is told to
+	// deny the shared memory that nothing else would count (config deny_shm: DenyShm).
+	Cgroups *Cgroups
 
 	// Ready reads the payload of a worker's ready frame ([version, executable, pid, tag,
 	// marshal], encoded as pyrt values): an error (an unsupported Python, say) ends the
@@ -88,6 +93,15 @@ func (s *Spec) HomePath(d Dirs) string {
 
 func (s *Spec) local() bool { return len(s.Command) == 0 }
 
+// DenyShm reports whether sandboxed workers must refuse the code the shared memory that
+// only a cgroup counts (config deny_shm=1, for the seccomp filter): memfd_create, whose
+// pages RLIMIT_AS counts only while mapped, and SysV shmget, whose segments outlive every
+// mapping and the process. (/dev/shm is bounded by TmpSize.) So: a MemoryLimit, the
+// sandbox, and no cgroup.
+func (s *Spec) DenyShm() bool {
+	return s.local() && s.Sandbox && s.Cgroups == nil && s.MemoryLimit > 0
+}
+
 // bootstrap is the program a worker's python runs (python -c): it reads worker.py as one
 // frame (u32 length, source) from stdin with unbuffered reads, so that no byte of the
 // protocol after it is lost in a buffer, and runs it.
@@ -104,14 +118,24 @@ exec(compile(_read(int.from_bytes(_read(4), "little")), ` + "\"" + pyrt.RuntimeF
 `
 
 // Launch starts a worker process with dirs (the template: the zero Dirs), without waiting
-// for it to be ready (AwaitReady). epoch is the owner's generation of the worker.
+// for it to be ready (AwaitReady); with Spec.Cgroups, a local worker (not the template) in
+// a new group of its own. epoch is the owner's generation of the worker.
 func (s *Spec) Launch(dirs Dirs, epoch uint64) (*Worker, error) {
 	cmd, err := s.command(dirs)
 	if err != nil {
 		return nil, err
 	}
+	var cg *cgroup
+	if s.Cgroups != nil && s.local() && !dirs.template() {
+		// (The template stays in the host's cgroup: it runs no code, and on v2 the engine's
+		// cgroup, which hands controllers down, may hold no process itself.)
+		if cg, err = s.Cgroups.newGroup(); err != nil {
+			return nil, err
+		}
+	}
 	p, err := newPipes()
 	if err != nil {
+		cg.remove() //nolint:errcheck // empty
 		return nil, err
 	}
 	inR, inW, outR, outW, errR, errW := p[0], p[1], p[2], p[3], p[4], p[5]
@@ -121,6 +145,7 @@ func (s *Spec) Launch(dirs Dirs, epoch uint64) (*Worker, error) {
 	if s.local() {
 		if ctl, ctlChild, err = controlSocket(); err != nil {
 			closeFiles(p[:]...)
+			cg.remove() //nolint:errcheck // empty
 			return nil, err
 		}
 		cmd.ExtraFiles = []*os.File{ctlChild} // fd 3
@@ -130,11 +155,22 @@ func (s *Spec) Launch(dirs Dirs, epoch uint64) (*Worker, error) {
 	if ctlChild != nil {
 		ctlChild.Close()
 	}
+	if err == nil && cg != nil {
+		// Before the bootstrap is sent: until then the python only waits for it.
+		if err = cg.place(cmd.Process.Pid); err != nil {
+			cmd.Process.Kill() //nolint:errcheck // just started
+			cmd.Wait()         //nolint:errcheck // killed
+		}
+	}
 	if err != nil {
 		if ctl != nil {
 			ctl.Close()
 		}
 		closeFiles(inW, outR, errR)
+		cg.remove() //nolint:errcheck // emptied by the kill
+		if cmd.Process != nil {
+			return nil, err // the placement's
+		}
 		return nil, s.startError(cmd.Path, err)
 	}
 	w := &Worker{
@@ -146,6 +182,7 @@ func (s *Spec) Launch(dirs Dirs, epoch uint64) (*Worker, error) {
 		out:    outR,
 		Known:  map[uint32]bool{pyrt.DefaultNamespace: true},
 		ctl:    ctl,
+		cg:     cg,
 	}
 	if ctl != nil && !dirs.template() {
 		// (The template's control socket carries no reports: it answers mounts, AskMount.)
@@ -155,6 +192,7 @@ func (s *Spec) Launch(dirs Dirs, epoch uint64) (*Worker, error) {
 	go func() {
 		cmd.Wait() //nolint:errcheck // the status is read from ProcessState
 		w.state = cmd.ProcessState
+		cg.remove() //nolint:errcheck // Close removes what is left
 		close(w.exited)
 	}()
 	if w.line != nil {
@@ -287,6 +325,9 @@ func (s *Spec) configFrame(dirs Dirs) []byte {
 			}
 			fmt.Fprintf(&b, "mount=%s %s\t%s\n", mode, m.Source, m.Target)
 		}
+		if s.DenyShm() {
+			b.WriteString("deny_shm=1\n")
+		}
 	}
 	if !s.local() {
 		for _, kv := range s.Env {
@@ -409,11 +450,26 @@ func (s *Spec) AwaitReady(w *Worker) (*Worker, error) {
 
 // Spawn has template t fork a worker sandbox with dirs (docs/protocol.md, "Template"): it
 // sends the names of its tree and working directory, the new worker's pipes, its control
-// socket and its life pipe (whose end the guardian holds until it exits) over t's control
-// socket. The caller then waits for it with AwaitReady.
+// socket, its life pipe (whose end the guardian holds until it exits) and, with
+// Spec.Cgroups, the cgroup.procs of its sandbox's new group, which the fork joins first,
+// over t's control socket. The caller then waits for it with AwaitReady.
 func (s *Spec) Spawn(t *Worker, dirs Dirs, epoch uint64) (*Worker, error) {
+	var cg *cgroup
+	var procs []*os.File
+	if s.Cgroups != nil {
+		var err error
+		if cg, err = s.Cgroups.newGroup(); err != nil {
+			return nil, err
+		}
+		if procs, err = cg.procsFiles(); err != nil {
+			cg.remove() //nolint:errcheck // empty
+			return nil, err
+		}
+		defer closeFiles(procs...)
+	}
 	p, err := newPipes()
 	if err != nil {
+		cg.remove() //nolint:errcheck // empty
 		return nil, err
 	}
 	inR, inW, outR, outW, errR, errW := p[0], p[1], p[2], p[3], p[4], p[5]
@@ -425,18 +481,24 @@ func (s *Spec) Spawn(t *Worker, dirs Dirs, epoch uint64) (*Worker, error) {
 	ctl, ctlChild, err := controlSocket()
 	if err != nil {
 		closeAll(inR, inW, outR, outW, errR, errW)
+		cg.remove() //nolint:errcheck // empty
 		return nil, err
 	}
 	lifeR, lifeW, err := os.Pipe()
 	if err != nil {
 		closeAll(inR, inW, outR, outW, errR, errW, ctl, ctlChild)
+		cg.remove() //nolint:errcheck // empty
 		return nil, err
 	}
-	rights := syscall.UnixRights(int(inR.Fd()), int(outW.Fd()), int(errW.Fd()), int(ctlChild.Fd()), int(lifeW.Fd()))
-	_, _, err = t.ctl.WriteMsgUnix(append([]byte{pyrt.ControlNew}, dirs.Tree+"\x00"+dirs.Home...), rights, nil)
+	fds := []int{int(inR.Fd()), int(outW.Fd()), int(errW.Fd()), int(ctlChild.Fd()), int(lifeW.Fd())}
+	for _, f := range procs {
+		fds = append(fds, int(f.Fd())) // the fork joins its group first (_become_tenant)
+	}
+	_, _, err = t.ctl.WriteMsgUnix(append([]byte{pyrt.ControlNew}, dirs.Tree+"\x00"+dirs.Home...), syscall.UnixRights(fds...), nil)
 	closeAll(inR, outW, errW, ctlChild, lifeW)
 	if err != nil {
 		closeAll(inW, outR, errR, ctl, lifeR)
+		cg.remove() //nolint:errcheck // empty
 		return nil, fmt.Errorf("%w: %w", ErrTemplateGone, err)
 	}
 	w := &Worker{
@@ -448,11 +510,15 @@ func (s *Spec) Spawn(t *Worker, dirs Dirs, epoch uint64) (*Worker, error) {
 		Known:  map[uint32]bool{pyrt.DefaultNamespace: true},
 		ctl:    ctl,
 		line:   newLine(),
+		cg:     cg,
 	}
 	w.keepStderr(errR)
 	go func() {
 		io.Copy(io.Discard, lifeR) //nolint:errcheck // nothing is written: it ends when the guardian exits
 		lifeR.Close()
+		// Whatever is left in its sandbox goes with its guardian (or with its life pipe,
+		// should the code have closed the guardian's end).
+		cg.remove() //nolint:errcheck // Close removes what is left
 		close(w.exited)
 	}()
 	w.line.watch(w)
