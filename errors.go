@@ -149,6 +149,12 @@ var ErrLimit = errors.New("minipy: resource limit hit")
 // own root file system) and AllowUnsandboxed is false.
 var ErrNoSandbox = worker.ErrNoSandbox
 
+// ErrNoCgroup is matched by NewIsolated's error when IsolatedConfig.Cgroup names a cgroup
+// the engine cannot make its own under (missing, not writable, without the memory and
+// pids controllers, or holding processes on cgroup v2); the error says which. It is also
+// IsolatedStats.CgroupError's, when the engine found none to use by itself.
+var ErrNoCgroup = worker.ErrNoCgroup
+
 // ErrSandboxAccess is matched (with fs.ErrPermission) by the error of NewIsolated or of a
 // worker's start when a host path that sandboxed workers need, their Python or a Mount's
 // Source, is one they may not reach, or a Mount is one the code could not use as it says
@@ -243,6 +249,11 @@ func (e *WorkerLostError) Error() string {
 		what = e.Interrupted.Error() + "; the code did not yield, so its worker process tree was killed"
 	case e.Protocol != nil:
 		what = e.Protocol.Error() + "; the worker was killed"
+	case e.Limit == "memory":
+		// (Only a cgroup's OOM killer says so, and it counts what the sandbox holds besides
+		// the processes: files that outlive the run keep counting until they are removed.)
+		what = "the worker was killed by its memory limit, which counts its sandbox's files in /tmp, /dev/shm " +
+			"and the working directory and its SysV shared memory too, for as long as they exist"
 	case e.Limit != "":
 		what = fmt.Sprintf("the worker was killed by its %s limit", e.Limit)
 	case e.Signal != 0:

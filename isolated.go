@@ -44,6 +44,10 @@ type Isolated struct {
 	hostReg   hostRegistry
 	watch     fileWatch   // Result.Files
 	spec      worker.Spec // how its workers start, made once
+	// cgroups is the engine's cgroup (local workers; nil without one), cgroupErr why it has
+	// none when it looked for one.
+	cgroups   *worker.Cgroups
+	cgroupErr error
 
 	mu        sync.Mutex
 	closed    bool
@@ -110,6 +114,10 @@ func newIsolated(cfg IsolatedConfig, sandbox bool) (*Isolated, error) {
 		}
 	}
 	if err := e.makeDirs(); err != nil {
+		return nil, err
+	}
+	if err := e.openCgroups(); err != nil {
+		e.Close()
 		return nil, err
 	}
 	if err := e.makeSpec(); err != nil {
@@ -297,7 +305,32 @@ func (e *Isolated) Close() error {
 	e.watch.close()
 	e.closeMounts()
 	e.spec.Close()
-	return os.RemoveAll(e.dir)
+	var cgErr error
+	if e.cgroups != nil {
+		cgErr = e.cgroups.Close() // what its sandboxes left (nothing, but for a removal that timed out)
+	}
+	return errors.Join(os.RemoveAll(e.dir), cgErr)
+}
+
+// testCgroupBare, when set, lets an engine made meanwhile take a cgroup2 hierarchy without
+// the memory and pids controllers (isolated_export_test.go).
+var testCgroupBare bool
+
+// openCgroups gives a local engine its cgroup (IsolatedConfig.Cgroup); an error only when
+// the one named cannot be used: without a name, an engine that finds none runs on rlimits
+// and keeps the reason for Stats.
+func (e *Isolated) openCgroups() error {
+	if len(e.cfg.Command) > 0 || e.cfg.NoCgroup {
+		return nil
+	}
+	// (The limits as the workers' rlimits get them: Unlimited is none, Processes' default.)
+	c, err := worker.OpenCgroups(worker.CgroupOptions{Parent: e.cfg.Cgroup, MemoryLimit: max(e.cfg.MemoryLimit, 0),
+		Processes: e.cfg.processCap(e.sandbox), Bare: testCgroupBare})
+	if err != nil && e.cfg.Cgroup != "" {
+		return fmt.Errorf("minipy: IsolatedConfig.Cgroup: %w", err)
+	}
+	e.cgroups, e.cgroupErr = c, err
+	return nil
 }
 
 // liveTemplate returns the template that new workers are forked from, starting another if

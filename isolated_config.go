@@ -67,10 +67,19 @@ type IsolatedConfig struct {
 	// CommandShell quotes the appended arguments for a POSIX shell, for commands that pass
 	// their arguments through one, as ssh does: {"ssh", "host", "python3"}.
 	CommandShell bool
-	// MemoryLimit caps each worker's address space (RLIMIT_AS), in bytes; 0 or Unlimited
-	// means none. An allocation past it raises MemoryError, returned as a *LimitError. The
-	// address space counts what libraries reserve, not only what they use: numpy's OpenBLAS
-	// reserves about 139 MiB per thread, a thread per core (docs/isolated.md, "Limits and their defaults").
+	// MemoryLimit caps each worker's memory, in bytes; 0 or Unlimited means none. It is the
+	// worker's address space (RLIMIT_AS): an allocation past it raises MemoryError, returned
+	// as a *LimitError. The address space counts what libraries reserve, not only what they
+	// use: numpy's OpenBLAS reserves about 139 MiB per thread, a thread per core
+	// (docs/isolated.md, "Limits and their defaults"). Where the engine has a cgroup (see
+	// Cgroup), it is also the memory limit of each sandbox's cgroup, which counts what the
+	// address space does not: shared memory, memfd, and the files its processes write in
+	// /tmp, /dev/shm and a tmpfs working directory, for as long as they exist; a sandbox
+	// holds a worker, its rollback snapshot (pages the worker writes after a snapshot count
+	// twice) and its Fork copies, which share the limit. Past it the kernel kills the worker
+	// (a *WorkerLostError with Limit "memory", rolled back). Without a cgroup, sandboxed
+	// workers under a MemoryLimit are refused SysV shared memory and new memfds, which
+	// nothing else counts.
 	MemoryLimit int64
 	// CPULimit caps the CPU time each run may use (whole seconds, rounded up); 0 or
 	// Unlimited means none. A run that uses it up kills its worker: the error is a
@@ -91,10 +100,13 @@ type IsolatedConfig struct {
 	// DefaultProcesses for sandboxed local workers, Unlimited none. Each sandbox is a user
 	// namespace of its own, whose count is its own (a Fork's copy shares its original's;
 	// packed workers' namespaces share their worker's), and it bites for root too: local
-	// workers run as an unprivileged user there. Without the sandbox (AllowUnsandboxed) and
-	// for Command workers, 0 means none: RLIMIT_NPROC counts every process of the user
-	// there (the host's, or the far side's), not the worker's own, and root is exempt. A
-	// limit given there still applies, to that count.
+	// workers run as an unprivileged user there. Where the engine has a cgroup (see Cgroup)
+	// it is also the pids.max of each sandbox's cgroup, which counts every process and
+	// thread of the sandbox (the worker, its guardian and snapshot, its Fork copies, what
+	// the code starts), whoever their user. Without the sandbox (AllowUnsandboxed) and for
+	// Command workers, 0 means none: RLIMIT_NPROC counts every process of the user there
+	// (the host's, or the far side's), not the worker's own, and root is exempt. A limit
+	// given there still applies, to that count (and to the cgroup's, for a local worker).
 	Processes int
 	// Network lets workers reach the network. When false (the default), local workers run
 	// in their own network namespace with no interfaces up.
@@ -118,14 +130,14 @@ type IsolatedConfig struct {
 	// refuses it) only mounts whose Target is their Source can be honoured.
 	Mounts []Mount
 	// TmpSize caps a sandboxed worker's private /tmp and /dev/shm, each a tmpfs (memory,
-	// not counted in MemoryLimit), in bytes; 0 means 256 MiB. It has no Unlimited: a tmpfs
+	// counted in MemoryLimit only where the engine has a cgroup), in bytes; 0 means 256 MiB. It has no Unlimited: a tmpfs
 	// without a size may take half the machine's memory.
 	TmpSize int64
 	// WorkSize caps the bytes that each namespace's working directory may hold; 0 means
 	// 1 GiB, Unlimited (any negative value) no cap. Past it the code's writes fail with
 	// OSError ENOSPC, and WriteFile with an error that matches syscall.ENOSPC; the host's
 	// disk holds none of it. Each working directory is then a tmpfs of that size: memory, like TmpSize (only
-	// what is written counts; not counted in MemoryLimit), with an inode per 4 KiB, mounted
+	// what is written counts; in MemoryLimit only with a cgroup), with an inode per 4 KiB, mounted
 	// by the template in the workers' mount namespaces, so Namespace.WorkDir is a path
 	// through the host process's /proc/PID/fd. Sandboxed workers forked from the template
 	// (the default) get it; with NoTemplate, without the sandbox, for Command workers and
@@ -162,6 +174,21 @@ type IsolatedConfig struct {
 	// mount, IPC, UTS, network), with a fresh /tmp and /dev/shm, its own limits, and no
 	// capability. Workers of Command or without the sandbox always start plainly.
 	NoTemplate bool
+	// Cgroup names the cgroup under which the engine makes its own, as /proc/self/cgroup
+	// names cgroups ("/system.slice/app.service"): on cgroup v2 a delegated one that holds
+	// no process (only leaves hold processes, so a cgroup with the host in it cannot hand
+	// the memory and pids controllers down), on v1 one in both the memory and the pids
+	// hierarchies. "" (the default) uses the host process's own cgroup when the engine may:
+	// on v1, a root host; on v2, only a host in the hierarchy's root. The engine's cgroup
+	// (minipy-PID-N) holds a cgroup per sandbox, which bounds its memory (MemoryLimit) and
+	// processes (Processes), and which the engine kills whole when it ends that sandbox;
+	// Close removes them all. A Cgroup that cannot be used fails NewIsolated with
+	// ErrNoCgroup; without one the limits are rlimits alone, and Stats says why.
+	// docs/deploy.md shows how systemd and Kubernetes delegate one. Local workers only.
+	Cgroup string
+	// NoCgroup runs the engine without a cgroup: MemoryLimit and Processes are rlimits
+	// alone (and sandboxed workers under a MemoryLimit are refused memfd_create and shmget).
+	NoCgroup bool
 	// Preload names modules ("numpy", "pandas", "matplotlib.pyplot") that every worker
 	// imports as it starts, before its first run: workers are started ahead of need (at
 	// NewIsolated and NewNamespace, and as soon as one is lost), so a session's first cell
@@ -261,6 +288,9 @@ func withDefaults(cfg IsolatedConfig) (IsolatedConfig, error) {
 	cfg.Mounts = mounts
 	if len(cfg.Command) > 0 && len(cfg.Mounts) > 0 {
 		return cfg, errors.New("minipy: IsolatedConfig.Mounts apply to local workers; a Command worker's files are the other side's")
+	}
+	if cfg.Cgroup != "" && (len(cfg.Command) > 0 || cfg.NoCgroup) {
+		return cfg, errors.New("minipy: IsolatedConfig.Cgroup applies to local workers with a cgroup (not with Command or NoCgroup)")
 	}
 	return cfg, nil
 }

@@ -1,6 +1,7 @@
 package minipy
 
 import (
+	"errors"
 	"os"
 	"strconv"
 	"strings"
@@ -120,4 +121,43 @@ func HostWatches(e *Isolated) int {
 		}
 	}
 	return n
+}
+
+// CgroupDirs are the directories of the cgroup of ns's sandbox (none without one, or
+// before its worker started).
+func CgroupDirs(ns *Namespace) []string {
+	s := bindingOf(ns).slot
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cur == nil {
+		return nil
+	}
+	return s.cur.CgroupDirs()
+}
+
+// EngineCgroupDirs are the directories of e's cgroup (none without one).
+func EngineCgroupDirs(e *Isolated) []string {
+	if e.cgroups == nil {
+		return nil
+	}
+	return e.cgroups.Dirs()
+}
+
+// RemoveCgroupsOf removes the engines' cgroups that process pid (a host a test killed)
+// left.
+func RemoveCgroupsOf(pid int) error {
+	var errs []error
+	for _, d := range worker.LeftCgroups(pid) {
+		errs = append(errs, worker.RemoveCgroup(d))
+	}
+	return errors.Join(errs...)
+}
+
+// NewIsolatedCgroupBare is NewIsolated that takes a cgroup2 hierarchy without the memory
+// and pids controllers (this machine's, whose controllers are on v1): its groups place
+// and kill the workers, and bound nothing.
+func NewIsolatedCgroupBare(cfg IsolatedConfig) (*Isolated, error) {
+	testCgroupBare = true
+	defer func() { testCgroupBare = false }()
+	return NewIsolated(cfg)
 }

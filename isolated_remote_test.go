@@ -84,6 +84,8 @@ func TestIsolatedWorkerDiesWithItsHost(t *testing.T) {
 	host.Env = append(os.Environ(), key+"="+mark, "TMPDIR="+sandboxReadableDir(t))
 	require.NoError(t, host.Start())
 	defer host.Process.Kill()
+	// The killed host cannot remove its engine's cgroup: this test does, once done.
+	t.Cleanup(func() { assert.NoError(t, minipy.RemoveCgroupsOf(host.Process.Pid)) })
 	require.Eventually(t, func() bool { return len(procsWith(t, mark)) >= 3 }, 10*time.Second, 10*time.Millisecond,
 		"the host's worker (guardian and worker) runs")
 	time.Sleep(100 * time.Millisecond) // into the C loop

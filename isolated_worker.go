@@ -38,7 +38,7 @@ func (e *Isolated) makeSpec() error {
 		OpenFiles: max(cfg.OpenFiles, 0), Processes: cfg.processCap(e.sandbox), CPULimit: max(cfg.CPULimit, 0),
 		KickSignal: cfg.KickSignal, StartTimeout: cfg.StartTimeout,
 		Packed: !e.perNS, Rollback: !cfg.NoRollback, Preload: cfg.Preload,
-		Beats: worker.DefaultBeats, Ready: readyFrame, MaxTransfer: int(cfg.MaxTransfer),
+		Beats: worker.DefaultBeats, Ready: readyFrame, MaxTransfer: int(cfg.MaxTransfer), Cgroups: e.cgroups,
 	}
 	if testBeats != nil {
 		e.spec.Beats = *testBeats
@@ -162,6 +162,12 @@ func lostError(w *worker.Worker, intr *InterruptedError) error {
 		e.Limit = "cpu"
 	case syscall.SIGXFSZ:
 		e.Limit = "file size"
+	case syscall.SIGKILL:
+		// The OOM killer of the sandbox's cgroup (MemoryLimit) kills with SIGKILL, and
+		// counts it: a kill counted since this worker started was this one.
+		if w.OOMKilled() {
+			e.Limit = "memory"
+		}
 	}
 	return e
 }

@@ -33,7 +33,24 @@ type IsolatedStats struct {
 	// StartError is the error of the latest worker start if it failed (nil once one
 	// succeeds): while it is set, a new namespace may find no worker (see Ready).
 	StartError error
+	// Limits says what enforces MemoryLimit and Processes: LimitsCgroupV2 or
+	// LimitsCgroupV1 (a cgroup per sandbox: memory.max or memory.limit_in_bytes, which
+	// count shared memory and tmpfs files too, and pids.max), or LimitsRlimits (RLIMIT_AS
+	// and RLIMIT_NPROC alone, with memfd_create and shmget refused under a MemoryLimit;
+	// Command workers, whose rlimits are set on the far side, always).
+	Limits string
+	// Cgroup is the engine's cgroup, as /proc/self/cgroup names cgroups ("" without one);
+	// CgroupError says why the engine has none when it looked for one (ErrNoCgroup).
+	Cgroup      string
+	CgroupError error
 }
+
+// What enforces an engine's MemoryLimit and Processes (IsolatedStats.Limits).
+const (
+	LimitsCgroupV2 = "cgroup v2"
+	LimitsCgroupV1 = "cgroup v1"
+	LimitsRlimits  = "rlimits"
+)
 
 // startRecord counts an engine's worker starts.
 type startRecord struct {
@@ -68,6 +85,14 @@ func (e *Isolated) Stats() IsolatedStats {
 		Starts:        e.startRec.starts.Load(),
 		StartFailures: e.startRec.failures.Load(),
 		StartError:    e.startRec.lastErr(),
+		Limits:        LimitsRlimits,
+		CgroupError:   e.cgroupErr,
+	}
+	if c := e.cgroups; c != nil {
+		st.Limits, st.Cgroup = LimitsCgroupV1, c.Path
+		if c.Version == 2 {
+			st.Limits = LimitsCgroupV2
+		}
 	}
 	e.mu.Lock()
 	slots := append([]*workerSlot(nil), e.slots...)

@@ -40,6 +40,7 @@ _snap_sock = None  # the worker's end of its socket to the guardian (config cont
 _forkable = False  # the worker can fork snapshots and copies that start their threads again
 _CTL_FD = 3  # the host's control socket, when the config says control=1
 _kept = []  # a snapshot's objects over the worker's closed pipes (see _Worker.snapshot)
+_shm_denied = False  # the seccomp filter refuses memfd_create (config deny_shm)
 _RUN_ID = struct.Struct("<Q")
 _STOP_MS = struct.Struct("<I")
 _COUNT = struct.Struct("<H")
@@ -56,13 +57,22 @@ def _move_fds():
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
-    out_mem = os.memfd_create("minipy-stdout")
-    err_mem = os.memfd_create("minipy-stderr")
+    out_mem = _mem_file("minipy-stdout")
+    err_mem = _mem_file("minipy-stderr")
     os.dup2(out_mem, 1)
     os.dup2(err_mem, 2)
     for fd in (proto_in, proto_out, host_err, out_mem, err_mem):
         os.set_inheritable(fd, False)
     return proto_in, proto_out, host_err, out_mem, err_mem
+
+
+def _mem_file(name):
+    """A file in memory for fd 1 or 2: a memfd, or, where the seccomp filter refuses memfds
+    (config deny_shm: a MemoryLimit without a cgroup to count them), an unnamed file of the
+    sandbox's /dev/shm, which TmpSize bounds."""
+    if _shm_denied:
+        return os.open("/dev/shm", os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    return os.memfd_create(name)
 
 
 class _FdStream(io.TextIOWrapper):
@@ -511,6 +521,7 @@ class _Worker:
                 except ChildProcessError:
                     self.unreaped.remove(p)
             return False
+        _oom_first(False)
         self.leave_pipes()
         self.resume()
         return True
@@ -602,7 +613,7 @@ class _Worker:
         self.snap_sock = mine.detach()
         # Memory files of its own for fds 1 and 2 (the parent's are shared by the fork).
         for fd, name in ((self.out_mem, "minipy-stdout"), (self.err_mem, "minipy-stderr")):
-            new = os.memfd_create(name)
+            new = _mem_file(name)
             os.dup2(new, fd, inheritable=False)
             os.close(new)
         os.dup2(self.out_mem, 1)
@@ -654,6 +665,7 @@ class _Worker:
         import faulthandler
 
         self.in_fd, self.out_fd, self.host_err = fds
+        _oom_first(True)
         for fd in fds:
             os.set_inheritable(fd, False)
         self.rin = os.fdopen(self.in_fd, "rb", buffering=1 << 16)
@@ -693,6 +705,28 @@ class _Worker:
         used = ru.ru_utime + ru.ru_stime
         soft = int(used + self.cpu_limit + 0.999)
         resource.setrlimit(resource.RLIMIT_CPU, (soft, resource.RLIM_INFINITY))
+
+
+_oom_base = None  # the guardian's oom_score_adj, which a snapshot takes back
+
+
+def _oom_first(first):
+    """The process that runs the code is the first the OOM killer picks (oom_score_adj
+    1000): when its sandbox's cgroup (or the machine) runs out of memory, it is the worker
+    that goes, not its guardian or its rollback snapshot, which then takes over. A snapshot
+    goes back to the guardian's score (first=False); no process needs a privilege to raise
+    its score, or to lower it back to where it started. Best effort: /proc may refuse it."""
+    global _oom_base
+    try:
+        fd = os.open("/proc/self/oom_score_adj", os.O_RDWR)
+        try:
+            if _oom_base is None:
+                _oom_base = os.pread(fd, 16, 0).strip() or b"0"
+            os.pwrite(fd, b"1000" if first else _oom_base, 0)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
 
 
 def _set_limits(cfg):
@@ -1136,7 +1170,8 @@ def _serve_template(cfg, runtime):
     loaded the runtime and the Preload modules, and forks a worker sandbox for each b"N"
     (followed by the names of the new one's tree and, in it, its working directory,
     separated by a NUL; with five fds: stdin, stdout, stderr, control socket and life pipe
-    of the new one) that the host sends over the control socket (fd 3). It returns only in such a fork, as the
+    of the new one, then, when the engine has a cgroup, the cgroup.procs of the new one's
+    group in each hierarchy) that the host sends over the control socket (fd 3). It returns only in such a fork, as the
     new sandbox's pid 1 (_become_tenant), which goes on as a guardian. The host closing the
     socket ends the template, and with it (pid 1 of the pid namespace they are all in)
     every worker forked from it."""
@@ -1192,7 +1227,7 @@ def _serve_template(cfg, runtime):
                 _mount_workdir(cfg, ctl, msg[1:])
                 continue
             pid = -1
-            if msg[:1] == C_NEW and len(fds) == 5:
+            if msg[:1] == C_NEW and len(fds) >= 5:
                 try:
                     pid = os.fork()
                 except OSError:
@@ -1313,11 +1348,18 @@ def _become_tenant(cfg, fds, dirs):
     (dirs: b"TREE\0HOME", names under the engine's trees) over them all and its working
     directory over the workdir, mounts a fresh /tmp and /dev/shm, names the host, drops every
     capability, applies the seccomp filter, takes the fds as 0-4 and returns (to become the
-    guardian). A failure exits: the host's read of the new worker's pipes ends."""
+    guardian). Before anything else it joins its cgroup (fds after the fifth: the
+    cgroup.procs files the host opened, which take "0" from the writer on the opener's
+    authority), so that everything of the sandbox is counted there. A failure exits: the
+    host's read of the new worker's pipes ends."""
     import ctypes
 
     err_fd = [fds[2]]
     try:
+        for f in fds[5:]:
+            os.write(f, b"0")
+            os.close(f)
+        del fds[5:]
         libc = ctypes.CDLL(None, use_errno=True)
 
         def check(what, ret):
@@ -1543,11 +1585,12 @@ def _copy_files(src, dst):
 
 
 def _recv_fds(sock):
-    """One message of sock and the fds it carries (SCM_RIGHTS, at most five)."""
+    """One message of sock and the fds it carries (SCM_RIGHTS, at most eight: a new
+    tenant's five and its cgroup.procs in two v1 hierarchies)."""
     import array
     import socket
 
-    msg, anc, _, _ = sock.recvmsg(256, socket.CMSG_SPACE(5 * array.array("i").itemsize))
+    msg, anc, _, _ = sock.recvmsg(256, socket.CMSG_SPACE(8 * array.array("i").itemsize))
     fds = array.array("i")
     for level, kind, data in anc:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
@@ -1766,6 +1809,8 @@ class _Guardian:
 
 def main(read):
     cfg = _read_config(read)
+    global _shm_denied
+    _shm_denied = bool(cfg.get("deny_shm"))
     # Whatever the host process inherited without close-on-exec (a shell's or a service
     # manager's descriptors: Go closes only its own) would reach the code: none but the
     # protocol's stdin, stdout, stderr and control socket stay, and the idmapped mounts
@@ -1919,6 +1964,7 @@ def _start(w, cfg, runtime):
         threading.Thread(target=w.hear_host, args=(cfg["silence_ms"] / 1000,), name="minipy-silence", daemon=True).start()
     w.pump = _Pump(w)
     _set_limits(cfg)  # after the control thread: RLIMIT_AS must leave room for its stack
+    _oom_first(True)
     _preload(w, cfg.get("preload", ""))
     if cwd_first:
         sys.path.insert(0, workdir or "")

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/minipy-go/minipy/internal/worker"
 )
 
 // Key marks the processes this test binary starts with its environment (Command
@@ -20,10 +22,11 @@ const Key = "MINIPY_TEST_PARENT"
 
 // Run runs the tests of m and returns their exit code, failing them if they left a process
 // behind: every process marked as this binary's (Key in its environment, or a marker
-// "minipy-WHAT-PID-..." naming this binary's pid in its command line or environment) must be gone within
-// ten seconds. Those that are not are named and
-// killed, and the run fails. (Sandboxed workers start with a minimal environment; they die
-// with their pid namespace, which the engine's tests check.)
+// "minipy-WHAT-PID-..." naming this binary's pid in its command line or environment) must be
+// gone within ten seconds. Those that are not are named and killed, and the run fails.
+// (Sandboxed workers start with a minimal environment; they die with their pid namespace,
+// which the engine's tests check.) An engine's cgroup left behind (worker.LeftCgroups) fails
+// it too, and is removed.
 func Run(m *testing.M) int {
 	os.Setenv(Key, strconv.Itoa(os.Getpid()))
 	code := m.Run()
@@ -39,6 +42,16 @@ func Run(m *testing.M) int {
 		for _, p := range left {
 			pid, _ := strconv.Atoi(strings.Fields(p)[0])
 			syscall.Kill(pid, syscall.SIGKILL) //nolint:errcheck // may be gone
+		}
+		code = max(code, 1)
+	}
+	if dirs := worker.LeftCgroups(os.Getpid()); len(dirs) > 0 {
+		fmt.Fprintf(os.Stderr, "FAIL: the tests left %d engine cgroups behind (removed now):\n  %s\n", len(dirs),
+			strings.Join(dirs, "\n  "))
+		for _, d := range dirs {
+			if err := worker.RemoveCgroup(d); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+			}
 		}
 		code = max(code, 1)
 	}

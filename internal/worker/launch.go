@@ -49,6 +49,11 @@ type Spec struct {
 	// (IsolatedConfig.MaxTransfer; 0: DefaultMaxTransfer): the worker keeps under it, and
 	// ReadFrame refuses a frame that claims more.
 	MaxTransfer int
+	// Cgroups is the engine's cgroup, nil without one: each local worker's sandbox then
+	// gets a group of its own in it (cgroup.go), which bounds its memory and processes and
+	// which Kill empties. Without one, a sandboxed worker under a MemoryLimit is told to
+	// deny the shared memory that nothing else would count (config deny_shm: DenyShm).
+	Cgroups *Cgroups
 
 	// Ready reads the payload of a worker's ready frame ([version, executable, pid, tag,
 	// marshal], encoded as pyrt values): an error (an unsupported Python, say) ends the
@@ -104,6 +109,15 @@ func (s *Spec) maxTransfer() int {
 	return s.MaxTransfer
 }
 
+// DenyShm reports whether sandboxed workers must refuse the code the shared memory that
+// only a cgroup counts (config deny_shm=1, for the seccomp filter): memfd_create, whose
+// pages RLIMIT_AS counts only while mapped, and SysV shmget, whose segments outlive every
+// mapping and the process. (/dev/shm is bounded by TmpSize.) So: a MemoryLimit, the
+// sandbox, and no cgroup.
+func (s *Spec) DenyShm() bool {
+	return s.local() && s.Sandbox && s.Cgroups == nil && s.MemoryLimit > 0
+}
+
 // bootstrap is the program a worker's python runs (python -c): it reads worker.py as one
 // frame (u32 length, source) from stdin with unbuffered reads, so that no byte of the
 // protocol after it is lost in a buffer, and runs it.
@@ -120,7 +134,8 @@ exec(compile(_read(int.from_bytes(_read(4), "little")), ` + "\"" + pyrt.RuntimeF
 `
 
 // Launch starts a worker process with dirs (the template: the zero Dirs), without waiting
-// for it to be ready (AwaitReady). epoch is the owner's generation of the worker.
+// for it to be ready (AwaitReady); with Spec.Cgroups, a local worker (not the template) in
+// a new group of its own. epoch is the owner's generation of the worker.
 func (s *Spec) Launch(dirs Dirs, epoch uint64) (*Worker, error) {
 	cmd, err := s.command(dirs)
 	if err != nil {
@@ -131,8 +146,17 @@ func (s *Spec) Launch(dirs Dirs, epoch uint64) (*Worker, error) {
 		return nil, err
 	}
 	defer closeFiles(mounts...) // the worker's copies are its own once it has started
+	var cg *cgroup
+	if s.Cgroups != nil && s.local() && !dirs.template() {
+		// (The template stays in the host's cgroup: it runs no code, and on v2 the engine's
+		// cgroup, which hands controllers down, may hold no process itself.)
+		if cg, err = s.Cgroups.newGroup(); err != nil {
+			return nil, err
+		}
+	}
 	p, err := newPipes()
 	if err != nil {
+		cg.remove() //nolint:errcheck // empty
 		return nil, err
 	}
 	inR, inW, outR, outW, errR, errW := p[0], p[1], p[2], p[3], p[4], p[5]
@@ -142,6 +166,7 @@ func (s *Spec) Launch(dirs Dirs, epoch uint64) (*Worker, error) {
 	if s.local() {
 		if ctl, ctlChild, err = controlSocket(); err != nil {
 			closeFiles(p[:]...)
+			cg.remove() //nolint:errcheck // empty
 			return nil, err
 		}
 		// fd 3, then the idmapped Mounts' (fds 4...: sandboxed workers, whose Spec has any)
@@ -152,11 +177,22 @@ func (s *Spec) Launch(dirs Dirs, epoch uint64) (*Worker, error) {
 	if ctlChild != nil {
 		ctlChild.Close()
 	}
+	if err == nil && cg != nil {
+		// Before the bootstrap is sent: until then the python only waits for it.
+		if err = cg.place(cmd.Process.Pid); err != nil {
+			cmd.Process.Kill() //nolint:errcheck // just started
+			cmd.Wait()         //nolint:errcheck // killed
+		}
+	}
 	if err != nil {
 		if ctl != nil {
 			ctl.Close()
 		}
 		closeFiles(inW, outR, errR)
+		cg.remove() //nolint:errcheck // emptied by the kill
+		if cmd.Process != nil {
+			return nil, err // the placement's
+		}
 		return nil, s.startError(cmd.Path, err)
 	}
 	w := &Worker{
@@ -169,6 +205,7 @@ func (s *Spec) Launch(dirs Dirs, epoch uint64) (*Worker, error) {
 		Known:  map[uint32]bool{pyrt.DefaultNamespace: true},
 		ctl:    ctl,
 		limit:  s.maxTransfer(),
+		cg:     cg,
 	}
 	if ctl != nil && !dirs.template() {
 		// (The template's control socket carries no reports: it answers mounts, AskMount.)
@@ -178,6 +215,7 @@ func (s *Spec) Launch(dirs Dirs, epoch uint64) (*Worker, error) {
 	go func() {
 		cmd.Wait() //nolint:errcheck // the status is read from ProcessState
 		w.state = cmd.ProcessState
+		cg.remove() //nolint:errcheck // Close removes what is left
 		close(w.exited)
 	}()
 	if w.line != nil {
@@ -292,7 +330,7 @@ func (s *Spec) configFrame(dirs Dirs) []byte {
 		}
 		fmt.Fprintf(&b, "root=%s\nsandbox_id=%d\nsandbox_refused=%d\nsandbox_access=%d\ntmp_size=%d\nnetwork=%d\n",
 			s.RootDir, sandboxID, sandboxRefusedExit, sandboxAccessExit, s.TmpSize, network)
-		if filter, err := SeccompFilter(); err == nil { // (else the worker refuses to start: ProbeNamespaces says why)
+		if filter, err := SeccompFilter(s.DenyShm()); err == nil { // (else the worker refuses to start: ProbeNamespaces says why)
 			fmt.Fprintf(&b, "seccomp=%x\n", filter)
 		}
 		if dirs.template() {
@@ -318,6 +356,9 @@ func (s *Spec) configFrame(dirs Dirs) []byte {
 				fd++
 			}
 			b.WriteByte('\n')
+		}
+		if s.DenyShm() {
+			b.WriteString("deny_shm=1\n")
 		}
 	}
 	if !s.local() {
@@ -441,11 +482,26 @@ func (s *Spec) AwaitReady(w *Worker) (*Worker, error) {
 
 // Spawn has template t fork a worker sandbox with dirs (docs/protocol.md, "Template"): it
 // sends the names of its tree and working directory, the new worker's pipes, its control
-// socket and its life pipe (whose end the guardian holds until it exits) over t's control
-// socket. The caller then waits for it with AwaitReady.
+// socket, its life pipe (whose end the guardian holds until it exits) and, with
+// Spec.Cgroups, the cgroup.procs of its sandbox's new group, which the fork joins first,
+// over t's control socket. The caller then waits for it with AwaitReady.
 func (s *Spec) Spawn(t *Worker, dirs Dirs, epoch uint64) (*Worker, error) {
+	var cg *cgroup
+	var procs []*os.File
+	if s.Cgroups != nil {
+		var err error
+		if cg, err = s.Cgroups.newGroup(); err != nil {
+			return nil, err
+		}
+		if procs, err = cg.procsFiles(); err != nil {
+			cg.remove() //nolint:errcheck // empty
+			return nil, err
+		}
+		defer closeFiles(procs...)
+	}
 	p, err := newPipes()
 	if err != nil {
+		cg.remove() //nolint:errcheck // empty
 		return nil, err
 	}
 	inR, inW, outR, outW, errR, errW := p[0], p[1], p[2], p[3], p[4], p[5]
@@ -457,18 +513,24 @@ func (s *Spec) Spawn(t *Worker, dirs Dirs, epoch uint64) (*Worker, error) {
 	ctl, ctlChild, err := controlSocket()
 	if err != nil {
 		closeAll(inR, inW, outR, outW, errR, errW)
+		cg.remove() //nolint:errcheck // empty
 		return nil, err
 	}
 	lifeR, lifeW, err := os.Pipe()
 	if err != nil {
 		closeAll(inR, inW, outR, outW, errR, errW, ctl, ctlChild)
+		cg.remove() //nolint:errcheck // empty
 		return nil, err
 	}
-	rights := syscall.UnixRights(int(inR.Fd()), int(outW.Fd()), int(errW.Fd()), int(ctlChild.Fd()), int(lifeW.Fd()))
-	_, _, err = t.ctl.WriteMsgUnix(append([]byte{pyrt.ControlNew}, dirs.Tree+"\x00"+dirs.Home...), rights, nil)
+	fds := []int{int(inR.Fd()), int(outW.Fd()), int(errW.Fd()), int(ctlChild.Fd()), int(lifeW.Fd())}
+	for _, f := range procs {
+		fds = append(fds, int(f.Fd())) // the fork joins its group first (_become_tenant)
+	}
+	_, _, err = t.ctl.WriteMsgUnix(append([]byte{pyrt.ControlNew}, dirs.Tree+"\x00"+dirs.Home...), syscall.UnixRights(fds...), nil)
 	closeAll(inR, outW, errW, ctlChild, lifeW)
 	if err != nil {
 		closeAll(inW, outR, errR, ctl, lifeR)
+		cg.remove() //nolint:errcheck // empty
 		return nil, fmt.Errorf("%w: %w", ErrTemplateGone, err)
 	}
 	w := &Worker{
@@ -481,11 +543,15 @@ func (s *Spec) Spawn(t *Worker, dirs Dirs, epoch uint64) (*Worker, error) {
 		ctl:    ctl,
 		line:   newLine(),
 		limit:  s.maxTransfer(),
+		cg:     cg,
 	}
 	w.keepStderr(errR)
 	go func() {
 		io.Copy(io.Discard, lifeR) //nolint:errcheck // nothing is written: it ends when the guardian exits
 		lifeR.Close()
+		// Whatever is left in its sandbox goes with its guardian (or with its life pipe,
+		// should the code have closed the guardian's end).
+		cg.remove() //nolint:errcheck // Close removes what is left
 		close(w.exited)
 	}()
 	w.line.watch(w)

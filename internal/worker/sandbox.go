@@ -119,7 +119,7 @@ func ProbeNamespaces() error {
 var namespacesWork atomic.Bool
 
 func probeNamespacesNow() error {
-	if _, err := SeccompFilter(); err != nil {
+	if _, err := SeccompFilter(false); err != nil {
 		return err
 	}
 	path, err := exec.LookPath("true")

@@ -65,8 +65,15 @@ type seccompPolicy struct {
 	rules map[uint32]*seccompRule
 }
 
-// newSeccompPolicy resolves the filter's policy for this machine's architecture and kernel.
-func newSeccompPolicy() (*seccompPolicy, error) {
+// seccompShm are the system calls that make memory nothing but a cgroup counts (RLIMIT_AS
+// counts a memfd only while it is mapped, and a SysV segment outlives every mapping and the
+// process): a sandbox under a MemoryLimit without a cgroup is refused them (Spec.DenyShm).
+// Its worker captures output in files of its /dev/shm instead, which TmpSize bounds.
+var seccompShm = []string{"memfd_create", "shmget"}
+
+// newSeccompPolicy resolves the filter's policy for this machine's architecture and kernel;
+// denyShm refuses seccompShm too.
+func newSeccompPolicy(denyShm bool) (*seccompPolicy, error) {
 	info, err := arch.GetInfo("")
 	if err != nil {
 		return nil, err
@@ -88,7 +95,8 @@ func newSeccompPolicy() (*seccompPolicy, error) {
 	}
 	for _, sc := range profile.Syscalls {
 		for _, name := range sc.Names {
-			if _, ok := info.SyscallNames[name]; !ok || slices.Contains(seccompDenied, name) || name == "socket" {
+			if _, ok := info.SyscallNames[name]; !ok || slices.Contains(seccompDenied, name) || name == "socket" ||
+				denyShm && slices.Contains(seccompShm, name) {
 				continue // (names of other architectures: chown32, _llseek...; socket: below)
 			}
 			verdict := uint32(seccompAllow)
@@ -237,37 +245,44 @@ func seccompTree(rules []*seccompRule, otherwise uint32) []bpf.Instruction {
 }
 
 // SeccompFilter is the filter as the kernel takes it (an array of struct sock_filter, in
-// this machine's byte order), built once.
-func SeccompFilter() ([]byte, error) {
-	seccompOnce.Do(func() {
-		var policy *seccompPolicy
-		var prog []bpf.Instruction
-		if policy, seccompErr = newSeccompPolicy(); seccompErr != nil {
-			return
-		}
-		if prog, seccompErr = policy.program(); seccompErr != nil {
-			return
-		}
-		raw, err := bpf.Assemble(prog)
-		if err != nil {
-			seccompErr = err
-			return
-		}
-		if len(raw) > 4096 { // BPF_MAXINSNS
-			seccompErr = fmt.Errorf("the seccomp filter has %d instructions, more than the kernel takes", len(raw))
-			return
-		}
-		for _, ins := range raw {
-			seccompBytes = binary.NativeEndian.AppendUint16(seccompBytes, ins.Op)
-			seccompBytes = append(seccompBytes, ins.Jt, ins.Jf)
-			seccompBytes = binary.NativeEndian.AppendUint32(seccompBytes, ins.K)
-		}
-	})
-	return seccompBytes, seccompErr
+// this machine's byte order), built once; denyShm refuses seccompShm too.
+func SeccompFilter(denyShm bool) ([]byte, error) {
+	f := &seccompFilters[0]
+	if denyShm {
+		f = &seccompFilters[1]
+	}
+	f.once.Do(func() { f.code, f.err = buildSeccompFilter(denyShm) })
+	return f.code, f.err
 }
 
-var (
-	seccompOnce  sync.Once
-	seccompBytes []byte
-	seccompErr   error
-)
+// seccompFilters are the two filters, built on first use.
+var seccompFilters [2]struct {
+	once sync.Once
+	code []byte
+	err  error
+}
+
+func buildSeccompFilter(denyShm bool) ([]byte, error) {
+	policy, err := newSeccompPolicy(denyShm)
+	if err != nil {
+		return nil, err
+	}
+	prog, err := policy.program()
+	if err != nil {
+		return nil, err
+	}
+	raw, err := bpf.Assemble(prog)
+	if err != nil {
+		return nil, err
+	}
+	if len(raw) > 4096 { // BPF_MAXINSNS
+		return nil, fmt.Errorf("the seccomp filter has %d instructions, more than the kernel takes", len(raw))
+	}
+	var code []byte
+	for _, ins := range raw {
+		code = binary.NativeEndian.AppendUint16(code, ins.Op)
+		code = append(code, ins.Jt, ins.Jf)
+		code = binary.NativeEndian.AppendUint32(code, ins.K)
+	}
+	return code, nil
+}

@@ -28,7 +28,11 @@ type seccompVM struct {
 }
 
 func newSeccompVM(t *testing.T) *seccompVM {
-	raw, err := SeccompFilter()
+	return newSeccompVMOf(t, false)
+}
+
+func newSeccompVMOf(t *testing.T, denyShm bool) *seccompVM {
+	raw, err := SeccompFilter(denyShm)
 	require.NoError(t, err)
 	require.Zero(t, len(raw)%8)
 	var prog []bpf.RawInstruction
@@ -199,4 +203,16 @@ func TestSeccompPersonality(t *testing.T) {
 	nr := uint64(s.info.SyscallNames["socket"]) // (a failed term leaves an argument in the accumulator)
 	assert.Equal(t, retErrno(unix.EPERM), s.call(t, "personality", nr))
 	assert.Equal(t, retErrno(unix.EPERM), s.call(t, "personality", 0x0040000))
+}
+
+// Without a cgroup, a sandbox under a MemoryLimit is refused what only a cgroup counts.
+func TestSeccompDenyShm(t *testing.T) {
+	s, deny := newSeccompVM(t), newSeccompVMOf(t, true)
+	for _, name := range []string{"memfd_create", "shmget"} {
+		assert.Equal(t, retAllow, s.call(t, name), name)
+		assert.Equal(t, retErrno(unix.EPERM), deny.call(t, name), name)
+	}
+	for _, name := range []string{"read", "shmat", "openat", "mmap"} {
+		assert.Equal(t, retAllow, deny.call(t, name), name)
+	}
 }

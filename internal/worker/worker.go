@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -69,6 +70,9 @@ type Worker struct {
 	stderrDone chan struct{} // closed when the worker's stderr pipe has ended
 	died       chan Death
 	deathNote  atomic.Pointer[Death]
+
+	cg      *cgroup // the group of its sandbox (Spec.Cgroups), shared with the workers of its guardian; or nil
+	oomBase uint64  // the group's OOM kills when this worker took over (a snapshot, a copy)
 }
 
 // Death is the guardian's report (pyrt.ControlDied) that the worker process ended.
@@ -258,9 +262,14 @@ func (w *Worker) Kill() {
 		if others := w.line != nil && w.line.release(); others || w.cmd == nil {
 			// Other workers (Fork copies) share the guardian: it ends this one's line. Or
 			// the worker was forked from the template: its guardian, pid 1 of its
-			// sandbox, ends everything in it when its last control socket closes.
+			// sandbox, ends everything in it when its last control socket closes; its
+			// cgroup's kill ends everything even if the guardian does not (stopped,
+			// or tampered with by the code).
 			w.ctl.CloseWrite() //nolint:errcheck // a closed socket: the line has ended
 			w.stdin.Close()
+			if !others {
+				w.cg.kill()
+			}
 			return
 		}
 		pid := w.cmd.Process.Pid
@@ -269,8 +278,23 @@ func (w *Worker) Kill() {
 			syscall.Kill(-pid, syscall.SIGKILL) //nolint:errcheck // may be gone already
 		}
 		syscall.Kill(pid, syscall.SIGKILL) //nolint:errcheck // may be gone already
+		w.cg.kill()
 		w.stdin.Close()
 	})
+}
+
+// OOMKilled reports whether the kernel's OOM killer has killed a process in the worker's
+// sandbox (its cgroup: Spec.Cgroups) since this worker started or took over; false without
+// a cgroup.
+func (w *Worker) OOMKilled() bool { return w.cg.oomCount() > w.oomBase }
+
+// CgroupDirs are the directories of the worker's sandbox's cgroup (v2: one; v1: memory's,
+// then pids'), none without one.
+func (w *Worker) CgroupDirs() []string {
+	if w.cg == nil {
+		return nil
+	}
+	return slices.Clone(w.cg.dirs)
 }
 
 // AwaitExit waits (a bounded time) for the process to be reaped and its stdout to end.
@@ -523,15 +547,17 @@ func (w *Worker) handOver(ctl *net.UnixConn, line *ctlLine, msg []byte, extra []
 	}
 	inR, inW, outR, outW, errR, errW := p[0], p[1], p[2], p[3], p[4], p[5]
 	nw := &Worker{
-		Epoch:  epoch,
-		cmd:    w.cmd,
-		stdin:  inW,
-		pidns:  w.pidns,
-		exited: w.exited,
-		out:    outR,
-		Known:  maps.Clone(known),
-		ctl:    ctl,
-		limit:  w.limit,
+		Epoch:   epoch,
+		cmd:     w.cmd,
+		stdin:   inW,
+		pidns:   w.pidns,
+		exited:  w.exited,
+		out:     outR,
+		Known:   maps.Clone(known),
+		ctl:     ctl,
+		limit:   w.limit,
+		cg:      w.cg,
+		oomBase: w.cg.oomCount(),
 	}
 	if nw.Known == nil {
 		nw.Known = map[uint32]bool{pyrt.DefaultNamespace: true}

@@ -1,0 +1,669 @@
+package worker
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// ErrNoCgroup is matched by the error of an engine that cannot make the cgroup it was told
+// to use (IsolatedConfig.Cgroup), and by Stats' reason for running without one.
+var ErrNoCgroup = errors.New("minipy: no cgroup for the workers")
+
+// Cgroups is an engine's cgroup: a directory made for it in the cgroup2 hierarchy, or in
+// both the memory and the pids hierarchies of cgroup v1, under which each sandbox (a
+// guardian and everything in it: the worker, its rollback snapshots, its Fork copies and
+// what the code starts) gets a group of its own, made as its worker starts and removed
+// when its guardian has ended. A group's memory limit (memory.max, memory.limit_in_bytes)
+// counts what RLIMIT_AS cannot: shared memory, memfd, the tmpfs files of /tmp, /dev/shm
+// and the working directory that its processes write; its pids.max counts every process
+// and thread, whoever the user. Killing a group kills everything in it (cgroup.kill on v2,
+// else every process it lists), whatever the code did to its guardian.
+type Cgroups struct {
+	// Version is 2 (the unified hierarchy) or 1 (the memory and pids hierarchies).
+	Version int
+	// Path is the engine's cgroup as /proc/self/cgroup names cgroups (on v1, in both
+	// hierarchies).
+	Path string
+
+	dirs        []string // the engine's directory in each hierarchy: v2's one; v1's memory, pids
+	memoryLimit int64
+	processes   int
+	bare        bool // no controller (tests on a v2 hierarchy without them): groups place and kill only
+
+	mu     sync.Mutex
+	closed bool
+	seq    uint64
+}
+
+// CgroupOptions say where an engine makes its cgroup and what its sandboxes' groups allow.
+type CgroupOptions struct {
+	// Parent is the cgroup the engine makes its own under, as /proc/self/cgroup names
+	// cgroups ("/system.slice/app.service"); "" is the host process's own cgroup.
+	Parent      string
+	MemoryLimit int64 // each group's memory (and memory+swap) limit; 0: none
+	Processes   int   // each group's pids.max; 0: none
+	// Bare lets a cgroup2 hierarchy without the memory and pids controllers do, for tests
+	// of placing and killing on a machine whose controllers are all on v1.
+	Bare bool
+}
+
+// engineSeq names the engines' cgroups of this process.
+var engineSeq atomic.Uint64
+
+// The controllers a sandbox's group needs.
+var cgroupControllers = []string{"memory", "pids"}
+
+// OpenCgroups makes the engine's cgroup under o.Parent (or the host process's own), on
+// cgroup v2 if its hierarchy offers the memory and pids controllers there, else on v1; the
+// error says why neither would do, and matches ErrNoCgroup.
+func OpenCgroups(o CgroupOptions) (*Cgroups, error) {
+	if o.Parent != "" && (!path.IsAbs(o.Parent) || path.Clean(o.Parent) != o.Parent || strings.ContainsAny(o.Parent, "\n\x00")) {
+		return nil, fmt.Errorf("%w: %q is not a cgroup's path (absolute and clean, as /proc/self/cgroup names them)",
+			ErrNoCgroup, o.Parent)
+	}
+	self, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNoCgroup, err)
+	}
+	info, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNoCgroup, err)
+	}
+	return openCgroups(parseProcCgroup(string(self)), parseCgroupMounts(string(info)), o)
+}
+
+func openCgroups(self map[string]string, mounts map[string]cgroupMount, o CgroupOptions) (*Cgroups, error) {
+	var why []error
+	if m, ok := mounts[""]; ok {
+		if _, known := self[""]; known || o.Parent != "" {
+			c, err := openV2(m, self[""], o)
+			if err == nil {
+				return c, nil
+			}
+			why = append(why, fmt.Errorf("cgroup v2: %w", err))
+		}
+	} else {
+		why = append(why, errors.New("cgroup v2: no cgroup2 file system is mounted"))
+	}
+	if !o.Bare {
+		c, err := openV1(self, mounts, o)
+		if err == nil {
+			return c, nil
+		}
+		why = append(why, fmt.Errorf("cgroup v1: %w", err))
+	}
+	format := "%w: " + strings.TrimSuffix(strings.Repeat("%w; ", len(why)), "; ")
+	return nil, fmt.Errorf(format, append([]any{ErrNoCgroup}, anys(why)...)...)
+}
+
+func anys(errs []error) []any {
+	out := make([]any, len(errs))
+	for i, e := range errs {
+		out[i] = e
+	}
+	return out
+}
+
+// openV2 makes the engine's cgroup in the cgroup2 hierarchy mounted as m, under the
+// parent (the host's own cgroup self by default), with the memory and pids controllers
+// handed down to the sandboxes' groups. A parent with processes in it (the host's own
+// cgroup, unless it is the hierarchy's root) cannot hand controllers down: v2's rule that
+// only leaves hold processes.
+func openV2(m cgroupMount, self string, o CgroupOptions) (*Cgroups, error) {
+	parent := o.Parent
+	if parent == "" {
+		parent = self
+	}
+	dir, ok := m.dirOf(parent)
+	if !ok {
+		return nil, fmt.Errorf("the cgroup %s is outside the cgroup2 file system mounted at %s", parent, m.dir)
+	}
+	var need []string
+	if !o.Bare {
+		need = cgroupControllers
+	}
+	have, err := readFields(filepath.Join(dir, "cgroup.controllers"))
+	if err != nil {
+		return nil, err
+	}
+	var enable []string
+	if len(need) > 0 {
+		on, err := readFields(filepath.Join(dir, "cgroup.subtree_control"))
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range need {
+			if !slices.Contains(have, c) {
+				return nil, fmt.Errorf("the cgroup %s does not have the %s controller (its cgroup.controllers: %q)",
+					parent, c, strings.Join(have, " "))
+			}
+			if !slices.Contains(on, c) {
+				enable = append(enable, "+"+c)
+			}
+		}
+	}
+	if len(enable) > 0 {
+		err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte(strings.Join(enable, " ")), 0)
+		if errors.Is(err, syscall.EBUSY) {
+			return nil, fmt.Errorf("the cgroup %s holds processes (the host's own?), so it cannot hand the memory and "+
+				"pids controllers to cgroups below it (only leaf cgroups hold processes on v2): name a delegated "+
+				"cgroup with no process in it in IsolatedConfig.Cgroup (docs/deploy.md)", parent)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("enabling %s in %s's cgroup.subtree_control: %w", strings.Join(enable, " "), parent, err)
+		}
+	}
+	name, own, err := makeEngineDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	if len(need) > 0 {
+		if err := os.WriteFile(filepath.Join(own, "cgroup.subtree_control"), []byte("+memory +pids"), 0); err != nil {
+			os.Remove(own)
+			return nil, fmt.Errorf("enabling memory and pids in %s: %w", own, err)
+		}
+	}
+	return &Cgroups{Version: 2, Path: path.Join(parent, name), dirs: []string{own}, memoryLimit: o.MemoryLimit,
+		processes: o.Processes, bare: o.Bare}, nil
+}
+
+// openV1 makes the engine's cgroup in the memory and in the pids hierarchies of cgroup v1,
+// under the parent (by default the host's own cgroup in each). v1 has no rule against
+// processes in a cgroup with children.
+func openV1(self map[string]string, mounts map[string]cgroupMount, o CgroupOptions) (*Cgroups, error) {
+	name := fmt.Sprintf("minipy-%d-%d", os.Getpid(), engineSeq.Add(1))
+	c := &Cgroups{Version: 1, memoryLimit: o.MemoryLimit, processes: o.Processes}
+	for _, ctl := range cgroupControllers {
+		m, ok := mounts[ctl]
+		if !ok {
+			c.removeDirs()
+			return nil, fmt.Errorf("no %s hierarchy is mounted", ctl)
+		}
+		parent := o.Parent
+		if parent == "" {
+			if parent, ok = self[ctl]; !ok {
+				c.removeDirs()
+				return nil, fmt.Errorf("this process's %s cgroup is unknown (/proc/self/cgroup)", ctl)
+			}
+		}
+		dir, ok := m.dirOf(parent)
+		if !ok {
+			c.removeDirs()
+			return nil, fmt.Errorf("the cgroup %s is outside the %s hierarchy mounted at %s", parent, ctl, m.dir)
+		}
+		own := filepath.Join(dir, name)
+		if err := os.Mkdir(own, 0o755); err != nil {
+			c.removeDirs()
+			return nil, err
+		}
+		c.dirs = append(c.dirs, own)
+		c.Path = path.Join(parent, name)
+	}
+	return c, nil
+}
+
+// makeEngineDir makes the engine's directory in dir: minipy-PID-N.
+func makeEngineDir(dir string) (name, own string, err error) {
+	name = fmt.Sprintf("minipy-%d-%d", os.Getpid(), engineSeq.Add(1))
+	own = filepath.Join(dir, name)
+	return name, own, os.Mkdir(own, 0o755)
+}
+
+// Dirs are the engine's cgroup directories (v2: one; v1: memory's, then pids').
+func (c *Cgroups) Dirs() []string { return slices.Clone(c.dirs) }
+
+// Close kills and removes the groups that are left (a sandbox whose end was not seen, or
+// whose removal timed out), then the engine's cgroup. Later starts get no group.
+func (c *Cgroups) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	var errs []error
+	for attempt := 0; attempt < 3; attempt++ {
+		errs = errs[:0]
+		entries, _ := os.ReadDir(c.dirs[0])
+		for _, ent := range entries {
+			if ent.IsDir() {
+				if err := c.group(ent.Name()).remove(); err != nil {
+					errs = append(errs, err)
+				}
+			}
+		}
+		for _, d := range c.dirs {
+			if err := rmdirCgroup(d); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if len(errs) == 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("minipy: removing the engine's cgroup: %w", errors.Join(errs...))
+}
+
+// removeDirs removes the engine's directories (a failed open).
+func (c *Cgroups) removeDirs() {
+	for _, d := range c.dirs {
+		os.Remove(d)
+	}
+}
+
+// group is the group named name (made or not).
+func (c *Cgroups) group(name string) *cgroup {
+	g := &cgroup{c: c}
+	for _, d := range c.dirs {
+		g.dirs = append(g.dirs, filepath.Join(d, name))
+	}
+	return g
+}
+
+// newGroup makes the group of a sandbox that is starting, with its limits.
+func (c *Cgroups) newGroup() (*cgroup, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, fmt.Errorf("%w: the engine's cgroup is closed", ErrNoCgroup)
+	}
+	c.seq++
+	g := c.group("s" + strconv.FormatUint(c.seq, 10))
+	for i, d := range g.dirs {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			g.dirs = g.dirs[:i]
+			g.rmdirs()
+			return nil, fmt.Errorf("minipy: making a worker's cgroup: %w", err)
+		}
+	}
+	if err := g.limit(); err != nil {
+		g.rmdirs()
+		return nil, fmt.Errorf("minipy: setting a worker's cgroup limits: %w", err)
+	}
+	return g, nil
+}
+
+// cgroup is one sandbox's group: a directory in each of the engine's hierarchies. Its
+// methods are safe on a nil group (a worker without one) and from any goroutine.
+type cgroup struct {
+	c    *Cgroups
+	dirs []string // v2: one; v1: memory's, pids'
+
+	final   atomic.Uint64 // the OOM kills counted when it was removed
+	removed atomic.Bool
+	once    sync.Once
+	err     error // remove's
+}
+
+// limit writes the group's limits: memory (swap included, so that shared memory cannot go
+// to swap past it) and pids.
+func (g *cgroup) limit() error {
+	c := g.c
+	if c.bare {
+		return nil
+	}
+	mem, pids := g.dirs[0], g.dirs[len(g.dirs)-1]
+	if c.processes > 0 {
+		if err := writeCgroup(pids, "pids.max", strconv.Itoa(c.processes)); err != nil {
+			return err
+		}
+	}
+	if c.memoryLimit <= 0 {
+		return nil
+	}
+	limit := strconv.FormatInt(c.memoryLimit, 10)
+	if c.Version == 2 {
+		if err := writeCgroup(mem, "memory.max", limit); err != nil {
+			return err
+		}
+		// (No memory.swap.max without swap accounting: nothing can go to swap past it.)
+		if err := writeCgroup(mem, "memory.swap.max", "0"); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	if err := writeCgroup(mem, "memory.limit_in_bytes", limit); err != nil {
+		return err
+	}
+	// memory.memsw counts memory and swap together (swap accounting on); without it, a
+	// swappiness of 0 keeps the group's anonymous and shared memory out of swap.
+	if err := writeCgroup(mem, "memory.memsw.limit_in_bytes", limit); err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		writeCgroup(mem, "memory.swappiness", "0") //nolint:errcheck // best effort: no swap is the usual case
+	}
+	return nil
+}
+
+// procsFiles opens the group's cgroup.procs in each hierarchy for writing: a process that
+// writes "0" to them joins the group (the kernel checks the opener's credentials, the
+// host's, not the writer's).
+func (g *cgroup) procsFiles() ([]*os.File, error) {
+	var fs []*os.File
+	for _, d := range g.dirs {
+		f, err := os.OpenFile(filepath.Join(d, "cgroup.procs"), os.O_WRONLY, 0)
+		if err != nil {
+			closeFiles(fs...)
+			return nil, fmt.Errorf("minipy: opening a worker's cgroup: %w", err)
+		}
+		fs = append(fs, f)
+	}
+	return fs, nil
+}
+
+// place moves process pid (and the threads it has) into the group.
+func (g *cgroup) place(pid int) error {
+	for _, d := range g.dirs {
+		if err := writeCgroup(d, "cgroup.procs", strconv.Itoa(pid)); err != nil {
+			return fmt.Errorf("minipy: moving a worker into its cgroup: %w", err)
+		}
+	}
+	return nil
+}
+
+// members lists the processes in the group (in any of its hierarchies).
+func (g *cgroup) members() []int {
+	var pids []int
+	for _, d := range g.dirs {
+		b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if p, err := strconv.Atoi(f); err == nil && !slices.Contains(pids, p) {
+				pids = append(pids, p)
+			}
+		}
+	}
+	return pids
+}
+
+// kill sends SIGKILL to everything in the group: at once through cgroup.kill (v2, Linux
+// 5.14+), else to each process it lists, each held by a pidfd opened before the group is
+// listed again, so that a pid reused meanwhile by a process of another group is never
+// signalled. A sandbox's first round kills its guardian, pid 1 of its pid namespace, and
+// the kernel then kills the rest and lets nothing in that namespace fork again.
+func (g *cgroup) kill() {
+	if g == nil || g.removed.Load() {
+		return
+	}
+	if g.c.Version == 2 {
+		if err := writeCgroup(g.dirs[0], "cgroup.kill", "1"); err == nil {
+			return
+		}
+	}
+	held := map[int]int{}
+	for _, p := range g.members() {
+		fd, _, errno := syscall.Syscall(sysPidfdOpen, uintptr(p), 0, 0)
+		switch errno {
+		case 0:
+			syscall.CloseOnExec(int(fd))
+			held[p] = int(fd)
+		case syscall.ENOSYS:
+			held[p] = -1 // (a kernel before 5.3: checked again below, then killed by pid)
+		}
+	}
+	for _, p := range g.members() {
+		if fd, ok := held[p]; ok {
+			if fd >= 0 {
+				syscall.Syscall6(sysPidfdSendSignal, uintptr(fd), uintptr(syscall.SIGKILL), 0, 0, 0, 0) //nolint:errcheck // may have ended
+			} else {
+				syscall.Kill(p, syscall.SIGKILL) //nolint:errcheck // may have ended
+			}
+		}
+	}
+	for _, fd := range held {
+		if fd >= 0 {
+			syscall.Close(fd)
+		}
+	}
+}
+
+// removeWait bounds how long remove waits for the group's processes to end.
+const removeWait = 5 * time.Second
+
+// remove kills what is left in the group, waits (removeWait at most) until it holds no
+// process, notes its OOM kills and removes its directories; once (later calls return the
+// first's error).
+func (g *cgroup) remove() error {
+	if g == nil {
+		return nil
+	}
+	g.once.Do(func() {
+		until := time.Now().Add(removeWait)
+		for pause := time.Millisecond; ; pause = min(2*pause, 50*time.Millisecond) {
+			if len(g.members()) == 0 {
+				break
+			}
+			if time.Now().After(until) {
+				g.err = fmt.Errorf("minipy: a worker's cgroup %s still holds processes %v", g.dirs[0], g.members())
+				return
+			}
+			g.kill()
+			time.Sleep(pause)
+		}
+		g.final.Store(g.oomCount())
+		g.removed.Store(true)
+		g.err = g.rmdirs()
+	})
+	return g.err
+}
+
+// rmdirs removes the group's directories (an empty cgroup may still be busy for a moment
+// while its last process is torn down).
+func (g *cgroup) rmdirs() error {
+	var errs []error
+	for _, d := range g.dirs {
+		if err := rmdirCgroup(d); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// rmdirCgroup removes an empty cgroup's directory, retrying while the kernel says it is busy
+// (a process that has exited but is still leaving it); one already gone is no error.
+func rmdirCgroup(dir string) error {
+	var err error
+	for pause := time.Millisecond; pause < time.Second; pause *= 2 {
+		err = syscall.Rmdir(dir)
+		if err == nil || errors.Is(err, syscall.ENOENT) {
+			return nil
+		}
+		if !errors.Is(err, syscall.EBUSY) {
+			break
+		}
+		time.Sleep(pause)
+	}
+	return &os.PathError{Op: "rmdir", Path: dir, Err: err}
+}
+
+// oomCount is the number of processes the OOM killer has killed in the group (v1
+// memory.oom_control, v2 memory.events: "oom_kill N"); after remove, the count it had.
+func (g *cgroup) oomCount() uint64 {
+	if g == nil {
+		return 0
+	}
+	if g.removed.Load() {
+		return g.final.Load()
+	}
+	if g.c.bare {
+		return 0
+	}
+	file := "memory.events"
+	if g.c.Version == 1 {
+		file = "memory.oom_control"
+	}
+	f, err := os.Open(filepath.Join(g.dirs[0], file))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	lines := bufio.NewScanner(f)
+	for lines.Scan() {
+		if n, ok := strings.CutPrefix(lines.Text(), "oom_kill "); ok {
+			v, _ := strconv.ParseUint(n, 10, 64)
+			return v
+		}
+	}
+	return 0
+}
+
+// writeCgroup writes value to the control file name of cgroup dir (no O_CREAT, no
+// O_TRUNC: the kernel's files take one write each).
+func writeCgroup(dir, name, value string) error {
+	f, err := os.OpenFile(filepath.Join(dir, name), os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(value)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// readFields reads a control file's space-separated words.
+func readFields(file string) ([]string, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	return strings.Fields(string(b)), nil
+}
+
+// parseProcCgroup reads /proc/self/cgroup: the cgroup2 path under "", each v1
+// controller's path under its name.
+func parseProcCgroup(text string) map[string]string {
+	out := map[string]string{}
+	for _, line := range strings.Split(text, "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if parts[0] == "0" && parts[1] == "" {
+			out[""] = parts[2]
+			continue
+		}
+		for _, ctl := range strings.Split(parts[1], ",") {
+			out[ctl] = parts[2]
+		}
+	}
+	return out
+}
+
+// cgroupMount is a mounted cgroup hierarchy: where, and which of its cgroups is mounted
+// there (a container's own, say).
+type cgroupMount struct{ dir, root string }
+
+// dirOf is the directory of cgroup p (a path as /proc/self/cgroup names it); false when it
+// is outside what is mounted.
+func (m cgroupMount) dirOf(p string) (string, bool) {
+	if m.root == "/" {
+		return filepath.Join(m.dir, p), true
+	}
+	if p == m.root {
+		return m.dir, true
+	}
+	if rest, ok := strings.CutPrefix(p, m.root+"/"); ok {
+		return filepath.Join(m.dir, rest), true
+	}
+	return "", false
+}
+
+// parseCgroupMounts reads /proc/self/mountinfo: the first cgroup2 mount under "", the first
+// mount of each v1 hierarchy holding memory or pids under the controller's name.
+func parseCgroupMounts(text string) map[string]cgroupMount {
+	out := map[string]cgroupMount{}
+	for _, line := range strings.Split(text, "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		fields, after := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(fields) < 5 || len(after) < 3 {
+			continue
+		}
+		m := cgroupMount{dir: unescapeMount(fields[4]), root: unescapeMount(fields[3])}
+		switch after[0] {
+		case "cgroup2":
+			if _, ok := out[""]; !ok {
+				out[""] = m
+			}
+		case "cgroup":
+			for _, opt := range strings.Split(after[2], ",") {
+				if _, ok := out[opt]; !ok && slices.Contains(cgroupControllers, opt) {
+					out[opt] = m
+				}
+			}
+		}
+	}
+	return out
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// LeftCgroups lists the engines' cgroups that process pid made under this process's own
+// cgroups (the default parent, in each hierarchy) and did not remove: a test binary must
+// leave none, and a test whose host it killed removes the host's (RemoveCgroup). An engine
+// whose host was killed leaves its cgroup, empty once its workers have ended: nothing
+// else removes it.
+func LeftCgroups(pid int) []string {
+	self, err1 := os.ReadFile("/proc/self/cgroup")
+	info, err2 := os.ReadFile("/proc/self/mountinfo")
+	if err1 != nil || err2 != nil {
+		return nil
+	}
+	paths, mounts := parseProcCgroup(string(self)), parseCgroupMounts(string(info))
+	var left []string
+	for _, key := range append([]string{""}, cgroupControllers...) {
+		m, ok1 := mounts[key]
+		p, ok2 := paths[key]
+		if !ok1 || !ok2 {
+			continue
+		}
+		if dir, ok := m.dirOf(p); ok {
+			found, _ := filepath.Glob(filepath.Join(dir, fmt.Sprintf("minipy-%d-*", pid)))
+			left = append(left, found...)
+		}
+	}
+	return left
+}
+
+// RemoveCgroup kills everything in an engine's cgroup dir (a left one) and removes it
+// with its groups.
+func RemoveCgroup(dir string) error {
+	entries, _ := os.ReadDir(dir)
+	c := &Cgroups{Version: 1, dirs: []string{dir}, bare: true}
+	var errs []error
+	for _, ent := range entries {
+		if ent.IsDir() {
+			errs = append(errs, c.group(ent.Name()).remove())
+		}
+	}
+	return errors.Join(append(errs, rmdirCgroup(dir))...)
+}

@@ -1,0 +1,239 @@
+package worker
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// /proc/self/cgroup and mountinfo of a container whose hierarchies are mounted at the
+// container's own cgroups (no cgroup namespace), and of a hybrid host like this one.
+func TestParseCgroups(t *testing.T) {
+	self := parseProcCgroup("12:pids:/docker/abc\n4:memory:/docker/abc\n3:cpu,cpuacct:/docker/abc\n0::/docker/abc\n")
+	assert.Equal(t, map[string]string{"pids": "/docker/abc", "memory": "/docker/abc", "cpu": "/docker/abc",
+		"cpuacct": "/docker/abc", "": "/docker/abc"}, self)
+	mounts := parseCgroupMounts(`30 22 0:27 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+34 30 0:31 /docker/abc /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+38 30 0:35 /docker/abc /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids
+39 30 0:36 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct
+40 30 0:37 / /sys/fs/cgroup/my\040unified rw,relatime - cgroup2 cgroup2 rw
+41 30 0:37 / /elsewhere rw,relatime - cgroup2 cgroup2 rw
+`)
+	assert.Equal(t, map[string]cgroupMount{
+		"memory": {dir: "/sys/fs/cgroup/memory", root: "/docker/abc"},
+		"pids":   {dir: "/sys/fs/cgroup/pids", root: "/docker/abc"},
+		"":       {dir: "/sys/fs/cgroup/my unified", root: "/"},
+	}, mounts, "the first mount of each; controllers other than memory and pids are not needed")
+	for p, want := range map[string]string{
+		"/docker/abc": "/sys/fs/cgroup/memory", "/docker/abc/minipy-1-1": "/sys/fs/cgroup/memory/minipy-1-1",
+		"/docker/abcd": "", "/": "",
+	} {
+		got, ok := mounts["memory"].dirOf(p)
+		assert.Equal(t, want, got, p)
+		assert.Equal(t, want != "", ok, p)
+	}
+	got, ok := mounts[""].dirOf("/a/b")
+	assert.True(t, ok)
+	assert.Equal(t, "/sys/fs/cgroup/my unified/a/b", got)
+}
+
+// A cgroup hierarchy of files in a temporary directory: what OpenCgroups reads and writes
+// there, and why it refuses.
+func TestOpenCgroupsV2(t *testing.T) {
+	root := t.TempDir()
+	write := func(name, text string) {
+		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(root, name)), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(root, name), []byte(text), 0o644))
+	}
+	write("svc/cgroup.controllers", "cpu io memory pids\n")
+	write("svc/cgroup.subtree_control", "memory pids\n")
+	write("svc/main/cgroup.controllers", "memory pids\n")
+	mounts := map[string]cgroupMount{"": {dir: root, root: "/"}}
+	self := map[string]string{"": "/svc/main"}
+
+	// The host's own cgroup holds it: its subtree_control cannot be written (a file here,
+	// which takes the write; the kernel's says EBUSY), so the parent is named.
+	c, err := openCgroups(self, mounts, CgroupOptions{Parent: "/svc", MemoryLimit: 1 << 20, Processes: 7})
+	require.NoError(t, err)
+	assert.Equal(t, 2, c.Version)
+	assert.True(t, strings.HasPrefix(c.Path, "/svc/minipy-"+strconv.Itoa(os.Getpid())+"-"), c.Path)
+	own, _ := mounts[""].dirOf(c.Path)
+	assert.Equal(t, []string{own}, c.dirs)
+	b, err := os.ReadFile(filepath.Join(own, "cgroup.subtree_control"))
+	require.NoError(t, err)
+	assert.Equal(t, "+memory +pids", string(b))
+	require.NoError(t, os.Remove(filepath.Join(own, "cgroup.subtree_control")))
+	require.NoError(t, os.Remove(own))
+
+	write("bare/cgroup.controllers", "cpu io\n")
+	write("bare/cgroup.subtree_control", "")
+	_, err = openCgroups(self, mounts, CgroupOptions{Parent: "/bare", Bare: true})
+	assert.NoError(t, err, "tests: no controller needed")
+	_, err = openCgroups(self, mounts, CgroupOptions{Parent: "/bare"})
+	require.ErrorIs(t, err, ErrNoCgroup)
+	assert.Contains(t, err.Error(), "does not have the memory controller")
+	assert.Contains(t, err.Error(), "cgroup v1: no memory hierarchy is mounted")
+	_, err = openCgroups(self, mounts, CgroupOptions{Parent: "/missing"})
+	require.ErrorIs(t, err, ErrNoCgroup)
+	assert.ErrorIs(t, err, os.ErrNotExist)
+	_, err = OpenCgroups(CgroupOptions{Parent: "relative"})
+	assert.ErrorIs(t, err, ErrNoCgroup)
+}
+
+// needCgroupV1 is the host's own cgroups in the memory and pids hierarchies, where this
+// test process (as root) may make children; the test skips elsewhere.
+func needCgroupV1(t *testing.T) *Cgroups {
+	t.Helper()
+	c, err := OpenCgroups(CgroupOptions{MemoryLimit: 64 << 20, Processes: 8})
+	if err != nil || c.Version != 1 {
+		if err == nil {
+			require.NoError(t, c.Close())
+		}
+		t.Skipf("no cgroup v1 memory and pids hierarchies to use: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// A group has its limits; killing it ends every process in it, however detached from one
+// another, and removing it leaves nothing; Close removes the engine's cgroup.
+func TestCgroupGroupKillRemove(t *testing.T) {
+	c := needCgroupV1(t)
+	g, err := c.newGroup()
+	require.NoError(t, err)
+	read := func(dir, name string) string {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		require.NoError(t, err)
+		return strings.TrimSpace(string(b))
+	}
+	assert.Equal(t, strconv.Itoa(64<<20), read(g.dirs[0], "memory.limit_in_bytes"))
+	assert.Equal(t, "8", read(g.dirs[1], "pids.max"))
+	if _, err := os.Stat(filepath.Join(g.dirs[0], "memory.memsw.limit_in_bytes")); err == nil {
+		assert.Equal(t, strconv.Itoa(64<<20), read(g.dirs[0], "memory.memsw.limit_in_bytes"), "no swap past it")
+	}
+	// A shell in the group that starts a detached sleeper (once it is in: a line on its
+	// stdin) and waits: the group holds both.
+	cmd := exec.Command("sh", "-c", "read go; setsid sleep 300 & wait")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	in, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	require.NoError(t, g.place(cmd.Process.Pid))
+	_, err = in.Write([]byte("go\n"))
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	require.Eventually(t, func() bool { return len(g.members()) == 2 }, 5*time.Second, 10*time.Millisecond, "the shell and its sleeper")
+	members := g.members()
+	g.kill()
+	<-done
+	for _, p := range members {
+		assert.NoError(t, waitGone(p))
+	}
+	require.NoError(t, g.remove())
+	for _, d := range g.dirs {
+		assert.NoDirExists(t, d)
+	}
+	g.kill() // removed: nothing to do
+	assert.Zero(t, g.oomCount())
+
+	// A group left over (a removal that timed out) goes with Close, and the engine's too.
+	left, err := c.newGroup()
+	require.NoError(t, err)
+	require.NoError(t, c.Close())
+	for _, d := range append(left.dirs, c.dirs...) {
+		assert.NoDirExists(t, d)
+	}
+	_, err = c.newGroup()
+	assert.ErrorIs(t, err, ErrNoCgroup, "no group after Close")
+}
+
+// A worker launched with a cgroup is in its group before its bootstrap runs; Kill ends
+// what is in the group, and its end removes the group.
+func TestLaunchIntoCgroup(t *testing.T) {
+	c := needCgroupV1(t)
+	s, d := plainSpec(t)
+	s.Cgroups = c
+	w, err := s.Launch(d, 1)
+	require.NoError(t, err)
+	w, err = s.AwaitReady(w)
+	require.NoError(t, err)
+	dirs := w.CgroupDirs()
+	require.Len(t, dirs, 2)
+	procs, err := os.ReadFile(filepath.Join(dirs[0], "cgroup.procs"))
+	require.NoError(t, err)
+	assert.Contains(t, strings.Fields(string(procs)), strconv.Itoa(w.Pid()), "the guardian is in the group")
+	assert.False(t, w.OOMKilled())
+	w.Kill()
+	w.AwaitExit()
+	for _, dir := range dirs {
+		assert.NoDirExists(t, dir, "removed when the worker ended")
+	}
+	assert.False(t, s.DenyShm(), "a cgroup counts shared memory")
+}
+
+// Without a cgroup, sandboxed workers under a MemoryLimit are told to refuse memfd_create
+// and SysV shared memory (config deny_shm): their memory would count nowhere. With one, or
+// without a MemoryLimit, or without the sandbox, they are not.
+func TestConfigDenyShm(t *testing.T) {
+	s, d := plainSpec(t)
+	s.Sandbox, s.MemoryLimit = true, 1<<30
+	assert.True(t, s.DenyShm())
+	assert.Contains(t, configLines(t, s.configFrame(d)), "deny_shm=1")
+	for name, change := range map[string]func(*Spec){
+		"cgroup":    func(s *Spec) { s.Cgroups = &Cgroups{Version: 1} },
+		"no limit":  func(s *Spec) { s.MemoryLimit = 0 },
+		"unsandbox": func(s *Spec) { s.Sandbox = false },
+		"command":   func(s *Spec) { s.Command = []string{"python3"} },
+	} {
+		other := *s
+		change(&other)
+		assert.False(t, other.DenyShm(), name)
+		assert.NotContains(t, configLines(t, other.configFrame(d)), "deny_shm=1", name)
+	}
+}
+
+// A worker without a cgroup has a nil group, whose methods do nothing; a group's directory
+// that is gone already is removed.
+func TestCgroupNil(t *testing.T) {
+	var g *cgroup
+	g.kill()
+	assert.NoError(t, g.remove())
+	assert.Zero(t, g.oomCount())
+	w := &Worker{}
+	assert.False(t, w.OOMKilled())
+	assert.Empty(t, w.CgroupDirs())
+	assert.NoError(t, rmdirCgroup(filepath.Join(t.TempDir(), "gone")))
+}
+
+// BenchmarkCgroupGroup: what a sandbox's group costs its start and its end (made with its
+// limits, its cgroup.procs opened for the template's fork, removed empty).
+func BenchmarkCgroupGroup(b *testing.B) {
+	c, err := OpenCgroups(CgroupOptions{MemoryLimit: 256 << 20, Processes: 64})
+	if err != nil {
+		b.Skipf("no cgroup: %v", err)
+	}
+	defer c.Close()
+	for b.Loop() {
+		g, err := c.newGroup()
+		if err != nil {
+			b.Fatal(err)
+		}
+		fs, err := g.procsFiles()
+		if err != nil {
+			b.Fatal(err)
+		}
+		closeFiles(fs...)
+		if err := g.remove(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
