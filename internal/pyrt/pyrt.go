@@ -24,6 +24,15 @@ var notebookSource string
 //go:embed worker.py
 var workerSource string
 
+//go:embed sandbox.py
+var sandboxSource string
+
+//go:embed template.py
+var templateSource string
+
+//go:embed guardian.py
+var guardianSource string
+
 //go:embed proctree.py
 var procTreeSource string
 
@@ -36,12 +45,13 @@ var stateSource string
 // the runtime's own frames can be told apart from the user's and left out of tracebacks.
 var Source = withConstants(runtimeSource) + "\n" + notebookSource + "\n" + procTreeSource + "\n" + stateSource
 
-// WorkerSource is worker.py with the shared constants, then proctree.py and the call of its
-// main: the isolated engine's worker process around the runtime (the protocol, fd-level
-// output capture, kicks, resource limits). The Go
-// side sends it to the worker's bootstrap and compiles it, like Source, with the file name
-// RuntimeFile.
-var WorkerSource = withConstants(workerSource) + "\n" + procTreeSource + "\nmain(_read)\n"
+// WorkerSource is worker.py with the shared constants, then sandbox.py (the sandbox's
+// layers), template.py, guardian.py, proctree.py and the call of its main: the isolated
+// engine's worker process around the runtime (the protocol, fd-level output capture, kicks,
+// resource limits, the sandbox). The Go side sends it to the worker's bootstrap and
+// compiles it, like Source, with the file name RuntimeFile.
+var WorkerSource = withConstants(workerSource) + "\n" + sandboxSource + "\n" + templateSource + "\n" +
+	guardianSource + "\n" + procTreeSource + "\nmain(_read)\n"
 
 // RuntimeFile is the file name the runtime's code objects carry.
 const RuntimeFile = "<minipy-runtime>"

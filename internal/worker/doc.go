@@ -1,5 +1,5 @@
 // Package worker starts and speaks to the isolated engine's worker processes: the
-// commands and their sandbox (Linux namespaces, set up by worker.py), the frames on a
+// commands and their sandbox (Linux namespaces, set up by pyrt's sandbox.py), the frames on a
 // worker's pipes, the control socket to its guardian (pyrt's Control* kinds), the template
 // that sandboxed workers are forked from, and killing a process tree. The root package keeps
 // the public API and the engine's logic: which namespaces a worker holds, runs, rollback

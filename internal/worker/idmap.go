@@ -21,7 +21,7 @@ import (
 // the file system (the initial one, for the host's files). PrepareMounts makes the user
 // namespaces that carry the mappings once, as the engine starts, and refuses there what
 // cannot work (never at the code's first write); each start of a worker process (Launch)
-// gets a detached mount of each such Mount as an extra fd, which worker.py's
+// gets a detached mount of each such Mount as an extra fd, which sandbox.py's
 // _Mounter.attach moves into its root. An unprivileged host's workers are its own user,
 // whose access they have: a Mount that user may not use is refused as the engine starts.
 

@@ -26,7 +26,7 @@ type Spec struct {
 	Python       string   // the local workers' executable
 	Command      []string // start workers through this command instead (python elsewhere)
 	CommandShell bool     // Command passes its arguments through a POSIX shell (ssh)
-	Sandbox      bool     // local workers get Linux namespaces (sandboxAttr, worker.py's sandbox)
+	Sandbox      bool     // local workers get Linux namespaces (sandboxAttr, sandbox.py)
 	Network      bool
 	Env          []string // added to the workers' environment (IsolatedConfig.Env)
 	Mounts       []Mount
@@ -243,7 +243,7 @@ func (s *Spec) command(dirs Dirs) (*exec.Cmd, error) {
 	if len(args) == 0 {
 		args = []string{s.Python}
 		if s.Sandbox {
-			// No site before the sandbox exists: worker.py's _site_dirs says why, and runs it
+			// No site before the sandbox exists: sandbox.py's _site_dirs says why, and runs it
 			// inside.
 			args = append(args, "-S")
 		}

@@ -16,7 +16,7 @@ var ErrNoSandbox = errors.New("minipy: the kernel refuses the namespaces and mou
 // root package).
 var ErrSandboxAccess = errors.New("minipy: the sandboxed workers may not reach a path they need")
 
-// The sandbox of a local worker (worker.py's _enter_sandbox builds it from the config frame).
+// The sandbox of a local worker (sandbox.py's _enter_sandbox builds it from the config frame).
 const (
 	// SandboxWorkdir is where a sandboxed worker sees its namespace's working directory.
 	SandboxWorkdir = "/work"
@@ -51,7 +51,7 @@ const (
 // the worker then execs the python and opens what its sandbox binds with root's access, so a
 // venv or a Mount under a private directory of root's (/root, t.TempDir()) works. It cannot
 // be given root's access otherwise: bind sources could be passed as open fds, but the python
-// itself must start and find its venv. Before it builds anything, worker.py's become_user
+// itself must start and find its venv. Before it builds anything, sandbox.py's become_user
 // makes it sandboxID (nobody on the host) with no supplementary group and CAP_SYS_ADMIN
 // alone, exactly as an unprivileged host starts it, so the sandbox it builds, the template
 // and the code it runs are the same either way. As root there it passes root's own

@@ -1,0 +1,335 @@
+# minipy's guardian: the process a worker's start leaves outside the worker, which reaps its
+# orphans, kills its tree when it or the host ends, and hands its rollback snapshot and Fork
+# copies the host's pipes (docs/protocol.md, "Rollback" and "Fork"). Part of the worker's
+# program (pyrt.go's WorkerSource); the names it uses are worker.py's.
+
+def _child_wakeup():
+    """A pipe that SIGCHLD writes to (set_wakeup_fd), for a loop that polls it with others."""
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # a handler: the wakeup fd is written
+    signal.set_wakeup_fd(wake_w)
+    return wake_r, wake_w
+
+
+def _poll(poller):
+    """poller's events; none when a signal interrupted the wait."""
+    try:
+        return poller.poll()
+    except InterruptedError:
+        return ()
+
+
+def _become_guardian(cfg, runtime):
+    """The process the host started stays outside the worker as its guardian: it forks the
+    worker (before anything else is loaded: the smaller the process, the cheaper the fork)
+    and returns in it; it never returns itself. The guardian reaps every orphan (it is pid 1
+    of the sandbox's pid namespace, else the worker's subreaper), and when the worker ends,
+    or the host is gone (its ends of the protocol pipes, fds 0 and 1, closed: a crashed
+    host, a dead ssh connection), it kills whatever is left of the worker's tree, reports
+    the worker's wait status as the last frame (b"X", i32) and exits. As pid 1 it also
+    shields the worker from the kernel's rule that pid 1 ignores signals it has no handler
+    for (SIGXCPU from RLIMIT_CPU, the code's own os.kill)."""
+    import select
+
+    init = os.getpid() == 1
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        prctl = None  # not Linux: the host still kills the process group
+    if not init and prctl:
+        prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    wake_r, wake_w = _child_wakeup()
+    control = bool(cfg.get("control"))
+    if control:
+        import socket
+
+        v_g, v_w = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    pid = os.fork()
+    if pid == 0:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.close(wake_r)
+        os.close(wake_w)
+        if _tenant:
+            os.close(_LIFE_FD)  # the guardian's: it tells the host when the guardian is gone
+        if control:
+            global _snap_sock, _forkable
+            os.close(_CTL_FD)
+            v_g.close()
+            _snap_sock = v_w.detach()
+            # A snapshot or a copy starts its threads again under the worker's RLIMIT_AS; a
+            # free-threaded build's allocator has reserved too much address space by then
+            # for any new thread, so there such a worker neither snapshots nor forks.
+            _forkable = not (cfg.get("memory") and not getattr(sys, "_is_gil_enabled", lambda: True)())
+        return
+    _out_of_reach(prctl)
+    if control:
+        v_w.close()
+        _guard_lines(pid, v_g, wake_r)
+    poller = select.poll()
+    poller.register(wake_r, select.POLLIN)
+    poller.register(0, 0)  # only POLLHUP/POLLERR: the host closed its end
+    poller.register(1, 0)
+    status = None
+    host_gone = False
+    while status is None and not host_gone:
+        while True:
+            try:
+                got, st = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                got = 0
+            if not got:
+                break
+            if got == pid:
+                status = st
+        if status is not None:
+            break
+        for fd, _ in _poll(poller):
+            if fd == wake_r:
+                os.read(wake_r, 512)
+            else:
+                host_gone = True
+    if not init:  # (pid 1's exit makes the kernel kill the whole namespace)
+        kill_tree([], (), os.getpid())  # its children: the worker, and the orphans it adopted
+    if status is not None and not host_gone:
+        _report_exit(status)
+    os._exit(0)
+
+
+def _out_of_reach(prctl):
+    """The guardian runs as the code's user: made undumpable once it has forked the worker
+    (which stays dumpable: it is the code's own), the code can neither open its
+    /proc/PID/mem nor ptrace it nor take its fds (pidfd_getfd), which the seccomp filter
+    denies as well; and the signals Python handles (SIGINT) are ignored, since pid 1 of a
+    pid namespace gets from inside it only the signals it handles. (The template is out of
+    reach already: it is in no worker's pid namespace.)"""
+    if prctl and prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE
+        os.write(2, b"minipy worker: the guardian could not make itself undumpable\n")
+        os._exit(70)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _recv_fds(sock):
+    """One message of sock and the fds it carries (SCM_RIGHTS, at most eight: a new
+    tenant's five and its cgroup.procs in two v1 hierarchies)."""
+    import array
+    import socket
+
+    msg, anc, _, _ = sock.recvmsg(256, socket.CMSG_SPACE(8 * array.array("i").itemsize))
+    fds = array.array("i")
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+    return msg, list(fds)
+
+
+def _report_exit(status):
+    """The guardian's last frame: the worker's wait status (b"X" i32)."""
+    try:
+        os.write(1, _LEN.pack(5) + F_EXIT + struct.pack("<i", status))
+    except OSError:
+        pass
+
+
+class _Line:
+    """A worker the guardian serves: the first one, or a copy that Namespace.Fork made. ctl
+    is the host's control socket for it (fd 3 for the first), v the socket over which it
+    and its snapshot talk to the guardian, snap its snapshot's pid (0: none), dead that
+    the worker ended and its snapshot waits for the host's b"T"."""
+
+    __slots__ = ("worker", "ctl", "v", "snap", "dead")
+
+    def __init__(self, worker, ctl, v):
+        self.worker, self.ctl, self.v, self.snap, self.dead = worker, ctl, v, 0, False
+
+
+def _guard_lines(worker, v, wake_r):
+    """The guardian of local workers, each with its own control socket from the host
+    (docs/protocol.md, "Rollback" and "Fork"). A worker tells it each snapshot's pid
+    (b"S" u32) over its v; over its control socket the host sends b"K" (kill the worker,
+    not its snapshot) and b"T" with three fds (the new stdin, stdout, stderr pipes, which
+    the guardian hands to the snapshot: it becomes the worker). When a worker ends, the
+    guardian kills what is left of its tree, but the snapshot and the other workers, and
+    sends b"D" i32 wait status, u8 snapshot alive. A Fork's copy reports itself over its
+    parent's v (b"F" u64 token, u32 pid, with its own v's other end); the host sends b"F"
+    u64 token with four fds (the copy's pipes and its control socket); the guardian pairs
+    them by token and hands the copy its pipes. The host closing a worker's control socket
+    ends that worker (and its snapshot); a worker that ends without a snapshot ends its
+    line. When no worker is left, the guardian ends it all as the plain guardian does."""
+    _Guardian(worker, v, wake_r).serve()
+
+
+class _Guardian:
+    """_guard_lines' state: the lines, the sockets it polls, and the halves of Fork copies
+    waiting to be paired."""
+
+    def __init__(self, worker, v, wake_r):
+        import select
+        import socket
+
+        self.me = os.getpid()
+        self.lines = []
+        self.by_fd = {}  # fd -> (socket, its line)
+        self.from_host = {}  # fork token -> the copy's fds, from the host
+        self.from_copy = {}  # fork token -> (pid, v), from the copy
+        self.wake_r = wake_r
+        self.poller = select.poll()
+        self.poller.register(wake_r, select.POLLIN)
+        self.first = _Line(worker, socket.socket(fileno=_CTL_FD), v)
+        self.add(self.first)
+
+    def watch(self, sock, line):
+        import select
+
+        self.by_fd[sock.fileno()] = (sock, line)
+        self.poller.register(sock.fileno(), select.POLLIN)
+
+    def unwatch(self, sock):
+        fd = sock.fileno()
+        if self.by_fd.pop(fd, None) is not None:
+            self.poller.unregister(fd)
+
+    def add(self, line):
+        self.lines.append(line)
+        self.watch(line.ctl, line)
+        self.watch(line.v, line)
+
+    def known(self):
+        """The pids of every line's worker and snapshot, and of the copies not paired yet."""
+        pids = {p for line in self.lines for p in (line.worker, line.snap) if p}
+        pids.update(p for p, _ in self.from_copy.values())
+        return pids
+
+    def drop(self, line):
+        self.lines.remove(line)
+        # The worker may have ended already (the host closed its stdin too), its orphans
+        # the guardian's children now: whatever is no line's worker or snapshot goes too.
+        kill_tree([p for p in (line.worker, line.snap) if p], self.known(), self.me)
+        for sock in (line.ctl, line.v):
+            self.unwatch(sock)
+            sock.close()
+        if not self.lines:
+            self.end(None)
+
+    def end(self, status):
+        kill_tree([], (), self.me)
+        if status is not None:
+            _report_exit(status)
+        os._exit(0)
+
+    def ended(self, line, status):
+        if line is self.first:
+            # The guardian's fd 2 is the first worker's stderr pipe: the host reads it to its
+            # end (a crash's traceback) before a rollback, so it must end with the worker.
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, 2)
+            os.close(null)
+        # Its orphans are the guardian's children now: whatever is no worker or snapshot.
+        kill_tree([], self.known() - {line.worker}, self.me)
+        alive = 1 if line.snap else 0
+        try:
+            line.ctl.send(C_DIED + struct.pack("<i", status) + bytes((alive,)))
+        except OSError:
+            alive = 0
+        if not alive:
+            if len(self.lines) == 1:
+                self.end(status)
+            self.drop(line)
+        line.dead = True
+
+    def pair(self, token):
+        import array
+        import socket
+
+        if token not in self.from_host or token not in self.from_copy:
+            return
+        fds = self.from_host.pop(token)
+        pid, cv = self.from_copy.pop(token)
+        line = _Line(pid, socket.socket(fileno=fds[3]), cv)
+        try:
+            cv.sendmsg([C_TAKE_OVER], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds[:3]).tobytes())])
+        except OSError:
+            line.ctl.close()
+            cv.close()
+            kill_tree([pid], self.known() - {pid})
+        else:
+            self.add(line)
+        for f in fds[:3]:
+            os.close(f)
+
+    def reap(self):
+        """Reaps the children that ended: a copy that died before the host's half came, a
+        snapshot, a line's worker (ended)."""
+        while True:
+            try:
+                got, st = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                got = 0
+            if not got:
+                return
+            for token, (pid, cv) in list(self.from_copy.items()):
+                if pid == got:
+                    del self.from_copy[token]
+                    cv.close()
+            for line in list(self.lines):
+                if got == line.snap:
+                    line.snap = 0
+                if got == line.worker and not line.dead:
+                    self.ended(line, st)
+
+    def from_worker(self, line, msg, fds):
+        """A message on a line's v: its worker's snapshot pid, or a Fork copy's report."""
+        import socket
+
+        if not msg:  # no worker or snapshot holds the other end any more
+            self.unwatch(line.v)
+        elif msg[:1] == b"S" and len(msg) == 5 and not line.dead:
+            line.snap = int.from_bytes(msg[1:5], "little")
+        elif msg[:1] == b"F" and len(msg) == 13 and len(fds) == 1:
+            token = msg[1:9]
+            self.from_copy[token] = (int.from_bytes(msg[9:13], "little"), socket.socket(fileno=fds.pop()))
+            self.pair(token)
+
+    def from_host_ctl(self, line, msg, fds):
+        """A message on a line's control socket (docs/protocol.md); its end drops the line."""
+        import array
+        import socket
+
+        if not msg:
+            self.drop(line)  # the host is done with this worker (or gone)
+        elif msg[:1] == C_KILL and not line.dead:
+            kill_tree([line.worker], self.known() - {line.worker})
+        elif msg[:1] == C_TAKE_OVER and line.dead and line.snap and len(fds) == 3:
+            try:
+                line.v.sendmsg([C_TAKE_OVER], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())])
+                line.worker, line.snap, line.dead = line.snap, 0, False
+            except OSError:
+                self.drop(line)
+        elif msg[:1] == C_FORK and len(msg) == 9 and len(fds) == 4:
+            self.from_host[msg[1:9]] = fds[:]
+            del fds[:]
+            self.pair(msg[1:9])
+
+    def serve(self):
+        while True:
+            self.reap()
+            for fd, _ in _poll(self.poller):
+                if fd == self.wake_r:
+                    os.read(self.wake_r, 512)
+                    continue
+                sock, line = self.by_fd.get(fd, (None, None))
+                if line is None or line not in self.lines:
+                    continue  # dropped while handling an earlier event of this round
+                try:
+                    msg, fds = _recv_fds(sock)
+                except OSError:
+                    msg, fds = b"", []
+                if sock is line.v:
+                    self.from_worker(line, msg, fds)
+                else:
+                    self.from_host_ctl(line, msg, fds)
+                for f in fds:
+                    os.close(f)

@@ -1,0 +1,550 @@
+# minipy's worker sandbox: the file system, the privileges and the system calls of a local
+# worker. Part of the worker's program (pyrt.go's WorkerSource joins worker.py, this file,
+# template.py, guardian.py and proctree.py); the names it uses are worker.py's.
+#
+# The layers, in the order a worker's start builds them, and what each stops (docs/isolated.md,
+# "Threats", says what each does not):
+#  1. Namespaces (made by the host: internal/worker/sandbox.go, sandboxAttr; by the template's
+#     fork: _become_tenant): user (the code's uid is 1000 inside, nobody or the host's user
+#     outside; capabilities only over its own namespaces), pid (it sees and signals only its
+#     own; its pid 1 ending ends them all), mount, IPC, UTS, and network without Network (no
+#     interface but loopback).
+#  2. A cgroup per sandbox, when the engine has one (the host makes it; a template's fork
+#     joins it first thing: _become_tenant): memory that RLIMIT_AS misses (memfd, SysV shared
+#     memory, tmpfs files) and processes, whoever their user.
+#  3. Descriptors (worker.py's main): what the host process inherited without close-on-exec
+#     is closed before anything else, so nothing of the host's reaches the code that way.
+#  4. _Mounter.reach: the host paths to bind are opened with the access the worker starts
+#     with (root's on a root host), and closed once bound (release): none stays open.
+#  5. _Mounter.become_user: on a root host, root becomes the sandbox's user (nobody outside)
+#     holding CAP_SYS_ADMIN of its own namespaces alone, before it builds anything.
+#  6. A tmpfs root holding read-only binds of what Python needs, a few files of /etc, stub
+#     accounts, the Mounts (idmapped ones attached: _Mounter.attach), /work, /namespaces, a
+#     private /tmp and /dev/shm (TmpSize), a minimal /dev and a /proc of its pid namespace;
+#     pivot_root and the host's root unmounted: no host file that is not bound is reachable.
+#  7. _Mounter.drop_privileges: every capability cleared (ambient, then all sets) and
+#     no_new_privs: no mount, chroot, raised limit or setuid program from here on.
+#  8. The seccomp filter (built by the host, internal/worker/seccomp.go; installed here):
+#     nested namespaces, ptrace and cross-process memory, AF_VSOCK and other socket
+#     families, file handles, io_uring, userfaultfd, keyrings, bpf and the like.
+#  9. The guardian out of reach (guardian.py, _out_of_reach): undumpable, the signals it
+#     handles ignored, so the code cannot take over the process that kills its processes.
+# 10. rlimits (worker.py, _set_limits): address space, processes, files, file size; CPU per run.
+
+# Mount flags (linux/mount.h) and the statvfs flags that a bind mount made in a user
+# namespace must keep when it is remounted (the kernel locks them: EPERM otherwise).
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
+_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE, _MS_SHARED = 32, 4096, 16384, 1 << 18, 1 << 20
+_LOCKED = ((2, _MS_NOSUID), (4, _MS_NODEV), (8, _MS_NOEXEC), (1024, 1024), (2048, 2048), (4096, 1 << 21))
+_CAP_SYS_ADMIN = 21  # linux/capability.h
+_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "loongarch64": 41, "ppc64le": 203, "s390x": 217}
+_MOVE_MOUNT = 429  # the generic table's number: the same on every architecture _PIVOT_ROOT names
+
+# What a sandboxed worker sees of the host besides its python: the system directories
+# (read-only; symlinks such as Debian's /bin -> usr/bin are copied as symlinks) and the few
+# files under /etc that programs read. alternatives/ is how Debian's numpy finds its BLAS;
+# python3.X/ holds the sitecustomize that /usr/lib/python3.X links to.
+_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_ETC = ("alternatives", "ca-certificates", "ca-certificates.conf", "debian_version", "fonts", "gai.conf",
+        "host.conf", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "matplotlibrc",
+        "mime.types", "nsswitch.conf", "os-release", "pip.conf", "protocols", "resolv.conf", "services", "ssl",
+        "timezone")
+_DEVICES = ("null", "zero", "full", "random", "urandom")
+# The sandbox's own accounts: the worker runs as "user" (uid and gid _SANDBOX_ID inside).
+_PASSWD = "root:x:0:0:root:/root:/usr/sbin/nologin\nuser:x:%d:%d:user:%s:/bin/sh\n" \
+          "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+_GROUP = "root:x:0:\nuser:x:%d:\nnogroup:x:65534:\n"
+_HOSTNAME = "minipy"
+
+
+class _Unreachable(OSError):
+    """A host path that the sandbox binds could not be opened (_Mounter.reach): the host's
+    files, not the kernel, are in the way."""
+
+
+class _Mounter:
+    """Builds the sandbox's root file system in a fresh tmpfs, then pivots into it. The host
+    paths it binds are opened first (reach), with the access the worker started with, and
+    bound through those fds once it is the sandbox's user (become_user)."""
+
+    def __init__(self, root):
+        import ctypes
+
+        self.ctypes = ctypes
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.root = root
+        self.bound = []
+        self.held = {}  # host path -> O_PATH fd (reach)
+        self.dropped = False  # become_user changed the uid
+
+    def check(self, what, ret):
+        if ret != 0:
+            err = self.ctypes.get_errno()
+            raise OSError(err, "%s: %s" % (what, os.strerror(err)))
+
+    def mount(self, source, target, fstype, flags, data=None, name=None):
+        enc = lambda s: None if s is None else os.fsencode(s)
+        self.check("mount %s on %s" % (name or source or fstype, target),
+                   self.libc.mount(enc(source), enc(target), enc(fstype), self.ctypes.c_ulong(flags), enc(data)))
+
+    def reach(self, source, optional=False):
+        """Opens the host's source (following symlinks, as a bind does) as an O_PATH fd for
+        bind, with the access the worker started with. On a root host that is root's, which
+        become_user gives up: reached here, a source under a private directory of root's is
+        bound all the same. An optional source that is missing or unreachable is left out;
+        a required one raises _Unreachable."""
+        if source in self.held:
+            return
+        try:
+            self.held[source] = os.open(source, os.O_PATH | os.O_CLOEXEC)
+        except OSError as e:
+            if not optional:
+                raise _Unreachable(e.errno, e.strerror, source) from None
+
+    def release(self):
+        """Closes the fds reach opened: nothing of the host stays open once the sandbox is built."""
+        for fd in self.held.values():
+            os.close(fd)
+        self.held = {}
+
+    def become_user(self, sid):
+        """On a root host the worker starts as root of its user namespace, mapped to the host's
+        root (sandboxAttr), so that it can exec the python and reach what the sandbox binds;
+        this makes it the sandbox's user sid (nobody on the host) before it builds anything:
+        no supplementary group, uid and gid sid (real, effective, saved), CAP_SYS_ADMIN of its
+        namespaces alone (permitted, effective, inheritable, ambient), as an unprivileged host
+        starts it. No code but the interpreter's start and this file has run as root, and
+        root's uid is out of reach from here on: nothing keeps CAP_SETUID."""
+        if os.getuid() != 0:
+            return
+        self.check("keep capabilities", self.libc.prctl(8, 1, 0, 0, 0))  # PR_SET_KEEPCAPS: setresuid keeps the permitted set
+        os.setgroups([])
+        os.setresgid(sid, sid, sid)
+        os.setresuid(sid, sid, sid)
+        self.check("keep capabilities off", self.libc.prctl(8, 0, 0, 0, 0))
+        header = (self.ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
+        data = (self.ctypes.c_uint32 * 6)()
+        data[0] = data[1] = data[2] = 1 << _CAP_SYS_ADMIN  # effective, permitted, inheritable
+        self.check("capset", self.libc.capset(header, data))
+        self.check("raise the ambient CAP_SYS_ADMIN", self.libc.prctl(47, 2, _CAP_SYS_ADMIN, 0, 0))  # PR_CAP_AMBIENT_RAISE
+        if os.getresuid() != (sid,) * 3 or os.getresgid() != (sid,) * 3 or os.getgroups():
+            raise OSError(1, "becoming the sandbox's user %d failed" % sid)
+        self.dropped = True
+
+    def dumpable(self):
+        """Makes the process dumpable again after become_user (a change of uid clears it), as a
+        worker exec'd as the sandbox's user is: its /proc/self/ files are then its user's, not
+        root's. Called once reach's fds are closed."""
+        if self.dropped:
+            self.check("dumpable", self.libc.prctl(4, 1, 0, 0, 0))  # PR_SET_DUMPABLE
+
+    def place(self, target, is_dir):
+        """Makes the mount point for target inside the new root."""
+        dest = self.root + target
+        if is_dir:
+            os.makedirs(dest, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            os.close(os.open(dest, os.O_WRONLY | os.O_CREAT, 0o644))
+        return dest
+
+    def bind(self, source, target, writable=False, optional=False, fd=None):
+        """Binds the host's source (through the fd reach opened, or fd) at target, read-only
+        unless writable, never setuid or device files. An optional source that reach could
+        not open is skipped."""
+        import stat
+
+        if fd is None:
+            fd = self.held.get(source)
+        if fd is None:
+            if optional:
+                return
+            raise OSError(2, "bind %s: not opened before the sandbox's user took over" % source)
+        dest = self.place(target, stat.S_ISDIR(os.fstat(fd).st_mode))
+        self.mount("/proc/self/fd/%d" % fd, dest, None, _MS_BIND | _MS_REC, name=source)
+        self.restrict(target, dest, writable)
+
+    def attach(self, source, target, writable, fd):
+        """Puts at target the idmapped mount of the host's source that the host made (fd: a
+        mount in no namespace yet; see internal/worker/idmap.go), instead of a bind of source,
+        and closes fd; then restricts it as bind does."""
+        import stat
+
+        try:
+            dest = self.place(target, stat.S_ISDIR(os.fstat(fd).st_mode))
+            self.check("move the idmapped mount of %s to %s" % (source, target),
+                       self.libc.syscall(_MOVE_MOUNT, fd, b"", -100, os.fsencode(dest), 4))  # AT_FDCWD, MOVE_MOUNT_F_EMPTY_PATH
+        finally:
+            os.close(fd)
+        self.restrict(target, dest, writable)
+
+    def restrict(self, target, dest, writable):
+        """Remounts the mount at dest (target in the new root) read-only unless writable, never
+        setuid or device files."""
+        flags = _MS_REMOUNT | _MS_BIND | _MS_NOSUID | _MS_NODEV | (0 if writable else _MS_RDONLY)
+        vfs = os.statvfs(dest).f_flag
+        for st_flag, ms_flag in _LOCKED:
+            if vfs & st_flag:
+                flags |= ms_flag
+        self.mount(None, dest, None, flags)
+        self.bound.append(target)
+
+    def covered(self, path):
+        return any(path == b or path.startswith(b.rstrip("/") + "/") for b in self.bound)
+
+    def tmpfs(self, target, mode, size, flags=_MS_NOSUID | _MS_NODEV):
+        dest = self.place(target, True)
+        self.mount("tmpfs", dest, "tmpfs", flags, "mode=%o,size=%d" % (mode, size))
+
+    def pivot(self):
+        number = _PIVOT_ROOT.get(os.uname().machine)
+        if number is None:
+            raise OSError(38, "pivot_root: no syscall number known for " + os.uname().machine)
+        os.chdir(self.root)
+        # pivot_root(".", "."): the old root ends up stacked under the new one, where a lazy
+        # unmount takes it away whole.
+        self.check("pivot_root", self.libc.syscall(number, b".", b"."))
+        self.check("umount the host's root", self.libc.umount2(b".", 2))  # MNT_DETACH
+        os.chdir("/")
+        self.mount(None, "/", None, _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
+
+    def drop_privileges(self):
+        """Gives up the CAP_SYS_ADMIN the sandbox was built with, for good: the ambient set,
+        then every set (capset to zero), and no exec may gain any (no_new_privs)."""
+        self.check("clear ambient capabilities", self.libc.prctl(47, 4, 0, 0, 0))
+        header = (self.ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
+        data = (self.ctypes.c_uint32 * 6)()
+        self.check("capset", self.libc.capset(header, data))
+        self.check("no_new_privs", self.libc.prctl(38, 1, 0, 0, 0))
+
+    def seccomp(self, built):
+        """Installs the seccomp filter (one filter() built) on this process and all it will start."""
+        self.check("seccomp", self.libc.prctl(22, 2, self.ctypes.byref(built), 0, 0))  # PR_SET_SECCOMP, FILTER
+
+    def filter(self, code):
+        """The seccomp filter (the config's seccomp: struct sock_filter instructions, built
+        by the host: internal/worker/seccomp.go), as prctl takes it."""
+        if not code or len(code) % 8:
+            raise OSError(22, "seccomp: the host sent no filter")
+        ct = self.ctypes
+        insns = ct.create_string_buffer(code, len(code))
+
+        class Prog(ct.Structure):
+            _fields_ = [("len", ct.c_ushort), ("filter", ct.c_void_p)]
+
+        fprog = Prog(len(code) // 8, ct.addressof(insns))
+        fprog._insns = insns  # kept alive with it
+        return fprog
+
+
+_CLONE_NEWUSER = 0x10000000
+
+
+def _site_dirs():
+    """The directories that site.main() will add to sys.path, found without running it: a
+    sandboxed worker starts with -S, so that no .pth file or sitecustomize (which code that
+    may write there, through a writable Mount of a venv, could have planted) runs before the
+    sandbox exists, with the host's access; main() runs site.main() inside it. Like
+    site.addpackage, minus the "import" lines, which it would execute."""
+    if not sys.flags.no_site:
+        return []
+    import site
+
+    dirs = []
+    prefixes = list(site.PREFIXES)
+    # A venv, found as site.venv finds it (which would run its .pth files): its directory
+    # (pyvenv.cfg, which site.main() reads in the sandbox) and its site-packages first.
+    exe_dir = os.path.dirname(os.path.abspath(sys.executable))
+    for conf in (os.path.join(exe_dir, "pyvenv.cfg"), os.path.join(os.path.dirname(exe_dir), "pyvenv.cfg")):
+        if os.path.isfile(conf):
+            system = True
+            try:
+                with open(conf, encoding="utf-8") as f:
+                    for line in f:
+                        key, eq, value = line.partition("=")
+                        if eq and key.strip().lower() == "include-system-site-packages":
+                            system = value.strip().lower() == "true"
+            except OSError:
+                pass
+            venv = os.path.dirname(exe_dir)
+            dirs.append(venv)
+            prefixes = [venv] + (prefixes if system else [])
+            break
+    for sitedir in site.getsitepackages(prefixes):
+        if not os.path.isdir(sitedir):
+            continue
+        dirs.append(sitedir)
+        try:
+            names = sorted(n for n in os.listdir(sitedir) if n.endswith(".pth") and not n.startswith("."))
+        except OSError:
+            continue
+        for name in names:
+            try:
+                with open(os.path.join(sitedir, name), encoding="utf-8", errors="replace") as f:
+                    for line in f:
+                        line = line.rstrip()
+                        if line and not line.startswith(("#", "import ", "import\t")):
+                            path = os.path.join(sitedir, line)
+                            if os.path.isdir(path):
+                                dirs.append(os.path.normpath(path))
+            except OSError:
+                pass
+    return dirs
+
+
+def _python_path(cfg):
+    """IsolatedConfig.Env's PYTHONPATH, which the host keeps out of a sandboxed worker's
+    environment so that nothing is imported from it before the sandbox exists (see
+    _site_dirs); main() puts it on sys.path and back in os.environ inside."""
+    pp = cfg.get("pythonpath")
+    return [p for p in pp.split(os.pathsep) if p] if pp else []
+
+
+def _enter_sandbox(cfg, template=False):
+    """Turns this process (pid 1 of fresh user, mount, pid, IPC and network namespaces,
+    holding CAP_SYS_ADMIN there, or root there on a root host) into the sandbox. First it
+    opens every host path the sandbox binds, with the access it started with (_Mounter.reach;
+    root's on a root host), then becomes the sandbox's user with CAP_SYS_ADMIN alone
+    (_Mounter.become_user) and builds, as that user, a tmpfs root holding read-only binds of
+    what Python needs, the caller's Mounts, the worker's working directory (workdir, from
+    host_workdir) and tree (the working directories of the namespaces that may share the
+    sandbox: Fork copies, packed namespaces; from host_tree), /tmp, /dev and /proc; then
+    pivots into it, drops every capability and sets no_new_privs. Nothing of the host that
+    is not bound here is reachable afterwards. A host path that cannot be opened raises
+    _Unreachable, any refusal of the kernel OSError. The template binds every tree of the
+    engine instead, and keeps CAP_SYS_ADMIN: each worker forked from it makes namespaces of
+    its own, binds its own tree and working directory over them, and drops it there
+    (_become_tenant)."""
+    import socket
+
+    m = _Mounter(cfg["root"])
+    python, etc = _sandbox_sources(cfg)
+    workdir = _reach_sources(m, cfg, python, etc, template)
+    m.become_user(cfg["sandbox_id"])
+    socket.sethostname(_HOSTNAME)  # its own UTS namespace: the host's name is not the code's business
+    m.mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+    m.tmpfs("", 0o755, 8 << 20)
+    _root_files(m, cfg, etc)
+    _bind_sources(m, cfg, python, template, workdir)
+    m.release()
+    _devices(m, cfg["tmp_size"])
+    m.place("/proc", True)
+    m.mount("proc", m.root + "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    m.pivot()
+    m.dumpable()
+    if template:
+        # Shared: the workers forked from the template get slave copies of it (their user
+        # namespace is another), so a working directory's tmpfs that the template mounts
+        # later (_mount_workdir: a Fork copy's, a packed namespace's) appears in the sandbox
+        # of the worker whose tree holds it.
+        m.mount(None, cfg["tree"], None, _MS_SHARED)
+        _template_binds[:] = m.bound
+        return
+    m.drop_privileges()
+    m.seccomp(m.filter(cfg.get("seccomp")))
+
+
+def _sandbox_sources(cfg):
+    """What the sandbox binds of the host besides the trees and Mounts: the interpreter (its
+    prefixes, a venv's and its base's, and every absolute directory on sys.path, the site
+    directories and PYTHONPATH), and the names under /etc."""
+    python = [sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix,
+              os.path.dirname(sys.executable), os.path.dirname(os.path.realpath(sys.executable))]
+    python += [p for p in sys.path + _site_dirs() + _python_path(cfg) if p and os.path.isabs(p)]
+    python = [p for p in sorted(set(python), key=len) if os.path.isabs(p) and p != "/"]
+    etc = list(_ETC) + sorted(d for d in os.listdir("/etc") if d.startswith("python3"))
+    return python, etc
+
+
+def _reach_sources(m, cfg, python, etc, template):
+    """Opens every host path the sandbox binds, with the access the worker started with
+    (_Mounter.reach); returns the O_PATH fd of the working directory (None: the template,
+    which binds every tree)."""
+    for d in _SYSTEM_DIRS:
+        if not os.path.islink(d) and os.path.isdir(d):
+            m.reach(d)
+    for name in etc + (["hosts"] if cfg.get("network") else []):
+        m.reach("/etc/" + name, optional=True)
+    for p in python:
+        m.reach(p, optional=True)
+    for source, _, _, _ in cfg["mounts"]:
+        m.reach(source)  # (an idmapped one too: the workers may reach it)
+    if template:
+        m.reach(cfg["host_tree"])
+        return None
+    # The working directory is a directory of the tree, which the code of an earlier worker
+    # of that tree could have replaced with a symlink: opened without following one, and
+    # bound through the fd.
+    tree = os.open(cfg["host_tree"], os.O_PATH | os.O_DIRECTORY)
+    m.held[cfg["host_tree"]] = tree
+    name = os.path.relpath(cfg["host_workdir"], cfg["host_tree"])
+    if "/" in name or name in (".", ".."):
+        raise OSError(22, "the working directory %r is not in the tree" % cfg["host_workdir"])
+    return os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=tree)
+
+
+def _root_files(m, cfg, etc):
+    """The new root's system directories (read-only binds; symlinks such as /bin copied as
+    symlinks), the files of /etc it shares, its own accounts, host name and hosts, and /tmp."""
+    for d in _SYSTEM_DIRS:
+        if os.path.islink(d):
+            os.symlink(os.readlink(d), m.root + d)
+        elif os.path.isdir(d):
+            m.bind(d, d)
+    for name in etc:
+        m.bind("/etc/" + name, "/etc/" + name, optional=True)
+    sid = cfg["sandbox_id"]
+    with open(m.root + "/etc/passwd", "w") as f:
+        f.write(_PASSWD % (sid, sid, cfg["workdir"]))
+    with open(m.root + "/etc/group", "w") as f:
+        f.write(_GROUP % sid)
+    with open(m.root + "/etc/hostname", "w") as f:
+        f.write(_HOSTNAME + "\n")
+    if cfg.get("network"):
+        m.bind("/etc/hosts", "/etc/hosts", optional=True)  # the names the host resolves
+    else:
+        with open(m.root + "/etc/hosts", "w") as f:
+            f.write("127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\n" % _HOSTNAME)
+    m.tmpfs("/tmp", 0o1777, cfg["tmp_size"])
+
+
+def _bind_sources(m, cfg, python, template, workdir):
+    """The interpreter's directories the system directories do not cover (read-only), the
+    working directory and tree (writable), then the caller's Mounts."""
+    for p in python:
+        if not m.covered(p):
+            m.bind(p, p, optional=True)
+    home = cfg["workdir"]
+    if template:
+        # The engine's trees, whole: each worker forked from the template binds its own
+        # tree over this and its working directory at home (_become_tenant).
+        m.place(home, True)
+        m.bind(cfg["host_tree"], cfg["tree"], writable=True)
+    else:
+        try:
+            m.bind(cfg["host_workdir"], home, writable=True, fd=workdir)
+        finally:
+            os.close(workdir)
+        m.bind(cfg["host_tree"], cfg["tree"], writable=True)
+    for source, target, writable, fd in cfg["mounts"]:
+        if fd is None:
+            m.bind(source, target, writable)
+        else:
+            m.attach(source, target, writable, fd)
+
+
+def _devices(m, tmp_size):
+    """A minimal /dev: the harmless devices bound from the host, the fd links, and /dev/shm."""
+    m.tmpfs("/dev", 0o755, 64 << 10, _MS_NOSUID | _MS_NOEXEC)
+    for name in _DEVICES:
+        dest = m.place("/dev/" + name, False)
+        m.mount("/dev/" + name, dest, None, _MS_BIND)
+    for name, to in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                     ("stderr", "/proc/self/fd/2")):
+        os.symlink(to, m.root + "/dev/" + name)
+    m.tmpfs("/dev/shm", 0o1777, tmp_size)
+
+
+_CLONE_NEWNS, _CLONE_NEWUTS, _CLONE_NEWIPC, _CLONE_NEWPID, _CLONE_NEWNET = (
+    0x20000, 0x4000000, 0x8000000, 0x20000000, 0x40000000)
+def _tenant_mounts(cfg, dirs):
+    """A tenant's pid 1, in its fresh namespaces: a /proc of its pid namespace, its own tree
+    (dirs: b"TREE\0HOME", names under the engine's trees) over every tree and its working
+    directory over the workdir, a fresh /tmp and /dev/shm, and the binds these cover bound
+    again on top. Returns the _Mounter, still privileged."""
+    m = _Mounter("")
+    m.mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    # The tree and the working directory, each opened a component at a time without
+    # following a symlink (the code of an earlier worker of the tree may have made one).
+    tree_name, _, home_name = os.fsdecode(dirs).partition("\0")
+    home = _open_workdir(cfg, tree_name, home_name)  # (which checks the names)
+    flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW
+    trees = os.open(cfg["tree"], flags)
+    tree = os.open(tree_name, flags, dir_fd=trees)
+    os.close(trees)
+    # The working directory, the fresh /tmp and /dev/shm cover the binds at and under
+    # them (Mounts, a python under /tmp): held open, they are bound again on top (each
+    # keeps the flags it has, which are locked here).
+    workdir = cfg["workdir"]
+    under = [t for t in _template_binds if t == workdir or t.startswith((workdir + "/", "/tmp/", "/dev/shm/"))]
+    held = [(t, os.open(t, os.O_PATH)) for t in sorted(under, key=len)]
+    # Recursive: the tmpfs of each working directory in the tree (IsolatedConfig.WorkSize)
+    # comes with it; the bind is a slave of the template's, so later ones come too.
+    m.mount("/proc/self/fd/%d" % tree, cfg["tree"], None, _MS_BIND | _MS_REC)
+    m.mount("/proc/self/fd/%d" % home, workdir, None, _MS_BIND)
+    os.close(tree)
+    os.close(home)
+    for d in ("/tmp", "/dev/shm"):
+        m.mount("tmpfs", d, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777,size=%d" % cfg["tmp_size"])
+    import stat
+
+    for target, fd in held:
+        dest = m.place(target, stat.S_ISDIR(os.fstat(fd).st_mode))
+        m.mount("/proc/self/fd/%d" % fd, dest, None, _MS_BIND | _MS_REC)
+        os.close(fd)
+    return m
+
+
+def _become_tenant(cfg, fds, dirs):
+    """In a fork of the template: make the worker's own sandbox, as a process started by the
+    host gets it (sandboxAttr): a user namespace of its own (its Processes count is its own)
+    mapping only the sandbox's user, then mount, pid, IPC, UTS and (without Network) network
+    namespaces; fork its pid 1, which mounts a /proc of its pid namespace, binds its own tree
+    (dirs: b"TREE\0HOME", names under the engine's trees) over them all and its working
+    directory over the workdir, mounts a fresh /tmp and /dev/shm, names the host, drops every
+    capability, applies the seccomp filter, takes the fds as 0-4 and returns (to become the
+    guardian). Before anything else it joins its cgroup (fds after the fifth: the
+    cgroup.procs files the host opened, which take "0" from the writer on the opener's
+    authority), so that everything of the sandbox is counted there. A failure exits: the
+    host's read of the new worker's pipes ends."""
+    import ctypes
+
+    err_fd = [fds[2]]
+    try:
+        for f in fds[5:]:
+            os.write(f, b"0")
+            os.close(f)
+        del fds[5:]
+        libc = ctypes.CDLL(None, use_errno=True)
+
+        def check(what, ret):
+            if ret != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, "%s: %s" % (what, os.strerror(err)))
+
+        uid, gid = os.getuid(), os.getgid()
+        check("unshare a user namespace", libc.unshare(_CLONE_NEWUSER))
+        for name, text in (("setgroups", "deny"), ("uid_map", "%d %d 1" % (uid, uid)),
+                           ("gid_map", "%d %d 1" % (gid, gid))):
+            with open("/proc/self/" + name, "w") as f:
+                f.write(text)
+        flags = _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWIPC | _CLONE_NEWUTS
+        if not cfg.get("network"):
+            flags |= _CLONE_NEWNET
+        check("unshare", libc.unshare(flags))
+        if os.fork():
+            os._exit(0)  # the template reaps this one and adopts its child
+        global _tenant
+        _tenant = True
+        import socket
+
+        socket.sethostname(_HOSTNAME)
+        m = _tenant_mounts(cfg, dirs)
+        m.drop_privileges()
+        m.seccomp(_filter)
+        import fcntl
+
+        high = [fcntl.fcntl(f, fcntl.F_DUPFD_CLOEXEC, 10) for f in fds]  # none is clobbered below
+        for f in fds:
+            os.close(f)
+        err_fd[0] = high[2]
+        for i, f in enumerate(high):
+            os.dup2(f, i, inheritable=i < 3)
+            os.close(f)
+        os.closerange(_LIFE_FD + 1, 1 << 20)  # anything else the template held: not the code's
+    except BaseException as exc:
+        try:
+            os.write(err_fd[0], ("minipy worker: making the sandbox of a worker forked from the template failed: %s\n"
+                              % exc).encode())
+        finally:
+            os._exit(70)

@@ -1,0 +1,145 @@
+# minipy's template: the process that sandboxed workers are forked from (docs/protocol.md,
+# "Template"). Part of the worker's program (pyrt.go's WorkerSource); the names it uses are
+# worker.py's and sandbox.py's.
+
+_LIFE_FD = 4  # a tenant guardian's end of its life pipe: the host sees it close when it exits
+_tenant = False  # this process is a tenant guardian forked from the template
+_filter = None  # the template's seccomp filter
+_template_binds = []  # the targets of the template's binds (_enter_sandbox), for its tenants
+
+
+def _serve_template(cfg, runtime):
+    """IsolatedConfig's template (docs/protocol.md, "Template"): a sandboxed process that has
+    loaded the runtime and the Preload modules, and forks a worker sandbox for each b"N"
+    (followed by the names of the new one's tree and, in it, its working directory,
+    separated by a NUL; with five fds: stdin, stdout, stderr, control socket and life pipe
+    of the new one, then, when the engine has a cgroup, the cgroup.procs of the new one's
+    group in each hierarchy) that the host sends over the control socket (fd 3). It returns only in such a fork, as the
+    new sandbox's pid 1 (_become_tenant), which goes on as a guardian. The host closing the
+    socket ends the template, and with it (pid 1 of the pid namespace they are all in)
+    every worker forked from it."""
+    import gc
+    import importlib
+    import select
+
+    # Copy-on-write: what the template loads is shared by every worker forked from it until
+    # one writes to its page, and each such write costs the worker a page fault and a copy.
+    # Collections would write to every object's GC header, and the free slots they leave
+    # would be filled by the workers' own objects: no collection here, and what is loaded
+    # is frozen (gc.freeze), out of the workers' collections too (Python's own advice for a
+    # process that forks without exec; the workers collect again).
+    gc.disable()
+    global _filter
+    _filter = _Mounter("").filter(cfg.get("seccomp"))  # made once here, installed by each fork
+    compiled = _load_runtime(cfg, runtime)
+    for name in filter(None, cfg.get("preload", "").split(",")):
+        try:
+            importlib.import_module(name)
+        except BaseException as exc:
+            os.write(2, ("minipy worker: IsolatedConfig.Preload: importing %s failed: %s: %s\n" % (
+                name, _rt.type_name(type(exc)), exc)).encode())
+            os._exit(70)
+    gc.freeze()
+    ready = _rt.encode(["%d.%d.%d" % sys.version_info[:3], sys.executable, os.getpid()] + compiled)
+    os.write(1, _LEN.pack(len(ready) + 1) + F_READY + ready)
+    wake_r, wake_w = _child_wakeup()
+    import socket
+
+    ctl = socket.socket(fileno=_CTL_FD)
+    poller = select.poll()
+    poller.register(wake_r, select.POLLIN)
+    poller.register(_CTL_FD, select.POLLIN)
+    while True:
+        while True:  # the tenants' first processes, which exit at once, and their guardians
+            try:
+                if not os.waitpid(-1, os.WNOHANG)[0]:
+                    break
+            except ChildProcessError:
+                break
+        for fd, _ in _poll(poller):
+            if fd == wake_r:
+                os.read(wake_r, 512)
+                continue
+            try:
+                msg, fds = _recv_fds(ctl)
+            except OSError:
+                msg, fds = b"", []
+            if not msg:
+                os._exit(0)  # the engine is closed (or the host gone)
+            if msg[:1] == C_MOUNT and not fds:
+                _mount_workdir(cfg, ctl, msg[1:])
+                continue
+            pid = -1
+            if msg[:1] == C_NEW and len(fds) >= 5:
+                try:
+                    pid = os.fork()
+                except OSError:
+                    pass
+                if pid == 0:
+                    gc.enable()
+                    ctl.detach()  # fd 3 is the tenant's control socket from here on
+                    signal.set_wakeup_fd(-1)
+                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                    os.close(wake_r)
+                    os.close(wake_w)
+                    _become_tenant(cfg, fds, msg[1:])
+                    return
+            for f in fds:  # the fork's now, or (refused) closed here: the host's reads end
+                os.close(f)
+
+
+def _open_workdir(cfg, tree_name, name):
+    """An O_PATH fd of the working directory name in the tree tree_name (names under the
+    engine's trees, cfg["tree"] here), opened a component at a time without following a
+    symlink: as a non-root host's user, the code of a tree's workers owns the tree and may
+    have put one there."""
+    if not tree_name or not name or "/" in tree_name + name or ".." in (tree_name, name) or "." in (tree_name, name):
+        raise OSError(22, "bad working directory names %r, %r" % (tree_name, name))
+    flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW
+    trees = os.open(cfg["tree"], flags)
+    try:
+        tree = os.open(tree_name, flags, dir_fd=trees)
+    finally:
+        os.close(trees)
+    try:
+        return os.open(name, flags, dir_fd=tree)
+    finally:
+        os.close(tree)
+
+
+def _mount_workdir(cfg, ctl, body):
+    """C_MOUNT (IsolatedConfig.WorkSize): mounts a tmpfs of the given size over the working
+    directory TREE/NAME (body: b"TREE\0NAME\0SIZE"), owned by the sandbox's user, mode 0700,
+    with an inode per 4 KiB (empty files cost kernel memory that size does not count); then
+    sends the host an O_PATH fd of its root, through which the host reaches the files (the
+    mount exists in this mount namespace and, as slave copies, in the workers' only). A
+    refusal is answered C_REFUSED and the reason. The host removing the directory (the
+    namespace closed) detaches the mount everywhere."""
+    import array
+    import socket
+
+    try:
+        tree_name, name, size = os.fsdecode(body).split("\0")
+        size = int(size)
+        if size <= 0:
+            raise OSError(22, "bad size %d" % size)
+        d = _open_workdir(cfg, tree_name, name)
+        try:
+            st = os.fstat(d)
+            _Mounter("").mount("tmpfs", "/proc/self/fd/%d" % d, "tmpfs", _MS_NOSUID | _MS_NODEV,
+                               "mode=0700,uid=%d,gid=%d,size=%d,nr_inodes=%d" % (
+                                   os.getuid(), os.getgid(), size, max(size >> 12, 1024)))
+        finally:
+            os.close(d)
+        root = _open_workdir(cfg, tree_name, name)  # a lookup by name enters the mount
+        try:
+            if os.fstat(root).st_dev == st.st_dev:
+                raise OSError(16, "the working directory %s/%s moved while it was mounted" % (tree_name, name))
+            ctl.sendmsg([C_MOUNT], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [root]).tobytes())])
+        finally:
+            os.close(root)
+    except Exception as exc:
+        try:
+            ctl.send(C_REFUSED + ("%s: %s" % (_rt.type_name(type(exc)), exc)).encode("utf-8", "replace"))
+        except OSError:
+            pass
