@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/minipy-go/minipy"
+	"github.com/minipy-go/minipy/internal/worker"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -167,4 +168,31 @@ while True:
 	require.ErrorAs(t, err, &pyErr)
 	assert.Equal(t, "OSError", pyErr.Type)
 	assert.Contains(t, pyErr.Message, "Too many open files")
+}
+
+// The code's /proc/self/mountinfo names its own tree and working directories alone: the
+// template binds every namespace's tree, and a worker forked from it once saw the others
+// (covered, but listed: how many namespaces the engine serves and their working
+// directories' mounts).
+func TestSandboxMountinfoNamesNoOtherNamespace(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{})
+	var nss []*minipy.Namespace
+	for i := 0; i < 3; i++ {
+		ns := e.NewNamespace()
+		valueIn(t, e, ns, fmt.Sprintf("X = %d", i))
+		nss = append(nss, ns)
+	}
+	mountPoints := `[l.split()[4] for l in open("/proc/self/mountinfo") if l.split()[4].startswith(%q)]`
+	mountPoints = fmt.Sprintf(mountPoints, worker.SandboxTree)
+	v := valueIn(t, e, nss[1], mountPoints).([]any)
+	require.Len(t, v, 2, "the tree and its one working directory: %v", v)
+	assert.Equal(t, worker.SandboxTree, v[0])
+
+	// A Fork copy's working directory, mounted later in the same tree, still appears there.
+	b, err := nss[1].Fork()
+	require.NoError(t, err)
+	defer b.Close()
+	assert.Len(t, valueIn(t, e, nss[1], mountPoints), 3, "the tree, its working directory and the Fork copy's")
+	assert.Equal(t, int64(1), valueIn(t, e, b, "X"))
+	assert.Len(t, valueIn(t, e, nss[2], mountPoints), 2, "not another tree's")
 }

@@ -22,6 +22,8 @@
 #     accounts, the Mounts (idmapped ones attached: _Mounter.attach), /work, /namespaces, a
 #     private /tmp and /dev/shm (TmpSize), a minimal /dev and a /proc of its pid namespace;
 #     pivot_root and the host's root unmounted: no host file that is not bound is reachable.
+#     A template's fork leaves its own tree alone at /namespaces (_own_tree): no other
+#     namespace's tree or working directory is reachable or listed in /proc/self/mountinfo.
 #  7. _Mounter.drop_privileges: every capability cleared (ambient, then all sets) and
 #     no_new_privs: no mount, chroot, raised limit or setuid program from here on.
 #  8. The seccomp filter (built by the host, internal/worker/seccomp.go; installed here):
@@ -34,11 +36,12 @@
 # Mount flags (linux/mount.h) and the statvfs flags that a bind mount made in a user
 # namespace must keep when it is remounted (the kernel locks them: EPERM otherwise).
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
-_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE, _MS_SHARED = 32, 4096, 16384, 1 << 18, 1 << 20
+_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE, _MS_SLAVE, _MS_SHARED = 32, 4096, 16384, 1 << 18, 1 << 19, 1 << 20
 _LOCKED = ((2, _MS_NOSUID), (4, _MS_NODEV), (8, _MS_NOEXEC), (1024, 1024), (2048, 2048), (4096, 1 << 21))
 _CAP_SYS_ADMIN = 21  # linux/capability.h
 _PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "loongarch64": 41, "ppc64le": 203, "s390x": 217}
 _MOVE_MOUNT = 429  # the generic table's number: the same on every architecture _PIVOT_ROOT names
+_OPEN_TREE = 428  # likewise
 
 # What a sandboxed worker sees of the host besides its python: the system directories
 # (read-only; symlinks such as Debian's /bin -> usr/bin are copied as symlinks) and the few
@@ -447,32 +450,28 @@ def _devices(m, tmp_size):
 
 _CLONE_NEWNS, _CLONE_NEWUTS, _CLONE_NEWIPC, _CLONE_NEWPID, _CLONE_NEWNET = (
     0x20000, 0x4000000, 0x8000000, 0x20000000, 0x40000000)
-def _tenant_mounts(cfg, dirs):
-    """A tenant's pid 1, in its fresh namespaces: a /proc of its pid namespace, its own tree
-    (dirs: b"TREE\0HOME", names under the engine's trees) over every tree and its working
-    directory over the workdir, a fresh /tmp and /dev/shm, and the binds these cover bound
+def _tenant_mounts(cfg, home_name):
+    """A tenant's pid 1, in its fresh namespaces, its own tree alone at cfg["tree"]
+    (_own_tree): a /proc of its pid namespace, its working directory (home_name, a name in
+    the tree) over the workdir, a fresh /tmp and /dev/shm, and the binds these cover bound
     again on top. Returns the _Mounter, still privileged."""
     m = _Mounter("")
     m.mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
-    # The tree and the working directory, each opened a component at a time without
-    # following a symlink (the code of an earlier worker of the tree may have made one).
-    tree_name, _, home_name = os.fsdecode(dirs).partition("\0")
-    home = _open_workdir(cfg, tree_name, home_name)  # (which checks the names)
+    # Opened without following a symlink (the code of an earlier worker of the tree may
+    # have made one).
     flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW
-    trees = os.open(cfg["tree"], flags)
-    tree = os.open(tree_name, flags, dir_fd=trees)
-    os.close(trees)
+    tree = os.open(cfg["tree"], flags)
+    try:
+        home = os.open(home_name, flags, dir_fd=tree)
+    finally:
+        os.close(tree)
     # The working directory, the fresh /tmp and /dev/shm cover the binds at and under
     # them (Mounts, a python under /tmp): held open, they are bound again on top (each
     # keeps the flags it has, which are locked here).
     workdir = cfg["workdir"]
     under = [t for t in _template_binds if t == workdir or t.startswith((workdir + "/", "/tmp/", "/dev/shm/"))]
     held = [(t, os.open(t, os.O_PATH)) for t in sorted(under, key=len)]
-    # Recursive: the tmpfs of each working directory in the tree (IsolatedConfig.WorkSize)
-    # comes with it; the bind is a slave of the template's, so later ones come too.
-    m.mount("/proc/self/fd/%d" % tree, cfg["tree"], None, _MS_BIND | _MS_REC)
     m.mount("/proc/self/fd/%d" % home, workdir, None, _MS_BIND)
-    os.close(tree)
     os.close(home)
     for d in ("/tmp", "/dev/shm"):
         m.mount("tmpfs", d, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777,size=%d" % cfg["tmp_size"])
@@ -483,6 +482,41 @@ def _tenant_mounts(cfg, dirs):
         m.mount("/proc/self/fd/%d" % fd, dest, None, _MS_BIND | _MS_REC)
         os.close(fd)
     return m
+
+
+def _own_tree(cfg, tree_name):
+    """Leaves the tenant's own tree (tree_name, a name under the engine's trees) alone at
+    cfg["tree"], where the template binds every tree with the working directories mounted in
+    them, so that the code's /proc/self/mountinfo names no other namespace's tree or working
+    directory. Done in a mount namespace of its own, in the template's user namespace: the
+    one _become_tenant makes next, under a user namespace of its own, locks every mount it
+    copies, and a mount that is covered there still shows. The copy of the tree is recursive
+    (the tmpfs of each working directory in it, IsolatedConfig.WorkSize, comes with it) and a
+    slave of the template's bind, as is everything here once made a slave before the detach
+    (which would otherwise take the template's working directories with it): working
+    directories the template mounts later in this tree (a Fork copy's, a packed namespace's)
+    appear here too."""
+    m = _Mounter("")
+    m.check("unshare a mount namespace", m.libc.unshare(_CLONE_NEWNS))
+    target = cfg["tree"]
+    m.mount(None, target, None, _MS_REC | _MS_SLAVE)
+    flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW
+    trees = os.open(target, flags)
+    try:
+        tree = os.open(tree_name, flags, dir_fd=trees)  # (a name _open_workdir checked)
+    finally:
+        os.close(trees)
+    try:
+        clone = m.libc.syscall(_OPEN_TREE, tree, b"", 0x1 | 0x8000 | 0x1000)  # OPEN_TREE_CLONE, AT_RECURSIVE, AT_EMPTY_PATH
+        m.check("copy the tree %s" % tree_name, 0 if clone >= 0 else -1)
+    finally:
+        os.close(tree)
+    try:
+        m.check("detach every tree", m.libc.umount2(os.fsencode(target), 2))  # MNT_DETACH
+        m.check("move the tree %s to %s" % (tree_name, target),
+                m.libc.syscall(_MOVE_MOUNT, clone, b"", -100, os.fsencode(target), 4))  # AT_FDCWD, MOVE_MOUNT_F_EMPTY_PATH
+    finally:
+        os.close(clone)
 
 
 def _become_tenant(cfg, fds, dirs):
@@ -512,6 +546,9 @@ def _become_tenant(cfg, fds, dirs):
                 err = ctypes.get_errno()
                 raise OSError(err, "%s: %s" % (what, os.strerror(err)))
 
+        tree_name, _, home_name = os.fsdecode(dirs).partition("\0")
+        _check_names(tree_name, home_name)
+        _own_tree(cfg, tree_name)
         uid, gid = os.getuid(), os.getgid()
         check("unshare a user namespace", libc.unshare(_CLONE_NEWUSER))
         for name, text in (("setgroups", "deny"), ("uid_map", "%d %d 1" % (uid, uid)),
@@ -529,7 +566,7 @@ def _become_tenant(cfg, fds, dirs):
         import socket
 
         socket.sethostname(_HOSTNAME)
-        m = _tenant_mounts(cfg, dirs)
+        m = _tenant_mounts(cfg, home_name)
         m.drop_privileges()
         m.seccomp(_filter)
         import fcntl

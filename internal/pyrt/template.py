@@ -88,13 +88,18 @@ def _serve_template(cfg, runtime):
                 os.close(f)
 
 
+def _check_names(tree_name, name):
+    """Refuses names of a tree and a working directory in it that are not one component each."""
+    if not tree_name or not name or "/" in tree_name + name or ".." in (tree_name, name) or "." in (tree_name, name):
+        raise OSError(22, "bad working directory names %r, %r" % (tree_name, name))
+
+
 def _open_workdir(cfg, tree_name, name):
     """An O_PATH fd of the working directory name in the tree tree_name (names under the
     engine's trees, cfg["tree"] here), opened a component at a time without following a
     symlink: as a non-root host's user, the code of a tree's workers owns the tree and may
     have put one there."""
-    if not tree_name or not name or "/" in tree_name + name or ".." in (tree_name, name) or "." in (tree_name, name):
-        raise OSError(22, "bad working directory names %r, %r" % (tree_name, name))
+    _check_names(tree_name, name)
     flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW
     trees = os.open(cfg["tree"], flags)
     try:
