@@ -58,9 +58,12 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 .
 	@if [ -f $(ANCHORS) ]; then echo "== anchors ($(ANCHORS), $(PYTHON))"; $(PYTHON) $(ANCHORS) || echo "(anchors need python3-ipython python3-ipykernel python3-jupyter-client)"; fi
 
-# The 100k-run memory soak (about a minute).
+# The 100k-run memory soak (about a minute), then the chaos test at the size of issue 39's
+# trials (20 sessions of 150 calls over HTTP, a random process of the server killed every
+# 300 ms; a few minutes).
 soak:
 	$(GO) test -run TestSoak -count=1 -v -timeout 30m .
+	cd cmd/minipy-mcp && $(GO) test -run '^TestChaos$$' -chaos-long -count=1 -v -timeout 30m .
 
 # The core module's tests against other CPython builds (scripts/compat says how): 3.13
 # built from Debian's source package (reused once built), and a pyenv 3.12 when this machine

@@ -164,6 +164,12 @@ var ErrNoCgroup = worker.ErrNoCgroup
 // never matches ErrNoSandbox: AllowUnsandboxed does not fall back on it.
 var ErrSandboxAccess = worker.ErrSandboxAccess
 
+// ErrStartKilled is the error of a run (or NewIsolated) whose worker could not be started
+// because something outside minipy killed each try (three) as it started: an operator, the
+// OOM killer, the engine's template killed with every sandbox forked from it. Nothing of
+// the configuration is wrong; a later run starts one again.
+var ErrStartKilled = worker.ErrStartKilled
+
 // ErrBadPath is matched by the error of a Namespace file method (WriteFile, ReadFile,
 // ListFiles, ...) given a name that is absolute, holds "..", or resolves through a
 // symbolic link out of the namespace's working directory (the code may make links to
@@ -230,6 +236,13 @@ type WorkerLostError struct {
 	// Earlier is true when the worker ended before this run (another run on the same
 	// worker crashed it, or it died while idle); this run did not start.
 	Earlier bool
+	// Idle is true (with Earlier) when the worker ended between runs, at At, and no
+	// snapshot held the namespace's state to roll back to: Signal, ExitCode and Limit say
+	// how it ended. (With a snapshot, a death between runs costs nothing: the snapshot
+	// takes over at once, and the next run does not notice; IsolatedConfig.OnIdleDeath.)
+	Idle bool
+	// At is when the engine learned that the worker ended, for Idle.
+	At time.Time
 	// RolledBack is true when a snapshot of the worker taken before this run took its
 	// place: the namespace is exactly as it was before the run (what the run assigned is
 	// gone, what came before is kept), so the error does not match ErrStateLost.
@@ -243,6 +256,20 @@ type WorkerLostError struct {
 func (e *WorkerLostError) Error() string {
 	var what string
 	switch {
+	case e.Idle:
+		how := fmt.Sprintf("exit status %d", e.ExitCode)
+		if e.Limit != "" {
+			how = "its " + e.Limit + " limit"
+		} else if e.Signal != 0 {
+			how = fmt.Sprintf("signal %d (%v)", int(e.Signal), e.Signal)
+		}
+		at := e.At.Format("15:04:05.000 MST")
+		if e.RolledBack { // (IdleDeath.How only: no run fails for it)
+			return fmt.Sprintf("minipy: the worker ended between runs, at %s (%s); its snapshot took over, holding "+
+				"the state of the last run", at, how)
+		}
+		what = fmt.Sprintf("the worker holding this namespace ended between runs, at %s (%s), with no snapshot "+
+			"to roll back to; this run did not start", at, how)
 	case e.Earlier:
 		what = "the worker holding this namespace ended before this run (see an earlier error), which did not start"
 	case e.Killed:

@@ -61,6 +61,10 @@ type Isolated struct {
 	tmpl        *worker.Worker
 	useTemplate bool
 
+	// Workers that ended between runs (Stats, IsolatedConfig.OnIdleDeath), and of those
+	// the ones whose namespaces lost their state.
+	idleDeaths, idleLost atomic.Uint64
+
 	// The working directories that are a tmpfs (WorkSize, workmount.go), by workDirs.key;
 	// guarded by mu. mountReq serializes the requests to the template and the moves.
 	mounts   map[string]*workMount
@@ -348,9 +352,15 @@ func (e *Isolated) liveTemplate() *worker.Worker {
 		e.tmpl.Kill()
 		e.tmpl = nil
 	}
-	t, err := e.spec.Launch(worker.Dirs{}, 0)
-	if err == nil {
-		t, err = e.spec.AwaitReady(t)
+	var t *worker.Worker
+	var err error
+	for attempt := 1; attempt <= startAttempts; attempt++ {
+		if t, err = e.spec.Launch(worker.Dirs{}, 0); err == nil {
+			t, err = e.spec.AwaitReady(t)
+		}
+		if !errors.Is(err, worker.ErrStartKilled) || e.isClosed() {
+			break // (killed as it started: once more)
+		}
 	}
 	if err != nil {
 		e.useTemplate = false // plain starts from now on
@@ -362,6 +372,17 @@ func (e *Isolated) liveTemplate() *worker.Worker {
 	}
 	e.tmpl = t
 	return t
+}
+
+// dropTemplate kills t, a template that failed to answer, so that the next liveTemplate
+// starts another rather than wait for the host to see it exit.
+func (e *Isolated) dropTemplate(t *worker.Worker) {
+	e.tmplMu.Lock()
+	defer e.tmplMu.Unlock()
+	if e.tmpl == t {
+		t.Kill()
+		e.tmpl = nil
+	}
 }
 
 // WorkDir is the host directory that is the working directory (and HOME) of the engine's
@@ -422,17 +443,37 @@ func (e *Isolated) run(ctx context.Context, code string, opts *Options) (res *Re
 			res.Files, res.MoreFiles = files, more
 		}
 	}()
+	for attempt := 0; ; attempt++ {
+		res, err, again := e.attempt(ctx, slot, bindings, ids, opts, dl, code, started, attempt == 0)
+		if !again {
+			return res, err
+		}
+	}
+}
+
+// attempt is one try of run, on the slot's live worker. When the worker turns out to have
+// ended before it read the request (between runs: killed while idle, and the host had not
+// heard yet), the request had no effect: if first, attempt settles the worker as an idle
+// death (its snapshot takes over, or the namespaces learn of their loss) and reports again,
+// and run tries once more on its successor.
+func (e *Isolated) attempt(ctx context.Context, slot *workerSlot, bindings []*nsBinding, ids []uint32, opts *Options,
+	dl deadline, code string, started time.Time, first bool) (res *Result, err error, again bool) {
+	gid, lid := ids[0], uint32(0)
+	if len(ids) > 1 {
+		lid = ids[1]
+	}
 	w, err := slot.live(ctx)
 	if err != nil {
-		return nil, err
+		return nil, err, false
 	}
-	create, lost := prepare(w, bindings, ids)
+	create, lost := prepare(slot, w, bindings, ids)
 	if lost != nil {
-		return nil, lost
+		return nil, lost, false
 	}
 	res = &Result{}
 	if create, err = e.registerAgain(w, bindings, ids, create); err != nil {
-		return e.lost(slot, w, bindings, nil, res, started)
+		res, err = e.lost(slot, w, bindings, nil, res, started)
+		return res, err, false
 	}
 	rid := w.NextRun()
 	live := newLiveOutput(opts)
@@ -448,7 +489,12 @@ func (e *Isolated) run(ctx context.Context, code string, opts *Options) (res *Re
 	h := &isolatedRun{w: w, id: rid, live: live, calls: calls}
 	req := runRequest(gid, lid, maxOutput(opts), live != nil, calls != nil, imageLimitsOf(opts), code)
 	if err := w.Request(rid, e.deadmanAfter(dl), create, req); err != nil {
-		return e.lost(slot, w, bindings, nil, res, started)
+		if first && w.Controlled() { // (nothing reads the pipe: the worker has ended)
+			slot.settle(w, time.Second)
+			return nil, nil, true
+		}
+		res, err = e.lost(slot, w, bindings, nil, res, started)
+		return res, err, false
 	}
 	s := supervise(ctx, h, dl)
 	calls.end()
@@ -457,24 +503,32 @@ func (e *Isolated) run(ctx context.Context, code string, opts *Options) (res *Re
 		s.abandoned = false // the isolated engine does not leave the code running
 		intr, _ := s.interrupted(started, nil).(*InterruptedError)
 		if d, ok := w.KillWorker(time.Second); ok && d.Snapshot {
-			return e.rolledBack(slot, w, bindings, intr, res, started)
+			res, err = e.rolledBack(slot, w, bindings, intr, res, started)
+			return res, err, false
 		}
 		w.Kill()
-		return e.lost(slot, w, bindings, intr, res, started)
+		res, err = e.lost(slot, w, bindings, intr, res, started)
+		return res, err, false
 	}
 	if h.broke != nil {
-		return e.broken(slot, w, bindings, h.broke, res, started)
+		res, err = e.broken(slot, w, bindings, h.broke, res, started)
+		return res, err, false
 	}
 	if h.reply == nil {
-		return e.ended(slot, w, bindings, s, res, started)
+		if first && s.cause == nil && w.Unstarted() {
+			slot.settle(w, time.Second)
+			return nil, nil, true
+		}
+		res, err = e.ended(slot, w, bindings, s, res, started)
+		return res, err, false
 	}
 	created(w, bindings, ids)
 	w.Answered()
 	res, err = finish(res, h.reply.resp, h.reply.kicked, s, started)
 	if py, ok := err.(*PythonError); ok && py.Type == "MemoryError" && e.cfg.MemoryLimit > 0 {
-		return res, &LimitError{Limit: "memory", Python: py}
+		return res, &LimitError{Limit: "memory", Python: py}, false
 	}
-	return res, err
+	return res, err, false
 }
 
 // runBindings are the namespaces of a run (Globals's, then Locals's if it has one) and
@@ -575,6 +629,7 @@ func (e *Isolated) rolledBack(slot *workerSlot, w *worker.Worker, bindings []*ns
 		slot.cur = nw
 	}
 	slot.mu.Unlock()
+	go slot.watch(nw)
 	res.Duration = time.Since(started)
 	if le, ok := lostErr.(*WorkerLostError); ok {
 		le.RolledBack = true
@@ -616,41 +671,52 @@ func (e *Isolated) do(ns *Namespace, op byte, args ...any) (any, error) {
 		return nil, err
 	}
 	defer slot.token.release()
-	if op == pyrt.OpFree {
-		if b.epoch != w.Epoch || !w.Known[ns.id] {
-			return nil, nil // nothing of it lives in this worker
+	for first := true; ; first = false {
+		if op == pyrt.OpFree {
+			if b.epoch != w.Epoch || !w.Known[ns.id] {
+				return nil, nil // nothing of it lives in this worker
+			}
+			delete(w.Known, ns.id)
 		}
-		delete(w.Known, ns.id)
-	}
-	create, lost := prepare(w, []*nsBinding{b}, []uint32{ns.id})
-	if lost != nil {
-		return nil, lost
-	}
-	if op != pyrt.OpFree {
-		if create, err = e.registerAgain(w, []*nsBinding{b}, []uint32{ns.id}, create); err != nil {
-			_, err := e.lost(slot, w, []*nsBinding{b}, nil, &Result{}, time.Now())
+		create, lost := prepare(slot, w, []*nsBinding{b}, []uint32{ns.id})
+		if lost != nil {
+			return nil, lost
+		}
+		if op != pyrt.OpFree {
+			if create, err = e.registerAgain(w, []*nsBinding{b}, []uint32{ns.id}, create); err != nil {
+				_, err := e.lost(slot, w, []*nsBinding{b}, nil, &Result{}, time.Now())
+				return nil, err
+			}
+		}
+		rid := w.NextRun()
+		h := &isolatedRun{w: w, id: rid}
+		reqErr := w.Request(rid, 0, create, req)
+		if reqErr == nil {
+			for !h.wait(-1) { // false only after a stray wake from an earlier run's context
+			}
+		}
+		if h.broke != nil {
+			_, err := e.broken(slot, w, []*nsBinding{b}, h.broke, &Result{}, time.Now())
 			return nil, err
 		}
-	}
-	rid := w.NextRun()
-	h := &isolatedRun{w: w, id: rid}
-	if err := w.Request(rid, 0, create, req); err == nil {
-		for !h.wait(-1) { // false only after a stray wake from an earlier run's context
+		if h.reply == nil {
+			if first && w.Controlled() && (reqErr != nil || w.Unstarted()) {
+				// It ended between requests, before it read this one: as in attempt.
+				slot.settle(w, time.Second)
+				if w, err = slot.live(context.Background()); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			_, err := e.ended(slot, w, []*nsBinding{b}, stop{}, &Result{}, time.Now())
+			return nil, err
 		}
+		if op != pyrt.OpFree {
+			created(w, []*nsBinding{b}, []uint32{ns.id})
+		}
+		w.Answered()
+		return opReply(h.reply.resp)
 	}
-	if h.broke != nil {
-		_, err := e.broken(slot, w, []*nsBinding{b}, h.broke, &Result{}, time.Now())
-		return nil, err
-	}
-	if h.reply == nil {
-		_, err := e.lost(slot, w, []*nsBinding{b}, nil, &Result{}, time.Now())
-		return nil, err
-	}
-	if op != pyrt.OpFree {
-		created(w, []*nsBinding{b}, []uint32{ns.id})
-	}
-	w.Answered()
-	return opReply(h.reply.resp)
 }
 
 // fork is Namespace.Fork: the namespace's worker forks a copy of itself, which its
@@ -681,7 +747,7 @@ func (e *Isolated) fork(ns *Namespace) (*Namespace, error) {
 		return nil, fmt.Errorf("%w: its worker has no control socket", ErrNoFork)
 	}
 	ids := []uint32{ns.id}
-	create, lost := prepare(w, []*nsBinding{b}, ids)
+	create, lost := prepare(slot, w, []*nsBinding{b}, ids)
 	if lost != nil {
 		return nil, lost
 	}
@@ -731,6 +797,7 @@ func (e *Isolated) fork(ns *Namespace) (*Namespace, error) {
 	}
 	e.own[copySlot] = struct{}{}
 	e.mu.Unlock()
+	go copySlot.watch(cw)
 	copied = true
 	e.hostReg.fork(ns.id, id)
 	e.opened.Add(1)
@@ -861,6 +928,133 @@ type workerSlot struct {
 	err     error
 	epoch   uint64
 	closed  bool
+	stop    chan struct{} // closed by shutdown: the watches of its workers end (stopped)
+	// idle is the last of its workers that ended between runs with no snapshot to take
+	// over: the namespaces it held learn of it at their next use (prepare).
+	idle *idleLoss
+}
+
+// idleLoss is a worker (of epoch) that ended between runs, and the error of its namespaces.
+type idleLoss struct {
+	epoch uint64
+	err   WorkerLostError
+}
+
+// stopped is closed when the slot shuts down.
+func (s *workerSlot) stopped() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stop == nil {
+		s.stop = make(chan struct{})
+		if s.closed {
+			close(s.stop)
+		}
+	}
+	return s.stop
+}
+
+// watch waits for w, a worker of the slot, to end. One that ends between runs is settled
+// at once, so that the namespace's next run finds its successor (or its snapshot) ready,
+// and a NewNamespace never takes a dead spare: a run or request that holds the slot's
+// token meanwhile deals with the death itself (live, or its own failure).
+func (s *workerSlot) watch(w *worker.Worker) {
+	stop := s.stopped()
+	if !w.WaitEnd(stop) {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	if s.token.acquire(ctx, deadline{}) != nil {
+		return
+	}
+	defer s.token.release()
+	s.mu.Lock()
+	mine := s.cur == w || s.started == w && s.pending != nil
+	s.mu.Unlock()
+	if mine {
+		s.live(ctx) //nolint:errcheck // a failed replacement is the next run's error
+	}
+}
+
+// settle deals with w, the slot's current worker, which ended while no request was in
+// flight: its snapshot takes over when it holds the state of the last answer (the
+// namespaces lose nothing); else w is replaced, and the namespaces it held learn at their
+// next use that their variables are gone (idleLoss). It returns the worker that took
+// over, or nil. wait bounds the wait for the guardian's report of the death (a request
+// that found the worker gone may be ahead of it). The caller holds the token.
+func (s *workerSlot) settle(w *worker.Worker, wait time.Duration) *worker.Worker {
+	at := time.Now()
+	d, reported := w.AwaitDeath(wait)
+	if reported {
+		at = d.At
+	}
+	held := s.held(w)
+	if reported && d.Snapshot && !w.Gone() {
+		how := lostError(w, nil).(*WorkerLostError)
+		if nw, err := w.RollBack(s.e.cfg.StartTimeout); err == nil {
+			s.mu.Lock()
+			if s.cur == w {
+				s.cur = nw
+			}
+			s.mu.Unlock()
+			go s.watch(nw)
+			how.Earlier, how.Idle, how.At, how.RolledBack = true, true, at, true
+			s.e.idleDeath(IdleDeath{At: at, How: how, Namespaces: held})
+			return nw
+		}
+	}
+	w.Kill() // whatever is left of its process tree
+	w.AwaitExit()
+	if !reported {
+		// Its last frames: a guardian without a control socket (a Command worker's) says
+		// how the worker ended in its exit frame.
+		until := time.Now().Add(time.Second)
+		for {
+			if _, err := w.ReadFrame(until); err != nil {
+				break
+			}
+		}
+	}
+	how := lostError(w, nil).(*WorkerLostError)
+	how.Earlier, how.Idle, how.At = true, true, at
+	if held > 0 {
+		s.mu.Lock()
+		s.idle = &idleLoss{epoch: w.Epoch, err: *how}
+		s.mu.Unlock()
+	}
+	s.replace(w)
+	s.e.idleDeath(IdleDeath{At: at, How: how, Namespaces: held})
+	return nil
+}
+
+// held is the number of namespaces whose state w holds (IdleDeath.Namespaces).
+func (s *workerSlot) held(w *worker.Worker) int {
+	if !w.Changed() {
+		return 0
+	}
+	n := len(w.Known)
+	if s.e.defaultNS == nil || s.e.defaultNS.slot != s {
+		n-- // (every worker holds the default namespace's id; only the first slot serves it)
+	}
+	return max(n, 0)
+}
+
+// idleDeath counts a worker that ended between runs and tells the engine's observer.
+func (e *Isolated) idleDeath(d IdleDeath) {
+	e.idleDeaths.Add(1)
+	if !d.How.RolledBack && d.Namespaces > 0 {
+		e.idleLost.Add(1)
+	}
+	if f := e.cfg.OnIdleDeath; f != nil {
+		go f(d)
+	}
 }
 
 // startNext starts the slot's next worker in the background (workers are started ahead of
@@ -889,6 +1083,9 @@ func (s *workerSlot) startNext() {
 		s.started, s.err = w, err
 		close(done)
 		s.mu.Unlock()
+		if w != nil {
+			s.watch(w)
+		}
 	}()
 }
 
@@ -948,9 +1145,10 @@ func (s *workerSlot) live(ctx context.Context) (*worker.Worker, error) {
 			return nil, ErrEngineClosed
 		}
 		if w != nil {
-			if w.Gone() {
-				w.Kill()
-				s.replace(w)
+			if w.Gone() || w.Ended() { // between runs
+				if nw := s.settle(w, 0); nw != nil {
+					return nw, nil
+				}
 				continue
 			}
 			return w, nil
@@ -963,9 +1161,11 @@ func (s *workerSlot) live(ctx context.Context) (*worker.Worker, error) {
 			}
 			return nil, err
 		}
-		if w != nil && w.Gone() && attempt < 1 {
-			w.Kill() // ended while it waited (a spare, a template's death): once more
-			s.replace(w)
+		if w != nil && (w.Gone() || w.Ended()) && attempt < 1 {
+			// Ended while it waited (a spare, a template's death): once more.
+			if nw := s.settle(w, 0); nw != nil {
+				return nw, nil
+			}
 			continue
 		}
 		if w != nil {
@@ -1000,6 +1200,9 @@ func (s *workerSlot) replace(w *worker.Worker) {
 
 func (s *workerSlot) shutdown() {
 	s.mu.Lock()
+	if !s.closed && s.stop != nil {
+		close(s.stop)
+	}
 	s.closed = true
 	cur, started, pending := s.cur, s.started, s.pending
 	s.mu.Unlock()

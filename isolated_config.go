@@ -167,6 +167,14 @@ type IsolatedConfig struct {
 	// Command workers have no snapshots, nor have workers of a free-threaded Python with a
 	// MemoryLimit (a snapshot could not start its threads under it).
 	NoRollback bool
+	// OnIdleDeath, if set, is called (on a goroutine of the engine's, which it should not
+	// hold up) for each worker that ended between runs: killed from outside, crashed by a
+	// thread the code left running, or a spare killed before any namespace took it. The
+	// engine has already dealt with it: a snapshot holding the state of the last run took
+	// over, so the namespaces lost nothing and their next run does not notice; or, without
+	// one, the worker was replaced, and each namespace it held fails its next use with a
+	// *WorkerLostError (Idle) matching ErrStateLost, once.
+	OnIdleDeath func(IdleDeath)
 	// NoTemplate starts each sandboxed worker as a process of its own. By default an engine
 	// with sandboxed local workers keeps a template: a process in the sandbox's file system
 	// that has loaded the runtime and Preload, from which each new worker is forked

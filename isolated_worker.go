@@ -1,6 +1,7 @@
 package minipy
 
 import (
+	"errors"
 	"fmt"
 	"syscall"
 
@@ -57,9 +58,26 @@ func dirsOf(d workDirs) worker.Dirs {
 	return worker.Dirs{Tree: d.tree.name, Home: d.home}
 }
 
-// startWorker starts a worker for e with dirs and waits until it is ready: forked from e's
-// template when it has one, else a process of its own.
+// startAttempts is how many times a worker start is tried when something from outside
+// ended it (worker.ErrStartKilled, worker.ErrTemplateGone): a process killed as it starts
+// is no reason to fail a run.
+const startAttempts = 3
+
+// startWorker starts a worker for e with dirs and waits until it is ready (startOnce),
+// again when a kill from outside ended the start, up to startAttempts.
 func startWorker(e *Isolated, dirs workDirs, epoch uint64) (*worker.Worker, error) {
+	for attempt := 1; ; attempt++ {
+		w, err := startOnce(e, dirs, epoch)
+		if err == nil || attempt == startAttempts || e.isClosed() ||
+			!errors.Is(err, worker.ErrStartKilled) && !errors.Is(err, worker.ErrTemplateGone) {
+			return w, err
+		}
+	}
+}
+
+// startOnce starts a worker for e with dirs and waits until it is ready: forked from e's
+// template when it has one, else a process of its own.
+func startOnce(e *Isolated, dirs workDirs, epoch uint64) (*worker.Worker, error) {
 	if dirs.err != nil {
 		return nil, dirs.err
 	}
@@ -71,6 +89,9 @@ func startWorker(e *Isolated, dirs workDirs, epoch uint64) (*worker.Worker, erro
 		}
 		if err == nil {
 			w, err = e.spec.AwaitReady(w)
+		}
+		if errors.Is(err, worker.ErrTemplateGone) {
+			e.dropTemplate(t) // (it died, and the host may not have seen it exit yet)
 		}
 		if err == nil || e.isClosed() || e.capped() && !t.Gone() {
 			// (A live template holds the working directories' tmpfs: a worker started
@@ -114,17 +135,25 @@ func readyFrame(ready []byte) (tag string, code []byte, err error) {
 	return tag, code, nil
 }
 
-// prepare returns the namespaces (of ids) worker w must create before the request, or a
-// *WorkerLostError if one of them held variables in a worker that has since ended (the
-// caller learns of the loss once; the namespace then starts fresh). The caller holds the
-// slot's token.
-func prepare(w *worker.Worker, bindings []*nsBinding, ids []uint32) ([]uint32, error) {
+// prepare returns the namespaces (of ids) worker w, slot's, must create before the
+// request, or a *WorkerLostError if one of them held variables in a worker that has since
+// ended (the caller learns of the loss once; the namespace then starts fresh): the slot's
+// idle loss when that worker ended between runs. The caller holds the slot's token.
+func prepare(slot *workerSlot, w *worker.Worker, bindings []*nsBinding, ids []uint32) ([]uint32, error) {
 	var create []uint32
 	var lost error
 	for i, b := range bindings {
 		if b.epoch != 0 && b.epoch != w.Epoch {
+			slot.mu.Lock()
+			idle := slot.idle
+			slot.mu.Unlock()
+			if idle != nil && idle.epoch == b.epoch {
+				err := idle.err // (a copy: each namespace learns of it once)
+				lost = &err
+			} else {
+				lost = &WorkerLostError{Earlier: true, ExitCode: -1}
+			}
 			b.epoch = 0
-			lost = &WorkerLostError{Earlier: true, ExitCode: -1}
 		}
 		if !w.Known[ids[i]] {
 			create = append(create, ids[i])

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/minipy-go/minipy/internal/worker"
 )
@@ -43,6 +44,24 @@ type IsolatedStats struct {
 	// CgroupError says why the engine has none when it looked for one (ErrNoCgroup).
 	Cgroup      string
 	CgroupError error
+	// IdleDeaths counts the workers that ended between runs (spares included), and
+	// IdleStateLost those of them whose namespaces lost their variables: no snapshot held
+	// the state of their last run (NoRollback, Command workers, a snapshot killed too). See
+	// IsolatedConfig.OnIdleDeath.
+	IdleDeaths, IdleStateLost uint64
+}
+
+// IdleDeath is a worker that ended between runs (IsolatedConfig.OnIdleDeath).
+type IdleDeath struct {
+	// At is when the engine learned of it.
+	At time.Time
+	// How is how it ended (Signal, ExitCode, Limit; Earlier and Idle set). RolledBack
+	// means its snapshot took over and its namespaces lost nothing; otherwise this is the
+	// error their next use returns.
+	How *WorkerLostError
+	// Namespaces is the number of namespaces it held; 0 for a spare or a worker that had
+	// not answered a run yet (nothing was lost whatever happened).
+	Namespaces int
 }
 
 // What enforces an engine's MemoryLimit and Processes (IsolatedStats.Limits).
@@ -87,6 +106,8 @@ func (e *Isolated) Stats() IsolatedStats {
 		StartError:    e.startRec.lastErr(),
 		Limits:        LimitsRlimits,
 		CgroupError:   e.cgroupErr,
+		IdleDeaths:    e.idleDeaths.Load(),
+		IdleStateLost: e.idleLost.Load(),
 	}
 	if c := e.cgroups; c != nil {
 		st.Limits, st.Cgroup = LimitsCgroupV1, c.Path

@@ -60,7 +60,8 @@ func (e *Isolated) mountWorkDir(t *workTree, name string) error {
 			return nil
 		}
 		fd, err := e.askMount(tmpl, t.name, name)
-		if errors.Is(err, worker.ErrTemplateGone) && tries == 0 {
+		if errors.Is(err, worker.ErrTemplateGone) && tries < startAttempts-1 {
+			e.dropTemplate(tmpl)
 			continue // a new one starts
 		}
 		if err != nil {

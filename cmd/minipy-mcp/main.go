@@ -174,7 +174,7 @@ func main() {
 	if err != nil {
 		log.Fatalf("minipy-mcp: %v", err)
 	}
-	cfg := minipy.IsolatedConfig{Workers: *workers, WorkSize: *workSize}
+	cfg := minipy.IsolatedConfig{Workers: *workers, WorkSize: *workSize, OnIdleDeath: logIdleDeath}
 	limits.apply(&cfg)
 	eng, err := newEngine(*backend, cfg)
 	if err != nil {
@@ -341,4 +341,18 @@ func takeStdout() (*os.File, error) {
 		return nil, fmt.Errorf("pointing stdout at stderr: %w", err)
 	}
 	return os.NewFile(uintptr(fd), "mcp-protocol"), nil
+}
+
+// logIdleDeath logs a worker that ended between runs (counted in /metrics too): what its
+// sessions lost, if anything, and how it ended.
+func logIdleDeath(d minipy.IdleDeath) {
+	switch {
+	case d.Namespaces == 0:
+		log.Printf("minipy-mcp: a worker that held no session's state ended between runs, and was replaced (%v)", d.How)
+	case d.How.RolledBack:
+		log.Printf("minipy-mcp: a worker ended between runs; its snapshot took over, and its session lost nothing (%v)",
+			d.How)
+	default:
+		log.Printf("minipy-mcp: a worker ended between runs with no snapshot: its session's variables are lost (%v)", d.How)
+	}
 }

@@ -266,11 +266,15 @@ var (
 		"Memory of the isolated engine's processes: their proportional set sizes (PSS), summed.", nil, nil)
 	descStarts = prometheus.NewDesc("minipy_worker_starts_total", "Worker starts, by result (ok, failed).",
 		[]string{"result"}, nil)
+	descIdleDeaths = prometheus.NewDesc("minipy_worker_idle_deaths_total",
+		"Workers that ended between runs (killed, crashed by a thread left running; spares included), by what "+
+			"their namespaces kept: kept (a snapshot took over: nothing lost) or lost (their variables).",
+		[]string{"state"}, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descSessions, descDraining, descNamespaces, descWorkers, descProcesses,
-		descMemory, descStarts} {
+		descMemory, descStarts, descIdleDeaths} {
 		ch <- d
 	}
 }
@@ -290,4 +294,6 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descMemory, prometheus.GaugeValue, float64(st.MemoryBytes))
 	ch <- prometheus.MustNewConstMetric(descStarts, prometheus.CounterValue, float64(st.Starts-st.StartFailures), "ok")
 	ch <- prometheus.MustNewConstMetric(descStarts, prometheus.CounterValue, float64(st.StartFailures), "failed")
+	ch <- prometheus.MustNewConstMetric(descIdleDeaths, prometheus.CounterValue, float64(st.IdleDeaths-st.IdleStateLost), "kept")
+	ch <- prometheus.MustNewConstMetric(descIdleDeaths, prometheus.CounterValue, float64(st.IdleStateLost), "lost")
 }

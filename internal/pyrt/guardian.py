@@ -137,23 +137,24 @@ def _report_exit(status):
 class _Line:
     """A worker the guardian serves: the first one, or a copy that Namespace.Fork made. ctl
     is the host's control socket for it (fd 3 for the first), v the socket over which it
-    and its snapshot talk to the guardian, snap its snapshot's pid (0: none), dead that
-    the worker ended and its snapshot waits for the host's b"T"."""
+    and its snapshot talk to the guardian, snap its snapshot's pid (0: none) and gen its
+    number (the worker's count of requests that may have changed its state), dead that the
+    worker ended and its snapshot waits for the host's b"T"."""
 
-    __slots__ = ("worker", "ctl", "v", "snap", "dead")
+    __slots__ = ("worker", "ctl", "v", "snap", "gen", "dead")
 
     def __init__(self, worker, ctl, v):
-        self.worker, self.ctl, self.v, self.snap, self.dead = worker, ctl, v, 0, False
+        self.worker, self.ctl, self.v, self.snap, self.gen, self.dead = worker, ctl, v, 0, 0, False
 
 
 def _guard_lines(worker, v, wake_r):
     """The guardian of local workers, each with its own control socket from the host
-    (docs/protocol.md, "Rollback" and "Fork"). A worker tells it each snapshot's pid
-    (b"S" u32) over its v; over its control socket the host sends b"K" (kill the worker,
+    (docs/protocol.md, "Rollback" and "Fork"). A worker tells it each snapshot's pid and
+    number (b"S" u32 u32) over its v; over its control socket the host sends b"K" (kill the worker,
     not its snapshot) and b"T" with three fds (the new stdin, stdout, stderr pipes, which
     the guardian hands to the snapshot: it becomes the worker). When a worker ends, the
     guardian kills what is left of its tree, but the snapshot and the other workers, and
-    sends b"D" i32 wait status, u8 snapshot alive. A Fork's copy reports itself over its
+    sends b"D" i32 wait status, u8 snapshot alive, u32 its number. A Fork's copy reports itself over its
     parent's v (b"F" u64 token, u32 pid, with its own v's other end); the host sends b"F"
     u64 token with four fds (the copy's pipes and its control socket); the guardian pairs
     them by token and hands the copy its pipes. The host closing a worker's control socket
@@ -227,11 +228,14 @@ class _Guardian:
             null = os.open(os.devnull, os.O_WRONLY)
             os.dup2(null, 2)
             os.close(null)
+        # What the worker said before it ended (a snapshot it made just before: the host
+        # reads the answer that preceded it, and must get that snapshot, not the one before).
+        self.drain(line)
         # Its orphans are the guardian's children now: whatever is no worker or snapshot.
         kill_tree([], self.known() - {line.worker}, self.me)
         alive = 1 if line.snap else 0
         try:
-            line.ctl.send(C_DIED + struct.pack("<i", status) + bytes((alive,)))
+            line.ctl.send(C_DIED + struct.pack("<i", status) + bytes((alive,)) + struct.pack("<I", line.gen))
         except OSError:
             alive = 0
         if not alive:
@@ -239,6 +243,23 @@ class _Guardian:
                 self.end(status)
             self.drop(line)
         line.dead = True
+
+    def drain(self, line):
+        """Reads the messages waiting on line's v."""
+        import select
+
+        p = select.poll()
+        p.register(line.v.fileno(), select.POLLIN)
+        while line.v.fileno() in self.by_fd and p.poll(0):
+            try:
+                msg, fds = _recv_fds(line.v)
+            except OSError:
+                return
+            self.from_worker(line, msg, fds)
+            for f in fds:
+                os.close(f)
+            if not msg:
+                return
 
     def pair(self, token):
         import array
@@ -286,8 +307,8 @@ class _Guardian:
 
         if not msg:  # no worker or snapshot holds the other end any more
             self.unwatch(line.v)
-        elif msg[:1] == b"S" and len(msg) == 5 and not line.dead:
-            line.snap = int.from_bytes(msg[1:5], "little")
+        elif msg[:1] == b"S" and len(msg) == 9 and not line.dead:
+            line.snap, line.gen = int.from_bytes(msg[1:5], "little"), int.from_bytes(msg[5:9], "little")
         elif msg[:1] == b"F" and len(msg) == 13 and len(fds) == 1:
             token = msg[1:9]
             self.from_copy[token] = (int.from_bytes(msg[9:13], "little"), socket.socket(fileno=fds.pop()))

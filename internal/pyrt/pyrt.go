@@ -102,7 +102,7 @@ const (
 	FrameRequest = 'R' // host -> worker: u64 run id, u32 deadman ms, u16 n, n x u32 ids, request
 	FrameKick    = 'K' // host -> worker: u64 run id, u8 stage
 	FrameReady   = 'Y' // worker -> host: codec [version, executable]
-	FrameAnswer  = 'A' // worker -> host: u64 run id, u8 kicked, response
+	FrameAnswer  = 'A' // worker -> host: u64 run id, u8 flags (Answer*), response
 	FrameExit    = 'X' // guardian -> host: i32 wait status, the last frame
 	FrameOutput  = 'O' // run event: u64 run id, u8 stream (1 stdout, 2 stderr), bytes
 	FrameCall    = 'C' // run event: u64 run id, u64 call id, codec [function id, {arguments}]
@@ -110,11 +110,22 @@ const (
 	FrameBeat    = 'H' // host -> Command worker: nothing; it ends after a silence (config silence_ms)
 )
 
+// The flags of an answer (FrameAnswer). AnswerChanged says the request may have changed
+// the worker's state (it ran code, or created namespaces): a worker with rollback forks a
+// new snapshot after it, numbered by the count of such requests, which the guardian
+// reports with a death (ControlDied). The host counts these answers too, so that it never
+// rolls back to a snapshot older than the last answer it read (docs/protocol.md,
+// "Rollback").
+const (
+	AnswerKicked  = 1 // the run was kicked (interrupted)
+	AnswerChanged = 2
+)
+
 // The messages of a local worker's control socket (a SOCK_SEQPACKET pair between the host
 // and the worker's guardian, or the engine's template): a kind, then its payload; fds ride
 // along as SCM_RIGHTS (docs/protocol.md: "Rollback", "Fork", "Template").
 const (
-	ControlDied     = 'D' // guardian -> host: i32 wait status, u8 1 if a snapshot waits to take over
+	ControlDied     = 'D' // guardian -> host: i32 wait status, u8 1 if a snapshot waits to take over, u32 its number
 	ControlKill     = 'K' // host -> guardian: kill the worker (not its snapshot)
 	ControlTakeOver = 'T' // host -> guardian: the snapshot takes over; 3 fds: its stdin, stdout, stderr
 	ControlFork     = 'F' // host -> guardian: u64 token; 4 fds: a Fork copy's pipes and control socket
@@ -187,6 +198,7 @@ func prelude() string {
 			CallOK, CallError, CallBadArgs, CallStopped, CallRefused, CallShow),
 		fmt.Sprintf("IMAGE_TYPES = (%s,)", quoted(ImageTypes)),
 		fmt.Sprintf("OUTPUT_CHUNK = %d", OutputChunk),
+		fmt.Sprintf("ANSWER_KICKED, ANSWER_CHANGED = %d, %d", AnswerKicked, AnswerChanged),
 		fmt.Sprintf("C_DIED, C_KILL, C_TAKE_OVER, C_FORK, C_NEW, C_MOUNT, C_REFUSED = %s, %s, %s, %s, %s, %s, %s",
 			b(ControlDied), b(ControlKill), b(ControlTakeOver), b(ControlFork), b(ControlNew), b(ControlMount),
 			b(ControlRefused)),

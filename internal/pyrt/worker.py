@@ -213,6 +213,7 @@ class _Worker:
         self.snap_pid = 0
         self.unreaped = []  # replaced snapshots, killed, not yet reaped
         self.changed = True  # the last request may have changed the state: snapshot again
+        self.gen = 0  # the requests that may have changed the state (ANSWER_CHANGED): numbers snapshots
         # Working directories (IsolatedConfig's per-namespace ones): the worker's own, and the
         # tree that holds those of the namespaces sharing the worker (packed ones, a Fork copy).
         self.workdir = None
@@ -376,11 +377,13 @@ class _Worker:
             self.changed = bool(count) or request[:1] not in (
                 bytes((OP_GET,)), bytes((OP_NAMES,)), bytes((OP_INFO,)), bytes((OP_FORK,)),
                 bytes((OP_SAVE,)))
+            self.gen += self.changed
+            changed = ANSWER_CHANGED if self.changed else 0
             if request[:1] == bytes((OP_FORK,)):
                 resp = self.fork(request)
                 if resp is None:
                     continue  # in the copy, which has taken over: its requests come on its own pipes
-                self.write_frame(F_ANSWER, body[1:9], b"\x00", resp)
+                self.write_frame(F_ANSWER, body[1:9], bytes((changed,)), resp)
                 self.busy = False
                 continue
             host_calls = request[0] == OP_RUN and bool(_FLAGS.unpack_from(request, 13)[0] & RUN_HOST_CALLS)
@@ -407,7 +410,7 @@ class _Worker:
             if self.packed and request[:1] == bytes((OP_FREE,)):
                 for ident in [i for i in self.cwds if i not in _rt._spaces]:
                     del self.cwds[ident]
-            self.write_frame(F_ANSWER, body[1:9], b"\x01" if kicked else b"\x00", resp)
+            self.write_frame(F_ANSWER, body[1:9], bytes((changed | (ANSWER_KICKED if kicked else 0),)), resp)
             self.heard = time.monotonic()  # (beats that queued while the GIL was held are read after)
             self.busy = False
 
@@ -506,7 +509,7 @@ class _Worker:
             # The guardian learns of the new one before the old one goes, so that a crash
             # in between still finds a snapshot; the old one is reaped later, without waiting.
             try:
-                os.write(self.snap_sock, b"S" + pid.to_bytes(4, "little"))
+                os.write(self.snap_sock, b"S" + pid.to_bytes(4, "little") + (self.gen & 0xFFFFFFFF).to_bytes(4, "little"))
             except OSError:
                 pass
             old, self.snap_pid = self.snap_pid, pid

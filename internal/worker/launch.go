@@ -477,7 +477,33 @@ func (s *Spec) AwaitReady(w *Worker) (*Worker, error) {
 	if w.cmd != nil {
 		how = strings.Join(w.cmd.Args[:len(w.cmd.Args)-2], " ")
 	}
+	if w.killedStarting() {
+		return nil, fmt.Errorf("%w: starting a worker (%s) failed: %s", ErrStartKilled, how, msg)
+	}
 	return nil, fmt.Errorf("minipy: starting a worker (%s) failed: %s", how, msg)
+}
+
+// killedStarting reports whether w, which ended before it was ready, was killed by a signal
+// (its guardian's exit frame, or its own status) or ended saying nothing: a start that
+// fails on its own (a python that cannot start, a sandbox the kernel refuses) writes why
+// on its stderr, and a guardian whose worker was killed ends quietly.
+func (w *Worker) killedStarting() bool {
+	select {
+	case <-w.exited:
+	default:
+		return false // (still running: the start timed out)
+	}
+	if strings.TrimSpace(w.stderr.String()) == "" {
+		return true
+	}
+	switch {
+	case w.exitFrame:
+		return w.exitStatus.Signaled()
+	case w.state != nil:
+		ws, ok := w.state.Sys().(syscall.WaitStatus)
+		return ok && ws.Signaled()
+	}
+	return false
 }
 
 // Spawn has template t fork a worker sandbox with dirs (docs/protocol.md, "Template"): it

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/minipy-go/minipy/internal/pyrt"
+	"golang.org/x/sys/unix"
 )
 
 // stderrKeep is how much of a worker's own stderr is kept for crash errors.
@@ -38,6 +39,8 @@ type Worker struct {
 	stdin  *os.File
 	pidns  bool // the worker is pid 1 of its own pid namespace: killing it kills its tree
 	wmu    sync.Mutex
+	sent   uint64        // bytes written to stdin (under wmu)
+	reqAt  uint64        // sent when the last request's frame began (under wmu)
 	exited chan struct{} // closed when the process has been waited for
 	stderr tailBuffer
 
@@ -58,6 +61,10 @@ type Worker struct {
 	killOnce sync.Once
 
 	runSeq uint64 // the owner's
+	// gen is the number of the answers read that may have changed the worker's state
+	// (pyrt.AnswerChanged): the number of the snapshot that holds the state after the
+	// last of them. The owner's.
+	gen uint32
 
 	// Local workers: ctl is the control socket to the guardian (fd 3 there, for the first
 	// worker of a guardian); line is what the workers of one ctl share (a rollback's worker
@@ -70,6 +77,8 @@ type Worker struct {
 	stderrDone chan struct{} // closed when the worker's stderr pipe has ended
 	died       chan Death
 	deathNote  atomic.Pointer[Death]
+	ended      chan struct{} // closed with deathNote's store
+	endOnce    sync.Once
 
 	cg      *cgroup // the group of its sandbox (Spec.Cgroups), shared with the workers of its guardian; or nil
 	oomBase uint64  // the group's OOM kills when this worker took over (a snapshot, a copy)
@@ -77,8 +86,24 @@ type Worker struct {
 
 // Death is the guardian's report (pyrt.ControlDied) that the worker process ended.
 type Death struct {
-	Status   syscall.WaitStatus
-	Snapshot bool // a snapshot of it waits to take over
+	Status syscall.WaitStatus
+	// Snapshot: a snapshot of it waits to take over, holding the state after the last
+	// answer the owner read. (A worker killed after it answered and before its next
+	// snapshot leaves the one before: that is reported as none, since waking it would
+	// undo a run the host saw finish.)
+	Snapshot bool
+	At       time.Time // when the host learned of it
+	gen      uint32    // the snapshot's number (Worker.gen)
+}
+
+// Changed reports whether w (or a worker it took over from: a rollback's, a Fork's) has
+// answered a request that may have changed its state. The owner's.
+func (w *Worker) Changed() bool { return w.gen != 0 }
+
+// current is d as the owner of w sees it: a snapshot older than the last answer read is none.
+func (w *Worker) current(d Death) Death {
+	d.Snapshot = d.Snapshot && d.gen == w.gen
+	return d
 }
 
 // beatFrame is the frame of a beat.
@@ -214,6 +239,9 @@ func (w *Worker) takeFrame(n int) []byte {
 		body = append([]byte(nil), w.rbuf[4:4+n]...)
 		w.rbuf = w.rbuf[:copy(w.rbuf, w.rbuf[4+n:])]
 	}
+	if body[0] == pyrt.FrameAnswer && len(body) >= 10 && body[9]&pyrt.AnswerChanged != 0 {
+		w.gen++ // the worker's snapshot after this answer has this number (Death)
+	}
 	if body[0] == pyrt.FrameExit && len(body) == 5 {
 		w.exitFrame = true
 		w.exitStatus = syscall.WaitStatus(int32(binary.LittleEndian.Uint32(body[1:])))
@@ -233,11 +261,42 @@ func (w *Worker) Wake() {
 }
 
 // Send writes one frame to the worker.
-func (w *Worker) Send(frame []byte) error {
+func (w *Worker) Send(frame []byte) error { return w.send(frame, false) }
+
+// send writes one frame; request marks the start of a request (Unstarted).
+func (w *Worker) send(frame []byte, request bool) error {
 	w.wmu.Lock()
 	defer w.wmu.Unlock()
-	_, err := w.stdin.Write(frame)
+	if request {
+		w.reqAt = w.sent
+	}
+	n, err := w.stdin.Write(frame)
+	w.sent += uint64(n)
 	return err
+}
+
+// Unstarted reports whether w, which has ended, never read any byte of its last request
+// (Request): the request is whole in its stdin pipe, so it had no effect, and the worker
+// ended before it (between runs). False when unknown: a worker without a guardian (a
+// Command worker's stdin may be a transport's), or a pipe the host cannot query.
+func (w *Worker) Unstarted() bool {
+	if w.line == nil {
+		return false
+	}
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
+	raw, err := w.stdin.SyscallConn()
+	if err != nil {
+		return false
+	}
+	unread, ioErr := -1, error(nil)
+	if err := raw.Control(func(fd uintptr) {
+		// FIONREAD on either end of a pipe: the bytes in it not yet read.
+		unread, ioErr = unix.IoctlGetInt(int(fd), unix.TIOCINQ) // (FIONREAD)
+	}); err != nil || ioErr != nil {
+		return false
+	}
+	return w.sent > w.reqAt && uint64(unread) >= w.sent-w.reqAt
 }
 
 // NextRun is the id of the owner's next request to the worker.
@@ -450,6 +509,7 @@ func (l *ctlLine) release() (others bool) {
 func (l *ctlLine) follow(w *Worker) {
 	w.line = l
 	w.died = make(chan Death, 1)
+	w.ended = make(chan struct{})
 	l.cur.Store(w)
 }
 
@@ -466,18 +526,37 @@ func (l *ctlLine) watch(w *Worker) {
 			if err != nil {
 				return
 			}
-			if n == 6 && buf[0] == pyrt.ControlDied {
-				d := Death{Status: syscall.WaitStatus(int32(binary.LittleEndian.Uint32(buf[1:5]))), Snapshot: buf[5] == 1}
+			if n == 10 && buf[0] == pyrt.ControlDied {
+				d := Death{Status: syscall.WaitStatus(int32(binary.LittleEndian.Uint32(buf[1:5]))), Snapshot: buf[5] == 1,
+					At: time.Now(), gen: binary.LittleEndian.Uint32(buf[6:10])}
 				cur := l.cur.Load()
 				cur.deathNote.Store(&d)
 				select {
 				case cur.died <- d:
 				default:
 				}
+				cur.endOnce.Do(func() { close(cur.ended) })
 				cur.Wake()
 			}
 		}
 	}()
+}
+
+// WaitEnd waits until w has ended, as Gone or Ended would report it, and returns true; or
+// until stop is closed, and returns false. Safe from any goroutine.
+func (w *Worker) WaitEnd(stop <-chan struct{}) bool {
+	var ended, lineDone <-chan struct{} // (nil without a line: never ready)
+	if w.line != nil {
+		ended, lineDone = w.ended, w.line.done
+	}
+	select {
+	case <-ended:
+	case <-lineDone:
+	case <-w.exited:
+	case <-stop:
+		return false
+	}
+	return true
 }
 
 // Ended reports whether the guardian said the worker process ended.
@@ -491,7 +570,7 @@ func (w *Worker) KillWorker(wait time.Duration) (Death, bool) {
 		return Death{}, false
 	}
 	if d := w.deathNote.Load(); d != nil {
-		return *d, true
+		return w.current(*d), true
 	}
 	if _, err := w.ctl.Write([]byte{pyrt.ControlKill}); err != nil {
 		return Death{}, false
@@ -505,19 +584,19 @@ func (w *Worker) AwaitDeath(wait time.Duration) (Death, bool) {
 		return Death{}, false
 	}
 	if d := w.deathNote.Load(); d != nil {
-		return *d, true
+		return w.current(*d), true
 	}
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case d := <-w.died:
-		return d, true
+		return w.current(d), true
 	case <-w.exited:
 	case <-w.line.done:
 	case <-t.C:
 	}
 	if d := w.deathNote.Load(); d != nil {
-		return *d, true
+		return w.current(*d), true
 	}
 	return Death{}, false
 }
@@ -558,6 +637,7 @@ func (w *Worker) handOver(ctl *net.UnixConn, line *ctlLine, msg []byte, extra []
 		limit:   w.limit,
 		cg:      w.cg,
 		oomBase: w.cg.oomCount(),
+		gen:     w.gen, // a rollback's snapshot holds the state of w's last answer; a copy, of the Fork's
 	}
 	if nw.Known == nil {
 		nw.Known = map[uint32]bool{pyrt.DefaultNamespace: true}
@@ -668,6 +748,11 @@ func (w *Worker) Copy(token uint64, id uint32, timeout time.Duration) (*Worker, 
 // ErrTemplateGone: the template did not answer (it died, or the engine closed it).
 var ErrTemplateGone = errors.New("minipy: the template is gone")
 
+// ErrStartKilled: a worker was killed by a signal before it was ready (from outside: an
+// operator, the OOM killer), or, forked from the template, ended without a word. Not the
+// configuration's fault: another start may well succeed.
+var ErrStartKilled = errors.New("minipy: the worker was killed while it started")
+
 // AskMount has template t mount a tmpfs of size bytes over the working directory tree/name
 // in its mount namespace (pyrt.ControlMount) and returns an O_PATH fd of the tmpfs's root.
 // The caller sends one request at a time, so that an answer is the last request's; a
@@ -735,7 +820,7 @@ func (w *Worker) Request(rid uint64, deadman uint32, create []uint32, req []byte
 	for _, id := range create {
 		f = binary.LittleEndian.AppendUint32(f, id)
 	}
-	return w.Send(append(f, req...))
+	return w.send(append(f, req...), true)
 }
 
 // Kick asks the worker to interrupt run rid (pyrt.FrameKick) at stage (1, then 2 once the
@@ -756,5 +841,5 @@ func Answer(body []byte) (rid uint64, kicked bool, resp []byte, ok bool) {
 	if len(body) < 10 || body[0] != pyrt.FrameAnswer {
 		return 0, false, nil, false
 	}
-	return binary.LittleEndian.Uint64(body[1:]), body[9] != 0, body[10:], true
+	return binary.LittleEndian.Uint64(body[1:]), body[9]&pyrt.AnswerKicked != 0, body[10:], true
 }

@@ -364,3 +364,60 @@ func TestReadFrameBuffer(t *testing.T) {
 	<-sent
 	assert.LessOrEqual(t, w.BufferCap(), 8*(100<<10+5), "the buffer grew by what arrived, not by the claim")
 }
+
+// TestDeathSnapshotMustFollowTheLastAnswer: the guardian's death report names the
+// snapshot's number; one older than the last answer read that changed the state (the
+// worker died after it answered and before it forked the next one) is no snapshot to roll
+// back to, since waking it would undo a run the host reported done.
+func TestDeathSnapshotMustFollowTheLastAnswer(t *testing.T) {
+	answer := func(flags byte) []byte {
+		f := binary.LittleEndian.AppendUint32(nil, 1+8+1+1)
+		f = append(f, pyrt.FrameAnswer)
+		f = binary.LittleEndian.AppendUint64(f, 7)
+		return append(f, flags, 'x')
+	}
+	died := func(gen uint32) []byte {
+		m := append([]byte{pyrt.ControlDied}, 9, 0, 0, 0, 1) // SIGKILL, a snapshot alive
+		return binary.LittleEndian.AppendUint32(m, gen)
+	}
+	for _, c := range []struct {
+		answers  []byte // the flags of the answers read
+		snapshot uint32
+		current  bool
+	}{
+		{nil, 0, true},
+		{[]byte{pyrt.AnswerChanged}, 1, true},
+		{[]byte{pyrt.AnswerChanged}, 0, false},
+		{[]byte{pyrt.AnswerChanged, 0, pyrt.AnswerKicked}, 1, true}, // reading requests change nothing
+		{[]byte{pyrt.AnswerChanged, pyrt.AnswerChanged | pyrt.AnswerKicked}, 1, false},
+	} {
+		r, wr, err := os.Pipe()
+		require.NoError(t, err)
+		w := Reading(r, DefaultMaxTransfer)
+		ctl, guardian, err := controlSocket()
+		require.NoError(t, err)
+		w.ctl = ctl
+		newLine().watch(w)
+		for _, flags := range c.answers {
+			_, err := wr.Write(answer(flags))
+			require.NoError(t, err)
+			body, err := w.ReadFrame(time.Now().Add(5 * time.Second))
+			require.NoError(t, err)
+			_, kicked, _, ok := Answer(body)
+			assert.True(t, ok)
+			assert.Equal(t, flags&pyrt.AnswerKicked != 0, kicked)
+		}
+		_, err = guardian.Write(died(c.snapshot))
+		require.NoError(t, err)
+		require.True(t, w.WaitEnd(nil))
+		assert.True(t, w.Ended())
+		d, ok := w.AwaitDeath(5 * time.Second)
+		require.True(t, ok)
+		assert.Equal(t, c.current, d.Snapshot, "answers %v, snapshot %d", c.answers, c.snapshot)
+		assert.Equal(t, syscall.Signal(9), d.Status.Signal())
+		guardian.Close()
+		ctl.Close()
+		r.Close()
+		wr.Close()
+	}
+}

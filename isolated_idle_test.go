@@ -1,0 +1,303 @@
+package minipy_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/minipy-go/minipy"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Issue 39: a worker that ends between runs (killed from outside, or by a thread the code
+// left running) never fails the next run when a snapshot holds its state, and a spare that
+// died is never handed out.
+
+// whereAmI is code whose value is the worker's pid namespace (as the host names it too)
+// and its pid there.
+const whereAmI = `import os; (os.readlink("/proc/self/ns/pid"), os.getpid())`
+
+// nsProcs is the host pids of the processes in pid namespace pidNS (a /proc/PID/ns/pid
+// link), each with its pid inside it (the last of NSpid).
+func nsProcs(t *testing.T, pidNS string) map[int]int {
+	t.Helper()
+	procs := map[int]int{}
+	entries, err := os.ReadDir("/proc")
+	require.NoError(t, err)
+	for _, d := range entries {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		if link, err := os.Readlink(filepath.Join("/proc", d.Name(), "ns/pid")); err != nil || link != pidNS {
+			continue
+		}
+		status, err := os.ReadFile(filepath.Join("/proc", d.Name(), "status"))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(status), "\n") {
+			if f := strings.Fields(line); len(f) > 1 && f[0] == "NSpid:" {
+				inner, _ := strconv.Atoi(f[len(f)-1])
+				procs[pid] = inner
+			}
+		}
+	}
+	return procs
+}
+
+// killInside SIGKILLs the process of pid namespace pidNS whose pid there is inner, from
+// the host, and waits until it is dead (gone, or a zombie its parent has not reaped).
+func killInside(t *testing.T, pidNS string, inner int) {
+	t.Helper()
+	for pid, in := range nsProcs(t, pidNS) {
+		if in == inner {
+			require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+			require.Eventually(t, func() bool {
+				stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+				return err != nil || strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))[0] == "Z"
+			}, 10*time.Second, 5*time.Millisecond, "pid %d dead", pid)
+			return
+		}
+	}
+	t.Fatalf("no process %d in %s", inner, pidNS)
+}
+
+func idleDeaths(cfg minipy.IsolatedConfig) (minipy.IsolatedConfig, chan minipy.IdleDeath) {
+	ch := make(chan minipy.IdleDeath, 16)
+	cfg.OnIdleDeath = func(d minipy.IdleDeath) { ch <- d }
+	return cfg, ch
+}
+
+func awaitIdleDeath(t *testing.T, ch chan minipy.IdleDeath) minipy.IdleDeath {
+	t.Helper()
+	select {
+	case d := <-ch:
+		return d
+	case <-time.After(30 * time.Second):
+		t.Fatal("no idle death reported")
+		return minipy.IdleDeath{}
+	}
+}
+
+// A worker killed between runs: its snapshot takes over at once, and the next run finds
+// the namespace as the last run left it, without an error.
+func TestIsolatedIdleDeathRollsBack(t *testing.T) {
+	cfg, deaths := idleDeaths(minipy.IsolatedConfig{})
+	e := newIsolated(t, cfg)
+	ns := e.NewNamespace()
+	defer ns.Close()
+	where := valueIn(t, e, ns, "x = 41\n"+whereAmI).([]any)
+	// A request that changes nothing: its answer comes after the worker made the snapshot
+	// of the run's state (which it does right after answering the run).
+	_, err := ns.Get("x")
+	require.NoError(t, err)
+	// Killed from outside, as an operator's bad day would.
+	before := time.Now()
+	killInside(t, where[0].(string), int(where[1].(int64)))
+	d := awaitIdleDeath(t, deaths)
+	assert.True(t, d.How.RolledBack, "%v", d.How)
+	assert.True(t, d.How.Idle)
+	assert.Equal(t, syscall.SIGKILL, d.How.Signal)
+	assert.Equal(t, 1, d.Namespaces)
+	assert.False(t, d.At.Before(before))
+	assert.Equal(t, int64(42), valueIn(t, e, ns, "x + 1"), "the state of the last run, no error")
+
+	// Killed by a thread the code left running: the snapshot (which has no threads) takes over.
+	valueIn(t, e, ns, `import os, signal, threading
+y = 2
+threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGKILL)).start()`)
+	_, err = ns.Get("y")
+	require.NoError(t, err)
+	d = awaitIdleDeath(t, deaths)
+	assert.True(t, d.How.RolledBack)
+	assert.Equal(t, []any{int64(41), int64(2)}, valueIn(t, e, ns, "[x, y]"))
+
+	st := e.Stats()
+	assert.Equal(t, uint64(2), st.IdleDeaths)
+	assert.Zero(t, st.IdleStateLost)
+}
+
+// Without a snapshot, the namespace learns of the loss at its next use, once, with when and
+// how the worker ended; then it starts fresh.
+func TestIsolatedIdleDeathWithoutSnapshot(t *testing.T) {
+	for _, cfg := range []minipy.IsolatedConfig{{NoRollback: true}, {Workers: 2, NoRollback: true}} {
+		t.Run(fmt.Sprintf("Workers=%d", cfg.Workers), func(t *testing.T) {
+			cfg, deaths := idleDeaths(cfg)
+			e := newIsolated(t, cfg)
+			ns := e.NewNamespace()
+			defer ns.Close()
+			where := valueIn(t, e, ns, "x = 41\n"+whereAmI).([]any)
+			killInside(t, where[0].(string), 1) // the guardian: everything in the sandbox goes
+			d := awaitIdleDeath(t, deaths)
+			assert.False(t, d.How.RolledBack)
+			assert.Equal(t, 1, d.Namespaces)
+
+			_, err := runIn(t, e, ns, "x")
+			var lost *minipy.WorkerLostError
+			require.ErrorAs(t, err, &lost)
+			assert.ErrorIs(t, err, minipy.ErrStateLost)
+			assert.True(t, lost.Idle)
+			assert.True(t, lost.Earlier)
+			assert.Equal(t, d.At, lost.At)
+			assert.Contains(t, err.Error(), "ended between runs, at "+d.At.Format("15:04:05.000"))
+			assert.Equal(t, int64(7), valueIn(t, e, ns, "x = 7\nx"), "then it starts fresh")
+			assert.Equal(t, uint64(1), e.Stats().IdleStateLost)
+		})
+	}
+}
+
+// A spare that dies while it waits is replaced at once: the namespace that takes it later
+// runs first time.
+func TestIsolatedDeadSpareIsNeverHandedOut(t *testing.T) {
+	cfg, deaths := idleDeaths(minipy.IsolatedConfig{})
+	e := newIsolated(t, cfg)
+	first := e.NewNamespace() // (the first makes the spare)
+	defer first.Close()
+	mine := map[string]bool{}
+	for _, ns := range []*minipy.Namespace{nil, first} {
+		r, err := e.Run(t.Context(), whereAmI, &minipy.Options{Globals: ns})
+		require.NoError(t, err)
+		mine[r.Value.([]any)[0].(string)] = true
+	}
+	self, err := os.Readlink("/proc/self/ns/pid")
+	require.NoError(t, err)
+	mine[self] = true
+	root := os.Getpid() // (an engine closed by an earlier test may still be ending)
+	if pid := minipy.TemplatePID(e); pid != 0 {
+		tmpl, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid))
+		require.NoError(t, err)
+		mine[tmpl] = true
+		root = pid
+	}
+	// The spare's sandbox: the one pid namespace of a guardian that is none of those.
+	var spare string
+	require.Eventually(t, func() bool {
+		spare = ""
+		entries, _ := os.ReadDir("/proc")
+		for _, d := range entries {
+			if _, err := strconv.Atoi(d.Name()); err != nil {
+				continue
+			}
+			link, err := os.Readlink(filepath.Join("/proc", d.Name(), "ns/pid"))
+			if err == nil && !mine[link] && nsProcs(t, link)[mustAtoi(d.Name())] == 1 && descends(d.Name(), root) {
+				spare = link
+			}
+		}
+		return spare != ""
+	}, 30*time.Second, 20*time.Millisecond, "the spare started")
+	starts := e.Stats().Starts
+	killInside(t, spare, 1)
+	d := awaitIdleDeath(t, deaths)
+	assert.Zero(t, d.Namespaces, "a spare holds nothing")
+	require.Eventually(t, func() bool { return e.Stats().Starts > starts }, 30*time.Second, 10*time.Millisecond,
+		"its replacement starts without waiting for a NewNamespace")
+	ns := e.NewNamespace()
+	defer ns.Close()
+	assert.Equal(t, int64(2), valueIn(t, e, ns, "1 + 1"), "first time")
+	assert.Zero(t, e.Stats().IdleStateLost)
+}
+
+func mustAtoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
+}
+
+// descends reports whether process pid descends from process root.
+func descends(pid string, root int) bool {
+	for p := mustAtoi(pid); p > 1; {
+		if p == root {
+			return true
+		}
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+		if err != nil {
+			return false
+		}
+		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		if len(f) < 2 {
+			return false
+		}
+		p = mustAtoi(f[1])
+	}
+	return false
+}
+
+// A run that starts right after the kill, before the engine heard of it, still goes
+// through: the request lay unread in the dead worker's pipe (or found no reader), so it had
+// no effect, and it is sent again to the snapshot that took over. (A kill that lands while
+// the request is on its way fails that run, rolled back: the dying worker may have read it.)
+func TestIsolatedRunRightAfterAnIdleKill(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{})
+	ns := e.NewNamespace()
+	defer ns.Close()
+	valueIn(t, e, ns, "n = 0")
+	guardianOf := func(pidNS string) int {
+		for pid, inner := range nsProcs(t, pidNS) {
+			if inner == 1 {
+				return pid
+			}
+		}
+		t.Fatalf("no guardian in %s", pidNS)
+		return 0
+	}
+	for i := 1; i <= 6; i++ {
+		where := valueIn(t, e, ns, "n += 1\n"+whereAmI).([]any)
+		_, err := ns.Get("n") // (the snapshot of the run's state is made)
+		require.NoError(t, err)
+		// The guardian, stopped, cannot report the death until the request is on its way.
+		guardian := guardianOf(where[0].(string))
+		require.NoError(t, syscall.Kill(guardian, syscall.SIGSTOP))
+		killInside(t, where[0].(string), int(where[1].(int64)))
+		type answer struct {
+			v   any
+			err error
+		}
+		got := make(chan answer, 1)
+		go func() {
+			if i%2 == 0 {
+				r, err := runIn(t, e, ns, "n")
+				if err != nil {
+					got <- answer{nil, err}
+					return
+				}
+				got <- answer{r.Value, nil}
+			} else {
+				v, err := ns.Get("n")
+				got <- answer{v, err}
+			}
+		}()
+		time.Sleep(100 * time.Millisecond)
+		require.NoError(t, syscall.Kill(guardian, syscall.SIGCONT))
+		a := <-got
+		require.NoError(t, a.err, "kill %d", i)
+		assert.Equal(t, int64(i), a.v, "kill %d", i)
+	}
+	assert.Equal(t, uint64(6), e.Stats().IdleDeaths)
+}
+
+// A Command worker has no snapshot: one that ends between runs costs its namespace's
+// variables, which its next run says, once, with when.
+func TestCommandWorkerIdleDeath(t *testing.T) {
+	cfg, deaths := idleDeaths(minipy.IsolatedConfig{Command: []string{minipy.LinkedPython()}, Network: true})
+	e := newIsolated(t, cfg)
+	ns := e.NewNamespace()
+	defer ns.Close()
+	valueIn(t, e, ns, `import os, signal, threading
+x = 1
+threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGKILL)).start()`)
+	d := awaitIdleDeath(t, deaths)
+	assert.False(t, d.How.RolledBack)
+	assert.Equal(t, 1, d.Namespaces)
+	_, err := runIn(t, e, ns, "x")
+	var lost *minipy.WorkerLostError
+	require.ErrorAs(t, err, &lost)
+	assert.True(t, lost.Idle)
+	assert.Equal(t, syscall.SIGKILL, lost.Signal, "%v", err)
+	assert.Equal(t, int64(2), valueIn(t, e, ns, "1 + 1"))
+}
