@@ -61,6 +61,10 @@ type Isolated struct {
 	tmpl        *worker.Worker
 	useTemplate bool
 
+	// egress is IsolatedConfig.Egress, parsed (nil: none; SetEgress replaces it); the counts of its proxies' events.
+	egress                                   atomic.Pointer[egressPolicy]
+	egressAllowed, egressDenied, egressBytes atomic.Int64
+
 	// Workers that ended between runs (Stats, IsolatedConfig.OnIdleDeath), and of those
 	// the ones whose namespaces lost their state.
 	idleDeaths, idleLost atomic.Uint64
@@ -97,6 +101,13 @@ func newIsolated(cfg IsolatedConfig, sandbox bool) (*Isolated, error) {
 	}
 	e := &Isolated{cfg: cfg, perNS: cfg.Workers == 0, own: map[*workerSlot]struct{}{}, closeDone: make(chan struct{})}
 	e.watch.e = e
+	if cfg.Egress != nil {
+		p, err := newEgressPolicy(*cfg.Egress)
+		if err != nil {
+			return nil, err
+		}
+		e.egress.Store(p)
+	}
 	if len(cfg.Command) == 0 {
 		err := errors.New("namespaces turned off")
 		if sandbox {
@@ -108,6 +119,10 @@ func newIsolated(cfg IsolatedConfig, sandbox bool) (*Isolated, error) {
 		case !cfg.AllowUnsandboxed:
 			return nil, fmt.Errorf("%w (%v); set IsolatedConfig.AllowUnsandboxed to run without them", ErrNoSandbox, err)
 		}
+	}
+	if !e.sandbox && cfg.Egress != nil {
+		return nil, fmt.Errorf("%w: IsolatedConfig.Egress needs the sandbox's network namespace, which the "+
+			"kernel refused", ErrNoSandbox)
 	}
 	if !e.sandbox {
 		for _, m := range cfg.Mounts {
@@ -469,6 +484,9 @@ func (e *Isolated) attempt(ctx context.Context, slot *workerSlot, bindings []*ns
 	create, lost := prepare(slot, w, bindings, ids)
 	if lost != nil {
 		return nil, lost, false
+	}
+	if p, ok := w.Attached().(*egressProxy); ok {
+		p.newRun() // (Egress.MaxBytes counts per run)
 	}
 	res = &Result{}
 	if create, err = e.registerAgain(w, bindings, ids, create); err != nil {

@@ -175,6 +175,12 @@ type IsolatedConfig struct {
 	// one, the worker was replaced, and each namespace it held fails its next use with a
 	// *WorkerLostError (Idle) matching ErrStateLost, once.
 	OnIdleDeath func(IdleDeath)
+	// Egress, if set, gives sandboxed workers (Network false) a way out through a proxy the
+	// host runs, under its policy (see Egress); nil with Network false: no network at all.
+	Egress *Egress
+	// OnEgress, if set, is called for each connection or request through a sandbox's egress
+	// proxy, allowed or refused, when it ends (on the proxy's goroutine: keep it short).
+	OnEgress func(EgressEvent)
 	// NoTemplate starts each sandboxed worker as a process of its own. By default an engine
 	// with sandboxed local workers keeps a template: a process in the sandbox's file system
 	// that has loaded the runtime and Preload, from which each new worker is forked
@@ -264,6 +270,10 @@ func withDefaults(cfg IsolatedConfig) (IsolatedConfig, error) {
 	}
 	if len(cfg.Command) == 0 && cfg.Python == "" {
 		cfg.Python = defaultWorkerPython()
+	}
+	if cfg.Egress != nil && (cfg.Network || len(cfg.Command) > 0) {
+		return cfg, errors.New("minipy: IsolatedConfig.Egress is the way out of a sandbox without a network of its " +
+			"own: it cannot go with Network (the host's network) or Command (workers elsewhere)")
 	}
 	switch {
 	case cfg.MaxTransfer == 0:

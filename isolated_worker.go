@@ -40,6 +40,7 @@ func (e *Isolated) makeSpec() error {
 		KickSignal: cfg.KickSignal, StartTimeout: cfg.StartTimeout,
 		Packed: !e.perNS, Rollback: !cfg.NoRollback, Preload: cfg.Preload,
 		Beats: worker.DefaultBeats, Ready: readyFrame, MaxTransfer: int(cfg.MaxTransfer), Cgroups: e.cgroups,
+		Egress: e.egress.Load() != nil,
 	}
 	if testBeats != nil {
 		e.spec.Beats = *testBeats
@@ -68,6 +69,9 @@ const startAttempts = 3
 func startWorker(e *Isolated, dirs workDirs, epoch uint64) (*worker.Worker, error) {
 	for attempt := 1; ; attempt++ {
 		w, err := startOnce(e, dirs, epoch)
+		if err == nil && e.egress.Load() != nil {
+			err = e.serveEgress(w)
+		}
 		if err == nil || attempt == startAttempts || e.isClosed() ||
 			!errors.Is(err, worker.ErrStartKilled) && !errors.Is(err, worker.ErrTemplateGone) {
 			return w, err
@@ -209,4 +213,27 @@ func defaultWorkerPython() string {
 		return p
 	}
 	return "python3"
+}
+
+// serveEgress starts the egress proxy of w's sandbox on the socket it listens on, which
+// it hands over as it starts (IsolatedConfig.Egress); the proxy ends with the sandbox.
+func (e *Isolated) serveEgress(w *worker.Worker) error {
+	f := w.EgressListener(e.cfg.StartTimeout)
+	if f == nil {
+		w.Kill()
+		w.AwaitExit()
+		return fmt.Errorf("%w: the worker's sandbox did not hand over its egress listener", worker.ErrStartKilled)
+	}
+	p, err := e.startEgressProxy(f)
+	if err != nil {
+		w.Kill()
+		w.AwaitExit()
+		return err
+	}
+	w.Attach(p)
+	go func() {
+		<-w.Exited()
+		p.close()
+	}()
+	return nil
 }

@@ -49,6 +49,10 @@ type IsolatedStats struct {
 	// the state of their last run (NoRollback, Command workers, a snapshot killed too). See
 	// IsolatedConfig.OnIdleDeath.
 	IdleDeaths, IdleStateLost uint64
+	// EgressAllowed and EgressRefused count the connections and requests through the
+	// sandboxes' egress proxies (IsolatedConfig.Egress) that were let through and refused
+	// (or cut by a cap); EgressBytes the bytes they moved, both ways.
+	EgressAllowed, EgressRefused, EgressBytes int64
 }
 
 // IdleDeath is a worker that ended between runs (IsolatedConfig.OnIdleDeath).
@@ -108,6 +112,9 @@ func (e *Isolated) Stats() IsolatedStats {
 		CgroupError:   e.cgroupErr,
 		IdleDeaths:    e.idleDeaths.Load(),
 		IdleStateLost: e.idleLost.Load(),
+		EgressAllowed: e.egressAllowed.Load(),
+		EgressRefused: e.egressDenied.Load(),
+		EgressBytes:   e.egressBytes.Load(),
 	}
 	if c := e.cgroups; c != nil {
 		st.Limits, st.Cgroup = LimitsCgroupV1, c.Path

@@ -115,6 +115,8 @@ func main() {
 	workers := flag.Int("workers", 0, "with -backend isolated: pack the sessions into this many shared worker processes (0: a worker process of its own per session)")
 	var limitFlags limitFlags
 	limitFlags.register(flag.CommandLine)
+	var egress egressFlags
+	egress.register()
 	workSize := flag.Int64("work-size", defaultWorkSize, "with -backend isolated: the `bytes` a session's working directory may hold, in a tmpfs (memory); -1: on the host's disk, no cap")
 	httpAddr := flag.String("http", "", "serve the Streamable HTTP transport on `addr` (host:port) instead of stdio")
 	sessionTimeout := flag.Duration("session-timeout", 30*time.Minute, "with -http: close a session (and free its namespace) after this long without a request")
@@ -176,6 +178,16 @@ func main() {
 	}
 	cfg := minipy.IsolatedConfig{Workers: *workers, WorkSize: *workSize, OnIdleDeath: logIdleDeath}
 	limits.apply(&cfg)
+	if egress.set() {
+		if *backend != minipy.BackendIsolated {
+			log.Fatalf("minipy-mcp: -egress-allow and -egress-allow-file apply to -backend isolated, whose sandboxes " +
+				"reach the network only through the egress proxy")
+		}
+		if cfg.Egress, err = egress.policy(); err != nil {
+			log.Fatalf("minipy-mcp: %v", err)
+		}
+		cfg.OnEgress = logEgress
+	}
 	eng, err := newEngine(*backend, cfg)
 	if err != nil {
 		log.Fatalf("minipy-mcp: %v", err)
@@ -185,11 +197,19 @@ func main() {
 		log.Printf("minipy-mcp: running code in the isolated engine's sandboxed workers, each session in a " +
 			"working directory of its own")
 		log.Printf("minipy-mcp: limits of each worker: %v", limits)
+		if cfg.Egress != nil {
+			log.Printf("minipy-mcp: the network of each worker: its egress proxy, %s (-egress-allow)", describeEgress(cfg.Egress))
+		} else {
+			log.Printf("minipy-mcp: the network of each worker: none (-egress-allow gives some hosts)")
+		}
 	} else {
 		log.Printf("minipy-mcp: running code in this process's embedded interpreter")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if iso, ok := eng.(*minipy.Isolated); ok && cfg.Egress != nil {
+		reloadEgressOnHUP(ctx, &egress, iso)
+	}
 	var forced atomic.Bool
 	go func() {
 		// The first signal drains (or ends a stdio session); a second one ends the process

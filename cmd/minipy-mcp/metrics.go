@@ -270,11 +270,16 @@ var (
 		"Workers that ended between runs (killed, crashed by a thread left running; spares included), by what "+
 			"their namespaces kept: kept (a snapshot took over: nothing lost) or lost (their variables).",
 		[]string{"state"}, nil)
+	descEgress = prometheus.NewDesc("minipy_egress_total",
+		"Connections and requests through the sandboxes' egress proxies (-egress-allow), by result (allowed, refused: "+
+			"by the policy or cut by a cap).", []string{"result"}, nil)
+	descEgressBytes = prometheus.NewDesc("minipy_egress_bytes_total",
+		"Bytes moved through the sandboxes' egress proxies, both ways.", nil, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descSessions, descDraining, descNamespaces, descWorkers, descProcesses,
-		descMemory, descStarts, descIdleDeaths} {
+		descMemory, descStarts, descIdleDeaths, descEgress, descEgressBytes} {
 		ch <- d
 	}
 }
@@ -296,4 +301,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descStarts, prometheus.CounterValue, float64(st.StartFailures), "failed")
 	ch <- prometheus.MustNewConstMetric(descIdleDeaths, prometheus.CounterValue, float64(st.IdleDeaths-st.IdleStateLost), "kept")
 	ch <- prometheus.MustNewConstMetric(descIdleDeaths, prometheus.CounterValue, float64(st.IdleStateLost), "lost")
+	ch <- prometheus.MustNewConstMetric(descEgress, prometheus.CounterValue, float64(st.EgressAllowed), "allowed")
+	ch <- prometheus.MustNewConstMetric(descEgress, prometheus.CounterValue, float64(st.EgressRefused), "refused")
+	ch <- prometheus.MustNewConstMetric(descEgressBytes, prometheus.CounterValue, float64(st.EgressBytes))
 }

@@ -41,3 +41,21 @@ func TestCLIIsolatedMountAndEnv(t *testing.T) {
 	assert.Equal(t, 2, code)
 	assert.Contains(t, errOut, "SOURCE[:TARGET][:rw]")
 }
+
+// --egress-allow: the sandbox's proxy lets through the hosts listed and says why it refuses
+// the others, in one line (the refused name never reaches a resolver or a dial); it makes the
+// backend isolated and cannot go with --network.
+func TestCLIEgressAllow(t *testing.T) {
+	code, out, errOut := cli(t, "", "--egress-allow", "pypi,example.test:8443", "-c", `import urllib.request, urllib.error
+try:
+    urllib.request.urlopen("http://unlisted.test/", timeout=10)
+except urllib.error.HTTPError as e:
+    print(e.code, e.read().decode().strip())`)
+	assert.Equal(t, 0, code, errOut)
+	assert.Equal(t, "403 minipy: egress to unlisted.test:80 is not allowed (allowed: pypi.org, files.pythonhosted.org, "+
+		"example.test:8443)\n", out)
+
+	code, _, errOut = cli(t, "", "--egress-allow", "pypi", "--network", "-c", "1")
+	assert.NotEqual(t, 0, code)
+	assert.Contains(t, errOut, "IsolatedConfig.Egress is the way out of a sandbox without a network")
+}

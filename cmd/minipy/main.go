@@ -137,6 +137,22 @@ func parseArgs(args []string, stderr io.Writer) (*config, bool) {
 	isolated := fs.Bool("isolated", false, "same as --backend isolated")
 	fs.StringVar(&c.isolated.Python, "python", "", "isolated: the worker's python executable (default: the one matching the linked libpython)")
 	fs.BoolVar(&c.isolated.Network, "network", false, "isolated: let the code reach the network")
+	fs.Func("egress-allow", "isolated: let the code reach these hosts (a comma-separated `list` of names, *.domain, "+
+		"name:port; pypi for PyPI) through the sandbox's egress proxy, and nothing else (repeatable)", func(v string) error {
+		if c.isolated.Egress == nil {
+			c.isolated.Egress = &minipy.Egress{}
+		}
+		for _, e := range strings.Split(v, ",") {
+			switch e = strings.TrimSpace(e); e {
+			case "":
+			case "pypi":
+				c.isolated.Egress.Allow = append(c.isolated.Egress.Allow, "pypi.org", "files.pythonhosted.org")
+			default:
+				c.isolated.Egress.Allow = append(c.isolated.Egress.Allow, e)
+			}
+		}
+		return nil
+	})
 	fs.Int64Var(&c.isolated.MemoryLimit, "memory-limit", 0, "isolated: cap the worker's address space at this many bytes (0: none)")
 	fs.Int64Var(&c.isolated.WorkSize, "work-size", 0, "isolated: the `bytes` the working directory may hold, a tmpfs (memory): "+
 		"past it writes fail with ENOSPC (0: 1 GiB; negative: on the disk, no cap)")
@@ -174,7 +190,7 @@ func parseArgs(args []string, stderr io.Writer) (*config, bool) {
 		switch f.Name {
 		case "c":
 			c.hasCode = true
-		case "python", "network", "memory-limit", "work-size", "mount", "env", "put", "out":
+		case "python", "network", "memory-limit", "work-size", "mount", "env", "put", "out", "egress-allow":
 			c.isoFlags = append(c.isoFlags, "--"+f.Name)
 		}
 	})

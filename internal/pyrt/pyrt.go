@@ -136,7 +136,15 @@ const (
 	// ControlRefused and the reason.
 	ControlMount   = 'M'
 	ControlRefused = 'E'
+	// ControlListen (worker's sandbox -> host, once, before its ready frame; with
+	// IsolatedConfig.Egress): the fd of a socket listening on 127.0.0.1:EgressPort in the
+	// sandbox's network namespace, which the host serves its egress proxy on.
+	ControlListen = 'L'
 )
+
+// EgressPort is where a sandbox with an egress policy finds its proxy: 127.0.0.1 in its own
+// network namespace (HTTP_PROXY and the like point there).
+const EgressPort = 3128
 
 // The status of a host call's reply; its payload is a codec value for CallOK, else the
 // UTF-8 message of the exception Python raises.
@@ -199,9 +207,10 @@ func prelude() string {
 		fmt.Sprintf("IMAGE_TYPES = (%s,)", quoted(ImageTypes)),
 		fmt.Sprintf("OUTPUT_CHUNK = %d", OutputChunk),
 		fmt.Sprintf("ANSWER_KICKED, ANSWER_CHANGED = %d, %d", AnswerKicked, AnswerChanged),
-		fmt.Sprintf("C_DIED, C_KILL, C_TAKE_OVER, C_FORK, C_NEW, C_MOUNT, C_REFUSED = %s, %s, %s, %s, %s, %s, %s",
+		fmt.Sprintf("C_DIED, C_KILL, C_TAKE_OVER, C_FORK, C_NEW, C_MOUNT, C_REFUSED, C_LISTEN = %s, %s, %s, %s, %s, %s, %s, %s",
 			b(ControlDied), b(ControlKill), b(ControlTakeOver), b(ControlFork), b(ControlNew), b(ControlMount),
-			b(ControlRefused)),
+			b(ControlRefused), b(ControlListen)),
+		fmt.Sprintf("EGRESS_PORT = %d", EgressPort),
 	}
 	return strings.Join(defs, "; ")
 }

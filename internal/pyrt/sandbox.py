@@ -8,7 +8,9 @@
 #     fork: _become_tenant): user (the code's uid is 1000 inside, nobody or the host's user
 #     outside; capabilities only over its own namespaces), pid (it sees and signals only its
 #     own; its pid 1 ending ends them all), mount, IPC, UTS, and network without Network (no
-#     interface but loopback).
+#     interface but loopback). With Egress the loopback is up and holds one listening socket,
+#     handed to the host (_egress_listener): the host's proxy, the one way out, judges each
+#     destination after resolving it itself.
 #  2. A cgroup per sandbox, when the engine has one (the host makes it; a template's fork
 #     joins it first thing: _become_tenant): memory that RLIMIT_AS misses (memfd, SysV shared
 #     memory, tmpfs files) and processes, whoever their user.
@@ -323,6 +325,8 @@ def _enter_sandbox(cfg, template=False):
     m = _Mounter(cfg["root"])
     python, etc = _sandbox_sources(cfg)
     workdir = _reach_sources(m, cfg, python, etc, template)
+    if cfg.get("egress") and not template:
+        _egress_listener(_CTL_FD)  # (while it may still bring the loopback up: become_user keeps CAP_SYS_ADMIN alone)
     m.become_user(cfg["sandbox_id"])
     socket.sethostname(_HOSTNAME)  # its own UTS namespace: the host's name is not the code's business
     m.mount(None, "/", None, _MS_REC | _MS_PRIVATE)
@@ -345,6 +349,41 @@ def _enter_sandbox(cfg, template=False):
         return
     m.drop_privileges()
     m.seccomp(m.filter(cfg.get("seccomp")))
+
+
+def _egress_listener(ctl_fd):
+    """IsolatedConfig.Egress: brings this network namespace's loopback up, listens on
+    127.0.0.1:EGRESS_PORT in it, and hands the listening socket to the host over the control
+    socket ctl_fd (C_LISTEN, the fd as SCM_RIGHTS), which serves the egress proxy on it from
+    outside: the sandbox's one way out. Nothing here keeps the socket."""
+    import array
+    import fcntl
+    import socket
+    import struct
+
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        ifreq = struct.pack("16sH14x", b"lo", 0)
+        flags = struct.unpack("16sH14x", fcntl.ioctl(s, 0x8913, ifreq))[1]  # SIOCGIFFLAGS
+        fcntl.ioctl(s, 0x8914, struct.pack("16sH14x", b"lo", flags | 1))  # SIOCSIFFLAGS, IFF_UP
+    finally:
+        s.close()
+    lst = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        lst.bind(("127.0.0.1", EGRESS_PORT))
+        lst.listen(128)
+        ctl = socket.socket(fileno=os.dup(ctl_fd))
+        try:
+            ctl.sendmsg([C_LISTEN], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [lst.fileno()]).tobytes())])
+        finally:
+            ctl.close()
+    finally:
+        lst.close()
+    # The usual clients (requests, urllib, httpx, pip, curl, wget) take the proxy from these.
+    proxy = "http://127.0.0.1:%d" % EGRESS_PORT
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+        os.environ[name] = os.environ[name.lower()] = proxy
+    os.environ["NO_PROXY"] = os.environ["no_proxy"] = "localhost,127.0.0.1,::1"
 
 
 def _sandbox_sources(cfg):
@@ -559,6 +598,8 @@ def _become_tenant(cfg, fds, dirs):
         if not cfg.get("network"):
             flags |= _CLONE_NEWNET
         check("unshare", libc.unshare(flags))
+        if cfg.get("egress"):
+            _egress_listener(fds[3])
         if os.fork():
             os._exit(0)  # the template reaps this one and adopts its child
         global _tenant

@@ -28,10 +28,13 @@ type Spec struct {
 	CommandShell bool     // Command passes its arguments through a POSIX shell (ssh)
 	Sandbox      bool     // local workers get Linux namespaces (sandboxAttr, sandbox.py)
 	Network      bool
-	Env          []string // added to the workers' environment (IsolatedConfig.Env)
-	Mounts       []Mount
-	Trees        string // the host directory of the trees of working directories
-	RootDir      string // sandboxed: the (empty) mount point of a worker's root tmpfs
+	// Egress: sandboxed workers (without Network) bring their loopback up and hand the host
+	// a socket listening on it for the egress proxy (Worker.EgressListener).
+	Egress  bool
+	Env     []string // added to the workers' environment (IsolatedConfig.Env)
+	Mounts  []Mount
+	Trees   string // the host directory of the trees of working directories
+	RootDir string // sandboxed: the (empty) mount point of a worker's root tmpfs
 
 	TmpSize       int64
 	MemoryLimit   int64
@@ -277,7 +280,7 @@ func (s *Spec) command(dirs Dirs) (*exec.Cmd, error) {
 		// instead (the config's pythonpath), where it may be a directory the code can
 		// write to.
 		cmd.Env = slices.DeleteFunc(cmd.Env, func(kv string) bool { return strings.HasPrefix(kv, "PYTHONPATH=") })
-		cmd.SysProcAttr = sandboxAttr(s.Network)
+		cmd.SysProcAttr = sandboxAttr(s.Network, s.Egress)
 	}
 	return cmd, nil
 }
@@ -330,6 +333,9 @@ func (s *Spec) configFrame(dirs Dirs) []byte {
 		}
 		fmt.Fprintf(&b, "root=%s\nsandbox_id=%d\nsandbox_refused=%d\nsandbox_access=%d\ntmp_size=%d\nnetwork=%d\n",
 			s.RootDir, sandboxID, sandboxRefusedExit, sandboxAccessExit, s.TmpSize, network)
+		if s.Egress && !s.Network {
+			b.WriteString("egress=1\n")
+		}
 		if filter, err := SeccompFilter(s.DenyShm()); err == nil { // (else the worker refuses to start: ProbeNamespaces says why)
 			fmt.Fprintf(&b, "seccomp=%x\n", filter)
 		}

@@ -40,6 +40,8 @@ const (
 	// capSysAdmin (linux/capability.h) is what the worker needs, inside its own user
 	// namespace only, to build its root file system; it drops it before any code runs.
 	capSysAdmin = 21
+	// capNetAdmin brings the sandbox's loopback up (Spec.Egress), dropped likewise.
+	capNetAdmin = 12
 )
 
 // sandboxAttr puts a local worker in its own user, mount, pid, IPC, UTS and (without
@@ -57,7 +59,9 @@ const (
 // and the code it runs are the same either way. As root there it passes root's own
 // directories, private ones too, but not another user's private ones: the capabilities of a
 // user namespace (CAP_DAC_OVERRIDE) cover only files whose owner and group it maps.
-func sandboxAttr(network bool) *syscall.SysProcAttr {
+// With egress (Spec.Egress) it holds CAP_NET_ADMIN of its network namespace too, until it
+// has brought its loopback up.
+func sandboxAttr(network, egress bool) *syscall.SysProcAttr {
 	flags := uintptr(syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC |
 		syscall.CLONE_NEWUTS)
 	if !network {
@@ -76,6 +80,10 @@ func sandboxAttr(network bool) *syscall.SysProcAttr {
 		}
 	}
 	uid, gid := sandboxIDs()
+	caps := []uintptr{capSysAdmin}
+	if egress && !network {
+		caps = append(caps, capNetAdmin)
+	}
 	return &syscall.SysProcAttr{
 		Setpgid:     true,
 		Cloneflags:  flags,
@@ -83,7 +91,7 @@ func sandboxAttr(network bool) *syscall.SysProcAttr {
 		GidMappings: []syscall.SysProcIDMap{{ContainerID: sandboxID, HostID: gid, Size: 1}},
 		// An unprivileged host may not call setgroups in the namespace at all.
 		Credential:  &syscall.Credential{Uid: sandboxID, Gid: sandboxID, NoSetGroups: true},
-		AmbientCaps: []uintptr{capSysAdmin},
+		AmbientCaps: caps,
 	}
 }
 
@@ -127,6 +135,6 @@ func probeNamespacesNow() error {
 		return err
 	}
 	cmd := exec.Command(path)
-	cmd.SysProcAttr = sandboxAttr(false)
+	cmd.SysProcAttr = sandboxAttr(false, false)
 	return cmd.Run()
 }

@@ -475,14 +475,63 @@ func (w *Worker) keepStderr(r *os.File) {
 
 // newLine is the line of a guardian's first worker.
 func newLine() *ctlLine {
-	l := &ctlLine{guardian: &guardianLines{}, done: make(chan struct{})}
+	l := &ctlLine{guardian: &guardianLines{listened: make(chan struct{})}, done: make(chan struct{})}
 	l.guardian.n.Store(1)
 	return l
 }
 
 // guardianLines counts the lines (workers with a control socket each) of one guardian
 // process: the first worker and the copies Namespace.Fork made from it.
-type guardianLines struct{ n atomic.Int32 }
+type guardianLines struct {
+	n atomic.Int32
+	// The socket its sandbox listens on for the egress proxy (pyrt.ControlListen), set
+	// once before listened is closed; and what the owner attached to the sandbox.
+	listener *os.File
+	listened chan struct{}
+	listenMu sync.Mutex
+	attached any
+}
+
+// EgressListener waits up to wait for the socket that w's sandbox listens on for its
+// egress proxy (Spec.Egress: 127.0.0.1:pyrt.EgressPort in the sandbox's network
+// namespace), and returns it; the workers of one sandbox (a rollback's, a Fork's copies)
+// share it, and the caller owns it. Nil when it did not come (the sandbox ended first).
+func (w *Worker) EgressListener(wait time.Duration) *os.File {
+	if w.line == nil {
+		return nil
+	}
+	g := w.line.guardian
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-g.listened:
+	case <-w.exited:
+	case <-t.C:
+	}
+	g.listenMu.Lock()
+	defer g.listenMu.Unlock()
+	return g.listener
+}
+
+// Attach keeps v with w's sandbox (shared by its rollbacks and Fork copies: the owner's
+// egress proxy); Attached returns it. Safe from any goroutine.
+func (w *Worker) Attach(v any) {
+	if w.line != nil {
+		w.line.guardian.listenMu.Lock()
+		w.line.guardian.attached = v
+		w.line.guardian.listenMu.Unlock()
+	}
+}
+
+// Attached is what Attach kept with w's sandbox, or nil.
+func (w *Worker) Attached() any {
+	if w.line == nil {
+		return nil
+	}
+	w.line.guardian.listenMu.Lock()
+	defer w.line.guardian.listenMu.Unlock()
+	return w.line.guardian.attached
+}
 
 // ctlLine is one control socket to a guardian and the succession of workers on it (a
 // rollback's snapshot takes over from the worker that ended).
@@ -521,10 +570,27 @@ func (l *ctlLine) watch(w *Worker) {
 	go func() {
 		defer close(l.done)
 		buf := make([]byte, 16)
+		oob := make([]byte, syscall.CmsgSpace(4))
 		for {
-			n, err := ctl.Read(buf)
+			n, oobn, _, _, err := ctl.ReadMsgUnix(buf, oob)
 			if err != nil {
 				return
+			}
+			if fds := socketFDs(oob[:oobn]); n == 1 && buf[0] == pyrt.ControlListen && len(fds) == 1 {
+				g := l.guardian
+				g.listenMu.Lock()
+				if g.listener == nil {
+					g.listener = os.NewFile(uintptr(fds[0]), "minipy-egress")
+					close(g.listened)
+				} else {
+					syscall.Close(fds[0])
+				}
+				g.listenMu.Unlock()
+				continue
+			} else {
+				for _, fd := range fds {
+					syscall.Close(fd) // none other carries any
+				}
 			}
 			if n == 10 && buf[0] == pyrt.ControlDied {
 				d := Death{Status: syscall.WaitStatus(int32(binary.LittleEndian.Uint32(buf[1:5]))), Snapshot: buf[5] == 1,
@@ -558,6 +624,10 @@ func (w *Worker) WaitEnd(stop <-chan struct{}) bool {
 	}
 	return true
 }
+
+// Exited is closed when w's process (a local worker's guardian, its sandbox's pid 1) has
+// ended.
+func (w *Worker) Exited() <-chan struct{} { return w.exited }
 
 // Ended reports whether the guardian said the worker process ended.
 func (w *Worker) Ended() bool { return w.deathNote.Load() != nil }
@@ -842,4 +912,19 @@ func Answer(body []byte) (rid uint64, kicked bool, resp []byte, ok bool) {
 		return 0, false, nil, false
 	}
 	return binary.LittleEndian.Uint64(body[1:]), body[9]&pyrt.AnswerKicked != 0, body[10:], true
+}
+
+// socketFDs are the descriptors (SCM_RIGHTS) in a message's control data.
+func socketFDs(oob []byte) []int {
+	msgs, err := syscall.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil
+	}
+	var fds []int
+	for _, m := range msgs {
+		if f, err := syscall.ParseUnixRights(&m); err == nil {
+			fds = append(fds, f...)
+		}
+	}
+	return fds
 }
