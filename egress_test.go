@@ -1,15 +1,20 @@
 package minipy_test
 
 import (
+	"archive/zip"
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
@@ -386,4 +391,93 @@ func TestEgressConfigErrors(t *testing.T) {
 func TestEgressAsUser(t *testing.T) {
 	out := rerunAsNobody(t, "^(TestEgressAllowsWhatThePolicyAllows|TestEgressUsualClients)$")
 	assert.Contains(t, out, "--- PASS: TestEgressUsualClients")
+}
+
+// testWheel is a pure-Python wheel of minipytest-pkg 1.0 (import minipytest_pkg; VALUE is
+// 42), as a build backend would write it.
+func testWheel(t *testing.T) []byte {
+	t.Helper()
+	files := []struct{ name, body string }{
+		{"minipytest_pkg/__init__.py", "VALUE = 42\n"},
+		{"minipytest_pkg-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: minipytest-pkg\nVersion: 1.0\n"},
+		{"minipytest_pkg-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: minipy-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"},
+	}
+	var buf bytes.Buffer
+	z := zip.NewWriter(&buf)
+	var record strings.Builder
+	for _, f := range files {
+		w, err := z.Create(f.name)
+		require.NoError(t, err)
+		_, err = io.WriteString(w, f.body)
+		require.NoError(t, err)
+		sum := sha256.Sum256([]byte(f.body))
+		fmt.Fprintf(&record, "%s,sha256=%s,%d\n", f.name, base64.RawURLEncoding.EncodeToString(sum[:]), len(f.body))
+	}
+	record.WriteString("minipytest_pkg-1.0.dist-info/RECORD,,\n")
+	w, err := z.Create("minipytest_pkg-1.0.dist-info/RECORD")
+	require.NoError(t, err)
+	_, err = io.WriteString(w, record.String())
+	require.NoError(t, err)
+	require.NoError(t, z.Close())
+	return buf.Bytes()
+}
+
+// servePackageIndex makes the test internet's HTTPS server a PEP 503 simple index holding
+// the test wheel, and returns the index's URL.
+func (in *internet) servePackageIndex(t *testing.T) string {
+	wheel := testWheel(t)
+	sum := sha256.Sum256(wheel)
+	const file = "minipytest_pkg-1.0-py3-none-any.whl"
+	mux := http.NewServeMux()
+	mux.HandleFunc("/simple/minipytest-pkg/", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `<!DOCTYPE html><html><body><a href="/files/%s#sha256=%x">%s</a></body></html>`, file, sum, file)
+	})
+	mux.HandleFunc("/files/"+file, func(w http.ResponseWriter, r *http.Request) { w.Write(wheel) }) //nolint:errcheck
+	in.https.Config.Handler = mux
+	return "https://files.example.test:" + in.port(in.https) + "/simple"
+}
+
+// %pip install through the egress proxy, from a package index, into the namespace's own
+// site in its working directory: importable in the next run, kept by a rollback, carried by
+// Fork and by Save/Restore.
+func TestEgressPipInstall(t *testing.T) {
+	in := newInternet(t)
+	index := in.servePackageIndex(t)
+	eg := minipy.Egress{Allow: []string{"files.example.test:" + in.port(in.https)}, Lookup: in.lookup, Dial: in.dial,
+		AllowNets: []netip.Prefix{testNet}}
+	e := newIsolated(t, minipy.IsolatedConfig{Egress: &eg, Mounts: []minipy.Mount{{Source: in.caDir, Target: "/ca"}},
+		Env: []string{"PIP_INDEX_URL=" + index, "PIP_CERT=/ca/ca.pem"}})
+	ns := e.NewNamespace()
+	defer ns.Close()
+	r, err := runIn(t, e, ns, "%pip install minipytest-pkg")
+	require.NoError(t, err)
+	assert.Contains(t, r.Stdout, "Successfully installed minipytest-pkg-1.0", r.Stdout+r.Stderr)
+	assert.Empty(t, r.Files, "the site is a hidden folder of the working directory: %v", r.Files)
+	assert.Equal(t, int64(42), valueIn(t, e, ns, "import minipytest_pkg\nminipytest_pkg.VALUE"))
+	assert.Equal(t, "/work/.local/", valueIn(t, e, ns, "minipytest_pkg.__file__[:13]"))
+
+	_, err = runIn(t, e, ns, "import os; os._exit(1)")
+	var lost *minipy.WorkerLostError
+	require.ErrorAs(t, err, &lost)
+	require.True(t, lost.RolledBack)
+	assert.Equal(t, int64(42), valueIn(t, e, ns, "import minipytest_pkg\nminipytest_pkg.VALUE"), "after a rollback")
+
+	b, err := ns.Fork()
+	require.NoError(t, err)
+	defer b.Close()
+	assert.Equal(t, int64(42), valueIn(t, e, b, "import minipytest_pkg\nminipytest_pkg.VALUE"), "in a Fork copy")
+
+	var saved bytes.Buffer
+	_, err = ns.Save(&saved)
+	require.NoError(t, err)
+	fresh := e.NewNamespace()
+	defer fresh.Close()
+	require.NoError(t, fresh.Restore(&saved))
+	assert.Equal(t, int64(42), valueIn(t, e, fresh, "import minipytest_pkg\nminipytest_pkg.VALUE"), "after Save/Restore")
+
+	// !pip in a shell line, and the import in the same cell.
+	other := e.NewNamespace()
+	defer other.Close()
+	assert.Equal(t, int64(42), valueIn(t, e, other, "!pip install -q minipytest-pkg\nimport minipytest_pkg\nminipytest_pkg.VALUE"))
+	in.requireDialedOnly(t)
 }

@@ -166,7 +166,10 @@ func (ns *Namespace) Save(w io.Writer) (SaveInfo, error) {
 // run. Input that is not a saved namespace (empty, truncated, foreign, a later format)
 // gives an error matching ErrBadState; a namespace saved by another Python minor version,
 // or whose values cannot be loaded here (a module that is not installed), one matching
-// ErrBadState too. In all these cases the namespace is unchanged. Files saved from an
+// ErrBadState too. In all these cases the namespace is unchanged, but for one: values that
+// cannot be loaded before the saved files are there (a module the code wrote, a package
+// %pip installed in the namespace's site) are loaded again once the files are written, and
+// when that fails too the files stay written. Files saved from an
 // isolated namespace cannot be restored into one without a working directory of its own
 // (in-process, or Command workers): ErrNoFiles, the namespace unchanged.
 //
@@ -199,13 +202,26 @@ func (ns *Namespace) Restore(r io.Reader) error {
 	for i, h := range hdr.Hosts {
 		hosts[i] = h
 	}
-	if _, err := ns.op(pyrt.OpRestore, vars, hosts, hdr.Python); err != nil {
+	_, err = ns.op(pyrt.OpRestore, vars, hosts, hdr.Python)
+	if root == nil {
 		return err
 	}
-	if root != nil {
-		if err := untarFiles(root, bytes.NewReader(files)); err != nil {
-			return fmt.Errorf("minipy: Restore: the variables are restored, but not all files: %w", err)
+	if errors.Is(err, ErrBadState) {
+		// The variables may need the files: a module the code wrote, a package %pip
+		// installed into the namespace's site (.local). Written first, then once more.
+		if ferr := untarFiles(root, bytes.NewReader(files)); ferr != nil {
+			return err
 		}
+		if _, err := ns.op(pyrt.OpRestore, vars, hosts, hdr.Python); err != nil {
+			return fmt.Errorf("%w (the saved files are written in the working directory)", err)
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := untarFiles(root, bytes.NewReader(files)); err != nil {
+		return fmt.Errorf("minipy: Restore: the variables are restored, but not all files: %w", err)
 	}
 	return nil
 }

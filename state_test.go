@@ -260,3 +260,18 @@ func TestSaveClosedNamespace(t *testing.T) {
 	require.ErrorIs(t, ns.Restore(strings.NewReader("x")), minipy.ErrNamespaceClosed)
 	require.False(t, errors.Is(err, minipy.ErrBadState))
 }
+
+// TestRestoreModuleFromItsFiles: a value of a module the code wrote in its working
+// directory loads once the saved files are there.
+func TestRestoreModuleFromItsFiles(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{})
+	ns := newNS(t, e)
+	runState(t, e, ns, "open('shapes.py', 'w').write('class Square:\\n    def __init__(self, n): self.n = n\\n')\n"+
+		"import shapes\nsq = shapes.Square(3)")
+	var saved bytes.Buffer
+	_, err := ns.Save(&saved)
+	require.NoError(t, err)
+	target := newNS(t, e)
+	require.NoError(t, target.Restore(bytes.NewReader(saved.Bytes())))
+	assert.Equal(t, "3", runState(t, e, target, "sq.n"))
+}

@@ -250,6 +250,21 @@ def _stream_process(argv, shell=False, merge=False, stdin=None, echo=True):
         for f in (p.stdin, p.stdout, p.stderr):
             if f is not None and not f.closed:
                 f.close()
+        _refresh_package_site()
+
+
+def _refresh_package_site():
+    """In a sandboxed worker, after a command that may have installed packages (!pip,
+    %pip): the namespace's package site (worker.py, _package_site) is on sys.path from the
+    start, but until pip makes it, the path importer remembers it as missing; and what pip
+    installed may bring .pth files."""
+    site_dir = os.environ.get("MINIPY_PACKAGE_SITE")
+    if site_dir and os.path.isdir(site_dir):
+        import importlib
+        import site
+
+        importlib.invalidate_caches()
+        site.addsitedir(site_dir)
 
 
 def _incremental_decoder():

@@ -287,6 +287,9 @@ def _op_restore(ident, blob, hosts, version):
     here = "%d.%d" % sys.version_info[:2]
     if version != here:
         raise _OpError("state", "the namespace was saved by Python %s; this one runs Python %s" % (version, here))
+    import importlib
+
+    importlib.invalidate_caches()  # (the host may have just written the files a module is in)
     try:
         loaded = _SpaceUnpickler(io.BytesIO(blob), space).load()
     except Exception as exc:
