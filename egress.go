@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/netip"
@@ -275,7 +276,10 @@ func (e *Isolated) startEgressProxy(f *os.File) (*egressProxy, error) {
 		IdleConnTimeout:       30 * time.Second,
 		ResponseHeaderTimeout: 5 * time.Minute,
 	}
-	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 30 * time.Second, ErrorLog: nil}
+	// (The headers of the code's requests are held in the host: 64 KiB each, at most
+	// MaxConnections at once per sandbox.)
+	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 30 * time.Second, MaxHeaderBytes: 64 << 10,
+		ErrorLog: log.New(io.Discard, "", 0)}
 	go p.srv.Serve(capListener{p}) //nolint:errcheck // ends with close
 	return p, nil
 }
