@@ -454,7 +454,7 @@ func TestEgressPipInstall(t *testing.T) {
 	assert.Contains(t, r.Stdout, "Successfully installed minipytest-pkg-1.0", r.Stdout+r.Stderr)
 	assert.Empty(t, r.Files, "the site is a hidden folder of the working directory: %v", r.Files)
 	assert.Equal(t, int64(42), valueIn(t, e, ns, "import minipytest_pkg\nminipytest_pkg.VALUE"))
-	assert.Equal(t, "/work/.local/", valueIn(t, e, ns, "minipytest_pkg.__file__[:13]"))
+	assert.Equal(t, "/work/.local/lib/python", valueIn(t, e, ns, "minipytest_pkg.__file__[:23]"))
 
 	_, err = runIn(t, e, ns, "import os; os._exit(1)")
 	var lost *minipy.WorkerLostError

@@ -865,7 +865,7 @@ def main(read):
     if cfg.get("template"):
         _serve_template(cfg, runtime)  # returns in a worker's fork of it
     if cfg.get("root"):
-        _package_site(cfg["workdir"])
+        _package_site()
     _become_guardian(cfg, runtime)
     fds = _move_fds()
     try:
@@ -879,32 +879,30 @@ def main(read):
         os._exit(70)
 
 
-def _package_site(home):
-    """A sandboxed worker's own site for packages, in its working directory (its HOME), where
-    /usr and the python's prefix are read-only: pip installs there (%pip, !pip: PIP_PREFIX;
-    a prefix, unlike --user, works in a venv and passes Debian's externally-managed check),
-    the files count against WorkSize, survive a rollback, and Fork and Save/Restore carry
-    them. The directory goes on sys.path before the other site directories (and on
-    PYTHONPATH, for pip itself and the code's subprocesses), made by pip when it first
-    installs: after a shell command or %pip, notebook.py's _refresh_package_site makes the
-    path importer look again. Its scripts go on PATH."""
-    import sysconfig
+def _package_site():
+    """A sandboxed worker's own site for packages, where /usr and the python's prefix are
+    read-only: the user site, HOME/.local (HOME is the namespace's working directory). pip
+    installs there (%pip, !pip: PIP_USER; Debian's pip refuses that for its system python
+    without PIP_BREAK_SYSTEM_PACKAGES, and the system stays read-only anyway); the files
+    count against WorkSize, survive a rollback, and Fork and Save/Restore carry them. The
+    worker puts the directory on sys.path at once, ahead of the system's site, whether it
+    exists or not (after a shell command or %pip, notebook.py's _refresh_package_site makes
+    the path importer look again); every python the code starts adds it itself once it
+    exists. Its scripts go on PATH. A venv's worker is left alone: pip installs into the
+    venv, which the host mounts writable when it should be (Auto)."""
+    import site
 
-    prefix = os.path.join(home, ".local")
-    # Where pip puts a --prefix install: the interpreter's own scheme for one (Debian's
-    # posix_local adds local/ and says dist-packages).
-    scheme = sysconfig.get_preferred_scheme("prefix") if hasattr(sysconfig, "get_preferred_scheme") else None
-    paths = sysconfig.get_paths(scheme=scheme or sysconfig.get_default_scheme(),
-                                vars={"base": prefix, "platbase": prefix})
-    sites = list(dict.fromkeys([paths["purelib"], paths["platlib"]]))
-    at = next((i for i, p in enumerate(sys.path) if p.endswith("-packages")), len(sys.path))
-    sys.path[at:at] = [d for d in sites if d not in sys.path]
-    pp = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(([pp] if pp else []) + sites)  # (the order of sys.path)
-    os.environ["PATH"] = paths["scripts"] + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin")
-    os.environ.setdefault("PIP_PREFIX", prefix)
+    if sys.prefix != sys.base_prefix or not site.ENABLE_USER_SITE:
+        return
+    user_site = site.getusersitepackages()
+    if user_site not in sys.path:
+        at = next((i for i, p in enumerate(sys.path) if p.endswith("-packages")), len(sys.path))
+        sys.path.insert(at, user_site)
+    os.environ.setdefault("PIP_USER", "1")
+    os.environ.setdefault("PIP_BREAK_SYSTEM_PACKAGES", "1")
     os.environ.setdefault("PIP_DISABLE_PIP_VERSION_CHECK", "1")
-    os.environ["MINIPY_PACKAGE_SITE"] = sites[0]
+    os.environ["PATH"] = os.path.join(site.getuserbase(), "bin") + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin")
+    os.environ["MINIPY_PACKAGE_SITE"] = user_site
 
 
 def _read_config(read):
