@@ -275,3 +275,20 @@ func TestRestoreModuleFromItsFiles(t *testing.T) {
 	require.NoError(t, target.Restore(bytes.NewReader(saved.Bytes())))
 	assert.Equal(t, "3", runState(t, e, target, "sq.n"))
 }
+
+// TestRestoreDataclassRepr: a dataclass's __repr__ is reprlib's wrapper (3.12+; dataclasses'
+// own in 3.11), whose globals are that module's: restored with the namespace as its globals,
+// repr() raised NameError (_thread, get_ident).
+func TestRestoreDataclassRepr(t *testing.T) {
+	for name, e := range stateEngines(t) {
+		ns := newNS(t, e)
+		runState(t, e, ns, "from dataclasses import dataclass, field\n@dataclass\nclass P:\n    x: int\n"+
+			"    tags: list = field(default_factory=list)\np = P(1)")
+		var saved bytes.Buffer
+		_, err := ns.Save(&saved)
+		require.NoError(t, err, name)
+		target := newNS(t, e)
+		require.NoError(t, target.Restore(bytes.NewReader(saved.Bytes())), name)
+		assert.Equal(t, "(P(x=1, tags=[]), P(x=2, tags=[]), True)", runState(t, e, target, "p, P(2), p == P(1)"), name)
+	}
+}

@@ -56,8 +56,11 @@ class _Empty:
     __slots__ = ()
 
 
-def _new_function(code, space, name, ncells):
-    return types.FunctionType(_marshal.loads(code), space, name, None,
+def _new_function(code, space, name, ncells, module=None):
+    """A function made again: its globals are the namespace's, or module's when it was made
+    by another module's code (reprlib's wrapper around a dataclass's __repr__)."""
+    globs = vars(_importlib.import_module(module)) if module else space
+    return types.FunctionType(_marshal.loads(code), globs, name, None,
                               tuple(types.CellType() for _ in range(ncells)) or None)
 
 
@@ -165,10 +168,17 @@ class _SpacePicklerBase:
                 cells.append(_Empty())
         state = (fn.__qualname__, fn.__defaults__, fn.__kwdefaults__, fn.__doc__, fn.__annotations__,
                  fn.__dict__, fn.__module__, cells)
+        # Globals of a module that is not the namespace's (a wrapper that functools.wraps
+        # gave the namespace's __module__: reprlib.recursive_repr's) are that module's.
+        globs, module = fn.__globals__, None
+        name = globs.get("__name__")
+        if globs is not self.space and name != self.space.get("__name__") and \
+                getattr(sys.modules.get(name), "__dict__", None) is globs:
+            module = name
+        args = (_marshal.dumps(code), self.space, fn.__name__, len(code.co_freevars))
         # The state comes after the function is made and memoized: a recursive closure, or a
         # default that refers to the function, finds it.
-        return (_new_function, (_marshal.dumps(code), self.space, fn.__name__, len(code.co_freevars)), state,
-                None, None, _set_function_state)
+        return (_new_function, args + ((module,) if module else ()), state, None, None, _set_function_state)
 
     def _class(self, cls):
         import enum
