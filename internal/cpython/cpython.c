@@ -626,7 +626,17 @@ static int init_python(const char *src, const char *runtime_file, const char *ex
 	// Go owns SIGINT, SIGPIPE and SIGXFSZ; Python must not install or ignore handlers.
 	config.install_signal_handlers = 0;
 	config.parse_argv = 0;
-	PyStatus status = Py_InitializeFromConfig(&config);
+	// The python beside the libpython (LinkedPython) is where CPython looks for its standard
+	// library, as it would for that python: a libpython whose build prefix is not where it
+	// lies (a distribution's build unpacked elsewhere) is found all the same. (PYTHONHOME
+	// still wins.)
+	PyStatus status = PyStatus_Ok();
+	if (executable && executable[0]) {
+		status = PyConfig_SetBytesString(&config, &config.program_name, executable);
+	}
+	if (!PyStatus_Exception(status)) {
+		status = Py_InitializeFromConfig(&config);
+	}
 	PyConfig_Clear(&config);
 	if (PyStatus_Exception(status)) {
 		snprintf(mp.init_error, sizeof mp.init_error, "Py_InitializeFromConfig: %s%s%s",

@@ -10,9 +10,11 @@ package cpython
 #cgo pkg-config: python3-embed
 #cgo CFLAGS: -O2 -Wall -Wno-unused-parameter
 #cgo LDFLAGS: -ldl
-#include <stdlib.h>
-#include <patchlevel.h>
+// Python's configuration first: pyconfig.h defines _POSIX_C_SOURCE and the like, which
+// must come before any system header (3.15's redefines it otherwise, a warning under -Wall).
 #include <pyconfig.h>
+#include <patchlevel.h>
+#include <stdlib.h>
 #include "cpython.h"
 
 #ifdef Py_GIL_DISABLED

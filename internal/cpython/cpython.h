@@ -10,7 +10,8 @@
 
 // mp_serve initialises CPython on the calling thread with the runtime source and the file
 // name its code carries (pyrt.RuntimeFile), the python executable to report as
-// sys.executable ("" leaves CPython's guess) and the kick signal,
+// sys.executable and to find the standard library from ("" leaves CPython's guess) and the
+// kick signal,
 // then serves requests forever. It returns only if initialisation failed; mp_init_wait
 // reports the outcome to the starter.
 void mp_serve(const char *runtime_src, const char *runtime_file, const char *executable, int kick_signal);
