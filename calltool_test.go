@@ -26,7 +26,8 @@ var updateToolGolden = flag.Bool("update-tool", false, "rewrite the tool golden 
 
 // goldenVersion is the Python version the golden files in testdata/ are written for. Where
 // another version's text differs (3.13 puts carets under calls in tracebacks), its own file
-// in testdata/<version>/ takes precedence, so that every tested version is compared exactly.
+// in testdata/<version>/ takes precedence, and a version without one takes the nearest older
+// version's (3.14 reads 3.13's), so that every tested version is compared exactly.
 const goldenVersion = "3.11"
 
 // checkGolden compares got with testdata/name (or the linked version's own copy), or
@@ -38,9 +39,17 @@ func checkGolden(t *testing.T, name, got string) {
 	path := base
 	version := cpython.LinkedVersion()
 	if version != goldenVersion {
-		own := filepath.Join("testdata", version, name)
-		if _, err := os.Stat(own); err == nil || *updateToolGolden {
-			path = own
+		// This version's own file, else the nearest older version's that has one (a
+		// version's text holds until one changes it), else the base's.
+		var major, minor, baseMinor int
+		fmt.Sscanf(version, "%d.%d", &major, &minor)  //nolint:errcheck // "3.14"
+		fmt.Sscanf(goldenVersion, "3.%d", &baseMinor) //nolint:errcheck
+		for m := minor; m > baseMinor; m-- {
+			own := filepath.Join("testdata", fmt.Sprintf("%d.%d", major, m), name)
+			if _, err := os.Stat(own); err == nil || *updateToolGolden && m == minor {
+				path = own
+				break
+			}
 		}
 	}
 	if *updateToolGolden {

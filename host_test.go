@@ -112,8 +112,13 @@ func TestHostCallArguments(t *testing.T) {
 			assert.Equal(t, "get_weather() argument 'unit' must be one of 'c', 'f', not 'k'", pe.Message)
 			assert.Equal(t, int64(5), calls.Load(), "Go was called with wrong arguments")
 
-			// A real function: signature, docstring, help().
-			assert.Equal(t, "(city: str, days: int = 1, unit: Optional[Literal['c', 'f']] = None)",
+			// A real function: signature, docstring, help(). (3.14 writes Optional[X] as
+			// X | None: typing's Union and the | type are one since then.)
+			optional := "Optional[Literal['c', 'f']]"
+			if minipy.LinkedVersion() >= "3.14" {
+				optional = "Literal['c', 'f'] | None"
+			}
+			assert.Equal(t, "(city: str, days: int = 1, unit: "+optional+" = None)",
 				h.value(t, "import inspect; str(inspect.signature(get_weather))"))
 			assert.Equal(t, "Forecast for a city.\nMore detail.\n\nArgs:\n    city: A city name.",
 				h.value(t, "get_weather.__doc__"))

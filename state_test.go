@@ -292,3 +292,22 @@ func TestRestoreDataclassRepr(t *testing.T) {
 		assert.Equal(t, "(P(x=1, tags=[]), P(x=2, tags=[]), True)", runState(t, e, target, "p, P(2), p == P(1)"), name)
 	}
 }
+
+// TestSaveAnnotatedClass: a class with annotations (every dataclass) is saved and restored
+// with them. From 3.14 (PEP 649) they are a function closing over the class's dict, which
+// Save could not pickle: it skipped every annotated class.
+func TestSaveAnnotatedClass(t *testing.T) {
+	for name, e := range stateEngines(t) {
+		ns := newNS(t, e)
+		runState(t, e, ns, "from dataclasses import dataclass\n@dataclass\nclass P:\n    x: int\n    y: 'Later' = None\n"+
+			"class Plain:\n    n: float\nclass Later: pass\np = P(1)")
+		var saved bytes.Buffer
+		info, err := ns.Save(&saved)
+		require.NoError(t, err, name)
+		assert.Empty(t, info.Skipped, "%s: %v", name, info.Reasons)
+		target := newNS(t, e)
+		require.NoError(t, target.Restore(bytes.NewReader(saved.Bytes())), name)
+		assert.Equal(t, "True", runState(t, e, target, "P.__annotations__ == {'x': int, 'y': 'Later'} and "+
+			"Plain.__annotations__ == {'n': float} and repr(p) == 'P(x=1, y=None)'"), name)
+	}
+}

@@ -100,6 +100,26 @@ def _mapping_proxy(d):
 # What the class body made that type() makes again, or that cannot be set afterwards.
 _CLASS_MADE = ("__dict__", "__weakref__", "__module__", "__qualname__", "__slots__", "__doc__")
 
+# Where a class keeps its annotations: a plain dict until 3.13; from 3.14 (PEP 649/749) a
+# function that closes over the class's own dict, and a cache of what it returned, neither
+# of which can be saved by value. A class saves the plain dict they evaluate to instead
+# (_plain_annotations), set again as __annotations__ on restore.
+_ANNOTATIONS = ("__annotations__", "__annotate__", "__annotate_func__", "__annotations_cache__")
+
+
+def _plain_annotations(cls):
+    """cls's own annotations as a plain dict; names that do not resolve (a forward
+    reference) are kept as annotationlib's forward references where it exists (3.14+)."""
+    try:
+        return dict(cls.__annotations__)
+    except Exception:
+        try:
+            import annotationlib
+
+            return dict(annotationlib.get_annotations(cls, format=annotationlib.Format.FORWARDREF))
+        except Exception:
+            return {}
+
 
 _picklers = None
 _pickle = None  # the pickle module, once _state_picklers has imported it
@@ -183,7 +203,10 @@ class _SpacePicklerBase:
     def _class(self, cls):
         import enum
 
-        attrs = {k: v for k, v in vars(cls).items() if k not in _CLASS_MADE}
+        own = vars(cls)
+        attrs = {k: v for k, v in own.items() if k not in _CLASS_MADE + _ANNOTATIONS}
+        if any(k in own for k in _ANNOTATIONS):
+            attrs["__annotations__"] = _plain_annotations(cls)
         skeleton = {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
         if "__doc__" in vars(cls):
             skeleton["__doc__"] = cls.__doc__
