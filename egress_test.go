@@ -475,9 +475,11 @@ func TestEgressPipInstall(t *testing.T) {
 	require.NoError(t, fresh.Restore(&saved))
 	assert.Equal(t, int64(42), valueIn(t, e, fresh, "import minipytest_pkg\nminipytest_pkg.VALUE"), "after Save/Restore")
 
-	// !pip in a shell line, and the import in the same cell.
+	// pip in a shell line, and the import in the same cell. (The worker's own pip: the
+	// pip command on PATH is the system's Python's, another one in a compat run.)
 	other := e.NewNamespace()
 	defer other.Close()
-	assert.Equal(t, int64(42), valueIn(t, e, other, "!pip install -q minipytest-pkg\nimport minipytest_pkg\nminipytest_pkg.VALUE"))
+	assert.Equal(t, int64(42), valueIn(t, e, other, "import sys\n!{sys.executable} -m pip install -q minipytest-pkg\n"+
+		"import minipytest_pkg\nminipytest_pkg.VALUE"))
 	in.requireDialedOnly(t)
 }
