@@ -94,15 +94,18 @@ func startOnce(e *Isolated, dirs workDirs, epoch uint64) (*worker.Worker, error)
 		if err == nil {
 			w, err = e.spec.AwaitReady(w)
 		}
-		if errors.Is(err, worker.ErrTemplateGone) {
+		gone := errors.Is(err, worker.ErrTemplateGone)
+		if gone {
 			e.dropTemplate(t) // (it died, and the host may not have seen it exit yet)
 		}
-		if err == nil || e.isClosed() || e.capped() && !t.Gone() {
+		if err == nil || e.isClosed() || gone || errors.Is(err, worker.ErrStartKilled) || e.capped() && !t.Gone() {
 			// (A live template holds the working directories' tmpfs: a worker started
-			// otherwise would not see them.)
+			// otherwise would not see them. One that died, or a fork killed as it started,
+			// is startWorker's to try again, with the template that replaces it: a plain
+			// start would leave the namespace's files on the host's disk, uncapped.)
 			return w, err
 		}
-		// The template could not fork it (or is gone): a plain start, as without one.
+		// The template could not fork it: a plain start, as without one.
 	}
 	if err := e.moveMounts(dirs.tree, nil); err != nil {
 		return nil, err

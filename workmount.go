@@ -106,6 +106,11 @@ func (e *Isolated) moveMounts(tree *workTree, t *worker.Worker) error {
 	}
 	e.mu.Unlock()
 	for key, m := range moving {
+		if t != nil && !m.tmpl.Gone() {
+			// A template that another has replaced is dying (dropTemplate killed it, or it
+			// died and its exit is on its way): its mounts move once it is gone.
+			m.tmpl.AwaitExit()
+		}
 		if !m.tmpl.Gone() {
 			// Only the template that mounted it sees it: a worker started otherwise would
 			// not find the namespace's files.
