@@ -59,9 +59,17 @@ func killInside(t *testing.T, pidNS string, inner int) {
 	for pid, in := range nsProcs(t, pidNS) {
 		if in == inner {
 			require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+			// Dead means every thread gone, not the leader a zombie: a thread that is still
+			// exiting holds the process's fds, and one blocked in read() takes a request that
+			// arrives before it notices the kill (a kill in flight, which fails that run).
 			require.Eventually(t, func() bool {
 				stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-				return err != nil || strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))[0] == "Z"
+				if err != nil {
+					return true
+				}
+				tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+				return err != nil || len(tasks) == 1 &&
+					strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))[0] == "Z"
 			}, 10*time.Second, 5*time.Millisecond, "pid %d dead", pid)
 			return
 		}
