@@ -8,7 +8,7 @@ export CGO_ENABLED := 1
 # Every module in the tree: the core one and the examples/commands that carry SDKs.
 MODULES := $(sort $(patsubst %/go.mod,%,$(shell find . -name go.mod -not -path './.git/*')))
 
-.PHONY: test test-oldest vet bench bench-once build soak deps compat compat-ft compat-new fuzz
+.PHONY: test test-oldest vet bench bench-once build soak deps compat compat-ft fuzz
 
 # Installs python3-dev, pkg-config, python3-numpy with apt when missing (as root).
 deps:
@@ -66,18 +66,15 @@ soak:
 	cd cmd/minipy-mcp && $(GO) test -run '^TestChaos$$' -chaos-long -count=1 -v -timeout 30m .
 
 # The core module's tests against other CPython builds (scripts/compat says how): 3.13
-# built from Debian's source package (reused once built), and a pyenv 3.12 when this machine
-# has one. CI runs it after `make test`.
+# built from Debian's source package (reused once built), a pyenv 3.12 when this machine
+# has one, and Debian sid's 3.14 and 3.15 (binary packages in a prefix of their own, with
+# sid's glibc). CI runs it after `make test`, without -race (make test has it).
 compat:
 	scripts/compat 3.13 test
 	scripts/compat 3.12 test
-
-# The same against a free-threaded 3.13 (--disable-gil); not in CI.
-compat-ft:
-	scripts/compat 3.13t test
-
-# The same against Debian sid's 3.14 and 3.15 (binary packages in a prefix of their own, with
-# sid's glibc); not in CI until they pass (docs/building.md).
-compat-new:
 	scripts/compat 3.14 test
 	scripts/compat 3.15 test
+
+# The same against a free-threaded 3.13 (--disable-gil), with -race; not in CI.
+compat-ft:
+	scripts/compat 3.13t test -race

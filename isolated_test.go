@@ -716,8 +716,9 @@ func TestIsolatedTimeoutRunsFinallyAndWithExits(t *testing.T) {
 			ns := e.NewNamespace()
 			defer ns.Close()
 			// Its worker first: a run's timeout counts the wait for it, which on a busy machine
-			// can last until the interrupt comes before the code's first line.
-			_, err := e.Minipy("pass", &minipy.Options{Globals: ns})
+			// can last until the interrupt comes before the code's first line. So do the
+			// shapes' imports (a loaded machine took over 100 ms for `import contextlib`).
+			_, err := e.Minipy("import contextlib, threading, types", &minipy.Options{Globals: ns})
 			require.NoError(t, err)
 			_, err = e.Minipy(code, &minipy.Options{Globals: ns, Timeout: 100 * time.Millisecond})
 			require.ErrorIs(t, err, minipy.ErrTimeout)
