@@ -21,14 +21,16 @@ test: deps vet
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=20000x
 	@$(MAKE) --no-print-directory bench-once
 
-# Each module's tests again with the oldest Go its go.mod's go line allows (go 1.24 is the
-# toolchain go1.24.0), which the go command fetches through the module proxy. CI runs it
-# after `make test`, so that the go lines stay true.
+# Each module built, vetted and its test binaries linked with the oldest Go its go.mod's go
+# line allows (go 1.24 is the toolchain go1.24.0), which the go command fetches through the
+# module proxy: what a go line promises is that the module compiles with that Go. (Running
+# every test again took CI 10 of its 45 minutes, which 3.14 and 3.15 need now; -run
+# '^$' still links every test binary.) CI runs it after `make test`.
 test-oldest:
 	@set -e; for m in $(MODULES); do \
 	  v=$$(awk '$$1 == "go" {print $$2}' $$m/go.mod); case $$v in *.*.*) ;; *) v=$$v.0 ;; esac; \
-	  echo "== GOTOOLCHAIN=go$$v go test -race $$m"; \
-	  (cd $$m && GOTOOLCHAIN=go$$v $(GO) test -race -count=1 -timeout 20m ./...); done
+	  echo "== GOTOOLCHAIN=go$$v go vet, go test -run '^$$' $$m"; \
+	  (cd $$m && GOTOOLCHAIN=go$$v $(GO) vet ./... && GOTOOLCHAIN=go$$v $(GO) test -count=1 -run '^$$' ./... >/dev/null); done
 
 # The fuzz targets (fuzz_test.go), each for FUZZTIME; `make test` gives them 20,000 inputs
 # each (a few seconds): a count, not a duration, because Go before 1.27 can fail a timed run

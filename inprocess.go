@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/minipy-go/minipy/internal/cpython"
+	"github.com/minipy-go/minipy/internal/procstat"
 	"github.com/minipy-go/minipy/internal/pyrt"
 )
 
@@ -243,6 +245,14 @@ func (e *inProcessEngine) callOf(frame []byte) (h *hostCalls, id uint64, v any, 
 }
 
 func (r *inProcessRun) kick(stage int) { r.req.Kick(stage) }
+
+func (r *inProcessRun) runQueueWaits() map[int]time.Duration {
+	tid := r.e.interp.ThreadID()
+	if d, ok := procstat.TaskWait(os.Getpid(), tid); ok {
+		return map[int]time.Duration{tid: d}
+	}
+	return nil
+}
 
 func (r *inProcessRun) wake() {
 	r.woken.Store(true)

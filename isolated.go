@@ -922,6 +922,8 @@ func (r *isolatedRun) wait(d time.Duration) bool {
 
 func (r *isolatedRun) kick(stage int) { r.w.Kick(r.id, stage) }
 
+func (r *isolatedRun) runQueueWaits() map[int]time.Duration { return r.w.RunQueueWaits() }
+
 func (r *isolatedRun) wake() { r.w.Wake() }
 
 // workerSlot is one of the engine's worker positions: the live worker, its replacement

@@ -73,7 +73,7 @@ func BenchmarkIsolatedWorkerStart(b *testing.B) {
 func BenchmarkIsolatedHardKill(b *testing.B) {
 	e := newIsolated(b, minipy.IsolatedConfig{})
 	const timeout = 50 * time.Millisecond
-	const grace = 500 * time.Millisecond // abandonAfter in timeout.go
+	const grace = minipy.AbandonAfter // (the benchmark wants an idle machine: no wait for a CPU to add)
 	var late time.Duration
 	for b.Loop() {
 		b.StopTimer()

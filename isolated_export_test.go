@@ -11,6 +11,13 @@ import (
 	"github.com/minipy-go/minipy/internal/worker"
 )
 
+// The grace before a run that ignores its kicks is abandoned (timeout.go), and its bound on
+// the wall clock when the code waited for a CPU.
+const (
+	AbandonAfter = abandonAfter
+	AbandonCap   = abandonCap
+)
+
 // NewIsolatedActingUnsandboxed is NewIsolated on a kernel that (it pretends) refuses
 // namespaces, for the tests of AllowUnsandboxed.
 func NewIsolatedActingUnsandboxed(cfg IsolatedConfig) (*Isolated, error) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/minipy-go/minipy/internal/procstat"
 )
 
 // How a run that passes its deadline is stopped, for both engines:
@@ -17,11 +19,25 @@ import (
 //  3. If it is still running abandonAfter the first kick (a C call holding the GIL, such as
 //     sum(range(10**10))), the in-process engine returns ErrTimeout without waiting and the
 //     interpreter stays busy until that call ends; the isolated engine kills the worker.
+//
+// Both stages count the time the code could run: the wall clock since the first kick, less
+// the longest time one of its processes' main threads (the interpreter's thread
+// in-process) waited for a CPU meanwhile, when the engine can tell (runQueueWaiter). On a
+// loaded machine a run that was ready to stop, but not scheduled, is then neither hit on
+// every line of its cleanup nor abandoned (for the isolated engine: killed and rolled back)
+// for the machine's load. abandonCap bounds the grace on the wall clock all the same.
 const (
 	kickRepeat     = 20 * time.Millisecond
 	hardStageAfter = 100 * time.Millisecond
 	abandonAfter   = 500 * time.Millisecond
+	abandonCap     = 10 * abandonAfter
 )
+
+// runQueueWaiter is a runHandle that can tell how long its code's threads have waited for
+// a CPU: procstat.Waits of them (nil: it cannot tell).
+type runQueueWaiter interface {
+	runQueueWaits() map[int]time.Duration
+}
 
 // runHandle is a run in progress on one of the engines.
 type runHandle interface {
@@ -49,14 +65,26 @@ func supervise(ctx context.Context, h runHandle, dl deadline) stop {
 	if ctx.Done() != nil {
 		defer context.AfterFunc(ctx, h.wake)()
 	}
+	queue, _ := h.(runQueueWaiter)
+	var waitsAtKick map[int]time.Duration
+	// had is how long the code could run since the first kick, and since is the wall clock.
+	had := func(now time.Time) (had, since time.Duration) {
+		since = now.Sub(s.kickedAt)
+		if waitsAtKick == nil {
+			return since, since
+		}
+		return since - procstat.MostWaited(waitsAtKick, queue.runQueueWaits()), since
+	}
 	for {
 		d := time.Duration(-1)
 		if s.cause != nil {
-			// Repeat the kick, but wake exactly at the next stage boundary: giving up is
-			// then on time, not up to a repeat interval late.
+			// Repeat the kick, but wake exactly at the next stage boundary (or the first
+			// moment it can be reached): giving up is then on time, not up to a repeat
+			// interval late.
 			d = kickRepeat
+			got, _ := had(time.Now())
 			for _, boundary := range [...]time.Duration{hardStageAfter, abandonAfter} {
-				if left := time.Until(s.kickedAt.Add(boundary)); left > 0 && left < d {
+				if left := boundary - got; left > 0 && left < d {
 					d = left
 				}
 			}
@@ -82,19 +110,22 @@ func supervise(ctx context.Context, h runHandle, dl deadline) stop {
 				continue
 			}
 			s.kickedAt = now
+			if queue != nil {
+				waitsAtKick = queue.runQueueWaits()
+			}
 			h.kick(1)
 			continue
 		}
 		// Counted from the first kick, not from the deadline: on a starved machine the
 		// watchdog itself may wake late, and the code must still get the whole grace
 		// (seen: a first kick 480 ms late, with 4 CPU-bound processes on 2 cores).
-		late := now.Sub(s.kickedAt)
-		if late >= abandonAfter {
+		got, late := had(now)
+		if got >= abandonAfter || late >= abandonCap {
 			s.abandoned = true
 			return s
 		}
 		stage := 1
-		if late >= hardStageAfter {
+		if got >= hardStageAfter {
 			stage = 2
 		}
 		h.kick(stage)

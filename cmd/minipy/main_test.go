@@ -89,7 +89,14 @@ func TestCLIBadUsage(t *testing.T) {
 func TestCLIWithoutCgoExplainsItself(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "minipy-nocgo")
 	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	// (Without GOFLAGS' -linkmode=external, which needs cgo: scripts/compat's sid builds set it.)
+	var goflags []string
+	for _, f := range strings.Fields(os.Getenv("GOFLAGS")) {
+		if !strings.Contains(f, "linkmode=external") {
+			goflags = append(goflags, f)
+		}
+	}
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS="+strings.Join(goflags, " "))
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	cmd := exec.Command(bin, "-c", "1+1")

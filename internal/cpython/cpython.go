@@ -31,6 +31,8 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -50,6 +52,7 @@ func Start(kickSignal int) (*Interpreter, error) {
 		// The owner never unlocks and never returns: CPython's main thread must stay the
 		// thread that initialised it, and only it may run Python code for us.
 		runtime.LockOSThread()
+		thread.Store(int32(syscall.Gettid()))
 		C.mp_serve(src, file, exe, C.int(kickSignal))
 		// Reached only if initialisation failed.
 		C.free(unsafe.Pointer(src))
@@ -61,6 +64,12 @@ func Start(kickSignal int) (*Interpreter, error) {
 	}
 	return &Interpreter{}, nil
 }
+
+// thread is the id of the interpreter's thread (ThreadID).
+var thread atomic.Int32
+
+// ThreadID is the kernel's id of the thread that runs Python code (procstat.TaskWait).
+func (*Interpreter) ThreadID() int { return int(thread.Load()) }
 
 // Request is one request handed to the interpreter. The caller must hold the interpreter
 // (only one request is in flight at a time) until Done reports true.

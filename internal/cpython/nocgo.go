@@ -22,6 +22,9 @@ type Request struct{}
 // Submit is unreachable without cgo (Start fails).
 func (*Interpreter) Submit(req []byte, hostCalls bool) Request { panic(ErrNoCgo) }
 
+// ThreadID is unreachable without cgo.
+func (*Interpreter) ThreadID() int { panic(ErrNoCgo) }
+
 // NextCall is unreachable without cgo.
 func NextCall(d time.Duration) []byte { panic(ErrNoCgo) }
 

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/minipy-go/minipy/internal/procstat"
 	"github.com/minipy-go/minipy/internal/pyrt"
 	"golang.org/x/sys/unix"
 )
@@ -758,6 +759,23 @@ func (w *Worker) Pid() int {
 		return 0
 	}
 	return w.cmd.Process.Pid
+}
+
+// RunQueueWaits is how long the main thread of each process of w's sandbox (its cgroup's
+// members, else its process and their descendants) has waited for a CPU while runnable
+// (procstat.Waits); nil when the host cannot tell (a worker forked from the template
+// without a cgroup, a Command worker). Safe from any goroutine.
+func (w *Worker) RunQueueWaits() map[int]time.Duration {
+	var pids []int
+	if w.cg != nil {
+		pids = w.cg.members()
+	} else if p := w.Pid(); p != 0 && w.line != nil {
+		pids = procstat.Tree(p)
+	}
+	if len(pids) == 0 {
+		return nil
+	}
+	return procstat.Waits(pids...)
 }
 
 // Stderr is the end of what the worker wrote on its stderr (stderrKeep bytes at most).

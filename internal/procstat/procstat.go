@@ -1,0 +1,83 @@
+// Package procstat reads what Linux's /proc says of processes and threads that the host
+// needs at run time: how long they waited for a CPU, and which processes a process started.
+package procstat
+
+import (
+	"bytes"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// TaskWait is how long thread tid of process pid has waited on a run queue, runnable but
+// not running, since it started: the second field of its schedstat (CONFIG_SCHED_INFO, on
+// in every distribution's kernel). False if the thread is gone or the kernel does not say.
+func TaskWait(pid, tid int) (time.Duration, bool) {
+	return schedWait("/proc/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(tid) + "/schedstat")
+}
+
+// Waits is TaskWait of the main thread of each of pids that is still there, by pid.
+func Waits(pids ...int) map[int]time.Duration {
+	m := make(map[int]time.Duration, len(pids))
+	for _, pid := range pids {
+		if d, ok := TaskWait(pid, pid); ok {
+			m[pid] = d
+		}
+	}
+	return m
+}
+
+// MostWaited is the largest growth of a wait from before to after (Waits of the same pids
+// at two moments), over the pids in both: how long the most starved of them went without a
+// CPU in between.
+func MostWaited(before, after map[int]time.Duration) time.Duration {
+	var most time.Duration
+	for pid, a := range after {
+		if b, ok := before[pid]; ok {
+			most = max(most, a-b)
+		}
+	}
+	return most
+}
+
+func schedWait(path string) (time.Duration, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0, false
+	}
+	ns, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return time.Duration(ns), true
+}
+
+// Tree is pid and its descendants, found through each thread's children file
+// (CONFIG_PROC_CHILDREN). A process that ends or starts meanwhile may be missed.
+func Tree(pid int) []int {
+	out := []int{pid}
+	for i := 0; i < len(out); i++ {
+		dir := "/proc/" + strconv.Itoa(out[i]) + "/task/"
+		tasks, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		for _, t := range tasks {
+			b, err := os.ReadFile(dir + t.Name() + "/children")
+			if err != nil {
+				continue
+			}
+			for _, c := range bytes.Fields(b) {
+				if n, err := strconv.Atoi(string(c)); err == nil {
+					out = append(out, n)
+				}
+			}
+		}
+	}
+	return out
+}
