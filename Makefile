@@ -70,12 +70,10 @@ soak:
 # The core module's tests against other CPython builds (scripts/compat says how): 3.13
 # built from Debian's source package (reused once built), a pyenv 3.12 when this machine
 # has one, and Debian sid's 3.14 and 3.15 (binary packages in a prefix of their own, with
-# sid's glibc). CI runs it after `make test`, without -race (make test has it).
+# sid's glibc). CI runs it after `make test`, without -race (make test has it), two
+# targets at a time (scripts/compat-all, COMPAT_JOBS).
 compat:
-	scripts/compat 3.13 test
-	scripts/compat 3.12 test
-	scripts/compat 3.14 test
-	scripts/compat 3.15 test
+	scripts/compat-all 3.13 3.12 3.14 3.15
 
 # The same against a free-threaded 3.13 (--disable-gil), with -race; not in CI.
 compat-ft:
