@@ -168,3 +168,17 @@ func NewIsolatedCgroupBare(cfg IsolatedConfig) (*Isolated, error) {
 	defer func() { testCgroupBare = false }()
 	return NewIsolated(cfg)
 }
+
+// SpareStarted reports whether e's spare worker has finished starting (a kill before that
+// is the start's failure, not a death between runs).
+func SpareStarted(e *Isolated) bool {
+	e.mu.Lock()
+	spare := e.spare
+	e.mu.Unlock()
+	if spare == nil {
+		return false
+	}
+	spare.mu.Lock()
+	defer spare.mu.Unlock()
+	return spare.started != nil || spare.cur != nil
+}

@@ -184,6 +184,10 @@ func TestIsolatedDeadSpareIsNeverHandedOut(t *testing.T) {
 		mine[tmpl] = true
 		root = pid
 	}
+	// Killed once it has started: a kill before that fails its start (the next namespace
+	// starts another), which is not a death between runs.
+	require.Eventually(t, func() bool { return minipy.SpareStarted(e) }, 60*time.Second, 10*time.Millisecond,
+		"the spare started")
 	// The spare's sandbox: the one pid namespace of a guardian that is none of those.
 	var spare string
 	require.Eventually(t, func() bool {
@@ -199,7 +203,7 @@ func TestIsolatedDeadSpareIsNeverHandedOut(t *testing.T) {
 			}
 		}
 		return spare != ""
-	}, 30*time.Second, 20*time.Millisecond, "the spare started")
+	}, 30*time.Second, 20*time.Millisecond, "the spare's sandbox")
 	starts := e.Stats().Starts
 	killInside(t, spare, 1)
 	d := awaitIdleDeath(t, deaths)
