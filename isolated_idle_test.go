@@ -313,3 +313,92 @@ threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGKILL)).start()`)
 	assert.Equal(t, syscall.SIGKILL, lost.Signal, "%v", err)
 	assert.Equal(t, int64(2), valueIn(t, e, ns, "1 + 1"))
 }
+
+// The OOM killer picks the process that runs the code first (oom_score_adj 1000): the
+// guardian and the rollback snapshot keep the guardian's score, so that the snapshot is
+// there to take over from a worker the OOM killer ended.
+func TestIsolatedOOMKillerPicksTheWorkerFirst(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{})
+	ns := e.NewNamespace()
+	defer ns.Close()
+	where := valueIn(t, e, ns, "x = 1\n"+whereAmI).([]any)
+	_, err := ns.Get("x") // (answered once the run's snapshot is made)
+	require.NoError(t, err)
+	pidNS, worker := where[0].(string), int(where[1].(int64))
+	score := func(pid int) string {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/oom_score_adj", pid))
+		if err != nil {
+			return "gone"
+		}
+		return strings.TrimSpace(string(b))
+	}
+	require.Eventually(t, func() bool {
+		var guardian string
+		others := map[int]string{}
+		for pid, inner := range nsProcs(t, pidNS) {
+			stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+			if err != nil || strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))[0] == "Z" {
+				continue // (a replaced snapshot not reaped yet)
+			}
+			switch inner {
+			case worker:
+				if score(pid) != "1000" {
+					t.Logf("the worker's score: %s", score(pid))
+					return false
+				}
+			case 1:
+				guardian = score(pid)
+			default:
+				others[pid] = score(pid)
+			}
+		}
+		if len(others) != 1 {
+			t.Logf("not one snapshot: %v", others)
+			return false
+		}
+		for _, s := range others {
+			if s != guardian || s == "1000" {
+				t.Logf("the snapshot's score %s, the guardian's %s", s, guardian)
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 20*time.Millisecond)
+}
+
+// A snapshot runs threading's and logging's after-fork hooks when it takes over, not at its
+// fork (worker.py, _defer_child_hooks): after a rollback the threads are the worker's own,
+// new ones start and end, and logging's locks are free, with or without a thread of the
+// code's alive at the snapshot (with one, the hooks run at the fork as always).
+func TestIsolatedRollbackRunsTheForkHooks(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{})
+	for _, withThread := range []bool{false, true} {
+		t.Run(fmt.Sprintf("thread alive %v", withThread), func(t *testing.T) {
+			ns := e.NewNamespace()
+			defer ns.Close()
+			setup := "import logging, threading\nh = logging.StreamHandler()\nlogging.getLogger('t').addHandler(h)\n"
+			if withThread {
+				setup += "stop = threading.Event()\nbg = threading.Thread(target=stop.wait, name='bg', daemon=True)\nbg.start()\n"
+			}
+			valueIn(t, e, ns, setup)
+			threads := "sorted(th.name for th in threading.enumerate() if th.name != 'bg')"
+			before := valueIn(t, e, ns, threads)
+			_, err := runIn(t, e, ns, "import os; os._exit(3)")
+			var lost *minipy.WorkerLostError
+			require.ErrorAs(t, err, &lost)
+			require.True(t, lost.RolledBack)
+			assert.Equal(t, before, valueIn(t, e, ns, threads), "the dead worker's threads are gone")
+			r := valueIn(t, e, ns, `done = []
+th = threading.Thread(target=done.append, args=(1,))
+th.start()
+th.join(10)
+got = h.lock.acquire(timeout=5)
+h.lock.release()
+(done, th.is_alive(), threading.current_thread() is threading.main_thread(), got)`)
+			assert.Equal(t, []any{[]any{int64(1)}, false, true, true}, r)
+			if withThread {
+				assert.Equal(t, false, valueIn(t, e, ns, "bg.is_alive()"), "a thread does not outlive the fork")
+			}
+		})
+	}
+}

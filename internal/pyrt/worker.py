@@ -211,6 +211,8 @@ class _Worker:
         self.snap_sock = _snap_sock  # the worker's socket to the guardian (snapshots, forks), or None
         self.snapshots = False  # fork a rollback snapshot after each request that may change state
         self.snap_pid = 0
+        self.snap_wait = None  # a socket over snap_sock, for the snapshots' wait (made once)
+        self.own_threads = 0  # the threads of the worker's own (_thread._count()), once started
         self.unreaped = []  # replaced snapshots, killed, not yet reaped
         self.changed = True  # the last request may have changed the state: snapshot again
         self.gen = 0  # the requests that may have changed the state (ANSWER_CHANGED): numbers snapshots
@@ -493,9 +495,21 @@ class _Worker:
         """Fork a copy of this worker as it is between requests (the snapshot), replacing the
         previous one, and tell the guardian its pid. Returns False in the worker; in the
         snapshot it waits, and returns True once it has taken over from a worker that died
-        (the host sent it fresh pipes through the guardian)."""
+        (the host sent it fresh pipes through the guardian).
+
+        Every page either process writes after the fork is copied (a page fault), and the
+        snapshot is almost never used: it runs as little Python as it can before it waits.
+        Python's after-fork hooks in Python (threading's, and logging's when loaded) wait
+        until it takes over (_defer_child_hooks): run at the fork, they and the code they
+        call wrote ~100 pages of each snapshot, and the snapshot's OOM score is the
+        guardian's to set."""
         import warnings
 
+        if self.snap_wait is None:
+            import socket
+
+            self.snap_wait = socket.socket(fileno=os.dup(self.snap_sock))
+        deferred = _defer_child_hooks(self.own_threads)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # 3.12+: fork() of a multi-threaded process
             try:
@@ -504,6 +518,11 @@ class _Worker:
                 # EAGAIN under the Processes limit: no snapshot this time. The previous one
                 # holds an older state, which is not "before this run": it goes (pid 0).
                 pid = -1
+            if pid == 0:
+                # The snapshot (the guardian gives it its OOM score): off the worker's pipes,
+                # and wait (inside this block: its exit is Python that can wait too).
+                fds = _await_pipes(self.snap_wait, self.in_fd, self.out_fd, self.host_err)
+        _run_deferred(deferred, pid == 0)
         if pid:
             pid = max(pid, 0)
             # The guardian learns of the new one before the old one goes, so that a crash
@@ -526,13 +545,15 @@ class _Worker:
                 except ChildProcessError:
                     self.unreaped.remove(p)
             return False
-        _oom_first(False)
-        self.leave_pipes()
-        self.resume()
+        # The objects over the worker's pipes, which the wait closed, are kept: collected,
+        # they would close their fd numbers, which the new pipes may have (leave_pipes).
+        _kept.extend((self.rin, getattr(self, "fault_file", None)))
+        self.snap_wait = None  # (closed by the wait)
+        self.become(fds)
         return True
 
     def leave_pipes(self):
-        """In a snapshot or a copy: close this process's copies of the worker's pipes, which
+        """In a copy: close this process's copies of the worker's pipes, which
         are the worker's own (held here too, they would not end when it does). The objects
         over them are kept, never used again: collected, they would close their fd numbers,
         which the new pipes may have by then."""
@@ -543,9 +564,8 @@ class _Worker:
             except OSError:
                 pass
 
-    def resume(self):
-        """In a snapshot or a copy: wait for the host's pipes and become the worker on them."""
-        fds = self.wait_for_pipes()
+    def become(self, fds):
+        """In a snapshot or a copy: become the worker on fds, the host's new pipes."""
         try:
             if self.moving:
                 self.move_into_own()
@@ -616,6 +636,9 @@ class _Worker:
         theirs.close()
         os.close(self.snap_sock)
         self.snap_sock = mine.detach()
+        if self.snap_wait is not None:
+            self.snap_wait.close()  # over the parent's socket
+            self.snap_wait = None
         # Memory files of its own for fds 1 and 2 (the parent's are shared by the fork).
         for fd, name in ((self.out_mem, "minipy-stdout"), (self.err_mem, "minipy-stderr")):
             new = _mem_file(name)
@@ -643,25 +666,13 @@ class _Worker:
         self.space = dst
         self.moving = (src_root, root, cwd)
         self.leave_pipes()
-        self.resume()
+        self.become(self.wait_for_pipes())
 
     def wait_for_pipes(self):
-        """In the snapshot: wait for the guardian to hand over the host's new pipes."""
+        """In a copy: wait for the guardian to hand over the host's new pipes."""
         import socket
 
-        sock = socket.socket(fileno=os.dup(self.snap_sock))
-        while True:
-            try:
-                msg, fds = _recv_fds(sock)
-            except InterruptedError:
-                continue
-            if not msg:
-                os._exit(0)  # the guardian is gone
-            if msg[:1] == C_TAKE_OVER and len(fds) == 3:
-                sock.close()
-                return fds
-            for fd in fds:
-                os.close(fd)
+        return _await_pipes(socket.socket(fileno=os.dup(self.snap_sock)))
 
     def take_over(self, fds):
         """In the snapshot: become the worker, on the new pipes. Only this thread survived the
@@ -670,7 +681,7 @@ class _Worker:
         import faulthandler
 
         self.in_fd, self.out_fd, self.host_err = fds
-        _oom_first(True)
+        _oom_first()
         for fd in fds:
             os.set_inheritable(fd, False)
         self.rin = os.fdopen(self.in_fd, "rb", buffering=1 << 16)
@@ -694,6 +705,7 @@ class _Worker:
         try:
             threading.Thread(target=self.control, name="minipy-control", daemon=True).start()
             self.pump = _Pump(self)
+            self.own_threads = _thread._count()
         finally:
             threading.stack_size(size)
         for s in self.streams.values():
@@ -712,22 +724,83 @@ class _Worker:
         resource.setrlimit(resource.RLIMIT_CPU, (soft, resource.RLIM_INFINITY))
 
 
-_oom_base = None  # the guardian's oom_score_adj, which a snapshot takes back
+def _noop():
+    pass
 
 
-def _oom_first(first):
+def _deferrable_hooks():
+    """The after-fork hooks in Python that a snapshot may run later, when it takes over: of
+    the standard library's modules loaded, those that os.register_at_fork(after_in_child=)
+    runs and nothing else calls: threading's (its threads are gone in the child) and
+    logging's (its locks made again). (random's reseed runs at the fork as always: its
+    Random.seed is everybody's.)"""
+    hooks = []
+    for module, name in (("threading", "_after_fork"), ("logging", "_after_at_fork_child_reinit_locks")):
+        fn = getattr(sys.modules.get(module), name, None)
+        if isinstance(fn, types.FunctionType) and not fn.__code__.co_freevars:
+            hooks.append(fn)
+    return hooks
+
+
+def _defer_child_hooks(own_threads):
+    """Make the deferrable after-fork hooks do nothing in the child of the next fork;
+    _run_deferred gives them their code back. Only while no thread but the worker's own
+    (own_threads, _thread._count()) can run Python: another could fork meanwhile, and its
+    child would miss them. Returns what it changed: [(hook, its code)]."""
+    if _thread._count() > own_threads:
+        return []
+    changed = []
+    for fn in _deferrable_hooks():
+        changed.append((fn, fn.__code__))
+        fn.__code__ = _noop.__code__
+    return changed
+
+
+def _await_pipes(sock, *pipes):
+    """In a snapshot or a copy: close the worker's pipes (held here too, they would not end
+    when it does), and wait on sock for the guardian to hand over the host's new ones;
+    returns them. A snapshot runs as little Python as it can before it waits: whatever it
+    runs writes pages, and each is copied."""
+    for fd in pipes:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    while True:
+        try:
+            msg, fds = _recv_fds(sock)
+        except InterruptedError:
+            continue
+        if not msg:
+            os._exit(0)  # the guardian is gone
+        if msg[:1] == C_TAKE_OVER and len(fds) == 3:
+            sock.close()
+            return fds
+        for fd in fds:
+            os.close(fd)
+
+
+def _run_deferred(changed, child):
+    """Give the hooks their code back, and in the child of the fork run them now, as the
+    fork would have, in the order they were registered (threading's is first: the worker
+    imports it before any code runs)."""
+    for fn, code in changed:
+        fn.__code__ = code
+    if child:
+        for fn, _ in changed:
+            fn()
+
+
+def _oom_first():
     """The process that runs the code is the first the OOM killer picks (oom_score_adj
     1000): when its sandbox's cgroup (or the machine) runs out of memory, it is the worker
-    that goes, not its guardian or its rollback snapshot, which then takes over. A snapshot
-    goes back to the guardian's score (first=False); no process needs a privilege to raise
-    its score, or to lower it back to where it started. Best effort: /proc may refuse it."""
-    global _oom_base
+    that goes, not its guardian or its rollback snapshot, which then takes over (the
+    guardian gives each snapshot its own score back: guardian.py's spare_from_oom). No
+    process needs a privilege to raise its score. Best effort: /proc may refuse it."""
     try:
-        fd = os.open("/proc/self/oom_score_adj", os.O_RDWR)
+        fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
         try:
-            if _oom_base is None:
-                _oom_base = os.pread(fd, 16, 0).strip() or b"0"
-            os.pwrite(fd, b"1000" if first else _oom_base, 0)
+            os.write(fd, b"1000")
         finally:
             os.close(fd)
     except OSError:
@@ -1002,8 +1075,9 @@ def _start(w, cfg, runtime):
     if cfg.get("silence_ms"):
         threading.Thread(target=w.hear_host, args=(cfg["silence_ms"] / 1000,), name="minipy-silence", daemon=True).start()
     w.pump = _Pump(w)
+    w.own_threads = _thread._count()
     _set_limits(cfg)  # after the control thread: RLIMIT_AS must leave room for its stack
-    _oom_first(True)
+    _oom_first()
     _preload(w, cfg.get("preload", ""))
     if cwd_first:
         sys.path.insert(0, workdir or "")

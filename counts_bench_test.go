@@ -1,0 +1,209 @@
+package minipy_test
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/minipy-go/minipy"
+	"github.com/minipy-go/minipy/internal/opcount"
+)
+
+// BenchmarkCounts measures issue 37's goals in what no VM can blur: the context switches,
+// page faults, system calls and forks of one operation, counted by the kernel over the
+// whole process tree (this process, the template, guardians, workers, snapshots; those
+// that exited too: internal/opcount), each beside its time and a floor counted and timed
+// the same way in the same run (docs/benchmarks.md, "Counts"):
+//
+//   - round-trip: a warm `1+1` on an isolated engine with NoRollback, back to back, against
+//     a Go <-> Python pipe echo of a frame (counts) and the echo plus an in-process `1+1`
+//     (time);
+//   - rollback-cycle: a state-changing run (`x = i`) on the default engine (rollback on),
+//     20 ms apart, with the snapshot that follows it (a block of 10 ends with a request
+//     that changes nothing, answered once the last snapshot is made); the floor is the same
+//     tree idle for as long, which the cycle's counts leave out;
+//   - new-namespace: NewNamespace (numpy preloaded) from a spare that had time to start, to
+//     its first answer, with the start of the spare it causes (given 0.5 s); counted less
+//     the tree idle for as long.
+//
+// Metrics: us (median time of the operation), cs, faults, syscalls and forks per
+// operation; the same with "floor-" before them; x-floor the time's ratio to its floor.
+// Without the kernel's counters (not root) only the times are reported.
+func BenchmarkCounts(b *testing.B) {
+	b.Run("round-trip", func(b *testing.B) {
+		m := meter(b)
+		e := newIsolated(b, minipy.IsolatedConfig{NoRollback: true})
+		echo := startEcho(b, workerPython(b, e))
+		inproc := minipy.InProcess()
+		frame := make([]byte, 4+64) // a length and about what a `1+1` request carries
+		binary.LittleEndian.PutUint32(frame, 64)
+		const block = 50
+		var took, floor []time.Duration
+		var counts, floorCounts opcount.Counts
+		ops := 0
+		for b.Loop() {
+			for i := range 2 * block {
+				start := time.Now()
+				if _, err := inproc.Run(context.Background(), "1+1", nil); err != nil {
+					b.Fatal(err)
+				}
+				in := time.Since(start)
+				start = time.Now()
+				echo.roundTrip(b, frame)
+				if i >= block {
+					floor = append(floor, in+time.Since(start))
+				}
+			}
+			before := m.read()
+			for range block {
+				echo.roundTrip(b, frame)
+			}
+			floorCounts = floorCounts.Add(m.since(before))
+			before = m.read()
+			for range block {
+				start := time.Now()
+				if _, err := e.Minipy("1+1", nil); err != nil {
+					b.Fatal(err)
+				}
+				took = append(took, time.Since(start))
+			}
+			counts = counts.Add(m.since(before))
+			ops += block
+		}
+		report(b, m, took, floor, counts.Per(ops), floorCounts.Per(ops))
+	})
+	b.Run("rollback-cycle", func(b *testing.B) {
+		m := meter(b)
+		e := newIsolated(b, minipy.IsolatedConfig{})
+		ns := e.NewNamespace()
+		b.Cleanup(func() { ns.Close() })
+		opts := &minipy.Options{Globals: ns}
+		const pace, block = 20 * time.Millisecond, 10
+		if _, err := e.Minipy("x = 0", opts); err != nil { // the worker's warm-up done
+			b.Fatal(err)
+		}
+		time.Sleep(pace)
+		var took []time.Duration
+		var counts, idle opcount.Counts
+		ops := 0
+		for b.Loop() {
+			before := m.read()
+			for range block {
+				time.Sleep(pace)
+			}
+			idle = idle.Add(m.since(before))
+			before = m.read()
+			for i := range block {
+				start := time.Now()
+				if _, err := e.Minipy(fmt.Sprintf("x = %d", i), opts); err != nil {
+					b.Fatal(err)
+				}
+				took = append(took, time.Since(start))
+				time.Sleep(pace - time.Since(start)) // (the snapshot is made meanwhile)
+			}
+			// The last run's snapshot is in the counts too: a request that changes nothing
+			// is answered once it is made (one round trip per block).
+			if _, err := ns.Get("x"); err != nil {
+				b.Fatal(err)
+			}
+			counts = counts.Add(m.since(before))
+			ops += block
+		}
+		report(b, m, took, nil, counts.Sub(idle).Per(ops), idle.Per(ops))
+	})
+	b.Run("new-namespace", func(b *testing.B) {
+		m := meter(b)
+		e := newIsolated(b, minipy.IsolatedConfig{Preload: []string{"numpy"}})
+		const settle, block = 500 * time.Millisecond, 4
+		first := e.NewNamespace() // (makes the first spare)
+		defer first.Close()
+		time.Sleep(settle)
+		var took []time.Duration
+		var counts, idle opcount.Counts
+		ops, windows := 0, 0
+		for b.Loop() {
+			var made []*minipy.Namespace
+			for range block {
+				before := m.read()
+				start := time.Now()
+				ns := e.NewNamespace()
+				if _, err := e.Run(context.Background(), "1+1", &minipy.Options{Globals: ns}); err != nil {
+					b.Fatal(err)
+				}
+				took = append(took, time.Since(start))
+				time.Sleep(settle - time.Since(start))
+				counts = counts.Add(m.since(before))
+				made = append(made, ns)
+			}
+			before := m.read() // (the spare ready, the namespaces idle)
+			time.Sleep(settle)
+			idle = idle.Add(m.since(before))
+			windows++
+			for _, ns := range made {
+				ns.Close()
+			}
+			time.Sleep(settle / 5) // (their ends out of the next block's counts)
+			ops += block
+		}
+		report(b, m, took, nil, minus(counts.Per(ops), idle.Per(windows)), idle.Per(windows))
+	})
+}
+
+// countMeter is an opcount.Meter, or nothing where the kernel does not let us count.
+type countMeter struct{ m *opcount.Meter }
+
+func meter(b *testing.B) countMeter {
+	m, err := opcount.Start()
+	if err != nil {
+		b.Logf("times only: %v", err)
+		return countMeter{}
+	}
+	b.Cleanup(m.Close)
+	return countMeter{m}
+}
+
+func (c countMeter) read() opcount.Counts {
+	if c.m == nil {
+		return opcount.Counts{}
+	}
+	return c.m.Read()
+}
+
+func (c countMeter) since(before opcount.Counts) opcount.Counts {
+	if c.m == nil {
+		return opcount.Counts{}
+	}
+	return c.m.Since(before)
+}
+
+func minus(a, b opcount.PerOp) opcount.PerOp {
+	return opcount.PerOp{ContextSwitches: a.ContextSwitches - b.ContextSwitches,
+		PageFaults: a.PageFaults - b.PageFaults, Syscalls: a.Syscalls - b.Syscalls, Forks: a.Forks - b.Forks}
+}
+
+// report reports the median of took (and of floor, and their ratio, when there is one) and
+// the counts per operation (with the floor's).
+func report(b *testing.B, m countMeter, took, floor []time.Duration, per, floorPer opcount.PerOp) {
+	b.ReportMetric(float64(median(took).Nanoseconds())/1e3, "us")
+	if floor != nil {
+		b.ReportMetric(float64(median(floor).Nanoseconds())/1e3, "floor-us")
+		b.ReportMetric(float64(median(took))/float64(median(floor)), "x-floor")
+	}
+	if m.m == nil {
+		return
+	}
+	for _, c := range []struct {
+		name      string
+		op, floor float64
+	}{
+		{"cs", per.ContextSwitches, floorPer.ContextSwitches},
+		{"faults", per.PageFaults, floorPer.PageFaults},
+		{"syscalls", per.Syscalls, floorPer.Syscalls},
+		{"forks", per.Forks, floorPer.Forks},
+	} {
+		b.ReportMetric(c.op, c.name+"/op")
+		b.ReportMetric(c.floor, "floor-"+c.name+"/op")
+	}
+}
