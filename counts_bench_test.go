@@ -18,8 +18,8 @@ import (
 // the same way in the same run (docs/benchmarks.md, "Counts"):
 //
 //   - round-trip: a warm `1+1` on an isolated engine with NoRollback, back to back, against
-//     a Go <-> Python pipe echo of a frame (counts) and the echo plus an in-process `1+1`
-//     (time);
+//     a Go <-> Python pipe echo of a frame (counts; echo-us its median time) and the echo
+//     plus an in-process `1+1` (time; inprocess-us the run's median, back to back too);
 //   - rollback-cycle: a state-changing run (`x = i`) on the default engine (rollback on),
 //     20 ms apart, with the snapshot that follows it (a block of 10 ends with a request
 //     that changes nothing, answered once the last snapshot is made); the floor is the same
@@ -40,25 +40,22 @@ func BenchmarkCounts(b *testing.B) {
 		frame := make([]byte, 4+64) // a length and about what a `1+1` request carries
 		binary.LittleEndian.PutUint32(frame, 64)
 		const block = 50
-		var took, floor []time.Duration
+		var took, echoed, inProcess []time.Duration
 		var counts, floorCounts opcount.Counts
 		ops := 0
 		for b.Loop() {
-			for i := range 2 * block {
+			for range block {
 				start := time.Now()
 				if _, err := inproc.Run(context.Background(), "1+1", nil); err != nil {
 					b.Fatal(err)
 				}
-				in := time.Since(start)
-				start = time.Now()
-				echo.roundTrip(b, frame)
-				if i >= block {
-					floor = append(floor, in+time.Since(start))
-				}
+				inProcess = append(inProcess, time.Since(start))
 			}
 			before := m.read()
 			for range block {
+				start := time.Now()
 				echo.roundTrip(b, frame)
+				echoed = append(echoed, time.Since(start))
 			}
 			floorCounts = floorCounts.Add(m.since(before))
 			before = m.read()
@@ -72,6 +69,9 @@ func BenchmarkCounts(b *testing.B) {
 			counts = counts.Add(m.since(before))
 			ops += block
 		}
+		b.ReportMetric(float64(median(echoed).Nanoseconds())/1e3, "echo-us")
+		b.ReportMetric(float64(median(inProcess).Nanoseconds())/1e3, "inprocess-us")
+		floor := []time.Duration{median(echoed) + median(inProcess)}
 		report(b, m, took, floor, counts.Per(ops), floorCounts.Per(ops))
 	})
 	b.Run("rollback-cycle", func(b *testing.B) {
