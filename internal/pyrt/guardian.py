@@ -177,7 +177,7 @@ class _Guardian:
         self.from_host = {}  # fork token -> the copy's fds, from the host
         self.from_copy = {}  # fork token -> (pid, v), from the copy
         self.wake_r = wake_r
-        self.oom = None  # the guardian's oom_score_adj, read once: its snapshots' (spare_from_oom)
+        self.oom = None  # the guardian's oom_score_adj, read once: its snapshots' too
         self.poller = select.poll()
         self.poller.register(wake_r, select.POLLIN)
         self.first = _Line(worker, socket.socket(fileno=_CTL_FD), v)
@@ -311,17 +311,17 @@ class _Guardian:
         elif msg[:1] == b"S" and len(msg) == 9 and not line.dead:
             line.snap, line.gen = int.from_bytes(msg[1:5], "little"), int.from_bytes(msg[5:9], "little")
             if line.snap:
-                self.spare_from_oom(line.snap)
+                self.give_snapshot_oom_score(line.snap)
         elif msg[:1] == b"F" and len(msg) == 13 and len(fds) == 1:
             token = msg[1:9]
             self.from_copy[token] = (int.from_bytes(msg[9:13], "little"), socket.socket(fileno=fds.pop()))
             self.pair(token)
 
-    def spare_from_oom(self, pid):
-        """Give a new snapshot the guardian's OOM score: the worker it was forked from has
-        1000, so that the OOM killer picks the worker, and the snapshot is there to take over
-        (worker.py's _oom_first). Set from here, the snapshot runs no code for it: each page
-        it writes after its fork is a page copied. Best effort, as there."""
+    def give_snapshot_oom_score(self, pid):
+        """Give a new snapshot (pid) the guardian's OOM score: the worker it was forked from
+        has 1000, so that the OOM killer picks the worker, and the snapshot is there to take
+        over (worker.py's _oom_first). Set from here, the snapshot runs no code for it: each
+        page it writes after its fork is a page copied. Best effort, as there."""
         if self.oom is None:
             try:
                 with open("/proc/self/oom_score_adj", "rb") as f:

@@ -795,8 +795,9 @@ def _oom_first():
     """The process that runs the code is the first the OOM killer picks (oom_score_adj
     1000): when its sandbox's cgroup (or the machine) runs out of memory, it is the worker
     that goes, not its guardian or its rollback snapshot, which then takes over (the
-    guardian gives each snapshot its own score back: guardian.py's spare_from_oom). No
-    process needs a privilege to raise its score. Best effort: /proc may refuse it."""
+    guardian gives each snapshot its own score back: guardian.py's
+    give_snapshot_oom_score). No process needs a privilege to raise its score. Best effort:
+    /proc may refuse it."""
     try:
         fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
         try:
