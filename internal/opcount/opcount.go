@@ -76,7 +76,7 @@ type Meter struct {
 	tids    map[int]bool
 	attrs   [4]unix.PerfEventAttr
 	filters [4]string
-	cost    Counts // what a Read itself counts (its own system calls)
+	cost    Counts // what two Reads count of themselves (their own system calls)
 }
 
 const (
@@ -117,13 +117,10 @@ func Start() (*Meter, error) {
 			break
 		}
 	}
-	// What a Read counts of itself: the least of a few back-to-back pairs.
-	for i := range 5 {
-		a, b := m.read(), m.read()
-		if d := b.Sub(a); i == 0 || d.Syscalls < m.cost.Syscalls {
-			m.cost = d
-		}
-	}
+	// What two Reads count of themselves: each reads every counter, and the reading
+	// thread's own counter takes in its calls up to its own read in the first Read and the
+	// rest in the second.
+	m.cost = Counts{Syscalls: int64(len(m.fds[evSyscalls]) * len(m.fds))}
 	return m, nil
 }
 
@@ -213,11 +210,21 @@ func (m *Meter) Read() Counts {
 }
 
 // Since is the counts from before (a Read) to now, less what the two Reads counted of
-// themselves.
+// themselves. Its system calls are exact when both Reads ran on one thread, and within
+// Slack of it when the goroutine moved to another between them (which thread's counter
+// is read where in the list decides how many of the Reads' own calls it holds).
 func (m *Meter) Since(before Counts) Counts {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.read().Sub(before).Sub(m.cost)
+}
+
+// Slack bounds how far Since's system calls may be from the truth: the calls one Read
+// makes.
+func (m *Meter) Slack() int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.cost.Syscalls
 }
 
 func (m *Meter) read() Counts {
