@@ -66,6 +66,8 @@ def _become_guardian(cfg, runtime):
             _forkable = not (cfg.get("memory") and not getattr(sys, "_is_gil_enabled", lambda: True)())
         return
     _out_of_reach(prctl)
+    if cfg.get("kicks"):
+        os.close(KICK_FD)  # the worker's
     if control:
         v_w.close()
         _guard_lines(pid, v_g, wake_r)
@@ -270,16 +272,16 @@ class _Guardian:
             return
         fds = self.from_host.pop(token)
         pid, cv = self.from_copy.pop(token)
-        line = _Line(pid, socket.socket(fileno=fds[3]), cv)
+        line = _Line(pid, socket.socket(fileno=fds[4]), cv)
         try:
-            cv.sendmsg([C_TAKE_OVER], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds[:3]).tobytes())])
+            cv.sendmsg([C_TAKE_OVER], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds[:4]).tobytes())])
         except OSError:
             line.ctl.close()
             cv.close()
             kill_tree([pid], self.known() - {pid})
         else:
             self.add(line)
-        for f in fds[:3]:
+        for f in fds[:4]:
             os.close(f)
 
     def reap(self):
@@ -347,13 +349,13 @@ class _Guardian:
             self.drop(line)  # the host is done with this worker (or gone)
         elif msg[:1] == C_KILL and not line.dead:
             kill_tree([line.worker], self.known() - {line.worker})
-        elif msg[:1] == C_TAKE_OVER and line.dead and line.snap and len(fds) == 3:
+        elif msg[:1] == C_TAKE_OVER and line.dead and line.snap and len(fds) == 4:
             try:
                 line.v.sendmsg([C_TAKE_OVER], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())])
                 line.worker, line.snap, line.dead = line.snap, 0, False
             except OSError:
                 self.drop(line)
-        elif msg[:1] == C_FORK and len(msg) == 9 and len(fds) == 4:
+        elif msg[:1] == C_FORK and len(msg) == 9 and len(fds) == 5:
             self.from_host[msg[1:9]] = fds[:]
             del fds[:]
             self.pair(msg[1:9])

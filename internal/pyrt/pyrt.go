@@ -87,6 +87,11 @@ const (
 // DefaultNamespace is the id of the namespace that runs without Globals use.
 const DefaultNamespace = 1
 
+// KickFD is a local worker's control pipe, as it starts (fd 3 is its control socket): the
+// host's kicks and host-call replies come there, read by the worker's control thread, and
+// its main thread reads its requests on stdin itself (docs/protocol.md, "Frames").
+const KickFD = 4
+
 // MaxDepth is how deeply containers may nest in a value of the codec, both ways.
 const MaxDepth = 100
 
@@ -127,9 +132,9 @@ const (
 const (
 	ControlDied     = 'D' // guardian -> host: i32 wait status, u8 1 if a snapshot waits to take over, u32 its number
 	ControlKill     = 'K' // host -> guardian: kill the worker (not its snapshot)
-	ControlTakeOver = 'T' // host -> guardian: the snapshot takes over; 3 fds: its stdin, stdout, stderr
-	ControlFork     = 'F' // host -> guardian: u64 token; 4 fds: a Fork copy's pipes and control socket
-	ControlNew      = 'N' // host -> template: TREE NUL HOME; 5 fds: a new worker's pipes, control socket, life pipe
+	ControlTakeOver = 'T' // host -> guardian: the snapshot takes over; 4 fds: its stdin, stdout, stderr, control pipe
+	ControlFork     = 'F' // host -> guardian: u64 token; 5 fds: a Fork copy's pipes, control pipe and control socket
+	ControlNew      = 'N' // host -> template: TREE NUL HOME; 6 fds: a new worker's pipes, control socket, control pipe, life pipe
 	// ControlMount asks the template to mount a working directory's tmpfs
 	// (IsolatedConfig.WorkSize): the tree's and the directory's names and the size in bytes,
 	// NUL-separated. It answers ControlMount with an O_PATH fd of the tmpfs's root, or
@@ -197,6 +202,7 @@ func prelude() string {
 			OpRun, OpNew, OpFree, OpSet, OpGet, OpNames, OpInfo, OpRegister, OpFork, OpSave, OpRestore),
 		fmt.Sprintf("RUN_LIVE, RUN_HOST_CALLS = %d, %d", RunLive, RunHostCalls),
 		fmt.Sprintf("DEFAULT_NAMESPACE = %d", DefaultNamespace),
+		fmt.Sprintf("KICK_FD = %d", KickFD),
 		fmt.Sprintf("MAX_DEPTH = %d", MaxDepth),
 		fmt.Sprintf("OMITTED = %q", Omitted),
 		fmt.Sprintf("F_REQUEST, F_KICK, F_READY, F_ANSWER, F_EXIT, F_OUTPUT, F_CALL, F_REPLY, F_BEAT = %s, %s, %s, %s, %s, %s, %s, %s, %s",

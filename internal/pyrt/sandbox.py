@@ -565,7 +565,7 @@ def _become_tenant(cfg, fds, dirs):
     namespaces; fork its pid 1, which mounts a /proc of its pid namespace, binds its own tree
     (dirs: b"TREE\0HOME", names under the engine's trees) over them all and its working
     directory over the workdir, mounts a fresh /tmp and /dev/shm, names the host, drops every
-    capability, applies the seccomp filter, takes the fds as 0-4 and returns (to become the
+    capability, applies the seccomp filter, takes the fds as 0-5 and returns (to become the
     guardian). Before anything else it joins its cgroup (fds after the fifth: the
     cgroup.procs files the host opened, which take "0" from the writer on the opener's
     authority), so that everything of the sandbox is counted there. A failure exits: the
@@ -574,10 +574,10 @@ def _become_tenant(cfg, fds, dirs):
 
     err_fd = [fds[2]]
     try:
-        for f in fds[5:]:
+        for f in fds[6:]:
             os.write(f, b"0")
             os.close(f)
-        del fds[5:]
+        del fds[6:]
         libc = ctypes.CDLL(None, use_errno=True)
 
         def check(what, ret):

@@ -2,7 +2,7 @@
 # "Template"). Part of the worker's program (pyrt.go's WorkerSource); the names it uses are
 # worker.py's and sandbox.py's.
 
-_LIFE_FD = 4  # a tenant guardian's end of its life pipe: the host sees it close when it exits
+_LIFE_FD = KICK_FD + 1  # a tenant guardian's end of its life pipe: the host sees it close when it exits
 _tenant = False  # this process is a tenant guardian forked from the template
 _filter = None  # the template's seccomp filter
 _template_binds = []  # the targets of the template's binds (_enter_sandbox), for its tenants
@@ -12,8 +12,8 @@ def _serve_template(cfg, runtime):
     """IsolatedConfig's template (docs/protocol.md, "Template"): a sandboxed process that has
     loaded the runtime and the Preload modules, and forks a worker sandbox for each b"N"
     (followed by the names of the new one's tree and, in it, its working directory,
-    separated by a NUL; with five fds: stdin, stdout, stderr, control socket and life pipe
-    of the new one, then, when the engine has a cgroup, the cgroup.procs of the new one's
+    separated by a NUL; with six fds: stdin, stdout, stderr, control socket, control pipe
+    and life pipe of the new one, then, when the engine has a cgroup, the cgroup.procs of the new one's
     group in each hierarchy) that the host sends over the control socket (fd 3). It returns only in such a fork, as the
     new sandbox's pid 1 (_become_tenant), which goes on as a guardian. The host closing the
     socket ends the template, and with it (pid 1 of the pid namespace they are all in)
@@ -70,7 +70,7 @@ def _serve_template(cfg, runtime):
                 _mount_workdir(cfg, ctl, msg[1:])
                 continue
             pid = -1
-            if msg[:1] == C_NEW and len(fds) >= 5:
+            if msg[:1] == C_NEW and len(fds) >= 6:
                 try:
                     pid = os.fork()
                 except OSError:

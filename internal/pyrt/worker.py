@@ -183,9 +183,17 @@ class _Pump:
 
 
 class _Worker:
-    def __init__(self, proto_in, proto_out, host_err, out_mem, err_mem):
+    def __init__(self, proto_in, proto_out, host_err, out_mem, err_mem, kick=None):
         self.rin = os.fdopen(proto_in, "rb", buffering=1 << 16)
         self.in_fd = proto_in  # rin's: a snapshot must not call rin (the control thread may hold it)
+        # A local worker's control pipe (KICK_FD): kicks and host-call replies, read by the
+        # control thread; the main thread reads its requests on rin itself. A Command
+        # worker has none: the control thread reads every frame and hands requests over.
+        self.kick_fd = kick
+        self.cin = None
+        if kick is not None:
+            os.set_inheritable(kick, False)
+            self.cin = os.fdopen(kick, "rb", buffering=1 << 12)
         self.out_fd = proto_out
         self.host_err = host_err
         self.out_mem = out_mem
@@ -228,12 +236,13 @@ class _Worker:
 
     # -- frames ---------------------------------------------------------------------------
 
-    def read_frame(self):
-        head = self.rin.read(4)
+    def read_frame(self, f=None):
+        f = f or self.rin
+        head = f.read(4)
         if len(head) < 4:
             return None
         n = _LEN.unpack(head)[0]
-        body = self.rin.read(n)
+        body = f.read(n)
         if len(body) < n:
             return None
         return body
@@ -313,7 +322,7 @@ class _Worker:
     def control(self):
         """Read every frame: hand requests to the main thread, apply kicks."""
         while True:
-            body = self.read_frame()
+            body = self.read_frame(self.cin)
             if body is None:
                 os._exit(0)  # the host is gone: nothing may outlive it
             self.heard = time.monotonic()
@@ -353,10 +362,9 @@ class _Worker:
                 # Once, after the first snapshot (which shares the pages again), and only
                 # when no request waits: a spare's first run then finds its pages its own.
                 warm = False
-                if self.request is None:
+                if not self.waiting():
                     _rt.warm_up()
-            self.request_ready.acquire()
-            body, self.request = self.request, None
+            body = self.next_request()
             run_id = _RUN_ID.unpack_from(body, 1)[0]
             stop_ms = _STOP_MS.unpack_from(body, 9)[0]
             count = _COUNT.unpack_from(body, 13)[0]
@@ -415,6 +423,32 @@ class _Worker:
             self.write_frame(F_ANSWER, body[1:9], bytes((changed | (ANSWER_KICKED if kicked else 0),)), resp)
             self.heard = time.monotonic()  # (beats that queued while the GIL was held are read after)
             self.busy = False
+
+    def waiting(self):
+        """Whether a request has come that the worker has not taken yet."""
+        if self.cin is None:
+            return self.request is not None
+        import select
+
+        return bool(select.select([self.in_fd], [], [], 0)[0])  # (the host sends one request at a time)
+
+    def next_request(self):
+        """The next request's frame: read by this thread on rin when the worker has a
+        control pipe, else handed over by the control thread."""
+        if self.cin is None:
+            self.request_ready.acquire()
+            body, self.request = self.request, None
+            return body
+        while True:
+            body = self.read_frame()
+            if body is None:
+                os._exit(0)  # the host is gone: nothing may outlive it
+            if body[:1] == F_REQUEST:
+                self.heard = time.monotonic()
+                self.busy = True
+                return body
+            os.write(self.host_err, b"minipy worker: frame kind %r on the request pipe\n" % body[:1])
+            os._exit(70)
 
     def hear_host(self, silence):
         """A Command worker's watch on its host (config silence_ms): a transport that never
@@ -521,7 +555,7 @@ class _Worker:
             if pid == 0:
                 # The snapshot (the guardian gives it its OOM score): off the worker's pipes,
                 # and wait (inside this block: its exit is Python that can wait too).
-                fds = _await_pipes(self.snap_wait, self.in_fd, self.out_fd, self.host_err)
+                fds = _await_pipes(self.snap_wait, self.in_fd, self.out_fd, self.host_err, self.kick_fd)
         _run_deferred(deferred, pid == 0)
         if pid:
             pid = max(pid, 0)
@@ -547,7 +581,7 @@ class _Worker:
             return False
         # The objects over the worker's pipes, which the wait closed, are kept: collected,
         # they would close their fd numbers, which the new pipes may have (leave_pipes).
-        _kept.extend((self.rin, getattr(self, "fault_file", None)))
+        _kept.extend((self.rin, self.cin, getattr(self, "fault_file", None)))
         self.snap_wait = None  # (closed by the wait)
         self.become(fds)
         return True
@@ -557,8 +591,8 @@ class _Worker:
         are the worker's own (held here too, they would not end when it does). The objects
         over them are kept, never used again: collected, they would close their fd numbers,
         which the new pipes may have by then."""
-        _kept.extend((self.rin, getattr(self, "fault_file", None)))
-        for fd in (self.in_fd, self.out_fd, self.host_err):
+        _kept.extend((self.rin, self.cin, getattr(self, "fault_file", None)))
+        for fd in (self.in_fd, self.out_fd, self.host_err, self.kick_fd):
             try:
                 os.close(fd)
             except OSError:
@@ -680,11 +714,12 @@ class _Worker:
         thread may have held one when the fork happened)."""
         import faulthandler
 
-        self.in_fd, self.out_fd, self.host_err = fds
+        self.in_fd, self.out_fd, self.host_err, self.kick_fd = fds
         _oom_first()
         for fd in fds:
             os.set_inheritable(fd, False)
         self.rin = os.fdopen(self.in_fd, "rb", buffering=1 << 16)
+        self.cin = os.fdopen(self.kick_fd, "rb", buffering=1 << 12)
         self.write_lock = threading.Lock()
         self.lock = threading.Lock()
         self.request_ready = threading.Lock()
@@ -773,7 +808,7 @@ def _await_pipes(sock, *pipes):
             continue
         if not msg:
             os._exit(0)  # the guardian is gone
-        if msg[:1] == C_TAKE_OVER and len(fds) == 3:
+        if msg[:1] == C_TAKE_OVER and len(fds) == 4:
             sock.close()
             return fds
         for fd in fds:
@@ -900,7 +935,7 @@ def main(read):
     # manager's descriptors: Go closes only its own) would reach the code: none but the
     # protocol's stdin, stdout, stderr and control socket stay, and the idmapped mounts
     # that follow it (the sandbox moves each into place and closes its fd: _Mounter.attach).
-    kept = max([_CTL_FD] + [m[3] for m in cfg["mounts"] if m[3] is not None])
+    kept = max([KICK_FD if cfg.get("kicks") else _CTL_FD] + [m[3] for m in cfg["mounts"] if m[3] is not None])
     os.closerange(kept + 1 if cfg.get("control") else 3, 1 << 20)
     if cfg.get("root"):
         try:
@@ -943,7 +978,7 @@ def main(read):
     _become_guardian(cfg, runtime)
     fds = _move_fds()
     try:
-        w = _Worker(*fds)
+        w = _Worker(*fds, kick=KICK_FD if cfg.get("kicks") else None)
         _start(w, cfg, runtime)
     except BaseException:
         # fd 2 is captured by now: say why on the host's stderr pipe.

@@ -9,6 +9,8 @@ import (
 	"runtime"
 	"syscall"
 	"unsafe"
+
+	"github.com/minipy-go/minipy/internal/pyrt"
 )
 
 // Idmapped mounts. A sandboxed worker's code runs as the sandbox's user: nobody on a root
@@ -34,7 +36,7 @@ const (
 	mountAttrNosuid = 0x2
 	mountAttrNodev  = 0x4
 	mountAttrIdmap  = 0x100000
-	mountFDs        = 4 // the first fd of the idmapped mounts in a worker (after the control socket, 3)
+	mountFDs        = pyrt.KickFD + 1 // the first fd of the idmapped mounts in a worker (after the control socket and pipe)
 	sysOpenTree     = 428
 	sysMountSetattr = 442
 )

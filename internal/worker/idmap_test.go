@@ -28,7 +28,8 @@ func TestNobodyMay(t *testing.T) {
 }
 
 // TestConfigFrameIdmapped: the config frame tells a worker the fd of each idmapped Mount,
-// in order from fd 4 (after the control socket), and nothing for the others.
+// in order from fd 5 (after the control socket and the control pipe), and nothing for the
+// others.
 func TestConfigFrameIdmapped(t *testing.T) {
 	userns, err := os.Open(os.DevNull) // (any file: only its presence counts here)
 	require.NoError(t, err)
@@ -38,7 +39,7 @@ func TestConfigFrameIdmapped(t *testing.T) {
 		{Source: "/c", Target: "/x/c", userns: userns},
 	}}
 	lines := configLines(t, s.configFrame(Dirs{Tree: "3", Home: "work"}))
-	for _, want := range []string{"mount=rw /a\t/a\t4", "mount=ro /b\t/b", "mount=ro /c\t/x/c\t5"} {
+	for _, want := range []string{"mount=rw /a\t/a\t5", "mount=ro /b\t/b", "mount=ro /c\t/x/c\t6"} {
 		assert.Contains(t, lines, want)
 	}
 }

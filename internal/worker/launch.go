@@ -165,20 +165,33 @@ func (s *Spec) Launch(dirs Dirs, epoch uint64) (*Worker, error) {
 	inR, inW, outR, outW, errR, errW := p[0], p[1], p[2], p[3], p[4], p[5]
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
 	var ctl *net.UnixConn
-	var ctlChild *os.File
+	var ctlChild, kickR, kickW *os.File
 	if s.local() {
 		if ctl, ctlChild, err = controlSocket(); err != nil {
 			closeFiles(p[:]...)
 			cg.remove() //nolint:errcheck // empty
 			return nil, err
 		}
-		// fd 3, then the idmapped Mounts' (fds 4...: sandboxed workers, whose Spec has any)
-		cmd.ExtraFiles = append([]*os.File{ctlChild}, mounts...)
+		if !dirs.template() { // (the template's forks get theirs from Spawn)
+			if kickR, kickW, err = os.Pipe(); err != nil {
+				closeFiles(p[:]...)
+				closeFiles(ctlChild)
+				ctl.Close()
+				cg.remove() //nolint:errcheck // empty
+				return nil, err
+			}
+		}
+		// fd 3, the control pipe (fd 4, closed in the template), then the idmapped Mounts'
+		// (fds 5...: sandboxed workers, whose Spec has any)
+		cmd.ExtraFiles = append([]*os.File{ctlChild, kickR}, mounts...)
 	}
 	err = cmd.Start()
 	closeFiles(inR, outW, errW)
 	if ctlChild != nil {
 		ctlChild.Close()
+	}
+	if kickR != nil {
+		kickR.Close()
 	}
 	if err == nil && cg != nil {
 		// Before the bootstrap is sent: until then the python only waits for it.
@@ -192,6 +205,9 @@ func (s *Spec) Launch(dirs Dirs, epoch uint64) (*Worker, error) {
 			ctl.Close()
 		}
 		closeFiles(inW, outR, errR)
+		if kickW != nil {
+			kickW.Close()
+		}
 		cg.remove() //nolint:errcheck // emptied by the kill
 		if cmd.Process != nil {
 			return nil, err // the placement's
@@ -202,6 +218,7 @@ func (s *Spec) Launch(dirs Dirs, epoch uint64) (*Worker, error) {
 		Epoch:  epoch,
 		cmd:    cmd,
 		stdin:  inW,
+		kicks:  kickW,
 		pidns:  s.local() && s.Sandbox,
 		exited: make(chan struct{}),
 		out:    outR,
@@ -383,7 +400,7 @@ func (s *Spec) configFrame(dirs Dirs) []byte {
 		b.WriteString("packed=1\n")
 	}
 	if s.local() {
-		b.WriteString("control=1\n")
+		b.WriteString("control=1\nkicks=1\n") // (kicks: the control pipe, fd 4; the template's forks' too)
 		if s.Rollback {
 			b.WriteString("rollback=1\n")
 		}
@@ -554,20 +571,29 @@ func (s *Spec) Spawn(t *Worker, dirs Dirs, epoch uint64) (*Worker, error) {
 		cg.remove() //nolint:errcheck // empty
 		return nil, err
 	}
-	fds := []int{int(inR.Fd()), int(outW.Fd()), int(errW.Fd()), int(ctlChild.Fd()), int(lifeW.Fd())}
+	kickR, kickW, err := os.Pipe()
+	if err != nil {
+		closeAll(inR, inW, outR, outW, errR, errW, ctl, ctlChild, lifeR, lifeW)
+		cg.remove() //nolint:errcheck // empty
+		return nil, err
+	}
+	// In the order of the fds the fork's sandbox gives them (_become_tenant): 0-2, the
+	// control socket 3, the control pipe 4, the life pipe 5.
+	fds := []int{int(inR.Fd()), int(outW.Fd()), int(errW.Fd()), int(ctlChild.Fd()), int(kickR.Fd()), int(lifeW.Fd())}
 	for _, f := range procs {
 		fds = append(fds, int(f.Fd())) // the fork joins its group first (_become_tenant)
 	}
 	_, _, err = t.ctl.WriteMsgUnix(append([]byte{pyrt.ControlNew}, dirs.Tree+"\x00"+dirs.Home...), syscall.UnixRights(fds...), nil)
-	closeAll(inR, outW, errW, ctlChild, lifeW)
+	closeAll(inR, outW, errW, ctlChild, kickR, lifeW)
 	if err != nil {
-		closeAll(inW, outR, errR, ctl, lifeR)
+		closeAll(inW, outR, errR, ctl, lifeR, kickW)
 		cg.remove() //nolint:errcheck // empty
 		return nil, fmt.Errorf("%w: %w", ErrTemplateGone, err)
 	}
 	w := &Worker{
 		Epoch:  epoch,
 		stdin:  inW,
+		kicks:  kickW,
 		pidns:  true,
 		exited: make(chan struct{}),
 		out:    outR,

@@ -36,9 +36,15 @@ type Worker struct {
 	// Known is the namespaces the worker holds; the owner's.
 	Known map[uint32]bool
 
-	cmd    *exec.Cmd // nil for a worker forked from the template (and the copies of a worker)
-	stdin  *os.File
-	pidns  bool // the worker is pid 1 of its own pid namespace: killing it kills its tree
+	cmd   *exec.Cmd // nil for a worker forked from the template (and the copies of a worker)
+	stdin *os.File
+	// kicks is the write end of a local worker's control pipe (pyrt.KickFD there): the
+	// host's kicks and host-call replies go there, read by the worker's control thread,
+	// so that its main thread reads its requests on stdin itself (no hand-off between two
+	// threads in each round trip). nil for a Command worker: one stream carries it all.
+	kicks  *os.File
+	kmu    sync.Mutex // a frame on kicks is written whole
+	pidns  bool       // the worker is pid 1 of its own pid namespace: killing it kills its tree
 	wmu    sync.Mutex
 	sent   uint64        // bytes written to stdin (under wmu)
 	reqAt  uint64        // sent when the last request's frame began (under wmu)
@@ -264,6 +270,26 @@ func (w *Worker) Wake() {
 // Send writes one frame to the worker.
 func (w *Worker) Send(frame []byte) error { return w.send(frame, false) }
 
+// sendControl writes a kick or a host call's reply: on the control pipe of a local
+// worker, on stdin for a Command worker.
+func (w *Worker) sendControl(frame []byte) error {
+	if w.kicks == nil {
+		return w.Send(frame)
+	}
+	w.kmu.Lock()
+	defer w.kmu.Unlock()
+	_, err := w.kicks.Write(frame)
+	return err
+}
+
+// closeInput closes the pipes the worker reads.
+func (w *Worker) closeInput() {
+	w.stdin.Close()
+	if w.kicks != nil {
+		w.kicks.Close()
+	}
+}
+
 // send writes one frame; request marks the start of a request (Unstarted).
 func (w *Worker) send(frame []byte, request bool) error {
 	w.wmu.Lock()
@@ -326,7 +352,7 @@ func (w *Worker) Kill() {
 			// cgroup's kill ends everything even if the guardian does not (stopped,
 			// or tampered with by the code).
 			w.ctl.CloseWrite() //nolint:errcheck // a closed socket: the line has ended
-			w.stdin.Close()
+			w.closeInput()
 			if !others {
 				w.cg.kill()
 			}
@@ -339,7 +365,7 @@ func (w *Worker) Kill() {
 		}
 		syscall.Kill(pid, syscall.SIGKILL) //nolint:errcheck // may be gone already
 		w.cg.kill()
-		w.stdin.Close()
+		w.closeInput()
 	})
 }
 
@@ -425,7 +451,7 @@ func (w *Worker) Reply(id uint64, status byte, payload []byte) {
 	f = binary.LittleEndian.AppendUint64(f, id)
 	f = append(f, status)
 	f = append(f, payload...)
-	w.Send(f) //nolint:errcheck // a dead worker is noticed by the run's wait
+	w.sendControl(f) //nolint:errcheck // a dead worker is noticed by the run's wait
 }
 
 // newPipes makes a worker's stdin, stdout and stderr pipes: read and write end of
@@ -680,7 +706,7 @@ func (w *Worker) RollBack(timeout time.Duration) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("minipy: the rollback snapshot did not take over: %w", err)
 	}
-	w.stdin.Close()
+	w.closeInput()
 	w.out.Close()
 	return nw, nil
 }
@@ -696,10 +722,16 @@ func (w *Worker) handOver(ctl *net.UnixConn, line *ctlLine, msg []byte, extra []
 		return nil, err
 	}
 	inR, inW, outR, outW, errR, errW := p[0], p[1], p[2], p[3], p[4], p[5]
+	kickR, kickW, err := os.Pipe()
+	if err != nil {
+		closeFiles(p[:]...)
+		return nil, err
+	}
 	nw := &Worker{
 		Epoch:   epoch,
 		cmd:     w.cmd,
 		stdin:   inW,
+		kicks:   kickW,
 		pidns:   w.pidns,
 		exited:  w.exited,
 		out:     outR,
@@ -715,18 +747,14 @@ func (w *Worker) handOver(ctl *net.UnixConn, line *ctlLine, msg []byte, extra []
 	}
 	nw.snapKnown = maps.Clone(nw.Known)
 	line.follow(nw) // before the guardian can report on it
-	fds := []int{int(inR.Fd()), int(outW.Fd()), int(errW.Fd())}
+	fds := []int{int(inR.Fd()), int(outW.Fd()), int(errW.Fd()), int(kickR.Fd())}
 	for _, f := range extra {
 		fds = append(fds, int(f.Fd()))
 	}
 	_, _, err = w.ctl.WriteMsgUnix(msg, syscall.UnixRights(fds...), nil)
-	inR.Close()
-	outW.Close()
-	errW.Close()
+	closeFiles(inR, outW, errW, kickR)
 	if err != nil {
-		inW.Close()
-		outR.Close()
-		errR.Close()
+		closeFiles(inW, outR, errR, kickW)
 		return nil, err
 	}
 	nw.keepStderr(errR)
@@ -734,7 +762,7 @@ func (w *Worker) handOver(ctl *net.UnixConn, line *ctlLine, msg []byte, extra []
 	for {
 		body, err := nw.ReadFrame(until)
 		if err != nil {
-			nw.stdin.Close()
+			nw.closeInput()
 			nw.out.Close()
 			select { // what it said before it ended
 			case <-nw.stderrDone:
@@ -920,7 +948,7 @@ func (w *Worker) Kick(rid uint64, stage int) {
 	f = append(f, pyrt.FrameKick)
 	f = binary.LittleEndian.AppendUint64(f, rid)
 	f = append(f, byte(stage))
-	w.Send(f) //nolint:errcheck // a dead worker is noticed by the owner's wait
+	w.sendControl(f) //nolint:errcheck // a dead worker is noticed by the owner's wait
 }
 
 // Answer reads an answer frame's body (pyrt.FrameAnswer): the run id, whether the run was
