@@ -153,12 +153,12 @@ def _guard_lines(worker, v, wake_r):
     """The guardian of local workers, each with its own control socket from the host
     (docs/protocol.md, "Rollback" and "Fork"). A worker tells it each snapshot's pid and
     number (b"S" u32 u32) over its v; over its control socket the host sends b"K" (kill the worker,
-    not its snapshot) and b"T" with three fds (the new stdin, stdout, stderr pipes, which
-    the guardian hands to the snapshot: it becomes the worker). When a worker ends, the
+    not its snapshot) and b"T" with four fds (the new stdin, stdout, stderr, control pipes,
+    which the guardian hands to the snapshot: it becomes the worker). When a worker ends, the
     guardian kills what is left of its tree, but the snapshot and the other workers, and
     sends b"D" i32 wait status, u8 snapshot alive, u32 its number. A Fork's copy reports itself over its
     parent's v (b"F" u64 token, u32 pid, with its own v's other end); the host sends b"F"
-    u64 token with four fds (the copy's pipes and its control socket); the guardian pairs
+    u64 token with five fds (the copy's four pipes and its control socket); the guardian pairs
     them by token and hands the copy its pipes. The host closing a worker's control socket
     ends that worker (and its snapshot); a worker that ends without a snapshot ends its
     line. When no worker is left, the guardian ends it all as the plain guardian does."""

@@ -531,7 +531,7 @@ func (w *Worker) killedStarting() bool {
 
 // Spawn has template t fork a worker sandbox with dirs (docs/protocol.md, "Template"): it
 // sends the names of its tree and working directory, the new worker's pipes, its control
-// socket, its life pipe (whose end the guardian holds until it exits) and, with
+// socket, its control pipe, its life pipe (whose end the guardian holds until it exits) and, with
 // Spec.Cgroups, the cgroup.procs of its sandbox's new group, which the fork joins first,
 // over t's control socket. The caller then waits for it with AwaitReady.
 func (s *Spec) Spawn(t *Worker, dirs Dirs, epoch uint64) (*Worker, error) {
