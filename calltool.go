@@ -246,10 +246,10 @@ func renderRun(res *Result, err error, how toolRun, budget int) string {
 		}
 	}
 	if res != nil {
-		add("[stdout]", res.Stdout)
+		add("[stdout]", res.Output())
 		add("[stderr]", res.Stderr)
 		if res.HasValue {
-			add("[value]", res.Repr)
+			add("[value]", res.ValueText())
 		}
 	}
 	var interrupted *InterruptedError

@@ -8,6 +8,7 @@ import (
 	_ "image/jpeg" // and of JPEG ones (PNG below)
 	_ "image/png"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/minipy-go/minipy/internal/pyrt"
 )
@@ -31,6 +32,16 @@ type Display struct {
 	// Value is true for the run's last value (Jupyter's execute_result), false for
 	// display() calls and figures (display_data).
 	Value bool
+	// Offset is where the display happened in the run's output: a byte offset into
+	// Result.Stdout, between the text printed before it and the text printed after (just
+	// after the omission marker when that part of the output was cut). The run's value,
+	// and a display made when no run was writing, are at the end: len(Result.Stdout).
+	Offset int
+	// Caption is the text a model reads in the display's place (Result.Output,
+	// Result.ValueText): "[image 1: PNG 640x480, 23 KB]" for an image, "[image not
+	// shown: ...]" for one over the run's limits, else the display's text form. It is
+	// empty for a value without an image, whose text is Result.Repr.
+	Caption string
 }
 
 // Text is the display's text form ("text/plain").
@@ -98,9 +109,9 @@ func sizeText(n int) string {
 	return fmt.Sprintf("%d KB", max(1, (n+512)/1024))
 }
 
-// decodeDisplays converts the reply's displays ([[{mime: str or bytes}, is the value], ...]
-// or None).
-func decodeDisplays(v any) ([]Display, error) {
+// decodeDisplays converts the reply's displays ([[{mime: str or bytes}, is the value, byte
+// offset into stdout or -1, caption], ...] or None) of a run that printed stdout.
+func decodeDisplays(v any, stdout string) ([]Display, error) {
 	if v == nil {
 		return nil, nil
 	}
@@ -110,16 +121,24 @@ func decodeDisplays(v any) ([]Display, error) {
 	}
 	displays := make([]Display, 0, len(list))
 	for _, item := range list {
-		pair, ok := item.([]any)
-		if !ok || len(pair) != 2 {
+		fields, ok := item.([]any)
+		if !ok || len(fields) != 4 {
 			return nil, errTruncated
 		}
-		bundle, ok := pair[0].(map[string]any)
+		bundle, ok := fields[0].(map[string]any)
 		if !ok {
 			return nil, errTruncated
 		}
 		d := Display{Data: make(map[string][]byte, len(bundle))}
-		d.Value, _ = pair[1].(bool)
+		d.Value, _ = fields[1].(bool)
+		d.Offset = len(stdout)
+		if at, ok := fields[2].(int64); ok && at >= 0 && at < int64(len(stdout)) {
+			d.Offset = int(at)
+			for d.Offset > 0 && !utf8.RuneStart(stdout[d.Offset]) {
+				d.Offset-- // never inside a character (Python counts characters; a byte it could not decode is one)
+			}
+		}
+		d.Caption, _ = fields[3].(string)
 		for mime, data := range bundle {
 			switch data := data.(type) {
 			case string:

@@ -84,7 +84,10 @@ class Fails:
 			assert.Equal(t, pic, d.Data["image/png"], "base64 text of a binary type is decoded")
 			assert.Equal(t, "<i>b</i>", string(d.Data["text/html"]))
 			assert.Equal(t, "*md*", string(d.Data["text/markdown"]), "methods fill in what the bundle lacks")
-			assert.Equal(t, "before\n[image 1: PNG 3x2, 1 KB]\nafter\n", res.Stdout)
+			assert.Equal(t, "before\n[image 1: PNG 3x2, 1 KB]\nafter\n", res.Output())
+			assert.Equal(t, "before\nafter\n", res.Stdout, "Stdout holds what was printed, alone")
+			assert.Equal(t, len("before\n"), d.Offset)
+			assert.Equal(t, "[image 1: PNG 3x2, 1 KB]", d.Caption)
 			img, ok := d.Image()
 			require.True(t, ok)
 			assert.Equal(t, minipy.Image{MIMEType: "image/png", Data: pic, Width: 3, Height: 2}, img)
@@ -92,14 +95,15 @@ class Fails:
 			res = n.run(t, "display(Fails())")
 			require.Len(t, res.Displays, 1)
 			assert.Equal(t, map[string][]byte{"text/plain": []byte("Fails()")}, res.Displays[0].Data)
-			assert.Equal(t, "Fails()\n", res.Stdout)
+			assert.Equal(t, "Fails()\n", res.Output())
+			assert.Empty(t, res.Stdout)
 			assert.Contains(t, res.Stderr, "Fails._repr_html_ failed: ValueError: no html today")
 
 			// raw bundles, several objects, plain values.
 			res = n.run(t, "display({'text/plain': 'raw', 'text/html': '<b>raw</b>'}, raw=True)\ndisplay(1, 'two')")
 			require.Len(t, res.Displays, 3)
 			assert.Equal(t, "<b>raw</b>", string(res.Displays[0].Data["text/html"]))
-			assert.Equal(t, "raw\n1\n'two'\n", res.Stdout)
+			assert.Equal(t, "raw\n1\n'two'\n", res.Output())
 
 			// IPython.display's names work with or without IPython.
 			res = n.run(t, "from IPython.display import display as d2, HTML, Markdown, Image, SVG, JSON, Latex\n"+
@@ -108,7 +112,7 @@ class Fails:
 			assert.Equal(t, "<b>x</b>", string(res.Displays[0].Data["text/html"]))
 			assert.Equal(t, "# hi", string(res.Displays[1].Data["text/markdown"]))
 			assert.Equal(t, pic, res.Displays[3].Data["image/png"])
-			assert.Equal(t, "<b>x</b>\n# hi\n{\"a\": 1}\n[image 1: PNG 3x2, 1 KB]\n<svg/>\n$y$\n", res.Stdout,
+			assert.Equal(t, "<b>x</b>\n# hi\n{\"a\": 1}\n[image 1: PNG 3x2, 1 KB]\n<svg/>\n$y$\n", res.Output(),
 				"what has only a default repr as text shows its readable form")
 
 			// %%capture keeps displays too, and shows them again on demand.
@@ -119,7 +123,8 @@ class Fails:
 			assert.Equal(t, int64(1), res.Value)
 			res = n.run(t, "cap.show()")
 			require.Len(t, res.Displays, 1)
-			assert.Equal(t, "quiet\n[image 1: PNG 3x2, 1 KB]\n", res.Stdout)
+			assert.Equal(t, "quiet\n[image 1: PNG 3x2, 1 KB]\n", res.Output())
+			assert.Equal(t, "quiet\n", res.Stdout)
 
 			// Plain values as the last value make no display; nothing leaks into the next run.
 			res = n.run(t, "[1, 2, 3]")
@@ -143,13 +148,16 @@ func TestDisplayFigures(t *testing.T) {
 			cfg, err := png.DecodeConfig(bytes.NewReader(img.Data))
 			require.NoError(t, err)
 			assert.Greater(t, cfg.Width, 300)
-			assert.Equal(t, "before\n[image 1: PNG "+img.String()[4:]+"]\nafter\n", res.Stdout)
+			assert.Equal(t, "before\n[image 1: PNG "+img.String()[4:]+"]\nafter\n", res.Output())
+			assert.Equal(t, "before\nafter\n", res.Stdout)
 			assert.Regexp(t, `^<Figure size 640x480 with 1 Axes>$`, res.Displays[0].Text())
 
 			// One left open is shown at the end, after what was printed; then closed.
 			res = n.run(t, "fig = plt.figure()\nplt.plot([3, 1])\nprint('drawn')")
 			require.Len(t, res.Displays, 1)
-			assert.Regexp(t, `^drawn\n\[image 1: PNG \d+x\d+, \d+ KB\]\n$`, res.Stdout)
+			assert.Regexp(t, `^drawn\n\[image 1: PNG \d+x\d+, \d+ KB\]\n$`, res.Output())
+			assert.Equal(t, "drawn\n", res.Stdout)
+			assert.Equal(t, len(res.Stdout), res.Displays[0].Offset)
 			assert.Equal(t, []any{}, n.run(t, "plt.get_fignums()").Value)
 
 			// A closed figure gives nothing; an empty one only its text.
@@ -161,7 +169,11 @@ func TestDisplayFigures(t *testing.T) {
 			res = n.run(t, "fig, ax = plt.subplots()\nax.plot([1, 2])\nfig")
 			require.Len(t, res.Displays, 1)
 			assert.True(t, res.Displays[0].Value)
-			assert.Regexp(t, `^<Figure size 640x480 with 1 Axes>\n\[image 1: PNG \d+x\d+, \d+ KB\]$`, res.Repr)
+			assert.Regexp(t, `^<Figure size 640x480 with 1 Axes>\n\[image 1: PNG \d+x\d+, \d+ KB\]$`, res.ValueText())
+			assert.Equal(t, "<Figure size 640x480 with 1 Axes>", res.Repr, "Repr is the text alone")
+			assert.Empty(t, res.Stdout)
+			assert.Empty(t, res.Output(), "the value's marker is under its repr, not in the output")
+			assert.Regexp(t, `^<Figure size 640x480 with 1 Axes>\n\[image 1: PNG \d+x\d+, \d+ KB\]$`, res.Text())
 
 			// A cell that raises still shows its figure.
 			_, err = e.eng.Run(context.Background(), "plt.plot([5, 6])\n1/0", n.opts)
@@ -198,7 +210,8 @@ func TestDisplayPILAndPandas(t *testing.T) {
 			require.True(t, ok)
 			assert.Equal(t, 64, img.Width)
 			assert.Equal(t, 32, img.Height)
-			assert.Regexp(t, `^<PIL.Image.Image image mode=RGB size=64x32 at 0x[0-9A-F]+>\n\[image 1: PNG 64x32, 1 KB\]$`, res.Repr)
+			assert.Regexp(t, `^<PIL.Image.Image image mode=RGB size=64x32 at 0x[0-9A-F]+>\n\[image 1: PNG 64x32, 1 KB\]$`, res.ValueText())
+			assert.Regexp(t, `^<PIL.Image.Image image mode=RGB size=64x32 at 0x[0-9A-F]+>$`, res.Repr)
 			res = n.run(t, "display(img.convert('CMYK'))")
 			require.Len(t, res.Displays, 1)
 			_, ok = res.Displays[0].Image()
@@ -210,7 +223,9 @@ func TestDisplayPILAndPandas(t *testing.T) {
 			assert.Contains(t, string(res.Displays[0].Data["text/html"]), "<table")
 			assert.Equal(t, res.Repr, res.Displays[0].Text())
 			res = n.run(t, "display(df)")
-			assert.Equal(t, "   a  b\n0  1  x\n1  2  y\n", res.Stdout, "the model reads the text form")
+			assert.Equal(t, "   a  b\n0  1  x\n1  2  y\n", res.Output(), "the model reads the text form")
+			assert.Empty(t, res.Stdout)
+			assert.Equal(t, "   a  b\n0  1  x\n1  2  y", res.Displays[0].Caption)
 		})
 	}
 }
@@ -229,7 +244,7 @@ func TestDisplayLimits(t *testing.T) {
 			require.NoError(t, err)
 			assert.Len(t, res.Images(), 2)
 			assert.Len(t, res.Displays, 3)
-			assert.Regexp(t, `^\[image 1: .*\]\n\[image 2: .*\]\n\[image not shown: a run shows at most 2 images\]\n$`, res.Stdout)
+			assert.Regexp(t, `^\[image 1: .*\]\n\[image 2: .*\]\n\[image not shown: a run shows at most 2 images\]\n$`, res.Output())
 
 			opts = *n.opts
 			opts.MaxImageBytes = 12000
@@ -240,7 +255,7 @@ func TestDisplayLimits(t *testing.T) {
 			require.Len(t, images, 1)
 			assert.LessOrEqual(t, len(images[0].Data), 12000)
 			assert.Less(t, images[0].Width, 1100, "rendered again at a lower dpi")
-			lines := strings.Split(res.Stdout, "\n")
+			lines := strings.Split(res.Output(), "\n")
 			assert.Regexp(t, `^\[image 1: PNG \d+x\d+, \d+ KB\]$`, lines[0])
 			assert.Regexp(t, `^\[image not shown: its PNG of \d+ KB is over the limit of 12 KB per image\]$`, lines[1])
 		})
@@ -311,7 +326,8 @@ func TestHostFunctionDisplays(t *testing.T) {
 			h := newHostEnv(t, e.eng, chart)
 			res, err := h.run(t, "print('before')\nr = chart()\nprint(r)")
 			require.NoError(t, err)
-			assert.Equal(t, "before\n[image 1: PNG 5x4, 1 KB]\n**summary**\n{'points': 3}\n", res.Stdout)
+			assert.Equal(t, "before\n[image 1: PNG 5x4, 1 KB]\n**summary**\n{'points': 3}\n", res.Output())
+			assert.Equal(t, "before\n{'points': 3}\n", res.Stdout)
 			require.Len(t, res.Displays, 2)
 			assert.Equal(t, pic, res.Displays[0].Data["image/png"])
 			assert.Equal(t, "<chart>", res.Displays[0].Text())
@@ -323,7 +339,7 @@ func TestHostFunctionDisplays(t *testing.T) {
 			res, err = h.eng.Run(context.Background(), "chart(); chart()", &opts)
 			require.NoError(t, err)
 			assert.Len(t, res.Images(), 1)
-			assert.Contains(t, res.Stdout, "[image not shown: a run shows at most 1 image]")
+			assert.Contains(t, res.Output(), "[image not shown: a run shows at most 1 image]")
 		})
 	}
 }

@@ -25,6 +25,8 @@
 // ';'. Statements, blocks and empty code give no value. stdout and stderr are captured
 // separately and exactly, each capped at Options.MaxOutput characters (head and tail kept
 // around a marker); Options.Stdout and Options.Stderr also receive them while the code runs.
+// Rich outputs (display(), plots) are Result.Displays, kept out of Stdout as Jupyter keeps
+// them out of its streams; Result.Text, what a model reads, names each in its place.
 // input() sees end of file. Nothing is left behind in the namespace but
 // what the code itself assigned.
 //

@@ -143,9 +143,13 @@ func TestIsolatedMaxTransfer(t *testing.T) {
 	r, err = run("class Big:\n    def _repr_png_(self): return near + near\ndisplay(Big())\nprint('shown')",
 		&minipy.Options{MaxImageBytes: -1})
 	require.NoError(t, err)
-	assert.Empty(t, r.Displays, "displays past the cap are left out")
-	assert.Contains(t, r.Stdout, "shown")
-	assert.Contains(t, r.Stderr, "the run's 1 displays were left out")
+	require.Len(t, r.Displays, 1, "a display past the cap keeps its place and caption")
+	assert.Empty(t, r.Images(), "its data is left out")
+	assert.Regexp(t, `^\[image 1: PNG, [\d.]+ MB\]$`, r.Displays[0].Caption)
+	assert.Equal(t, r.Displays[0].Caption, r.Displays[0].Text())
+	assert.Equal(t, "shown\n", r.Stdout)
+	assert.Equal(t, r.Displays[0].Caption+"\nshown\n", r.Output())
+	assert.Contains(t, r.Stderr, "the data of the run's 1 displays was left out")
 
 	_, err = run("size(data=near[:1000])", nil)
 	require.NoError(t, err)

@@ -55,18 +55,21 @@ type Result struct {
 	// Value is the last expression's value as a plain Go value (see the type table in the
 	// package doc), or nil when it has no Go equivalent; Repr is set either way.
 	Value any
-	// Repr is the value as IPython would show it (repr, pretty-printed when long).
+	// Repr is the value as IPython would show it (repr, pretty-printed when long), its
+	// text alone: ValueText adds a figure's image marker under it.
 	Repr string
 	// HasValue reports whether the code ended with an expression whose value is not None
 	// and which was not silenced with a trailing ';'.
 	HasValue bool
-	// Stdout and Stderr are what the code printed, exactly, each capped at MaxOutput.
+	// Stdout and Stderr are what the code and its child processes wrote, exactly, each
+	// capped at MaxOutput. Displays are not in them, as Jupyter keeps them out of its
+	// streams: Output puts their text back where they happened.
 	Stdout, Stderr string
 	// Displays are the run's rich outputs in the order they were produced: display()
 	// calls, matplotlib figures (plt.show() and those left open at the end), and the value
 	// when it has more than a text form (a PIL image, a figure, a DataFrame's HTML). Each
-	// one's text form is also in Stdout where it happened ("[image 1: PNG 640x480, 23 KB]"
-	// for an image), or, for the value, in Repr.
+	// one's place in Stdout is its Offset, and the text a model reads there its Caption
+	// ("[image 1: PNG 640x480, 23 KB]" for an image).
 	Displays []Display
 	// Duration is the wall time of the call, waiting for the interpreter included.
 	Duration time.Duration
@@ -95,14 +98,15 @@ const MaxResultFiles = 100
 // began).
 const MoreFilesUnknown = -1
 
-// Text renders the result as a model should read it: the printed output, then stderr,
-// then the value's repr, each on lines of its own.
+// Text renders the result as a model should read it: the printed output with the
+// displays' captions in their places (Output), then stderr, then the value (ValueText),
+// each on lines of its own.
 func (r *Result) Text() string {
 	if r == nil {
 		return ""
 	}
 	var b strings.Builder
-	for _, part := range [...]string{r.Stdout, r.Stderr, r.Repr} {
+	for _, part := range [...]string{r.Output(), r.Stderr, r.ValueText()} {
 		if part == "" {
 			continue
 		}
@@ -112,6 +116,54 @@ func (r *Result) Text() string {
 		b.WriteString(part)
 	}
 	return b.String()
+}
+
+// Output is Stdout with the caption of each display that is not the value on a line of
+// its own at the display's Offset: the output as a notebook shows it, in text ("[image
+// 1: PNG 640x480, 23 KB]" where a plot was shown).
+func (r *Result) Output() string {
+	if r == nil {
+		return ""
+	}
+	var b strings.Builder
+	at := 0
+	for _, d := range r.Displays {
+		if d.Value || d.Caption == "" {
+			continue
+		}
+		off := min(max(d.Offset, at), len(r.Stdout))
+		b.WriteString(r.Stdout[at:off])
+		at = off
+		if b.Len() > 0 && !strings.HasSuffix(b.String(), "\n") {
+			b.WriteByte('\n') // a display starts a line, as in a notebook
+		}
+		b.WriteString(d.Caption)
+		if !strings.HasSuffix(d.Caption, "\n") {
+			b.WriteByte('\n')
+		}
+	}
+	if b.Len() == 0 {
+		return r.Stdout
+	}
+	b.WriteString(r.Stdout[at:])
+	return b.String()
+}
+
+// ValueText is Repr with the caption of the value's display, if it has one, on a line
+// under it: a figure's "[image 1: PNG 640x480, 23 KB]".
+func (r *Result) ValueText() string {
+	if r == nil {
+		return ""
+	}
+	for _, d := range r.Displays {
+		if d.Value && d.Caption != "" {
+			if r.Repr == "" {
+				return d.Caption
+			}
+			return r.Repr + "\n" + d.Caption
+		}
+	}
+	return r.Repr
 }
 
 // Minipy runs code in the in-process interpreter with opts (nil: defaults) and returns its

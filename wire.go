@@ -112,17 +112,17 @@ func decodeRunReply(resp []byte, res *Result) (*PythonError, error) {
 		}
 		fields[i] = v
 	}
-	displays, err := decodeDisplays(fields[7])
-	if err != nil {
-		return nil, err
-	}
-	res.Displays = displays
 	res.HasValue, _ = fields[0].(bool)
 	if _, ok := fields[1].(opaque); !ok {
 		res.Value = fields[1]
 	}
 	res.Repr, _ = fields[2].(string)
 	res.Stdout, _ = fields[3].(string)
+	displays, err := decodeDisplays(fields[7], res.Stdout)
+	if err != nil {
+		return nil, err
+	}
+	res.Displays = displays
 	res.Stderr, _ = fields[4].(string)
 	if e, ok := fields[5].([]any); ok && len(e) == 3 {
 		py := &PythonError{}

@@ -93,6 +93,10 @@ type jsonFile struct {
 type jsonDisplay struct {
 	Data  map[string]string `json:"data"`
 	Value bool              `json:"value"`
+	// Offset and Caption are Display's: the byte offset into stdout where it was shown,
+	// and the text a model reads there.
+	Offset  int    `json:"offset"`
+	Caption string `json:"caption,omitempty"`
 	// Path is where --save-images wrote the display's image: with --json the paths are
 	// here, for whatever reads the document, rather than on stderr.
 	Path string `json:"path,omitempty"`
@@ -387,7 +391,7 @@ func setArgv(eng minipy.Engine, ns *minipy.Namespace, file string, argv []string
 func report(res *minipy.Result, err error, out, errOut *tailWriter) int {
 	if res != nil && res.HasValue {
 		out.startLine()
-		fmt.Fprintln(out, res.Repr)
+		fmt.Fprintln(out, res.ValueText())
 	}
 	if err == nil {
 		out.startLine()
@@ -441,7 +445,7 @@ func printJSON(stdout, stderr io.Writer, res *minipy.Result, err error, saved []
 		Cancelled:  errors.Is(err, context.Canceled),
 	}
 	for _, d := range res.Displays {
-		jd := jsonDisplay{Data: make(map[string]string, len(d.Data)), Value: d.Value}
+		jd := jsonDisplay{Data: make(map[string]string, len(d.Data)), Value: d.Value, Offset: d.Offset, Caption: d.Caption}
 		for mime, data := range d.Data {
 			if isTextMIME(mime) {
 				jd.Data[mime] = string(data)

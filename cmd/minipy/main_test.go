@@ -131,16 +131,20 @@ func TestCLIJSONDisplays(t *testing.T) {
 	var doc struct {
 		Stdout   string
 		Displays []struct {
-			Data  map[string]any
-			Value bool
-			Path  *string
+			Data    map[string]any
+			Value   bool
+			Offset  int
+			Caption string
+			Path    *string
 		}
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &doc))
-	assert.Contains(t, doc.Stdout, "[image 1: PNG ")
+	assert.NotContains(t, doc.Stdout, "[image", "stdout holds what was printed")
 	require.Len(t, doc.Displays, 1)
 	d := doc.Displays[0]
 	assert.False(t, d.Value)
+	assert.Regexp(t, `^\[image 1: PNG 40x30, 1 KB\]$`, d.Caption)
+	assert.Equal(t, len(doc.Stdout), d.Offset)
 	assert.Nil(t, d.Path, "no --save-images, no path")
 	require.IsType(t, "", d.Data["image/png"])
 	png, err := base64.StdEncoding.DecodeString(d.Data["image/png"].(string))
@@ -215,12 +219,14 @@ func TestCLISaveImages(t *testing.T) {
 	var doc struct {
 		Repr     string
 		Displays []struct {
-			Value bool
-			Path  string
+			Value   bool
+			Caption string
+			Path    string
 		}
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &doc))
-	assert.Contains(t, doc.Repr, "[image 2: PNG 8x8, 1 KB]")
+	assert.Equal(t, "<IPython.core.display.Image object>", doc.Repr, "the value's text alone")
+	assert.Equal(t, "[image 2: PNG 8x8, 1 KB]", doc.Displays[1].Caption)
 	require.Len(t, doc.Displays, 2)
 	assert.Equal(t, filepath.Join(dir, "image-3.png"), doc.Displays[0].Path)
 	assert.Equal(t, filepath.Join(dir, "image-4.png"), doc.Displays[1].Path)

@@ -847,16 +847,19 @@ _display_sinks = []  # %%capture's lists of bundles, innermost last
 class _Displays:
     """The displays of the run in progress and its image limits (from Go's run request)."""
 
-    __slots__ = ("bundles", "images", "max_images", "max_image_bytes")
+    __slots__ = ("bundles", "images", "max_images", "max_image_bytes", "out")
 
     def __init__(self):
         self.reset(-1, -1)
 
-    def reset(self, max_images, max_image_bytes):
-        self.bundles = []  # [bundle, is the run's value]
+    def reset(self, max_images, max_image_bytes, out=None):
+        # [bundle, is the run's value, its place in stdout (out.mark's, then a character
+        # index into the run's stdout), the text the model reads there]
+        self.bundles = []
         self.images = 0
         self.max_images = max_images
         self.max_image_bytes = max_image_bytes
+        self.out = out  # the run's stdout capture, where displays are placed
 
 
 _displays = _Displays()
@@ -1052,17 +1055,23 @@ def _display_text(bundle):
 
 
 def _emit_display(bundle, source=None, result=False):
-    """Record bundle as a display of the run; return the text the model reads for it (also
-    written to stdout, except for the run's value, whose text is its repr)."""
+    """Record bundle as a display of the run, with its place in the run's stdout and the text
+    the model reads there (Display.Caption): an image's "[image N: ...]", else its text form.
+    Jupyter keeps displays out of the output stream, and so does Result.Stdout; the text goes
+    to the live output alone, where a terminal would show it. The run's value has its repr
+    for text: its caption is an image's marker alone, shown under the repr."""
     if _display_sinks:
         _display_sinks[-1].append(bundle)
-        return ""
+        return
     mime = _image_type(bundle)
     text = _fit_image(bundle, mime, source) if mime else _display_text(bundle)
-    _displays.bundles.append([bundle, result])
-    if not result:
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
-    return text if mime else ""
+    out = _displays.out
+    at = -1
+    if result:
+        text = text if mime else ""
+    elif out is not None:
+        at = out.mark(text if text.endswith("\n") else text + "\n")
+    _displays.bundles.append([bundle, result, at, text])
 
 
 def display(*objs, include=None, exclude=None, metadata=None, transient=None, display_id=None, raw=False,

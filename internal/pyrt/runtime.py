@@ -310,6 +310,20 @@ class Capture(io.TextIOBase):
     def flush(self):
         pass
 
+    def mark(self, text):
+        """A display's place in the output: the characters written so far. Its text goes to
+        the live output there, as a terminal shows it, but not into the captured text
+        (Result.Stdout holds what the code wrote; Result.Output puts the text back)."""
+        if self._children is not None:
+            self._children.drain()
+        if self._emit is not None:
+            self._emit(F_OUTPUT, self._stream, text)
+        return self._total
+
+    def place(self, marks, text):
+        """Where marks (of mark()) are in text, what getvalue() returned."""
+        return place_marks(marks, self._total, self._limit, text)
+
     def getvalue(self):
         if self._children is not None:
             self._children.drain()
@@ -439,6 +453,33 @@ class _ChildOutput:
 
 _child_output = _ChildOutput()
 _own_threads = set()  # idents of the runtime's threads, which a stopped run does not stop
+
+
+def place_marks(marks, total, limit, text):
+    """Where positions in a stream of total characters are in text, the stream as a Capture of
+    limit keeps it: the first limit // 2 characters, the omission marker, the last ones. A
+    position in the part left out lands just after the marker; -1 (no place) stays -1."""
+    n = len(text)
+    if limit < 0 or total <= limit:
+        return [min(p, n) if p >= 0 else -1 for p in marks]
+    keep_head = limit // 2
+    keep_tail = limit - keep_head
+    cut = total - keep_tail  # where the kept tail starts in the stream
+    after = n - keep_tail  # where it starts in text: just after the marker
+    return [-1 if p < 0 else max(0, min(n, p if p <= keep_head else after + p - cut if p >= cut else after))
+            for p in marks]
+
+
+def _utf8_offsets(text, places):
+    """The byte offsets in text's UTF-8 encoding (as _enc_str makes it) of character indexes
+    places (-1 stays -1), in one pass over text."""
+    offsets = {}
+    n = pos = 0
+    for p in sorted(set(p for p in places if p >= 0)):
+        n += len(text[pos:p].encode("utf-8", "surrogatepass"))
+        pos = p
+        offsets[p] = n
+    return [offsets.get(p, -1) for p in places]
 
 
 def cap_text(s, limit, what):
@@ -1314,7 +1355,7 @@ def run(gid, lid, max_output, flags, src, max_images=-1, max_image_bytes=-1):
     active = threading._active
     state.threads_before = set(active) if len(active) > 1 else None
     state.stage_raised = 0
-    _displays.reset(max_images, max_image_bytes)
+    _displays.reset(max_images, max_image_bytes, out)
     _begin_run_processes(gid)
     started = time.perf_counter()
     try:
@@ -1338,9 +1379,7 @@ def run(gid, lid, max_output, flags, src, max_images=-1, max_image_bytes=-1):
                 if _is_rich(value):
                     bundle = format_bundle(value, text=text)
                     if len(bundle) > 1:
-                        shown = _emit_display(bundle, value, result=True)
-                        if shown:  # an image: the model reads its marker under the repr
-                            text += "\n" + shown
+                        _emit_display(bundle, value, result=True)
                     if _figure_class(value):
                         _close_figure(value)
             value = None
@@ -1368,6 +1407,11 @@ def run(gid, lid, max_output, flags, src, max_images=-1, max_image_bytes=-1):
     displays = _displays.bundles or None
     if displays:
         _displays.reset(-1, -1)
+        places = _utf8_offsets(stdout, out.place([d[2] for d in displays], stdout))
+        for d, at in zip(displays, places):
+            d[2] = at  # Display.Offset: a byte offset into Result.Stdout
+    else:
+        _displays.out = None
     reply = _run_reply(has_value, value_bytes, [text, stdout, stderr], error, seconds, displays)
     if 0 <= max_transfer < len(reply):
         reply = _fit_run_reply(has_value, [text, stdout, stderr], error, seconds, displays)
@@ -1396,8 +1440,17 @@ def _fit_run_reply(has_value, texts, error, seconds, displays):
     if len(reply) <= max_transfer:
         return reply
     if displays:
-        texts[2] += "\n[minipy: the run's %d displays were left out: with its output they are more than a worker " \
-                    "may send the host (IsolatedConfig.MaxTransfer, %d bytes)]\n" % (len(displays), max_transfer)
+        # Their places and captions alone first: Result.Output still shows where each was.
+        stderr = texts[2]
+        texts[2] = stderr + "\n[minipy: the data of the run's %d displays was left out: with its output it is more " \
+            "than a worker may send the host (IsolatedConfig.MaxTransfer, %d bytes)]\n" % (len(displays), max_transfer)
+        bare = [[{"text/plain": caption}, value, at, caption] for _, value, at, caption in
+                ((d[0], d[1], d[2], cap_text(d[3], 1000, "caption")) for d in displays)]
+        reply = _run_reply(has_value, b"X", texts, error, seconds, bare)
+        if len(reply) <= max_transfer:
+            return reply
+        texts[2] = stderr + "\n[minipy: the run's %d displays were left out: with its output they are more than a " \
+            "worker may send the host (IsolatedConfig.MaxTransfer, %d bytes)]\n" % (len(displays), max_transfer)
     reply = _run_reply(has_value, b"X", texts, error, seconds, None)
     if len(reply) <= max_transfer:
         return reply

@@ -87,6 +87,25 @@ class _FdStream(io.TextIOWrapper):
             pump.switch(self._fd)  # what the other stream got first goes out first
         return super().write(s)
 
+    def mark(self, text):
+        """A display's place in the output (runtime's Capture.mark): the bytes the memory
+        file holds so far. Its text goes to the live output there, not into the file."""
+        try:
+            self.flush()
+        except (ValueError, OSError):
+            pass
+        at = os.fstat(self._mem).st_size
+        self._marks.append(at)
+        if self._pump.active:
+            self._pump.insert(self._fd, text)
+        return at
+
+    def place(self, marks, text):
+        """Where marks (of mark()) are in text, what getvalue() returned: computed by
+        getvalue, which reads the bytes they count before it empties the file."""
+        places = self._places
+        return [places.get(m, len(text)) if m >= 0 else -1 for m in marks]
+
     def getvalue(self):
         try:
             self.flush()
@@ -94,27 +113,68 @@ class _FdStream(io.TextIOWrapper):
             pass
         if self._pump.active:
             self._pump.send()  # the last live output, before _drain empties the file
-        return _drain(self._mem, self._limit, self._what)
+        marks, self._marks = self._marks, []
+        text, self._places = _drain(self._mem, self._limit, self._what, marks)
+        return text
 
 
-def _drain(mem, limit, what):
+def _drain(mem, limit, what, marks=()):
+    """The text of memory file mem, capped to limit characters like the in-process Capture,
+    and where each byte offset of marks is in it ({offset: character index}); empties mem."""
     size = os.fstat(mem).st_size
     if not size:
-        return ""
+        return "", {m: 0 for m in marks}
     if limit < 0 or size <= 4 * limit + 4096:
-        text = os.pread(mem, size, 0).decode("utf-8", "replace")
-        text = _rt.cap_text(text, limit, what)
+        data = os.pread(mem, size, 0)
+        whole = data.decode("utf-8", "replace")
+        text = _rt.cap_text(whole, limit, what)
+        places = {}
+        if marks:
+            ordered = sorted(set(marks))
+            chars = _char_counts(data, ordered)
+            for m, at in zip(ordered, _rt.place_marks(chars, len(whole), limit, text)):
+                places[m] = at
     else:
         # Do not read a huge output whole: the head and the tail are all that is kept.
         keep_head = limit // 2
         keep_tail = limit - keep_head
         head = os.pread(mem, 4 * keep_head, 0).decode("utf-8", "replace")[:keep_head]
-        tail = os.pread(mem, 4 * keep_tail, size - 4 * keep_tail).decode("utf-8", "replace")
+        tail_from = size - 4 * keep_tail
+        tail_bytes = os.pread(mem, 4 * keep_tail, tail_from)
+        tail = tail_bytes.decode("utf-8", "replace")
         tail = tail[-keep_tail:] if keep_tail else ""
         omitted = size - len(head.encode()) - len(tail.encode())
         text = head + OMITTED % (omitted, what) + tail
+        after = len(text) - len(tail)  # just after the omission marker
+        places = {}
+        for m in set(marks):
+            at = after
+            if m <= 4 * keep_head:
+                n = len(os.pread(mem, m, 0).decode("utf-8", "replace"))
+                if n <= keep_head:
+                    at = n
+            elif m >= tail_from:
+                n = len(tail_bytes[m - tail_from:].decode("utf-8", "replace"))  # characters after m
+                if n <= len(tail):
+                    at = len(text) - n
+            places[m] = at
     _reset(mem)
-    return text
+    return text, places
+
+
+def _char_counts(data, offsets):
+    """The characters that data's first n bytes decode to, for each n of offsets (ascending),
+    in one pass."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    counts = []
+    chars = pos = 0
+    for n in offsets:
+        chars += len(decoder.decode(data[pos:n]))
+        pos = n
+        counts.append(chars)
+    return counts
 
 
 def _reset(mem):
@@ -160,16 +220,26 @@ class _Pump:
 
     def send(self):
         with self.lock:
-            if not self.active:
-                return
-            for fd, mem in ((1, self.w.out_mem), (2, self.w.err_mem)):
-                size = os.fstat(mem).st_size
-                while self.sent[fd] < size:
-                    data = os.pread(mem, min(size - self.sent[fd], OUTPUT_CHUNK), self.sent[fd])
-                    if not data:
-                        break
-                    self.sent[fd] += len(data)
-                    self.w.write_frame(F_OUTPUT, self.run_id, bytes((fd,)), data)
+            if self.active:
+                self._send()
+
+    def insert(self, fd, text):
+        """Sends text as live output of stream fd (a display's text, which the memory file
+        does not hold), after what the files got before it."""
+        with self.lock:
+            if self.active:
+                self._send()
+                self.w.write_frame(F_OUTPUT, self.run_id, bytes((fd,)), text.encode("utf-8", "surrogateescape"))
+
+    def _send(self):
+        for fd, mem in ((1, self.w.out_mem), (2, self.w.err_mem)):
+            size = os.fstat(mem).st_size
+            while self.sent[fd] < size:
+                data = os.pread(mem, min(size - self.sent[fd], OUTPUT_CHUNK), self.sent[fd])
+                if not data:
+                    break
+                self.sent[fd] += len(data)
+                self.w.write_frame(F_OUTPUT, self.run_id, bytes((fd,)), data)
 
     def loop(self):
         tick = threading.Event()  # never set: a sleep that is not the runtime's time.sleep
@@ -275,8 +345,10 @@ class _Worker:
             s = _FdStream(io.FileIO(fd, "w", closefd=False), encoding="utf-8", errors="surrogateescape",
                           write_through=True)
             s._mem, s._what, s._fd, s._pump = mem, what, fd, self.pump
+            s._marks, s._places = [], {}
             self.streams[fd] = s
         s._limit = limit
+        s._marks = []  # a run that ended without getvalue (the worker's own error) left some
         return s
 
     # -- host calls -----------------------------------------------------------------------

@@ -29,16 +29,24 @@ class FitRunReply(unittest.TestCase):
         return fields
 
     def test_value_left_out_first(self):
-        shown = [[{"text/plain": "d"}, False]]
+        shown = [[{"text/plain": "d"}, False, 3, "d"]]
         repr_, stdout, stderr, error, seconds, displays = self.reply(["r", "out", "err"], displays=shown)
         self.assertEqual((repr_, stdout, stderr, error, seconds), ("r", "out", "err", None, 0.5))
         self.assertEqual(displays, shown)
 
     def test_displays_then_texts(self):
-        big = [[{"image/png": bytes(LIMIT)}, False]]
+        big = [[{"image/png": bytes(LIMIT)}, False, 1, "[image 1: PNG 9x9, 1 MB]"]]
         repr_, stdout, stderr, error, _, displays = self.reply(["r", "out", ""], displays=big)
-        self.assertIsNone(displays)
-        self.assertIn("the run's 1 displays were left out", stderr)
+        self.assertEqual(displays, [[{"text/plain": "[image 1: PNG 9x9, 1 MB]"}, False, 1, "[image 1: PNG 9x9, 1 MB]"]],
+                         "the data left out, the places and captions kept")
+        self.assertIn("the data of the run's 1 displays was left out", stderr)
+        self.assertEqual(stdout, "out")
+
+        many = [[{"image/png": bytes(100)}, False, 1, "x" * 5000]] * (LIMIT // 1000)
+        repr_, stdout, stderr, error, _, displays = self.reply(["r", "out", ""], displays=many)
+        self.assertIsNone(displays, "captions too many to fit: no displays at all")
+        self.assertIn("the run's %d displays were left out" % len(many), stderr)
+        self.assertNotIn("the data of", stderr)
         self.assertEqual(stdout, "out")
 
         huge = "é" * LIMIT  # two bytes a character
