@@ -55,8 +55,10 @@ type Result struct {
 	// Value is the last expression's value as a plain Go value (see the type table in the
 	// package doc), or nil when it has no Go equivalent; Repr is set either way.
 	Value any
-	// Repr is the value as IPython would show it (repr, pretty-printed when long), its
-	// text alone: ValueText adds a figure's image marker under it.
+	// Repr is the value as IPython shows it (text/plain, by its pretty printer's rules:
+	// types as int, functions with their signature, 1,000 items of a sequence then ...,
+	// lines of 79 columns, _repr_pretty_), its text alone: ValueText adds a figure's
+	// image marker under it.
 	Repr string
 	// HasValue reports whether the code ended with an expression whose value is not None
 	// and which was not silenced with a trailing ';'.

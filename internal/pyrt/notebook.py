@@ -1047,7 +1047,7 @@ def _display_text(bundle):
     """The text form of a display without an image: text/plain, unless that is only an
     object's default repr and the bundle has a readable form."""
     text = bundle.get("text/plain", "")
-    if not text or _re.match(r"^<[\w.]+ object( at 0x[0-9a-f]+)?>$", text):
+    if not text or _re.match(r"^<[\w.]+( object)?( at 0x[0-9a-f]+)?>$", text):  # repr()'s default, IPython's
         for mime in ("text/markdown", "text/latex", "application/json", "text/html", "image/svg+xml"):
             if mime in bundle:
                 return bundle[mime]

@@ -39,11 +39,16 @@ var procTreeSource string
 //go:embed state.py
 var stateSource string
 
+//go:embed pretty.py
+var prettySource string
+
 // Source is runtime.py with the shared constants, then notebook.py (IPython's syntax,
-// magics, display), proctree.py (killing a tree of processes) and state.py (saving and
-// restoring a namespace): one module. It must be compiled with the file name RuntimeFile so that
-// the runtime's own frames can be told apart from the user's and left out of tracebacks.
-var Source = withConstants(runtimeSource) + "\n" + notebookSource + "\n" + procTreeSource + "\n" + stateSource
+// magics, display), pretty.py (the value's text as IPython's pretty printer makes it),
+// proctree.py (killing a tree of processes) and state.py (saving and restoring a
+// namespace): one module. It must be compiled with the file name RuntimeFile so that the
+// runtime's own frames can be told apart from the user's and left out of tracebacks.
+var Source = withConstants(runtimeSource) + "\n" + notebookSource + "\n" + prettySource + "\n" + procTreeSource + "\n" +
+	stateSource
 
 // WorkerSource is worker.py with the shared constants, then sandbox.py (the sandbox's
 // layers), template.py, guardian.py, proctree.py and the call of its main: the isolated

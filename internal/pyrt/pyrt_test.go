@@ -15,7 +15,7 @@ import (
 // The prelude keeps every line of the Python files where it is, so the line numbers of the
 // runtime's own frames are those of the files.
 func TestPreludeKeepsLineNumbers(t *testing.T) {
-	assert.Equal(t, strings.Count(runtimeSource+"\n"+notebookSource+"\n"+procTreeSource+"\n"+stateSource, "\n"), strings.Count(Source, "\n"))
+	assert.Equal(t, strings.Count(runtimeSource+"\n"+notebookSource+"\n"+prettySource+"\n"+procTreeSource+"\n"+stateSource, "\n"), strings.Count(Source, "\n"))
 	assert.True(t, strings.HasPrefix(WorkerSource, withConstants(workerSource)))
 	assert.Equal(t, strings.Count(workerSource, "\n"), strings.Count(withConstants(workerSource), "\n"))
 	assert.NotContains(t, Source, constantsLine)

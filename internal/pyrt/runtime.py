@@ -12,7 +12,6 @@ import io
 import linecache
 import opcode
 import os
-import pprint
 import signal
 import struct
 import sys
@@ -611,12 +610,8 @@ def _compile_cell(src, name):
 
 
 def value_repr(value, limit):
-    text = repr(value)
-    # Wrap long containers like IPython's pretty printer, but not huge ones: pprint of a
-    # million items takes seconds, and the text is cut to the limit anyway.
-    if 79 < len(text) <= 100_000 and type(value) in (list, tuple, dict, set, frozenset):
-        text = pprint.pformat(value, width=79, sort_dicts=False)
-    return cap_text(text, limit, "repr")
+    """The value's text as IPython shows it (pretty.py), cut to limit characters."""
+    return cap_text(pretty_text(value, limit), limit, "repr")
 
 
 def type_name(exc_type):

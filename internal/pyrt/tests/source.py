@@ -6,10 +6,10 @@ import os
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _CONSTANTS_LINE = "# @constants: pyrt.go puts the constants shared with Go on this line\n"
-WHOLE = ("runtime.py", "notebook.py", "proctree.py", "state.py")  # pyrt.Source's order
+WHOLE = ("runtime.py", "notebook.py", "pretty.py", "proctree.py", "state.py")  # pyrt.Source's order
 # state.py registers its module (_minipy_state) in sys.modules, which its pickles name: only
 # test_state.py loads it, or the runtime of another test would take that name from it.
-RUN = WHOLE[:3]
+RUN = WHOLE[:4]
 
 
 def load(names=RUN):
