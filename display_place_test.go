@@ -99,9 +99,7 @@ func TestDisplayPlacesInCutOutput(t *testing.T) {
 func TestDisplayLiveOutput(t *testing.T) {
 	for _, e := range engines(t) {
 		t.Run(e.name, func(t *testing.T) {
-			ns := e.eng.NewNamespace()
-			defer ns.Close()
-			opts, log := liveOpts(ns)
+			opts, log := liveOpts(newNbEnv(t, e.eng).ns)
 			res, err := e.eng.Run(context.Background(), "print('before')\ndisplay({'a': 1})\nprint('after')", opts)
 			require.NoError(t, err)
 			assert.Equal(t, "before\nafter\n", res.Stdout)
