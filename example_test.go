@@ -323,3 +323,23 @@ func ExampleNamespace_Save() {
 	// saved: [rate scaled] skipped: [lines]
 	// 40
 }
+
+// Stdout holds what the code printed; each display's place in it is its Offset, and Output
+// (what Text and CallTool give the model) puts its caption there. Repr is IPython's text.
+func ExampleResult_Output() {
+	r, err := minipy.Minipy("print('before')\ndisplay({'rows': 3})\nprint('after')\n[type(1), len]", nil)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("%q\n", r.Stdout)
+	fmt.Println(r.Displays[0].Offset, r.Displays[0].Caption)
+	fmt.Print(r.Output())
+	fmt.Println(r.Repr)
+	// Output:
+	// "before\nafter\n"
+	// 7 {'rows': 3}
+	// before
+	// {'rows': 3}
+	// after
+	// [int, <function len(obj, /)>]
+}

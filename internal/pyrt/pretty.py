@@ -22,8 +22,9 @@ _PRETTY_WIDTH = 79
 _PRETTY_MAX_SEQ = 1000  # IPython's max_seq_length: items shown per container
 
 
-class _PrettyFull(Exception):
-    """The text passed its budget: pretty_text gives repr() to be cut instead."""
+class _PrettyFull(BaseException):
+    """The text passed its budget: pretty_text gives repr() to be cut instead. Not an
+    Exception, which a _repr_pretty_'s own "except Exception" would swallow and go on."""
 
 
 class _PrettyGroup:

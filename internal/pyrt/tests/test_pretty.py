@@ -51,6 +51,20 @@ class Limits(unittest.TestCase):
         self.assertEqual(text, repr(value), "past its budget, repr() to be cut by the caller")
         self.assertTrue(pretty_text(value[:2], 100_000).startswith("[[0,\n  1,\n"))
 
+    def test_budget_not_swallowed(self):
+        class Stubborn:
+            def _repr_pretty_(self, p, cycle):
+                for _ in range(10_000):
+                    try:
+                        p.text("x" * 1000)
+                    except Exception:
+                        pass
+
+            def __repr__(self):
+                return "Stubborn()"
+
+        self.assertEqual(pretty_text(Stubborn(), 100), "Stubborn()")
+
     def test_deep_nesting(self):
         value = []
         for _ in range(600):
