@@ -242,8 +242,10 @@ class _PrettyPrinter:
             self.indentation -= indent
 
     def flush(self):
+        # IPython adds each piece's end column to output_width (not sets it): a
+        # _repr_pretty_ that calls p.flush() sees, and breaks by, the same inflated column.
         for item in self.buffer:
-            self.output_width = item.emit(self, self.output_width)
+            self.output_width += item.emit(self, self.output_width)
         self.buffer.clear()
         self.buffer_width = 0
 
@@ -414,7 +416,7 @@ class _PrettyCall:
 
 
 def _pretty_call_of(obj, p, cycle, *args, **kwargs):
-    name = type(obj).__name__
+    name = obj.__class__.__name__
     if cycle:
         return p.pretty(_PrettyCall(name, (_PrettyRaw("..."),)))
     p.pretty(_PrettyCall(name, args, kwargs))

@@ -51,6 +51,16 @@ class Limits(unittest.TestCase):
         self.assertEqual(text, repr(value), "past its budget, repr() to be cut by the caller")
         self.assertTrue(pretty_text(value[:2], 100_000).startswith("[[0,\n  1,\n"))
 
+    def test_million_ints(self):
+        value = list(range(10**6))
+        started = time.perf_counter()
+        text = pretty_text(value, 1000)
+        self.assertLess(time.perf_counter() - started, 1.0)
+        self.assertGreaterEqual(len(text), 1000)
+        self.assertTrue(text.startswith("[0,\n 1,\n 2,\n"), text[:40])
+        self.assertTrue(text.endswith(" 999,\n ...]"), "1,000 items, then ... (within the budget)")
+        self.assertEqual(text, pretty_text(value))
+
     def test_budget_not_swallowed(self):
         class Stubborn:
             def _repr_pretty_(self, p, cycle):
