@@ -8,7 +8,10 @@
 // not, so minipy's speed goals are set in them (docs/benchmarks.md). The counters are the
 // kernel's own (perf_event_open with inherit): software events for context switches and
 // page faults, the raw_syscalls:sys_enter and task:task_newtask tracepoints for system
-// calls and forks. Tracepoints need CAP_PERFMON (root) or kernel.perf_event_paranoid <= -1.
+// calls and forks. Counting the kernel's side needs root (or CAP_PERFMON, or
+// kernel.perf_event_paranoid <= 1), and a tracepoint's id is read from tracefs: where
+// none is mounted (a fresh machine has none), a root process mounts one in a mount
+// namespace of one thread of its own, which the host never sees.
 package opcount
 
 import (
@@ -63,55 +66,88 @@ func (p PerOp) String() string {
 		p.ContextSwitches, p.PageFaults, p.Syscalls, p.Forks)
 }
 
-// ErrUnavailable is returned by Start when the kernel does not let this process count
-// (perf_event_open refused: not root, no CAP_PERFMON, perf_event_paranoid above -1, or no
-// tracefs); errors.Is matches it.
-var ErrUnavailable = errors.New("opcount: the kernel's counters are not available (perf_event_open " +
-	"with tracepoints needs root or CAP_PERFMON, or kernel.perf_event_paranoid=-1)")
+// Event names one of the four counts.
+type Event int
+
+// The events, in the order of Counts' fields.
+const (
+	ContextSwitches Event = iota
+	PageFaults
+	Syscalls
+	Forks
+	numEvents
+)
+
+func (e Event) String() string {
+	return [...]string{"context switches", "page faults", "system calls", "forks"}[e]
+}
+
+// ErrUnavailable is matched (errors.Is) by Start's error when the kernel does not let this
+// process count some or all of the events; the error's text names them, why, and the fix.
+var ErrUnavailable = errors.New("opcount: the kernel's counters are not available")
+
+// Where tracefs is looked for, and where a root process mounts its own when there is none
+// (variables for the tests, which take both away).
+var (
+	tracefsDirs  = []string{"/sys/kernel/tracing", "/sys/kernel/debug/tracing"}
+	privateMount = "/sys/kernel/tracing"
+)
 
 // Meter counts from Start until Close. Read and Since are safe from any goroutine.
 type Meter struct {
 	mu      sync.Mutex
-	fds     [4][]int // by event, one per thread of this process counted
+	fds     [numEvents][]int // by event, one per thread of this process counted
 	tids    map[int]bool
-	attrs   [4]unix.PerfEventAttr
-	filters [4]string
+	on      [numEvents]bool // the events counted; the others read zero
+	attrs   [numEvents]unix.PerfEventAttr
+	filters [numEvents]string
 	cost    Counts // what two Reads count of themselves (their own system calls)
 }
-
-const (
-	evSwitches = iota
-	evFaults
-	evSyscalls
-	evForks
-)
 
 // cloneThread is CLONE_THREAD: a new task with it is a thread, not a process.
 const cloneThread = 0x10000
 
-// Start begins counting this process and everything it starts from now on.
+// Start begins counting this process and everything it starts from now on. Where the
+// kernel lets it count some events and not others, it returns a Meter that counts those
+// it can (the others read zero; Counting tells) and an error that matches ErrUnavailable
+// and names what is missing and the fix; where it can count none, a nil Meter and that
+// error.
 func Start() (*Meter, error) {
-	syscalls, err := tracepoint("raw_syscalls/sys_enter")
-	if err != nil {
-		return nil, err
-	}
-	newtask, err := tracepoint("task/task_newtask")
-	if err != nil {
-		return nil, err
-	}
 	m := &Meter{tids: map[int]bool{}}
-	m.attrs[evSwitches] = attr(unix.PERF_TYPE_SOFTWARE, unix.PERF_COUNT_SW_CONTEXT_SWITCHES)
-	m.attrs[evFaults] = attr(unix.PERF_TYPE_SOFTWARE, unix.PERF_COUNT_SW_PAGE_FAULTS)
-	m.attrs[evSyscalls] = attr(unix.PERF_TYPE_TRACEPOINT, syscalls)
-	m.attrs[evForks] = attr(unix.PERF_TYPE_TRACEPOINT, newtask)
-	m.filters[evForks] = fmt.Sprintf("!(clone_flags & %#x)", cloneThread)
+	m.attrs[ContextSwitches] = attr(unix.PERF_TYPE_SOFTWARE, unix.PERF_COUNT_SW_CONTEXT_SWITCHES)
+	m.attrs[PageFaults] = attr(unix.PERF_TYPE_SOFTWARE, unix.PERF_COUNT_SW_PAGE_FAULTS)
+	m.on[ContextSwitches], m.on[PageFaults] = true, true
+	var why []string
+	ids, err := tracepoints("raw_syscalls/sys_enter", "task/task_newtask")
+	if err == nil {
+		m.attrs[Syscalls] = attr(unix.PERF_TYPE_TRACEPOINT, ids[0])
+		m.attrs[Forks] = attr(unix.PERF_TYPE_TRACEPOINT, ids[1])
+		m.filters[Forks] = fmt.Sprintf("!(clone_flags & %#x)", cloneThread)
+		m.on[Syscalls], m.on[Forks] = true, true
+	} else {
+		why = append(why, fmt.Sprintf("system calls and forks: %v", err))
+	}
+	// Whether each event opens at all, tried on this thread: one the kernel refuses here it
+	// refuses on every thread.
+	for ev := range numEvents {
+		if !m.on[ev] {
+			continue
+		}
+		fd, err := m.open(ev, 0)
+		if err != nil {
+			m.on[ev] = false
+			why = append(why, fmt.Sprintf("%v: perf_event_open: %v", ev, err))
+			continue
+		}
+		unix.Close(fd)
+	}
 	// A thread made by one already counted inherits its counters; one made meanwhile by a
 	// thread not yet counted is found by the next pass.
 	for {
 		added, err := m.addThreads()
 		if err != nil {
 			m.Close()
-			return nil, err
+			return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
 		if added == 0 {
 			break
@@ -120,8 +156,44 @@ func Start() (*Meter, error) {
 	// What two Reads count of themselves: each reads every counter, and the reading
 	// thread's own counter takes in its calls up to its own read in the first Read and the
 	// rest in the second.
-	m.cost = Counts{Syscalls: int64(len(m.fds[evSyscalls]) * len(m.fds))}
-	return m, nil
+	if m.on[Syscalls] {
+		m.cost = Counts{Syscalls: int64(len(m.fds[Syscalls]) * m.counted())}
+	}
+	if len(why) == 0 {
+		return m, nil
+	}
+	err = fmt.Errorf("%w: %s. %s", ErrUnavailable, strings.Join(why, "; "), fix())
+	if m.counted() == 0 {
+		m.Close()
+		return nil, err
+	}
+	return m, err
+}
+
+// fix says how to let this process count everything.
+func fix() string {
+	if os.Geteuid() == 0 {
+		return "To fix: this kernel has no tracefs, or this process may not mount one (a " +
+			"container without CAP_SYS_ADMIN?): mount it where the process runs, with " +
+			"`mount -t tracefs nodev /sys/kernel/tracing` (.ci/deps does, as root)"
+	}
+	return "To fix: run as root (`sudo make test`: .ci/deps mounts tracefs when it is missing), " +
+		"or give this user the kernel's counters: `sysctl kernel.perf_event_paranoid=-1` and " +
+		"read access to a tracefs (`mount -t tracefs -o gid=GROUP nodev /sys/kernel/tracing`)"
+}
+
+// Counting reports whether m counts ev (else ev's count reads zero).
+func (m *Meter) Counting(ev Event) bool { return m.on[ev] }
+
+// counted is how many events m counts.
+func (m *Meter) counted() int {
+	n := 0
+	for _, on := range m.on {
+		if on {
+			n++
+		}
+	}
+	return n
 }
 
 func attr(typ uint32, config uint64) unix.PerfEventAttr {
@@ -133,15 +205,80 @@ func attr(typ uint32, config uint64) unix.PerfEventAttr {
 	}
 }
 
-// tracepoint is the id of the tracepoint named "system/event".
-func tracepoint(name string) (uint64, error) {
-	for _, root := range []string{"/sys/kernel/tracing", "/sys/kernel/debug/tracing"} {
-		b, err := os.ReadFile(filepath.Join(root, "events", name, "id"))
-		if err == nil {
-			return strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+// tracepoints is the ids of the tracepoints named "system/event", from a tracefs mounted
+// on the host, or from one mounted in a private mount namespace when none is.
+func tracepoints(names ...string) ([]uint64, error) {
+	for _, dir := range tracefsDirs {
+		if _, err := os.Stat(filepath.Join(dir, "events")); err == nil {
+			return readIDs(dir, names)
 		}
 	}
-	return 0, fmt.Errorf("%w: no tracepoint %s under /sys/kernel/tracing", ErrUnavailable, name)
+	ids, err := readIDsPrivately(privateMount, names)
+	if err != nil {
+		return nil, fmt.Errorf("no tracefs mounted (looked under %s), and mounting one in a mount "+
+			"namespace of its own failed: %w", strings.Join(tracefsDirs, " and "), err)
+	}
+	return ids, nil
+}
+
+func readIDs(dir string, names []string) ([]uint64, error) {
+	ids := make([]uint64, len(names))
+	for i, name := range names {
+		b, err := os.ReadFile(filepath.Join(dir, "events", name, "id"))
+		if err != nil {
+			return nil, err
+		}
+		if ids[i], err = strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err != nil {
+			return nil, fmt.Errorf("tracepoint %s: %w", name, err)
+		}
+	}
+	return ids, nil
+}
+
+// readIDsPrivately mounts a tracefs on dir in a mount namespace that one OS thread makes for
+// itself, reads the ids there, and lets the thread end (its goroutine never unlocks it, so
+// the Go runtime retires it, and the namespace and mount go with it). A tracepoint's id is
+// the kernel's, whichever tracefs shows it.
+func readIDsPrivately(dir string, names []string) ([]uint64, error) {
+	type result struct {
+		ids []uint64
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: see above
+		var r result
+		if unix.Gettid() == unix.Getpid() {
+			// The main thread, which the runtime never retires (it would stay in the
+			// namespace, and /proc/PID/mountinfo shows it): held here, it cannot take
+			// the next goroutine, which runs on another thread.
+			r.ids, r.err = readIDsPrivately(dir, names)
+			runtime.UnlockOSThread()
+		} else if r.err = unix.Unshare(unix.CLONE_NEWNS); r.err != nil {
+			r.err = fmt.Errorf("unshare(CLONE_NEWNS): %w", r.err)
+		} else if r.err = unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); r.err != nil {
+			r.err = fmt.Errorf("making / private: %w", r.err)
+		} else if r.err = unix.Mount("nodev", dir, "tracefs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); r.err != nil {
+			r.err = fmt.Errorf("mount -t tracefs nodev %s: %w", dir, r.err)
+		} else {
+			r.ids, r.err = readIDs(dir, names)
+		}
+		done <- r
+	}()
+	r := <-done
+	return r.ids, r.err
+}
+
+// open opens ev's counter for the thread tid (0: the calling thread).
+func (m *Meter) open(ev Event, tid int) (int, error) {
+	a := m.attrs[ev]
+	fd, err := unix.PerfEventOpen(&a, tid, -1, -1, unix.PERF_FLAG_FD_CLOEXEC)
+	if err == nil && m.filters[ev] != "" {
+		if err = setFilter(fd, m.filters[ev]); err != nil {
+			unix.Close(fd)
+		}
+	}
+	return fd, err
 }
 
 // addThreads opens the counters of each thread of this process not counted yet.
@@ -156,37 +293,42 @@ func (m *Meter) addThreads() (int, error) {
 		if err != nil || m.tids[tid] {
 			continue
 		}
-		var fds [4]int
-		opened := 0
-		for ev := range fds {
-			a := m.attrs[ev]
-			fd, err := unix.PerfEventOpen(&a, tid, -1, -1, unix.PERF_FLAG_FD_CLOEXEC)
-			if err == nil && m.filters[ev] != "" {
-				if err = setFilter(fd, m.filters[ev]); err != nil {
-					unix.Close(fd)
-				}
+		var fds [numEvents]int
+		var opened []int
+		for ev := range numEvents {
+			if !m.on[ev] {
+				continue
 			}
+			fd, err := m.open(ev, tid)
 			if err != nil {
-				for _, fd := range fds[:opened] {
-					unix.Close(fd)
-				}
+				closeAll(opened)
+				opened = nil
 				if errors.Is(err, unix.ESRCH) {
 					break // the thread ended meanwhile: its counts were nobody's
 				}
-				return added, fmt.Errorf("%w: perf_event_open: %v", ErrUnavailable, err)
+				return added, fmt.Errorf("%v: perf_event_open: %w", ev, err)
 			}
 			fds[ev] = fd
-			opened++
+			opened = append(opened, fd)
 		}
-		if opened == len(fds) {
-			for ev, fd := range fds {
-				m.fds[ev] = append(m.fds[ev], fd)
+		if opened == nil {
+			continue
+		}
+		for ev := range numEvents {
+			if m.on[ev] {
+				m.fds[ev] = append(m.fds[ev], fds[ev])
 			}
-			m.tids[tid] = true
-			added++
 		}
+		m.tids[tid] = true
+		added++
 	}
 	return added, nil
+}
+
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
 }
 
 func setFilter(fd int, filter string) error {
@@ -228,7 +370,7 @@ func (m *Meter) Slack() int64 {
 }
 
 func (m *Meter) read() Counts {
-	var v [4]int64
+	var v [numEvents]int64
 	var buf [8]byte
 	for ev, fds := range m.fds {
 		for _, fd := range fds {
@@ -237,7 +379,7 @@ func (m *Meter) read() Counts {
 			}
 		}
 	}
-	return Counts{v[evSwitches], v[evFaults], v[evSyscalls], v[evForks]}
+	return Counts{v[ContextSwitches], v[PageFaults], v[Syscalls], v[Forks]}
 }
 
 // Close stops counting.
@@ -245,9 +387,7 @@ func (m *Meter) Close() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for ev, fds := range m.fds {
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
+		closeAll(fds)
 		m.fds[ev] = nil
 	}
 }

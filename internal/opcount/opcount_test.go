@@ -3,6 +3,9 @@ package opcount_test
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
+	"syscall"
 	"testing"
 
 	"github.com/minipy-go/minipy/internal/opcount"
@@ -11,16 +14,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// start is a Meter, or (where the kernel lets this process count nothing) the error that
-// says why; as root the counters must work.
+// start is a Meter that counts all four events. Where the kernel does not let this process
+// count them (not root, no tracefs), the test fails with the error, which names the fix:
+// counts that quietly read zero would pass every bound below them.
 func start(t *testing.T) *opcount.Meter {
 	t.Helper()
 	m, err := opcount.Start()
-	if os.Geteuid() != 0 && err != nil {
-		require.ErrorIs(t, err, opcount.ErrUnavailable)
-		t.Log("not root:", err)
-		return nil
-	}
 	require.NoError(t, err)
 	t.Cleanup(m.Close)
 	return m
@@ -30,9 +29,6 @@ func start(t *testing.T) *opcount.Meter {
 // process's page faults and the calls of a thread started after the count began.
 func TestCountsTheProcessTree(t *testing.T) {
 	m := start(t)
-	if m == nil {
-		return
-	}
 	before := m.Read()
 	out, err := exec.Command("sh", "-c", "sh -c 'echo one' && echo two").Output()
 	require.NoError(t, err)
@@ -77,20 +73,20 @@ print("done")`).Output()
 
 // Two Reads back to back count nothing: Since leaves out what reading costs, exactly when
 // both ran on one thread (the least of twenty pairs), within Slack when the goroutine
-// moved between them, and a call of the Go runtime's own (or the race detector's) may land
-// between two.
+// moved between them. The Go runtime's own threads (sysmon, the GC's workers, the race
+// detector's) make calls of their own now and then, which land between two Reads more
+// often the more the machine is loaded, so the median pair is held to Slack, not each.
 func TestSinceLeavesOutTheReads(t *testing.T) {
 	m := start(t)
-	if m == nil {
-		return
-	}
-	least := int64(1 << 62)
+	var off []int64
 	for range 20 {
 		d := m.Since(m.Read())
-		least = min(least, max(d.Syscalls, -d.Syscalls))
-		assert.LessOrEqual(t, max(d.Syscalls, -d.Syscalls), m.Slack()+2)
+		off = append(off, max(d.Syscalls, -d.Syscalls))
 	}
-	assert.Zero(t, least)
+	slices.Sort(off)
+	t.Logf("|Since - 0| over 20 pairs, sorted: %v (Slack %d)", off, m.Slack())
+	assert.Zero(t, off[0])
+	assert.LessOrEqual(t, off[len(off)/2], m.Slack())
 	assert.Positive(t, m.Slack())
 }
 
@@ -98,4 +94,32 @@ func TestPer(t *testing.T) {
 	p := opcount.Counts{ContextSwitches: 15, PageFaults: 3, Syscalls: 30, Forks: 1}.Per(10)
 	assert.Equal(t, opcount.PerOp{ContextSwitches: 1.5, PageFaults: 0.3, Syscalls: 3, Forks: 0.1}, p)
 	assert.Equal(t, "1.5 context switches, 0.3 page faults, 3.0 system calls, 0.10 forks", p.String())
+}
+
+// Run as an unprivileged user, the counting tests fail (never skip, never pass on zeros),
+// and their message holds the fix. (As root only: the tests are run again as nobody.)
+func TestWithoutRootTheTestsFailWithTheFix(t *testing.T) {
+	if os.Getenv("OPCOUNT_AS_NOBODY") != "" {
+		t.Skip("this is the run as nobody")
+	}
+	require.Zero(t, os.Geteuid(), "runs the tests again as nobody; run as root (make test does)")
+	dir, err := os.MkdirTemp("", "opcount-nobody-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	require.NoError(t, os.Chmod(dir, 0o755))
+	bin := filepath.Join(dir, "opcount.test")
+	exe, err := os.ReadFile(os.Args[0])
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(bin, exe, 0o755))
+	cmd := exec.Command(bin, "-test.run", "^(TestCountsTheProcessTree|TestSinceLeavesOutTheReads)$", "-test.count=1", "-test.v")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "OPCOUNT_AS_NOBODY=1", "HOME="+dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "%s", out)
+	assert.Contains(t, string(out), "--- FAIL: TestCountsTheProcessTree")
+	assert.Contains(t, string(out), "--- FAIL: TestSinceLeavesOutTheReads")
+	assert.Contains(t, string(out), "To fix: run as root")
+	assert.NotContains(t, string(out), "SKIP")
 }
