@@ -6,9 +6,9 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -41,7 +41,7 @@ func Run(m *testing.M) int {
 			strings.Join(left, "\n  "))
 		for _, p := range left {
 			pid, _ := strconv.Atoi(strings.Fields(p)[0])
-			syscall.Kill(pid, syscall.SIGKILL) //nolint:errcheck // may be gone
+			killMarked(pid)
 		}
 		code = max(code, 1)
 	}
@@ -58,12 +58,24 @@ func Run(m *testing.M) int {
 	return code
 }
 
+// killMarked SIGKILLs process pid if it is still one that Leftovers lists: held by a pidfd
+// (os.FindProcess) first and checked after, so that a process given the number of one that
+// ended meanwhile is never signalled.
+func killMarked(pid int) {
+	p, err := os.FindProcess(pid)
+	if err != nil {
+		return
+	}
+	defer p.Release() //nolint:errcheck // a handle
+	if _, ok := marked(pid, os.Getpid()); ok {
+		p.Kill() //nolint:errcheck // may have ended
+	}
+}
+
 // Leftovers lists the live processes (not zombies) marked as this test binary's: "PID
 // command line".
 func Leftovers() []string {
 	self := os.Getpid()
-	env := []byte(Key + "=" + strconv.Itoa(self) + "\x00")
-	mark := []byte(fmt.Sprintf("-%d-", self)) // in "minipy-WHAT-PID-NANOS" (the tests' markers)
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
@@ -74,19 +86,33 @@ func Leftovers() []string {
 		if err != nil || pid == self {
 			continue
 		}
-		dir := "/proc/" + ent.Name()
-		stat, err := os.ReadFile(dir + "/stat")
-		if s := string(stat); err != nil || strings.HasPrefix(s[strings.LastIndexByte(s, ')')+1:], " Z") {
-			continue
-		}
-		cmdline, _ := os.ReadFile(dir + "/cmdline")
-		environ, _ := os.ReadFile(dir + "/environ")
-		// (A marker may be in the environment too: a worker started through sshd has none
-		// of the test's environment but the variables its command sets.)
-		marked := func(b []byte) bool { return bytes.Contains(b, []byte("minipy-")) && bytes.Contains(b, mark) }
-		if bytes.Contains(append([]byte{0}, environ...), append([]byte{0}, env...)) || marked(cmdline) || marked(environ) {
-			out = append(out, fmt.Sprintf("%d %s", pid, bytes.ReplaceAll(bytes.TrimRight(cmdline, "\x00"), []byte{0}, []byte{' '})))
+		if line, ok := marked(pid, self); ok {
+			out = append(out, line)
 		}
 	}
 	return out
+}
+
+// marked is "PID command line" of process pid, and whether it is live (not a zombie) and
+// marked as test binary self's.
+func marked(pid, self int) (string, bool) {
+	env := []byte(Key + "=" + strconv.Itoa(self) + "\x00")
+	// The tests' markers, "minipy-WHAT-PID-NANOS", and the engine's cgroups, "minipy-PID-N":
+	// whole, not "minipy-" anywhere and "-PID-" anywhere else (a go tool's command line
+	// names github.com/minipy-go, and a build id may hold "-PID-").
+	mark := regexp.MustCompile(fmt.Sprintf(`minipy-([a-z]+-)?%d-[0-9]`, self))
+	dir := "/proc/" + strconv.Itoa(pid)
+	stat, err := os.ReadFile(dir + "/stat")
+	if s := string(stat); err != nil || strings.HasPrefix(s[strings.LastIndexByte(s, ')')+1:], " Z") {
+		return "", false
+	}
+	cmdline, _ := os.ReadFile(dir + "/cmdline")
+	environ, _ := os.ReadFile(dir + "/environ")
+	// (A marker may be in the environment too: a worker started through sshd has none
+	// of the test's environment but the variables its command sets.)
+	has := mark.Match
+	if !bytes.Contains(append([]byte{0}, environ...), append([]byte{0}, env...)) && !has(cmdline) && !has(environ) {
+		return "", false
+	}
+	return fmt.Sprintf("%d %s", pid, bytes.ReplaceAll(bytes.TrimRight(cmdline, "\x00"), []byte{0}, []byte{' '})), true
 }

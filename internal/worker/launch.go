@@ -149,66 +149,12 @@ func (s *Spec) Launch(dirs Dirs, epoch uint64) (*Worker, error) {
 		return nil, err
 	}
 	defer closeFiles(mounts...) // the worker's copies are its own once it has started
-	var cg *cgroup
-	if s.Cgroups != nil && s.local() && !dirs.template() {
-		// (The template stays in the host's cgroup: it runs no code, and on v2 the engine's
-		// cgroup, which hands controllers down, may hold no process itself.)
-		if cg, err = s.Cgroups.newGroup(); err != nil {
-			return nil, err
-		}
-	}
-	p, err := newPipes()
+	f, err := s.openLaunch(dirs)
 	if err != nil {
-		cg.remove() //nolint:errcheck // empty
 		return nil, err
 	}
-	inR, inW, outR, outW, errR, errW := p[0], p[1], p[2], p[3], p[4], p[5]
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
-	var ctl *net.UnixConn
-	var ctlChild, kickR, kickW *os.File
-	if s.local() {
-		if ctl, ctlChild, err = controlSocket(); err != nil {
-			closeFiles(p[:]...)
-			cg.remove() //nolint:errcheck // empty
-			return nil, err
-		}
-		if !dirs.template() { // (the template's forks get theirs from Spawn)
-			if kickR, kickW, err = os.Pipe(); err != nil {
-				closeFiles(p[:]...)
-				closeFiles(ctlChild)
-				ctl.Close()
-				cg.remove() //nolint:errcheck // empty
-				return nil, err
-			}
-		}
-		// fd 3, the control pipe (fd 4, closed in the template), then the idmapped Mounts'
-		// (fds 5...: sandboxed workers, whose Spec has any)
-		cmd.ExtraFiles = append([]*os.File{ctlChild, kickR}, mounts...)
-	}
-	err = cmd.Start()
-	closeFiles(inR, outW, errW)
-	if ctlChild != nil {
-		ctlChild.Close()
-	}
-	if kickR != nil {
-		kickR.Close()
-	}
-	if err == nil && cg != nil {
-		// Before the bootstrap is sent: until then the python only waits for it.
-		if err = cg.place(cmd.Process.Pid); err != nil {
-			cmd.Process.Kill() //nolint:errcheck // just started
-			cmd.Wait()         //nolint:errcheck // killed
-		}
-	}
-	if err != nil {
-		if ctl != nil {
-			ctl.Close()
-		}
-		closeFiles(inW, outR, errR)
-		if kickW != nil {
-			kickW.Close()
-		}
-		cg.remove() //nolint:errcheck // emptied by the kill
+	f.attach(cmd, mounts)
+	if err := f.start(cmd); err != nil {
 		if cmd.Process != nil {
 			return nil, err // the placement's
 		}
@@ -217,34 +163,128 @@ func (s *Spec) Launch(dirs Dirs, epoch uint64) (*Worker, error) {
 	w := &Worker{
 		Epoch:  epoch,
 		cmd:    cmd,
-		stdin:  inW,
-		kicks:  kickW,
+		proc:   &procGuard{},
+		stdin:  f.inW,
+		kicks:  f.kickW,
 		pidns:  s.local() && s.Sandbox,
 		exited: make(chan struct{}),
-		out:    outR,
+		out:    f.outR,
 		Known:  map[uint32]bool{pyrt.DefaultNamespace: true},
-		ctl:    ctl,
+		ctl:    f.ctl,
 		limit:  s.maxTransfer(),
-		cg:     cg,
+		cg:     f.cg,
 	}
-	if ctl != nil && !dirs.template() {
+	if f.ctl != nil && !dirs.template() {
 		// (The template's control socket carries no reports: it answers mounts, AskMount.)
 		w.line = newLine()
 	}
-	w.keepStderr(errR)
+	w.keepStderr(f.errR)
 	go func() {
-		cmd.Wait() //nolint:errcheck // the status is read from ProcessState
+		w.proc.reap(cmd, !w.pidns)
 		w.state = cmd.ProcessState
-		cg.remove() //nolint:errcheck // Close removes what is left
+		w.cg.remove() //nolint:errcheck // Close removes what is left
 		close(w.exited)
 	}()
 	if w.line != nil {
 		w.line.watch(w)
 	}
+	s.sendBootstrap(w, dirs)
+	return w, nil
+}
+
+// launchFiles are what a worker process is started with, both ends: its cgroup, its
+// stdin, stdout and stderr pipes, and a local worker's control socket and control pipe.
+type launchFiles struct {
+	cg                               *cgroup
+	inR, inW, outR, outW, errR, errW *os.File
+	ctl                              *net.UnixConn
+	ctlChild, kickR, kickW           *os.File
+}
+
+// openLaunch makes the files and the cgroup of a worker about to start.
+func (s *Spec) openLaunch(dirs Dirs) (*launchFiles, error) {
+	f := &launchFiles{}
+	var err error
+	if s.Cgroups != nil && s.local() && !dirs.template() {
+		// (The template stays in the host's cgroup: it runs no code, and on v2 the engine's
+		// cgroup, which hands controllers down, may hold no process itself.)
+		if f.cg, err = s.Cgroups.newGroup(); err != nil {
+			return nil, err
+		}
+	}
+	p, err := newPipes()
+	if err != nil {
+		f.cg.remove() //nolint:errcheck // empty
+		return nil, err
+	}
+	f.inR, f.inW, f.outR, f.outW, f.errR, f.errW = p[0], p[1], p[2], p[3], p[4], p[5]
+	if !s.local() {
+		return f, nil
+	}
+	if f.ctl, f.ctlChild, err = controlSocket(); err == nil && !dirs.template() {
+		// (the template's forks get theirs from Spawn)
+		f.kickR, f.kickW, err = os.Pipe()
+	}
+	if err != nil {
+		f.close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// attach gives cmd the worker's ends: stdin, stdout and stderr; fd 3, the control socket;
+// fd 4, the control pipe (closed in the template); then the idmapped Mounts' (fds 5...:
+// sandboxed workers, whose Spec has any).
+func (f *launchFiles) attach(cmd *exec.Cmd, mounts []*os.File) {
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = f.inR, f.outW, f.errW
+	if f.ctlChild != nil {
+		cmd.ExtraFiles = append([]*os.File{f.ctlChild, f.kickR}, mounts...)
+	}
+}
+
+// start starts cmd and places it in the cgroup, before the bootstrap is sent (until then
+// the python only waits for it), then closes the worker's ends; on an error, every file
+// and the cgroup.
+func (f *launchFiles) start(cmd *exec.Cmd) error {
+	err := cmd.Start()
+	f.closeChildEnds()
+	if err == nil && f.cg != nil {
+		if err = f.cg.place(cmd.Process.Pid); err != nil {
+			cmd.Process.Kill() //nolint:errcheck // just started
+			cmd.Wait()         //nolint:errcheck // killed
+		}
+	}
+	if err != nil {
+		f.close() // (the cgroup is emptied by the kill)
+	}
+	return err
+}
+
+// closeChildEnds closes the worker's ends, which it has its copies of once it has started.
+func (f *launchFiles) closeChildEnds() {
+	closeFiles(f.inR, f.outW, f.errW, f.ctlChild, f.kickR)
+	f.inR, f.outW, f.errW, f.ctlChild, f.kickR = nil, nil, nil, nil, nil
+}
+
+// close closes every file still open and removes the cgroup (empty).
+func (f *launchFiles) close() {
+	for _, file := range []*os.File{f.inR, f.inW, f.outR, f.outW, f.errR, f.errW, f.ctlChild, f.kickR, f.kickW} {
+		if file != nil {
+			file.Close()
+		}
+	}
+	if f.ctl != nil {
+		f.ctl.Close()
+	}
+	f.cg.remove() //nolint:errcheck // empty
+}
+
+// sendBootstrap writes the bootstrap and config frames while the caller waits for the
+// worker's ready frame (or its death, or the start timeout): they may exceed the pipe's
+// buffer. A Command worker's beats start after them: one written first would be read as
+// worker.py.
+func (s *Spec) sendBootstrap(w *Worker, dirs Dirs) {
 	cfgFrame := s.configFrame(dirs)
-	// The bootstrap and config may exceed the pipe's buffer: write them while the caller
-	// waits for the worker's ready frame (or its death, or the start timeout). A Command
-	// worker's beats start after them: one written first would be read as worker.py.
 	go func() {
 		boot := binary.LittleEndian.AppendUint32(nil, uint32(len(pyrt.WorkerSource)))
 		boot = append(boot, pyrt.WorkerSource...)
@@ -252,7 +292,6 @@ func (s *Spec) Launch(dirs Dirs, epoch uint64) (*Worker, error) {
 			w.beat(s.Beats.Every)
 		}
 	}()
-	return w, nil
 }
 
 // command is the command of a worker with dirs (the template: no tree): the python (or
@@ -344,45 +383,8 @@ func (s *Spec) configFrame(dirs Dirs) []byte {
 		tree = filepath.Join(s.Trees, dirs.Tree)
 	}
 	if s.Sandbox {
-		network := 0
-		if s.Network {
-			network = 1
-		}
-		fmt.Fprintf(&b, "root=%s\nsandbox_id=%d\nsandbox_refused=%d\nsandbox_access=%d\ntmp_size=%d\nnetwork=%d\n",
-			s.RootDir, sandboxID, sandboxRefusedExit, sandboxAccessExit, s.TmpSize, network)
-		if s.Egress && !s.Network {
-			b.WriteString("egress=1\n")
-		}
-		if filter, err := SeccompFilter(s.DenyShm()); err == nil { // (else the worker refuses to start: ProbeNamespaces says why)
-			fmt.Fprintf(&b, "seccomp=%x\n", filter)
-		}
-		if dirs.template() {
-			fmt.Fprintf(&b, "host_tree=%s\n", s.Trees) // every tree: a fork binds its own (Spawn)
-		} else {
-			fmt.Fprintf(&b, "host_workdir=%s\nhost_tree=%s\n", workdir, tree)
-		}
+		s.sandboxConfig(&b, dirs, workdir, tree)
 		workdir, tree = SandboxWorkdir, SandboxTree
-		for _, kv := range s.Env {
-			if pp, ok := strings.CutPrefix(kv, "PYTHONPATH="); ok {
-				fmt.Fprintf(&b, "pythonpath=%s\n", pp) // (the last one is what Python would read)
-			}
-		}
-		fd := mountFDs // the idmapped Mounts' (Launch)
-		for _, m := range s.Mounts {
-			mode := "ro"
-			if m.Writable {
-				mode = "rw"
-			}
-			fmt.Fprintf(&b, "mount=%s %s\t%s", mode, m.Source, m.Target)
-			if m.userns != nil {
-				fmt.Fprintf(&b, "\t%d", fd)
-				fd++
-			}
-			b.WriteByte('\n')
-		}
-		if s.DenyShm() {
-			b.WriteString("deny_shm=1\n")
-		}
 	}
 	if !s.local() {
 		for _, kv := range s.Env {
@@ -425,6 +427,50 @@ func (s *Spec) configFrame(dirs Dirs) []byte {
 	f = append(f, pyrt.Source...)
 	f = binary.LittleEndian.AppendUint32(f, uint32(len(code)))
 	return append(f, code...)
+}
+
+// sandboxConfig writes the config lines of a sandboxed worker: its root and limits, the
+// seccomp filter, the host paths it binds (workdir and tree; the template's, every tree),
+// and the Mounts.
+func (s *Spec) sandboxConfig(b *strings.Builder, dirs Dirs, workdir, tree string) {
+	network := 0
+	if s.Network {
+		network = 1
+	}
+	fmt.Fprintf(b, "root=%s\nsandbox_id=%d\nsandbox_refused=%d\nsandbox_access=%d\ntmp_size=%d\nnetwork=%d\n",
+		s.RootDir, sandboxID, sandboxRefusedExit, sandboxAccessExit, s.TmpSize, network)
+	if s.Egress && !s.Network {
+		b.WriteString("egress=1\n")
+	}
+	if filter, err := SeccompFilter(s.DenyShm()); err == nil { // (else the worker refuses to start: ProbeNamespaces says why)
+		fmt.Fprintf(b, "seccomp=%x\n", filter)
+	}
+	if dirs.template() {
+		fmt.Fprintf(b, "host_tree=%s\n", s.Trees) // every tree: a fork binds its own (Spawn)
+	} else {
+		fmt.Fprintf(b, "host_workdir=%s\nhost_tree=%s\n", workdir, tree)
+	}
+	for _, kv := range s.Env {
+		if pp, ok := strings.CutPrefix(kv, "PYTHONPATH="); ok {
+			fmt.Fprintf(b, "pythonpath=%s\n", pp) // (the last one is what Python would read)
+		}
+	}
+	fd := mountFDs // the idmapped Mounts' (Launch)
+	for _, m := range s.Mounts {
+		mode := "ro"
+		if m.Writable {
+			mode = "rw"
+		}
+		fmt.Fprintf(b, "mount=%s %s\t%s", mode, m.Source, m.Target)
+		if m.userns != nil {
+			fmt.Fprintf(b, "\t%d", fd)
+			fd++
+		}
+		b.WriteByte('\n')
+	}
+	if s.DenyShm() {
+		b.WriteString("deny_shm=1\n")
+	}
 }
 
 // compiledRuntimes holds, per worker command, the runtime as the first worker of that
@@ -535,61 +581,38 @@ func (w *Worker) killedStarting() bool {
 // Spec.Cgroups, the cgroup.procs of its sandbox's new group, which the fork joins first,
 // over t's control socket. The caller then waits for it with AwaitReady.
 func (s *Spec) Spawn(t *Worker, dirs Dirs, epoch uint64) (*Worker, error) {
-	var cg *cgroup
+	f, err := s.openLaunch(dirs)
+	if err != nil {
+		return nil, err
+	}
 	var procs []*os.File
-	if s.Cgroups != nil {
-		var err error
-		if cg, err = s.Cgroups.newGroup(); err != nil {
-			return nil, err
-		}
-		if procs, err = cg.procsFiles(); err != nil {
-			cg.remove() //nolint:errcheck // empty
+	if f.cg != nil {
+		if procs, err = f.cg.procsFiles(); err != nil {
+			f.close()
 			return nil, err
 		}
 		defer closeFiles(procs...)
 	}
-	p, err := newPipes()
-	if err != nil {
-		cg.remove() //nolint:errcheck // empty
-		return nil, err
-	}
-	inR, inW, outR, outW, errR, errW := p[0], p[1], p[2], p[3], p[4], p[5]
-	closeAll := func(fs ...io.Closer) {
-		for _, f := range fs {
-			f.Close()
-		}
-	}
-	ctl, ctlChild, err := controlSocket()
-	if err != nil {
-		closeAll(inR, inW, outR, outW, errR, errW)
-		cg.remove() //nolint:errcheck // empty
-		return nil, err
-	}
 	lifeR, lifeW, err := os.Pipe()
 	if err != nil {
-		closeAll(inR, inW, outR, outW, errR, errW, ctl, ctlChild)
-		cg.remove() //nolint:errcheck // empty
-		return nil, err
-	}
-	kickR, kickW, err := os.Pipe()
-	if err != nil {
-		closeAll(inR, inW, outR, outW, errR, errW, ctl, ctlChild, lifeR, lifeW)
-		cg.remove() //nolint:errcheck // empty
+		f.close()
 		return nil, err
 	}
 	// In the order of the fds the fork's sandbox gives them (_become_tenant): 0-2, the
 	// control socket 3, the control pipe 4, the life pipe 5.
-	fds := []int{int(inR.Fd()), int(outW.Fd()), int(errW.Fd()), int(ctlChild.Fd()), int(kickR.Fd()), int(lifeW.Fd())}
-	for _, f := range procs {
-		fds = append(fds, int(f.Fd())) // the fork joins its group first (_become_tenant)
+	fds := []int{int(f.inR.Fd()), int(f.outW.Fd()), int(f.errW.Fd()), int(f.ctlChild.Fd()), int(f.kickR.Fd()), int(lifeW.Fd())}
+	for _, p := range procs {
+		fds = append(fds, int(p.Fd())) // the fork joins its group first (_become_tenant)
 	}
 	_, _, err = t.ctl.WriteMsgUnix(append([]byte{pyrt.ControlNew}, dirs.Tree+"\x00"+dirs.Home...), syscall.UnixRights(fds...), nil)
-	closeAll(inR, outW, errW, ctlChild, kickR, lifeW)
+	lifeW.Close()
+	f.closeChildEnds()
 	if err != nil {
-		closeAll(inW, outR, errR, ctl, lifeR, kickW)
-		cg.remove() //nolint:errcheck // empty
+		lifeR.Close()
+		f.close()
 		return nil, fmt.Errorf("%w: %w", ErrTemplateGone, err)
 	}
+	inW, outR, errR, kickW, ctl, cg := f.inW, f.outR, f.errR, f.kickW, f.ctl, f.cg
 	w := &Worker{
 		Epoch:  epoch,
 		stdin:  inW,

@@ -2,9 +2,13 @@ package worker
 
 import (
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // killDescendants kills every descendant of pid found in /proc, children that started
@@ -152,4 +156,46 @@ func (t Tree) Below(pid int) []int {
 		queue = append(queue, t.children[p]...)
 	}
 	return out
+}
+
+// procGuard keeps a worker process's pid from meaning anything else while the host may
+// signal by number: until the process is reaped (under mu), the number is the worker's,
+// alive or a zombie, and so is a process group of that number (a zombie leader keeps its
+// group's number too). The kernel hands a freed number to the next process that asks
+// (pid_max is 32,768 on many machines), so a kill by number after the reap could end any
+// process of the machine, its children or its group.
+type procGuard struct {
+	mu     sync.Mutex
+	reaped bool
+}
+
+// reap waits for cmd's process to end, leaving it a zombie (WNOWAIT); kills what is left of
+// its process group, with group, while the zombie holds the number; then reaps it.
+func (g *procGuard) reap(cmd *exec.Cmd, group bool) {
+	pid := cmd.Process.Pid
+	var info unix.Siginfo
+	for unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil) == unix.EINTR {
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if group {
+		syscall.Kill(-pid, syscall.SIGKILL) //nolint:errcheck // the group may be empty
+	}
+	cmd.Wait() //nolint:errcheck // the status is read from ProcessState
+	g.reaped = true
+}
+
+// kill kills process pid and, with tree, its descendants and process group, unless it has
+// been reaped.
+func (g *procGuard) kill(pid int, tree bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.reaped {
+		return // (reap killed its group; a child outside it was orphaned at the death, out of any tree's reach)
+	}
+	if tree {
+		killDescendants(pid)
+		syscall.Kill(-pid, syscall.SIGKILL) //nolint:errcheck // may be a zombie's empty group
+	}
+	syscall.Kill(pid, syscall.SIGKILL) //nolint:errcheck // may be a zombie
 }

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -138,29 +139,16 @@ func newSeccompPolicy(denyShm bool) (*seccompPolicy, error) {
 // (elastic/go-seccomp-bpf's assembler is not used: as of v1.6.0 a failed argument check falls
 // through to the next rule with the argument, not the call's number, in the accumulator.)
 func (p *seccompPolicy) program() ([]bpf.Instruction, error) {
-	const (
-		offNr   = 0
-		offArch = 4
-		offArgs = 16
-	)
 	eperm := seccompErrno | uint32(unix.EPERM)
 	prog := []bpf.Instruction{
-		bpf.LoadAbsolute{Off: offArch, Size: 4},
+		bpf.LoadAbsolute{Off: seccompOffArch, Size: 4},
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(p.arch.ID), SkipTrue: 1},
 		bpf.RetConstant{Val: eperm},
-		bpf.LoadAbsolute{Off: offNr, Size: 4},
+		bpf.LoadAbsolute{Off: seccompOffNr, Size: 4},
 	}
 	if p.arch.ID == arch.X86_64.ID {
 		prog = append(prog, bpf.JumpIf{Cond: bpf.JumpGreaterOrEqual, Val: uint32(arch.X32.SeccompMask), SkipFalse: 1},
 			bpf.RetConstant{Val: seccompErrno | uint32(unix.ENOSYS)})
-	}
-	// The half of a 64-bit argument at off: the low word comes first on a little-endian machine.
-	half := func(index uint, high bool) bpf.LoadAbsolute {
-		off := uint32(offArgs + 8*index)
-		if high == (binary.NativeEndian.Uint16([]byte{1, 0}) == 1) {
-			off += 4
-		}
-		return bpf.LoadAbsolute{Off: off, Size: 4}
 	}
 	var plain []*seccompRule
 	for _, nr := range slices.Sorted(maps.Keys(p.rules)) {
@@ -171,50 +159,9 @@ func (p *seccompPolicy) program() ([]bpf.Instruction, error) {
 		}
 		var block []bpf.Instruction
 		for i, term := range r.terms {
-			// Each check jumps to fail, the next term, when it does not hold: patched below.
-			var t []bpf.Instruction
-			var fails []int
-			check := func(ins ...bpf.Instruction) {
-				t = append(t, ins...)
-				fails = append(fails, len(t)-1)
-			}
-			for _, a := range term {
-				for _, high := range []bool{true, false} {
-					val, mask := uint32(a.Value), uint32(a.ValueTwo)
-					if high {
-						val, mask = uint32(a.Value>>32), uint32(a.ValueTwo>>32)
-					}
-					t = append(t, half(a.Index, high))
-					switch a.Op {
-					case specs.OpEqualTo:
-						check(bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: val})
-					case specs.OpMaskedEqual: // (arg & Value) == ValueTwo
-						t = append(t, bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: val})
-						check(bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: mask})
-					case specs.OpNotEqual: // either half differs
-						if high {
-							t = append(t, bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: val}) // to the next argument: patched
-						} else {
-							check(bpf.JumpIf{Cond: bpf.JumpEqual, Val: val})
-						}
-					}
-				}
-				if a.Op == specs.OpNotEqual { // the high half differed: this argument holds
-					at := len(t) - 3
-					j := t[at].(bpf.JumpIf)
-					j.SkipTrue = uint8(len(t) - at - 1)
-					t[at] = j
-				}
-			}
-			t = append(t, bpf.RetConstant{Val: r.verdicts[i]})
-			for _, at := range fails {
-				j := t[at].(bpf.JumpIf)
-				skip := len(t) - at - 1
-				if skip > 255 {
-					return nil, fmt.Errorf("seccomp: a term of system call %d is too long", nr)
-				}
-				j.SkipTrue = uint8(skip) // (every check jumps to fail when it is true)
-				t[at] = j
+			t, err := seccompTerm(term, r.verdicts[i])
+			if err != nil {
+				return nil, fmt.Errorf("seccomp: a term of system call %d is %w", nr, err)
 			}
 			block = append(block, t...)
 		}
@@ -223,6 +170,74 @@ func (p *seccompPolicy) program() ([]bpf.Instruction, error) {
 		prog = append(prog, block...)
 	}
 	return append(prog, seccompTree(plain, eperm)...), nil
+}
+
+// Offsets in struct seccomp_data.
+const (
+	seccompOffNr   = 0
+	seccompOffArch = 4
+	seccompOffArgs = 16
+)
+
+// seccompHalf loads the half of the 64-bit argument index: the low word comes first on a
+// little-endian machine.
+func seccompHalf(index uint, high bool) bpf.LoadAbsolute {
+	off := uint32(seccompOffArgs + 8*index)
+	if high == (binary.NativeEndian.Uint16([]byte{1, 0}) == 1) {
+		off += 4
+	}
+	return bpf.LoadAbsolute{Off: off, Size: 4}
+}
+
+// seccompTerm is the code of one term: it returns verdict when every condition of term
+// holds, and falls through to the code after it (the next term) as soon as one does not.
+func seccompTerm(term seccompArgs, verdict uint32) ([]bpf.Instruction, error) {
+	// Each check jumps to fail, the next term, when it does not hold: patched below.
+	var t []bpf.Instruction
+	var fails []int
+	check := func(ins ...bpf.Instruction) {
+		t = append(t, ins...)
+		fails = append(fails, len(t)-1)
+	}
+	for _, a := range term {
+		for _, high := range []bool{true, false} {
+			val, mask := uint32(a.Value), uint32(a.ValueTwo)
+			if high {
+				val, mask = uint32(a.Value>>32), uint32(a.ValueTwo>>32)
+			}
+			t = append(t, seccompHalf(a.Index, high))
+			switch a.Op {
+			case specs.OpEqualTo:
+				check(bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: val})
+			case specs.OpMaskedEqual: // (arg & Value) == ValueTwo
+				t = append(t, bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: val})
+				check(bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: mask})
+			case specs.OpNotEqual: // either half differs
+				if high {
+					t = append(t, bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: val}) // to the next argument: patched
+				} else {
+					check(bpf.JumpIf{Cond: bpf.JumpEqual, Val: val})
+				}
+			}
+		}
+		if a.Op == specs.OpNotEqual { // the high half differed: this argument holds
+			at := len(t) - 3
+			j := t[at].(bpf.JumpIf)
+			j.SkipTrue = uint8(len(t) - at - 1)
+			t[at] = j
+		}
+	}
+	t = append(t, bpf.RetConstant{Val: verdict})
+	for _, at := range fails {
+		j := t[at].(bpf.JumpIf)
+		skip := len(t) - at - 1
+		if skip > 255 {
+			return nil, errors.New("too long (a jump past 255 instructions)")
+		}
+		j.SkipTrue = uint8(skip) // (every check jumps to fail when it is true)
+		t[at] = j
+	}
+	return t, nil
 }
 
 // seccompTree looks the number in the accumulator up among rules (sorted by number), each

@@ -36,7 +36,8 @@ type Worker struct {
 	// Known is the namespaces the worker holds; the owner's.
 	Known map[uint32]bool
 
-	cmd   *exec.Cmd // nil for a worker forked from the template (and the copies of a worker)
+	cmd   *exec.Cmd  // nil for a worker forked from the template (and the copies of a worker)
+	proc  *procGuard // cmd's process's number, until it is reaped (shared with a rollback's worker)
 	stdin *os.File
 	// kicks is the write end of a local worker's control pipe (pyrt.KickFD there): the
 	// host's kicks and host-call replies go there, read by the worker's control thread,
@@ -342,7 +343,9 @@ func (w *Worker) Answered() {
 
 // Kill kills the worker's whole process tree: in its pid namespace, killing its init
 // (the worker's pid 1) makes the kernel kill every process in it, however detached;
-// otherwise the process group and every descendant found in /proc are killed.
+// otherwise the process group and every descendant found in /proc are killed. Once the
+// worker process has been reaped, its number may be another process's: nothing is sent
+// by number then (procGuard).
 func (w *Worker) Kill() {
 	w.killOnce.Do(func() {
 		if others := w.line != nil && w.line.release(); others || w.cmd == nil {
@@ -358,12 +361,7 @@ func (w *Worker) Kill() {
 			}
 			return
 		}
-		pid := w.cmd.Process.Pid
-		if !w.pidns {
-			killDescendants(pid)
-			syscall.Kill(-pid, syscall.SIGKILL) //nolint:errcheck // may be gone already
-		}
-		syscall.Kill(pid, syscall.SIGKILL) //nolint:errcheck // may be gone already
+		w.proc.kill(w.cmd.Process.Pid, !w.pidns)
 		w.cg.kill()
 		w.closeInput()
 	})
@@ -730,6 +728,7 @@ func (w *Worker) handOver(ctl *net.UnixConn, line *ctlLine, msg []byte, extra []
 	nw := &Worker{
 		Epoch:   epoch,
 		cmd:     w.cmd,
+		proc:    w.proc,
 		stdin:   inW,
 		kicks:   kickW,
 		pidns:   w.pidns,

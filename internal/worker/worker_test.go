@@ -77,8 +77,11 @@ func TestLaunchAndKill(t *testing.T) {
 }
 
 // waitGone waits (a bounded time) until pid is no more, or a zombie.
-func waitGone(pid int) error {
-	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+func waitGone(pid int) error { return waitGoneWithin(pid, 5*time.Second) }
+
+// waitGoneWithin waits up to d (at least one look) until pid is no more, or a zombie.
+func waitGoneWithin(pid int, d time.Duration) error {
+	for end := time.Now().Add(d); ; time.Sleep(10 * time.Millisecond) {
 		stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 		if err != nil {
 			return nil
@@ -86,8 +89,10 @@ func waitGone(pid int) error {
 		if i := strings.LastIndexByte(string(stat), ')'); i > 0 && strings.HasPrefix(string(stat[i+1:]), " Z") {
 			return nil
 		}
+		if time.Now().After(end) {
+			return errors.New("still running")
+		}
 	}
-	return errors.New("still running")
 }
 
 // TestAwaitReadyRefused: a ready frame that Spec.Ready refuses fails the start with its
@@ -420,4 +425,102 @@ func TestDeathSnapshotMustFollowTheLastAnswer(t *testing.T) {
 		r.Close()
 		wr.Close()
 	}
+}
+
+// numberFree reports whether no process has pid as its pid, process group or session.
+func numberFree(pid int) bool {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(stat)
+		// pid (comm) state ppid pgrp session ...
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if e.Name() == strconv.Itoa(pid) || len(f) > 3 && (f[2] == strconv.Itoa(pid) || f[3] == strconv.Itoa(pid)) {
+			return false
+		}
+	}
+	return true
+}
+
+// startAtPid starts cmd (which must set Setpgid) as process pid (free now), through the
+// kernel's ns_last_pid (root only), or returns nil when another process of the machine took
+// the number first.
+func startAtPid(t *testing.T, pid int, cmd func() *exec.Cmd) *exec.Cmd {
+	t.Helper()
+	for range 20 {
+		if !numberFree(pid) {
+			return nil
+		}
+		c := cmd()
+		require.NoError(t, os.WriteFile("/proc/sys/kernel/ns_last_pid", []byte(strconv.Itoa(pid-1)), 0))
+		require.NoError(t, c.Start())
+		if c.Process.Pid == pid {
+			return c
+		}
+		syscall.Kill(-c.Process.Pid, syscall.SIGKILL) //nolint:errcheck // not the pid wanted (cmd sets Setpgid)
+		c.Wait()                                      //nolint:errcheck // killed
+	}
+	return nil
+}
+
+// A worker that has ended and been reaped no longer owns its pid: the kernel may give the
+// number to any process of the machine (pid_max is 32,768 on many), and Kill, which the
+// engine calls on a lost worker to end "whatever is left of its tree", must not signal that
+// process, its process group or its children. (Before, it did: a loaded machine running
+// several test suites lost a fuzzer's workers, a go command and a make to it.)
+func TestKillAfterExitSparesThePidsNextOwner(t *testing.T) {
+	require.Zero(t, os.Geteuid(), "ns_last_pid needs root (make test runs as root)")
+	// (On a busy machine another process may take the number first: then again, with
+	// another worker.)
+	for range 10 {
+		if killAfterReuse(t) {
+			return
+		}
+	}
+	t.Fatal("the machine's other processes took the freed number first, ten times over")
+}
+
+// killAfterReuse is one try of TestKillAfterExitSparesThePidsNextOwner: false when it
+// could not give the worker's number to a process of its own.
+func killAfterReuse(t *testing.T) bool {
+	s, d := plainSpec(t)
+	w, err := s.Launch(d, 1)
+	require.NoError(t, err)
+	w, err = s.AwaitReady(w)
+	require.NoError(t, err)
+	pid := w.Pid()
+	// The worker ends with its whole group (the guardian and the python: an OOM kill, a
+	// cgroup's kill), and the number is free once init has reaped the orphaned python.
+	require.NoError(t, syscall.Kill(-pid, syscall.SIGKILL)) // (alive, not reaped: the test's own)
+	w.AwaitExit()
+	require.True(t, w.Gone())
+	require.Eventually(t, func() bool { return numberFree(pid) }, 10*time.Second, 10*time.Millisecond)
+	// Its pid's next owner: a group leader with a child, as a shell's job would be.
+	next := startAtPid(t, pid, func() *exec.Cmd {
+		c := exec.Command("sh", "-c", "sleep 60 & wait")
+		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		return c
+	})
+	if next == nil {
+		return false
+	}
+	defer func() {
+		syscall.Kill(-pid, syscall.SIGKILL) //nolint:errcheck // the test's own group
+		next.Wait()                         //nolint:errcheck // killed
+	}()
+	var below []int
+	for end := time.Now().Add(5 * time.Second); len(below) < 1 && time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		below = ReadTree().Below(pid)
+	}
+	require.Len(t, below, 1, "the sleep")
+
+	w.Kill()
+	time.Sleep(100 * time.Millisecond)
+	for _, p := range append(below, pid) {
+		assert.Error(t, waitGoneWithin(p, 0), "process %d, the pid's next owner or its child, was killed", p)
+	}
+	return true
 }
