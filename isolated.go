@@ -108,6 +108,36 @@ func newIsolated(cfg IsolatedConfig, sandbox bool) (*Isolated, error) {
 		}
 		e.egress.Store(p)
 	}
+	if err := e.chooseSandbox(sandbox); err != nil {
+		return nil, err
+	}
+	if err := e.makeDirs(); err != nil {
+		return nil, err
+	}
+	err = e.openCgroups()
+	if err == nil {
+		err = e.makeSpec()
+	}
+	if err == nil && e.sandbox && !cfg.NoTemplate {
+		err = e.startTemplate()
+	}
+	if err == nil {
+		err = e.startSlots()
+	}
+	if err != nil {
+		e.Close()
+		if e.sandbox && cfg.AllowUnsandboxed && errors.Is(err, ErrNoSandbox) {
+			return newIsolated(cfg, false) // the kernel refused a mount: no namespaces then
+		}
+		return nil, err
+	}
+	return e, nil
+}
+
+// chooseSandbox decides whether the engine's local workers get the sandbox (sandbox: try
+// it), and refuses a configuration that needs the sandbox when they do not.
+func (e *Isolated) chooseSandbox(sandbox bool) error {
+	cfg := e.cfg
 	if len(cfg.Command) == 0 {
 		err := errors.New("namespaces turned off")
 		if sandbox {
@@ -117,68 +147,55 @@ func newIsolated(cfg IsolatedConfig, sandbox bool) (*Isolated, error) {
 		case err == nil:
 			e.sandbox = true
 		case !cfg.AllowUnsandboxed:
-			return nil, fmt.Errorf("%w (%v); set IsolatedConfig.AllowUnsandboxed to run without them", ErrNoSandbox, err)
+			return fmt.Errorf("%w (%v); set IsolatedConfig.AllowUnsandboxed to run without them", ErrNoSandbox, err)
 		}
 	}
 	if !e.sandbox && cfg.Egress != nil {
-		return nil, fmt.Errorf("%w: IsolatedConfig.Egress needs the sandbox's network namespace, which the "+
+		return fmt.Errorf("%w: IsolatedConfig.Egress needs the sandbox's network namespace, which the "+
 			"kernel refused", ErrNoSandbox)
 	}
 	if !e.sandbox {
 		for _, m := range cfg.Mounts {
 			if m.Target != m.Source {
-				return nil, fmt.Errorf("minipy: IsolatedConfig.Mounts: %s cannot appear at %s without the sandbox, "+
+				return fmt.Errorf("minipy: IsolatedConfig.Mounts: %s cannot appear at %s without the sandbox, "+
 					"which the kernel refused", m.Source, m.Target)
 			}
 		}
 	}
-	if err := e.makeDirs(); err != nil {
-		return nil, err
+	return nil
+}
+
+// startTemplate starts the template that sandboxes are forked from, and waits until it is
+// ready.
+func (e *Isolated) startTemplate() error {
+	t, err := e.spec.Launch(worker.Dirs{}, 0)
+	if err == nil {
+		t, err = e.spec.AwaitReady(t)
 	}
-	if err := e.openCgroups(); err != nil {
-		e.Close()
-		return nil, err
+	if err != nil {
+		return err
 	}
-	if err := e.makeSpec(); err != nil {
-		e.Close()
-		return nil, err
-	}
-	if e.sandbox && !cfg.NoTemplate {
-		t, err := e.spec.Launch(worker.Dirs{}, 0)
-		if err == nil {
-			t, err = e.spec.AwaitReady(t)
-		}
-		if err != nil {
-			e.Close()
-			if cfg.AllowUnsandboxed && errors.Is(err, ErrNoSandbox) {
-				return newIsolated(cfg, false) // the kernel refused a mount: no namespaces then
-			}
-			return nil, err
-		}
-		e.tmpl, e.useTemplate = t, true
-	}
+	e.tmpl, e.useTemplate = t, true
+	return nil
+}
+
+// startSlots makes the engine's worker slots and starts their first workers, then waits
+// for the first: a wrong executable or a refused namespace shows there.
+func (e *Isolated) startSlots() error {
 	e.nextNS.Store(pyrt.DefaultNamespace)
-	e.slots = make([]*workerSlot, max(cfg.Workers, 1))
+	e.slots = make([]*workerSlot, max(e.cfg.Workers, 1))
 	for i := range e.slots {
 		e.slots[i] = &workerSlot{e: e, token: make(turn, 1), dirs: e.newDirs()}
 		if err := e.slots[i].dirs.err; err != nil {
-			e.Close()
-			return nil, err
+			return err
 		}
 	}
 	e.defaultNS = &nsBinding{slot: e.slots[0], dirs: e.slots[0].dirs}
 	for _, s := range e.slots {
 		s.startNext()
 	}
-	// Wait for the first worker: a wrong executable or a refused namespace shows here.
-	if _, err := e.slots[0].awaitPending(context.Background()); err != nil {
-		e.Close()
-		if e.sandbox && cfg.AllowUnsandboxed && errors.Is(err, ErrNoSandbox) {
-			return newIsolated(cfg, false) // the kernel refused a mount: no namespaces then
-		}
-		return nil, err
-	}
-	return e, nil
+	_, err := e.slots[0].awaitPending(context.Background())
+	return err
 }
 
 func (e *Isolated) name() string { return fmt.Sprintf("the isolated engine %p", e) }
@@ -741,19 +758,9 @@ func (e *Isolated) do(ns *Namespace, op byte, args ...any) (any, error) {
 // guardian hands pipes and a control socket of its own (docs/protocol.md, "Fork"); the copy
 // becomes the worker of a new slot, holding the namespace's variables under a new id.
 func (e *Isolated) fork(ns *Namespace) (*Namespace, error) {
-	if e.isClosed() {
-		return nil, ErrEngineClosed
-	}
-	b := bindingOf(ns)
-	if b == nil || !b.slot.own {
-		return nil, fmt.Errorf("%w: its worker holds other namespaces too (IsolatedConfig.Workers packs them, "+
-			"or it is the engine's default namespace): a copy of the process would copy theirs", ErrNoFork)
-	}
-	if len(e.cfg.Command) > 0 {
-		return nil, fmt.Errorf("%w: Command workers run elsewhere, without a guardian that minipy controls", ErrNoFork)
-	}
-	if b.slot.calls.Load().inCall(nil) {
-		return nil, ErrReentrant
+	b, err := e.forkable(ns)
+	if err != nil {
+		return nil, err
 	}
 	slot := b.slot
 	w, err := slot.hold()
@@ -820,6 +827,27 @@ func (e *Isolated) fork(ns *Namespace) (*Namespace, error) {
 	e.hostReg.fork(ns.id, id)
 	e.opened.Add(1)
 	return newNamespace(e, id, &nsBinding{slot: copySlot, epoch: 1, dirs: dirs}), nil
+}
+
+// forkable is ns's binding, or why ns cannot be forked: a copy of its worker's process
+// must hold ns alone, be a local worker's (with a guardian minipy controls), and not be
+// asked for from inside one of ns's own host calls.
+func (e *Isolated) forkable(ns *Namespace) (*nsBinding, error) {
+	if e.isClosed() {
+		return nil, ErrEngineClosed
+	}
+	b := bindingOf(ns)
+	if b == nil || !b.slot.own {
+		return nil, fmt.Errorf("%w: its worker holds other namespaces too (IsolatedConfig.Workers packs them, "+
+			"or it is the engine's default namespace): a copy of the process would copy theirs", ErrNoFork)
+	}
+	if len(e.cfg.Command) > 0 {
+		return nil, fmt.Errorf("%w: Command workers run elsewhere, without a guardian that minipy controls", ErrNoFork)
+	}
+	if b.slot.calls.Load().inCall(nil) {
+		return nil, ErrReentrant
+	}
+	return b, nil
 }
 
 // registerAgain binds the host functions of the namespaces that w is about to create

@@ -108,107 +108,14 @@ import (
 const version = "0.2.0"
 
 func main() {
-	backend := flag.String("backend", minipy.BackendAuto, "`engine`: inprocess, isolated, or auto (isolated on the project's virtualenv if there is one, else inprocess)")
-	timeout := flag.Duration("timeout", 0, "default run timeout and the most a model may ask for (0: minipy's tool defaults)")
-	maxOutput := flag.Int("max-output", 0, "character budget of a reply (0: minipy.DefaultToolOutput)")
-	isolated := flag.Bool("isolated", false, "same as -backend isolated")
-	workers := flag.Int("workers", 0, "with -backend isolated: pack the sessions into this many shared worker processes (0: a worker process of its own per session)")
-	var limitFlags limitFlags
-	limitFlags.register(flag.CommandLine)
-	var egress egressFlags
-	egress.register()
-	workSize := flag.Int64("work-size", defaultWorkSize, "with -backend isolated: the `bytes` a session's working directory may hold, in a tmpfs (memory); -1: on the host's disk, no cap")
-	httpAddr := flag.String("http", "", "serve the Streamable HTTP transport on `addr` (host:port) instead of stdio")
-	sessionTimeout := flag.Duration("session-timeout", 30*time.Minute, "with -http: close a session (and free its namespace) after this long without a request")
-	upstreamFile := flag.String("upstream", "", "connect to the MCP servers of this mcpServers JSON `file` and give their tools to the code as Python functions (code mode)")
-	tokensFile := flag.String("tokens", "", "with -http: the clients' bearer tokens, one NAME:TOKEN per line in this `file` (read again on SIGHUP); a session belongs to the user who opened it")
-	allowAnonymous := flag.Bool("allow-anonymous", false, "with -http on an address beyond loopback: serve without -tokens (anyone who reaches it runs code)")
-	maxSessions := flag.Int("max-sessions", -1, "with -http: the most sessions open at once (default: the memory the server may use / (256 MiB or -memory-limit when given, plus -work-size), at least 4; 0: no limit)")
-	maxPerUser := flag.Int("max-sessions-per-user", 0, "with -http: the most sessions one user (one -tokens NAME; all clients without tokens are one user) may hold at once (0: no limit besides -max-sessions)")
-	maxResource := flag.Int64("max-resource-size", defaultMaxResourceSize, "with -backend isolated: the largest file of a session's working directory that resources/read returns, in `bytes`")
-	drainTimeout := flag.Duration("drain-timeout", 30*time.Second, "with -http: at SIGTERM, how long running calls may take to finish before the server closes")
-	stateDirFlag := flag.String("state-dir", "", "with -http: save sessions (variables, functions, files) in this `directory` when they idle and at SIGTERM, and resume them under the same Mcp-Session-Id, for the same user, in this process or another replica sharing it")
-	stateTTL := flag.Duration("state-ttl", 24*time.Hour, "with -state-dir: forget a saved session this long after its last save (0: never)")
-	stateIdle := flag.Duration("state-idle", 30*time.Second, "with -state-dir: save a session this long after a call, if no other call came")
-	stateKey := flag.String("state-key-file", "", "with -state-dir: the `file` of the secret (16 bytes or more) that seals saved sessions; replicas sharing the directory share it (default: DIR/.key, made on first use)")
-	flag.Parse()
-	if *isolated {
-		*backend = minipy.BackendIsolated
-	}
-	var protocol *os.File
-	var ln net.Listener
-	var toks *tokens
-	if *httpAddr == "" {
-		flag.Visit(func(f *flag.Flag) {
-			switch f.Name {
-			case "tokens", "allow-anonymous", "max-sessions", "max-sessions-per-user", "drain-timeout", "session-timeout",
-				"state-dir", "state-ttl", "state-idle", "state-key-file":
-				log.Fatalf("minipy-mcp: -%s applies to -http; over stdio the client that started the server is its only user", f.Name)
-			}
-		})
-		var err error
-		if protocol, err = takeStdout(); err != nil {
-			log.Fatalf("minipy-mcp: %v", err)
-		}
-	} else {
-		if *tokensFile == "" && !*allowAnonymous && !isLoopback(*httpAddr) {
-			log.Fatalf("minipy-mcp: -http %s listens beyond this machine: give -tokens FILE (one NAME:TOKEN per "+
-				"line; clients send Authorization: Bearer TOKEN), or -allow-anonymous to let anyone who reaches it run code",
-				*httpAddr)
-		}
-		if *tokensFile != "" {
-			var err error
-			if toks, err = loadTokens(*tokensFile); err != nil {
-				log.Fatalf("minipy-mcp: -tokens: %v", err)
-			}
-			n, users := toks.users()
-			log.Printf("minipy-mcp: -tokens: %d tokens of %d users", n, users)
-		}
-		var err error
-		if ln, err = net.Listen("tcp", *httpAddr); err != nil {
-			log.Fatalf("minipy-mcp: %v", err)
-		}
-	}
-	if *workSize == 0 {
-		log.Fatalf("minipy-mcp: -work-size 0: give the bytes a session's working directory may hold, or -1 for no cap")
-	}
-	limits, memoryBudget, err := limitFlags.resolve(flag.CommandLine, *timeout)
-	if err != nil {
-		log.Fatalf("minipy-mcp: %v", err)
-	}
-	cfg := minipy.IsolatedConfig{Workers: *workers, WorkSize: *workSize, OnIdleDeath: logIdleDeath}
-	limits.apply(&cfg)
-	if egress.set() {
-		if *backend != minipy.BackendIsolated {
-			log.Fatalf("minipy-mcp: -egress-allow and -egress-allow-file apply to -backend isolated, whose sandboxes " +
-				"reach the network only through the egress proxy")
-		}
-		if cfg.Egress, err = egress.policy(); err != nil {
-			log.Fatalf("minipy-mcp: %v", err)
-		}
-		cfg.OnEgress = logEgress
-	}
-	eng, err := newEngine(*backend, cfg)
-	if err != nil {
-		log.Fatalf("minipy-mcp: %v", err)
-	}
+	f := parseFlags()
+	protocol, ln, toks := f.transport()
+	eng, cfg, memoryBudget := f.engine()
 	defer eng.Close()
-	if _, ok := eng.(*minipy.Isolated); ok {
-		log.Printf("minipy-mcp: running code in the isolated engine's sandboxed workers, each session in a " +
-			"working directory of its own")
-		log.Printf("minipy-mcp: limits of each worker: %v", limits)
-		if cfg.Egress != nil {
-			log.Printf("minipy-mcp: the network of each worker: its egress proxy, %s (-egress-allow)", describeEgress(cfg.Egress))
-		} else {
-			log.Printf("minipy-mcp: the network of each worker: none (-egress-allow gives some hosts)")
-		}
-	} else {
-		log.Printf("minipy-mcp: running code in this process's embedded interpreter")
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if iso, ok := eng.(*minipy.Isolated); ok && cfg.Egress != nil {
-		reloadEgressOnHUP(ctx, &egress, iso)
+		reloadEgressOnHUP(ctx, &f.egress, iso)
 	}
 	var forced atomic.Bool
 	go func() {
@@ -229,53 +136,196 @@ func main() {
 		}
 	}()
 	var fns []minipy.Function
-	if *upstreamFile != "" {
-		up, err := connectUpstreams(ctx, *upstreamFile)
+	if f.upstreamFile != "" {
+		up, err := connectUpstreams(ctx, f.upstreamFile)
 		if err != nil {
 			log.Fatalf("minipy-mcp: -upstream: %v", err)
 		}
 		defer up.Close()
 		fns = up.functions
 	}
-	opts := &minipy.Options{Timeout: *timeout, MaxOutput: *maxOutput}
-	if *httpAddr == "" {
-		server, _ := newServerSessions(eng, opts, serverHooks{functions: fns, maxResourceSize: *maxResource})
+	opts := &minipy.Options{Timeout: f.timeout, MaxOutput: f.maxOutput}
+	var err error
+	if f.httpAddr == "" {
+		server, _ := newServerSessions(eng, opts, serverHooks{functions: fns, maxResourceSize: f.maxResource})
 		err = server.Run(ctx, &mcp.IOTransport{Reader: os.Stdin, Writer: protocol})
 	} else {
-		if *maxSessions < 0 {
-			*maxSessions = defaultMaxSessions(memoryBudget, *workSize)
-		}
-		g := newGate(*maxSessions, *maxPerUser)
-		m := newMetrics(eng, g, "tcp")
-		g.rejected = func(reason string) { m.rejected.WithLabelValues(reason).Inc() }
-		log.Printf("minipy-mcp: sessions: %s (-max-sessions), %s per user (-max-sessions-per-user)",
-			limitText(*maxSessions), limitText(*maxPerUser))
-		cfg := httpConfig{idle: *sessionTimeout, tokens: toks, gate: g, metrics: m}
-		if iso, ok := eng.(*minipy.Isolated); ok {
-			cfg.ready = iso.Ready
-		}
-		hooks := serverHooks{functions: fns, metrics: m, gate: g, maxResourceSize: *maxResource,
-			handles: true, idle: *sessionTimeout}
-		if *stateDirFlag != "" {
-			if hooks.state, err = openStateDir(*stateDirFlag, *stateTTL, *stateKey); err != nil {
-				log.Fatalf("minipy-mcp: %v", err)
-			}
-			hooks.stateIdle = *stateIdle
-			log.Printf("minipy-mcp: sessions are saved in %s (-state-dir) and kept for %v (-state-ttl)", *stateDirFlag,
-				*stateTTL)
-		}
-		server, sessions := newServerSessions(eng, opts, hooks)
-		cfg.sessions = sessions
-		go sessions.expireHandles(ctx, *sessionTimeout)
-		if hooks.state != nil {
-			cfg.state = hooks.state
-			go hooks.state.keepUp(ctx, sessions.keptIDs, sessions.giveUp)
-		}
-		err = serveHTTP(ctx, server, ln, cfg, *drainTimeout)
+		err = f.serve(ctx, eng, opts, fns, ln, toks, memoryBudget)
 	}
 	if err != nil && !errors.Is(err, context.Canceled) {
 		log.Fatalf("minipy-mcp: %v", err)
 	}
+}
+
+// flags are minipy-mcp's command line.
+type flags struct {
+	backend        string
+	timeout        time.Duration
+	maxOutput      int
+	workers        int
+	limits         limitFlags
+	egress         egressFlags
+	workSize       int64
+	httpAddr       string
+	sessionTimeout time.Duration
+	upstreamFile   string
+	tokensFile     string
+	allowAnonymous bool
+	maxSessions    int
+	maxPerUser     int
+	maxResource    int64
+	drainTimeout   time.Duration
+	stateDir       string
+	stateTTL       time.Duration
+	stateIdle      time.Duration
+	stateKey       string
+}
+
+// parseFlags registers minipy-mcp's flags on the command line's set and parses them.
+func parseFlags() *flags {
+	f := &flags{}
+	flag.StringVar(&f.backend, "backend", minipy.BackendAuto, "`engine`: inprocess, isolated, or auto (isolated on the project's virtualenv if there is one, else inprocess)")
+	flag.DurationVar(&f.timeout, "timeout", 0, "default run timeout and the most a model may ask for (0: minipy's tool defaults)")
+	flag.IntVar(&f.maxOutput, "max-output", 0, "character budget of a reply (0: minipy.DefaultToolOutput)")
+	isolated := flag.Bool("isolated", false, "same as -backend isolated")
+	flag.IntVar(&f.workers, "workers", 0, "with -backend isolated: pack the sessions into this many shared worker processes (0: a worker process of its own per session)")
+	f.limits.register(flag.CommandLine)
+	f.egress.register()
+	flag.Int64Var(&f.workSize, "work-size", defaultWorkSize, "with -backend isolated: the `bytes` a session's working directory may hold, in a tmpfs (memory); -1: on the host's disk, no cap")
+	flag.StringVar(&f.httpAddr, "http", "", "serve the Streamable HTTP transport on `addr` (host:port) instead of stdio")
+	flag.DurationVar(&f.sessionTimeout, "session-timeout", 30*time.Minute, "with -http: close a session (and free its namespace) after this long without a request")
+	flag.StringVar(&f.upstreamFile, "upstream", "", "connect to the MCP servers of this mcpServers JSON `file` and give their tools to the code as Python functions (code mode)")
+	flag.StringVar(&f.tokensFile, "tokens", "", "with -http: the clients' bearer tokens, one NAME:TOKEN per line in this `file` (read again on SIGHUP); a session belongs to the user who opened it")
+	flag.BoolVar(&f.allowAnonymous, "allow-anonymous", false, "with -http on an address beyond loopback: serve without -tokens (anyone who reaches it runs code)")
+	flag.IntVar(&f.maxSessions, "max-sessions", -1, "with -http: the most sessions open at once (default: the memory the server may use / (256 MiB or -memory-limit when given, plus -work-size), at least 4; 0: no limit)")
+	flag.IntVar(&f.maxPerUser, "max-sessions-per-user", 0, "with -http: the most sessions one user (one -tokens NAME; all clients without tokens are one user) may hold at once (0: no limit besides -max-sessions)")
+	flag.Int64Var(&f.maxResource, "max-resource-size", defaultMaxResourceSize, "with -backend isolated: the largest file of a session's working directory that resources/read returns, in `bytes`")
+	flag.DurationVar(&f.drainTimeout, "drain-timeout", 30*time.Second, "with -http: at SIGTERM, how long running calls may take to finish before the server closes")
+	flag.StringVar(&f.stateDir, "state-dir", "", "with -http: save sessions (variables, functions, files) in this `directory` when they idle and at SIGTERM, and resume them under the same Mcp-Session-Id, for the same user, in this process or another replica sharing it")
+	flag.DurationVar(&f.stateTTL, "state-ttl", 24*time.Hour, "with -state-dir: forget a saved session this long after its last save (0: never)")
+	flag.DurationVar(&f.stateIdle, "state-idle", 30*time.Second, "with -state-dir: save a session this long after a call, if no other call came")
+	flag.StringVar(&f.stateKey, "state-key-file", "", "with -state-dir: the `file` of the secret (16 bytes or more) that seals saved sessions; replicas sharing the directory share it (default: DIR/.key, made on first use)")
+	flag.Parse()
+	if *isolated {
+		f.backend = minipy.BackendIsolated
+	}
+	return f
+}
+
+// transport checks the flags of the transport and opens it: over stdio, the protocol's
+// stdout (flags of -http are refused); with -http, the listener and the -tokens.
+func (f *flags) transport() (protocol *os.File, ln net.Listener, toks *tokens) {
+	if f.httpAddr == "" {
+		flag.Visit(func(fl *flag.Flag) {
+			switch fl.Name {
+			case "tokens", "allow-anonymous", "max-sessions", "max-sessions-per-user", "drain-timeout", "session-timeout",
+				"state-dir", "state-ttl", "state-idle", "state-key-file":
+				log.Fatalf("minipy-mcp: -%s applies to -http; over stdio the client that started the server is its only user", fl.Name)
+			}
+		})
+		var err error
+		if protocol, err = takeStdout(); err != nil {
+			log.Fatalf("minipy-mcp: %v", err)
+		}
+	} else {
+		if f.tokensFile == "" && !f.allowAnonymous && !isLoopback(f.httpAddr) {
+			log.Fatalf("minipy-mcp: -http %s listens beyond this machine: give -tokens FILE (one NAME:TOKEN per "+
+				"line; clients send Authorization: Bearer TOKEN), or -allow-anonymous to let anyone who reaches it run code",
+				f.httpAddr)
+		}
+		if f.tokensFile != "" {
+			var err error
+			if toks, err = loadTokens(f.tokensFile); err != nil {
+				log.Fatalf("minipy-mcp: -tokens: %v", err)
+			}
+			n, users := toks.users()
+			log.Printf("minipy-mcp: -tokens: %d tokens of %d users", n, users)
+		}
+		var err error
+		if ln, err = net.Listen("tcp", f.httpAddr); err != nil {
+			log.Fatalf("minipy-mcp: %v", err)
+		}
+	}
+	return protocol, ln, toks
+}
+
+// engine starts the engine of -backend with the workers' limits, -work-size and the egress
+// policy, and says in the log what the code runs in; also the memory budget the limits
+// leave the sessions (defaultMaxSessions).
+func (f *flags) engine() (minipy.Engine, minipy.IsolatedConfig, int64) {
+	if f.workSize == 0 {
+		log.Fatalf("minipy-mcp: -work-size 0: give the bytes a session's working directory may hold, or -1 for no cap")
+	}
+	limits, memoryBudget, err := f.limits.resolve(flag.CommandLine, f.timeout)
+	if err != nil {
+		log.Fatalf("minipy-mcp: %v", err)
+	}
+	cfg := minipy.IsolatedConfig{Workers: f.workers, WorkSize: f.workSize, OnIdleDeath: logIdleDeath}
+	limits.apply(&cfg)
+	if f.egress.set() {
+		if f.backend != minipy.BackendIsolated {
+			log.Fatalf("minipy-mcp: -egress-allow and -egress-allow-file apply to -backend isolated, whose sandboxes " +
+				"reach the network only through the egress proxy")
+		}
+		if cfg.Egress, err = f.egress.policy(); err != nil {
+			log.Fatalf("minipy-mcp: %v", err)
+		}
+		cfg.OnEgress = logEgress
+	}
+	eng, err := newEngine(f.backend, cfg)
+	if err != nil {
+		log.Fatalf("minipy-mcp: %v", err)
+	}
+	if _, ok := eng.(*minipy.Isolated); ok {
+		log.Printf("minipy-mcp: running code in the isolated engine's sandboxed workers, each session in a " +
+			"working directory of its own")
+		log.Printf("minipy-mcp: limits of each worker: %v", limits)
+		if cfg.Egress != nil {
+			log.Printf("minipy-mcp: the network of each worker: its egress proxy, %s (-egress-allow)", describeEgress(cfg.Egress))
+		} else {
+			log.Printf("minipy-mcp: the network of each worker: none (-egress-allow gives some hosts)")
+		}
+	} else {
+		log.Printf("minipy-mcp: running code in this process's embedded interpreter")
+	}
+	return eng, cfg, memoryBudget
+}
+
+// serve serves the Streamable HTTP transport on ln until ctx ends, then drains: sessions
+// under the gate's caps, with metrics, and saved in -state-dir when it is given.
+func (f *flags) serve(ctx context.Context, eng minipy.Engine, opts *minipy.Options, fns []minipy.Function,
+	ln net.Listener, toks *tokens, memoryBudget int64) error {
+	if f.maxSessions < 0 {
+		f.maxSessions = defaultMaxSessions(memoryBudget, f.workSize)
+	}
+	g := newGate(f.maxSessions, f.maxPerUser)
+	m := newMetrics(eng, g, "tcp")
+	g.rejected = func(reason string) { m.rejected.WithLabelValues(reason).Inc() }
+	log.Printf("minipy-mcp: sessions: %s (-max-sessions), %s per user (-max-sessions-per-user)",
+		limitText(f.maxSessions), limitText(f.maxPerUser))
+	cfg := httpConfig{idle: f.sessionTimeout, tokens: toks, gate: g, metrics: m}
+	if iso, ok := eng.(*minipy.Isolated); ok {
+		cfg.ready = iso.Ready
+	}
+	hooks := serverHooks{functions: fns, metrics: m, gate: g, maxResourceSize: f.maxResource,
+		handles: true, idle: f.sessionTimeout}
+	if f.stateDir != "" {
+		var err error
+		if hooks.state, err = openStateDir(f.stateDir, f.stateTTL, f.stateKey); err != nil {
+			log.Fatalf("minipy-mcp: %v", err)
+		}
+		hooks.stateIdle = f.stateIdle
+		log.Printf("minipy-mcp: sessions are saved in %s (-state-dir) and kept for %v (-state-ttl)", f.stateDir,
+			f.stateTTL)
+	}
+	server, sessions := newServerSessions(eng, opts, hooks)
+	cfg.sessions = sessions
+	go sessions.expireHandles(ctx, f.sessionTimeout)
+	if hooks.state != nil {
+		cfg.state = hooks.state
+		go hooks.state.keepUp(ctx, sessions.keptIDs, sessions.giveUp)
+	}
+	return serveHTTP(ctx, server, ln, cfg, f.drainTimeout)
 }
 
 func limitText(n int) string {

@@ -129,6 +129,32 @@ func parseArgs(args []string, stderr io.Writer) (*config, bool) {
 	var puts []string
 	fs := flag.NewFlagSet("minipy", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	c.runFlags(fs)
+	isolated := fs.Bool("isolated", false, "same as --backend isolated")
+	c.isolatedFlags(fs, &puts)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: minipy [flags] [-c CODE | FILE [ARGS...]]\n\n"+
+			"Runs Python code (from -c, a file, or stdin; a REPL on a terminal) in an embedded CPython\n"+
+			"and prints what a model would see: the output as it comes, then the value or the traceback.\n"+
+			"An isolated run works in a directory of its own: --put copies files in, --out copies out those it makes or changes.\n\n"+
+			"  minipy --isolated --put sales.csv --out results -c 'import pandas as pd; ...'\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, false
+	}
+	if *isolated {
+		c.backend = minipy.BackendIsolated
+	}
+	if !c.check(fs, puts, stderr) {
+		return nil, false
+	}
+	return c, true
+}
+
+// runFlags registers the flags of what to run and how: the code, --json, --save-images,
+// the timeout, the output cap and the backend.
+func (c *config) runFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.code, "c", "", "Python code to run (default: a FILE, else stdin, else a REPL on a terminal)")
 	fs.BoolVar(&c.asJSON, "json", false, "print the result as JSON (value, repr, stdout, stderr, displays, error, duration, files) at the end instead of streaming; "+
 		"a display's data is a string for text types (text/*, application/json, application/javascript, *+json, *+xml such as SVG) "+
@@ -138,7 +164,11 @@ func parseArgs(args []string, stderr io.Writer) (*config, bool) {
 	fs.DurationVar(&c.timeout, "timeout", 0, "stop each run after this long (0: 30s for -c and stdin, none for a FILE or the REPL; negative: none)")
 	fs.IntVar(&c.maxOutput, "max-output", 0, "cap each of stdout, stderr and the repr of the result at this many characters (0: default, negative: none)")
 	fs.StringVar(&c.backend, "backend", minipy.BackendAuto, "`engine`: inprocess, isolated (sandboxed worker processes), or auto (isolated on the project's virtualenv if there is one, else inprocess)")
-	isolated := fs.Bool("isolated", false, "same as --backend isolated")
+}
+
+// isolatedFlags registers the flags that only the isolated engine takes (each turns it on:
+// check); --put's values go to puts, checked once the flags are parsed.
+func (c *config) isolatedFlags(fs *flag.FlagSet, puts *[]string) {
 	fs.StringVar(&c.isolated.Python, "python", "", "isolated: the worker's python executable (default: the one matching the linked libpython)")
 	fs.BoolVar(&c.isolated.Network, "network", false, "isolated: let the code reach the network")
 	fs.Func("egress-allow", "isolated: let the code reach these hosts (a comma-separated `list` of names, *.domain, "+
@@ -173,23 +203,18 @@ func parseArgs(args []string, stderr io.Writer) (*config, bool) {
 		"in the sandbox) before it runs, as `LOCAL[:NAME]` (NAME: LOCAL's base name by default; ending in / to put it in that "+
 		"directory; . for a directory's files at the top); a directory's files go recursively, links and special files are "+
 		"skipped (repeatable)", func(v string) error {
-		puts = append(puts, v) // checked below: an error there needs no usage text
+		*puts = append(*puts, v) // checked below: an error there needs no usage text
 		return nil
 	})
 	fs.StringVar(&c.outDir, "out", "", "isolated: after each run, also one that raised or timed out, copy the files it created or "+
 		"changed in its working directory into `DIR` with their relative paths, overwriting; the paths go to stderr, "+
 		"or with --json to \"files\"")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: minipy [flags] [-c CODE | FILE [ARGS...]]\n\n"+
-			"Runs Python code (from -c, a file, or stdin; a REPL on a terminal) in an embedded CPython\n"+
-			"and prints what a model would see: the output as it comes, then the value or the traceback.\n"+
-			"An isolated run works in a directory of its own: --put copies files in, --out copies out those it makes or changes.\n\n"+
-			"  minipy --isolated --put sales.csv --out results -c 'import pandas as pd; ...'\n\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return nil, false
-	}
+}
+
+// check completes c from the parsed flags and refuses the combinations that make no sense,
+// saying why on stderr: -c or --isolated flags with another backend, a bad --put, arguments
+// after -c.
+func (c *config) check(fs *flag.FlagSet, puts []string, stderr io.Writer) bool {
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
 		case "c":
@@ -198,14 +223,11 @@ func parseArgs(args []string, stderr io.Writer) (*config, bool) {
 			c.isoFlags = append(c.isoFlags, "--"+f.Name)
 		}
 	})
-	if *isolated {
-		c.backend = minipy.BackendIsolated
-	}
 	switch c.backend {
 	case minipy.BackendAuto, minipy.BackendInProcess, minipy.BackendIsolated:
 	default:
 		fmt.Fprintf(stderr, "%v, not %q\n", minipy.ErrBackend, c.backend)
-		return nil, false
+		return false
 	}
 	if len(c.isoFlags) > 0 {
 		if c.backend == minipy.BackendInProcess {
@@ -214,7 +236,7 @@ func parseArgs(args []string, stderr io.Writer) (*config, bool) {
 				verb = "apply"
 			}
 			fmt.Fprintf(stderr, "minipy: %s only %s to --backend isolated\n", strings.Join(c.isoFlags, ", "), verb)
-			return nil, false
+			return false
 		}
 		c.backend = minipy.BackendIsolated
 	}
@@ -222,18 +244,18 @@ func parseArgs(args []string, stderr io.Writer) (*config, bool) {
 		p, err := parsePut(v)
 		if err != nil {
 			fmt.Fprintf(stderr, "minipy: --put %s: %v\n", v, err)
-			return nil, false
+			return false
 		}
 		c.puts = append(c.puts, p)
 	}
 	if fs.NArg() > 0 {
 		if c.hasCode {
 			fmt.Fprintf(stderr, "minipy: unexpected arguments %q after -c (quote the code: minipy -c 'CODE')\n", fs.Args())
-			return nil, false
+			return false
 		}
 		c.file, c.argv = fs.Arg(0), fs.Args()
 	}
-	return c, true
+	return true
 }
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -242,22 +264,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 2
 	}
 	interactive := !c.hasCode && c.file == "" && !c.asJSON && isTerminal(stdin)
-	src := c.code
-	switch {
-	case c.file != "":
-		b, err := os.ReadFile(c.file)
-		if err != nil {
-			fmt.Fprintf(stderr, "minipy: %v\n", err)
-			return 2
-		}
-		src = string(b)
-	case !c.hasCode && !interactive:
-		b, err := io.ReadAll(stdin)
-		if err != nil {
-			fmt.Fprintf(stderr, "minipy: reading code from stdin: %v\n", err)
-			return 2
-		}
-		src = string(b)
+	src, ok := c.source(interactive, stdin, stderr)
+	if !ok {
+		return 2
 	}
 	opts := &minipy.Options{Timeout: c.timeout, MaxOutput: c.maxOutput}
 	if c.timeout == 0 {
@@ -288,27 +297,11 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if interactive {
 		return repl(eng, opts, saver, files, stdin.(*os.File), stdout, stderr)
 	}
-	var ns *minipy.Namespace // the run's, when it needs one of its own
-	if c.file != "" || files != nil {
-		ns = eng.NewNamespace()
+	ns, status := c.prepare(eng, files, opts, stderr)
+	if ns != nil {
 		defer ns.Close()
-		opts.Globals = ns
 	}
-	if c.file != "" {
-		if err := setArgv(eng, ns, c.file, c.argv); err != nil {
-			fmt.Fprintf(stderr, "minipy: %v\n", err)
-			return 1
-		}
-	} else if ns != nil {
-		// Start the namespace's worker (setArgv does for a file), so that --timeout bounds
-		// the code, not the worker's start too, as with the default namespace's.
-		if _, err := eng.Run(context.Background(), "pass", &minipy.Options{Globals: ns, Timeout: -1}); err != nil {
-			fmt.Fprintf(stderr, "minipy: %v\n", err)
-			return 1
-		}
-	}
-	if status, err := files.put(ns); err != nil {
-		fmt.Fprintf(stderr, "minipy: %v\n", err)
+	if status != 0 {
 		return status
 	}
 
@@ -316,33 +309,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if c.asJSON {
-		started := time.Now()
-		res, err := eng.Run(ctx, src, opts)
-		if res == nil {
-			fmt.Fprintf(stderr, "%v\n", err)
-			return 1
-		}
-		// Images and files are saved even when the code raised: those made before the error
-		// are real.
-		saved, saveErr := saver.save(res)
-		var copied []outFile
-		var notes []string
-		var copyErr error
-		if files != nil && files.out != nil {
-			copied, notes, copyErr = files.out.copyResult(ns, res, started)
-		}
-		status := printJSON(stdout, stderr, res, err, saved, copied, files != nil && files.out != nil)
-		if saveErr != nil {
-			fmt.Fprintf(stderr, "minipy: saving images: %v\n", saveErr)
-			status = 1
-		}
-		for _, note := range notes {
-			fmt.Fprintf(stderr, "minipy: %s\n", note)
-		}
-		if copyErr != nil {
-			status = 1
-		}
-		return status
+		return runJSON(ctx, eng, src, opts, saver, files, ns, stdout, stderr)
 	}
 	out, errOut := &tailWriter{w: stdout}, &tailWriter{w: stderr}
 	opts.Stdout, opts.Stderr = out, errOut
@@ -350,11 +317,95 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	res, err := eng.Run(ctx, src, opts)
 	// The output already named each image ("[image 1: ...]" where it was shown, the value's
 	// in its repr); the saved paths follow, after the value or traceback, then the files.
-	status := report(res, err, out, errOut)
+	status = report(res, err, out, errOut)
 	if !saver.saveAndReport(res, errOut) {
 		status = 1
 	}
 	if !files.collect(ns, res, started, errOut) {
+		status = 1
+	}
+	return status
+}
+
+// source is the code to run: -c's, the FILE's, or stdin's (none for the REPL); false when
+// it could not be read, which it says on stderr.
+func (c *config) source(interactive bool, stdin io.Reader, stderr io.Writer) (string, bool) {
+	switch {
+	case c.file != "":
+		b, err := os.ReadFile(c.file)
+		if err != nil {
+			fmt.Fprintf(stderr, "minipy: %v\n", err)
+			return "", false
+		}
+		return string(b), true
+	case !c.hasCode && !interactive:
+		b, err := io.ReadAll(stdin)
+		if err != nil {
+			fmt.Fprintf(stderr, "minipy: reading code from stdin: %v\n", err)
+			return "", false
+		}
+		return string(b), true
+	}
+	return c.code, true
+}
+
+// prepare makes the run's own namespace when it needs one (a FILE, --put or --out), sets
+// its sys.argv or starts its worker, and puts the files in; a non-zero status when that
+// failed, said on stderr. The caller closes the namespace.
+func (c *config) prepare(eng minipy.Engine, files *runFiles, opts *minipy.Options, stderr io.Writer) (*minipy.Namespace, int) {
+	var ns *minipy.Namespace // the run's, when it needs one of its own
+	if c.file != "" || files != nil {
+		ns = eng.NewNamespace()
+		opts.Globals = ns
+	}
+	if c.file != "" {
+		if err := setArgv(eng, ns, c.file, c.argv); err != nil {
+			fmt.Fprintf(stderr, "minipy: %v\n", err)
+			return ns, 1
+		}
+	} else if ns != nil {
+		// Start the namespace's worker (setArgv does for a file), so that --timeout bounds
+		// the code, not the worker's start too, as with the default namespace's.
+		if _, err := eng.Run(context.Background(), "pass", &minipy.Options{Globals: ns, Timeout: -1}); err != nil {
+			fmt.Fprintf(stderr, "minipy: %v\n", err)
+			return ns, 1
+		}
+	}
+	if status, err := files.put(ns); err != nil {
+		fmt.Fprintf(stderr, "minipy: %v\n", err)
+		return ns, status
+	}
+	return ns, 0
+}
+
+// runJSON runs src and prints the result as JSON (--json), with the images saved and the
+// files copied out; its exit status.
+func runJSON(ctx context.Context, eng minipy.Engine, src string, opts *minipy.Options, saver *imageSaver,
+	files *runFiles, ns *minipy.Namespace, stdout, stderr io.Writer) int {
+	started := time.Now()
+	res, err := eng.Run(ctx, src, opts)
+	if res == nil {
+		fmt.Fprintf(stderr, "%v\n", err)
+		return 1
+	}
+	// Images and files are saved even when the code raised: those made before the error
+	// are real.
+	saved, saveErr := saver.save(res)
+	var copied []outFile
+	var notes []string
+	var copyErr error
+	if files != nil && files.out != nil {
+		copied, notes, copyErr = files.out.copyResult(ns, res, started)
+	}
+	status := printJSON(stdout, stderr, res, err, saved, copied, files != nil && files.out != nil)
+	if saveErr != nil {
+		fmt.Fprintf(stderr, "minipy: saving images: %v\n", saveErr)
+		status = 1
+	}
+	for _, note := range notes {
+		fmt.Fprintf(stderr, "minipy: %s\n", note)
+	}
+	if copyErr != nil {
 		status = 1
 	}
 	return status
