@@ -124,6 +124,9 @@ type config struct {
 	isoFlags   []string // isolated-only flags given
 }
 
+// parseArgs parses the command line into a config; false when there is nothing to run: -h,
+// which prints the usage, or bad usage, said on stderr (with the usage text when a flag
+// did not parse).
 func parseArgs(args []string, stderr io.Writer) (*config, bool) {
 	c := &config{}
 	var puts []string
@@ -258,6 +261,9 @@ func (c *config) check(fs *flag.FlagSet, puts []string, stderr io.Writer) bool {
 	return true
 }
 
+// run is the command: it parses args, runs the code (or the REPL) and reports what a model
+// would see. Its exit status is 1 when the code raised or timed out, or the engine, the
+// images or the files failed, and 2 on bad usage or -h.
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	c, ok := parseArgs(args, stderr)
 	if !ok {
@@ -268,25 +274,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if !ok {
 		return 2
 	}
-	opts := &minipy.Options{Timeout: c.timeout, MaxOutput: c.maxOutput}
-	if c.timeout == 0 {
-		opts.Timeout = defaultTimeout
-		if c.file != "" || interactive {
-			opts.Timeout = -1
-		}
-	}
-
-	var saver *imageSaver // nil: no --save-images
-	if c.saveImages != "" {
-		saver = &imageSaver{dir: c.saveImages}
-	}
-	var files *runFiles // nil: neither --put nor --out
-	if len(c.puts) > 0 || c.outDir != "" {
-		files = &runFiles{puts: c.puts}
-		if c.outDir != "" {
-			files.out = &outCopier{dir: c.outDir}
-		}
-	}
+	opts := c.options(interactive)
+	saver, files := c.imageSaver(), c.runFiles()
 
 	eng, err := newEngine(c)
 	if err != nil {
@@ -311,13 +300,56 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if c.asJSON {
 		return runJSON(ctx, eng, src, opts, saver, files, ns, stdout, stderr)
 	}
+	return runStreamed(ctx, eng, src, opts, saver, files, ns, stdout, stderr)
+}
+
+// options are the runs' options from --timeout and --max-output. A zero --timeout bounds
+// -c and stdin code by defaultTimeout and leaves a FILE and the REPL unbounded, as Ctrl-C
+// stops those.
+func (c *config) options(interactive bool) *minipy.Options {
+	opts := &minipy.Options{Timeout: c.timeout, MaxOutput: c.maxOutput}
+	if c.timeout == 0 {
+		opts.Timeout = defaultTimeout
+		if c.file != "" || interactive {
+			opts.Timeout = -1
+		}
+	}
+	return opts
+}
+
+// imageSaver is what writes the images of --save-images; nil without the flag.
+func (c *config) imageSaver() *imageSaver {
+	if c.saveImages == "" {
+		return nil
+	}
+	return &imageSaver{dir: c.saveImages}
+}
+
+// runFiles is what puts the --put files in and copies the --out files out; nil with
+// neither flag.
+func (c *config) runFiles() *runFiles {
+	if len(c.puts) == 0 && c.outDir == "" {
+		return nil
+	}
+	files := &runFiles{puts: c.puts}
+	if c.outDir != "" {
+		files.out = &outCopier{dir: c.outDir}
+	}
+	return files
+}
+
+// runStreamed runs src with its output streamed to stdout and stderr as it comes, then
+// prints the value or the traceback, the saved images and the copied files; its exit
+// status.
+func runStreamed(ctx context.Context, eng minipy.Engine, src string, opts *minipy.Options, saver *imageSaver,
+	files *runFiles, ns *minipy.Namespace, stdout, stderr io.Writer) int {
 	out, errOut := &tailWriter{w: stdout}, &tailWriter{w: stderr}
 	opts.Stdout, opts.Stderr = out, errOut
 	started := time.Now()
 	res, err := eng.Run(ctx, src, opts)
 	// The output already named each image ("[image 1: ...]" where it was shown, the value's
 	// in its repr); the saved paths follow, after the value or traceback, then the files.
-	status = report(res, err, out, errOut)
+	status := report(res, err, out, errOut)
 	if !saver.saveAndReport(res, errOut) {
 		status = 1
 	}
