@@ -37,7 +37,7 @@ FROM debian:bookworm-slim
 # libpython3.11.so.1.0, which both binaries link; the rest is what the model's code may import.
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      python3 libpython3.11 python3-numpy python3-pandas python3-matplotlib python3-pil python3-venv \
+      python3 libpython3.11 python3-numpy python3-pandas python3-matplotlib python3-pil python3-venv tini \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/minipy /out/minipy-mcp /usr/local/bin/
 # A normal user: sandboxed workers run as this uid on the host side (as root the server would
@@ -47,4 +47,8 @@ RUN groupadd --gid 10001 minipy \
 USER 10001:10001
 WORKDIR /home/minipy
 EXPOSE 8080
+# tini is pid 1, and reaps orphans: the sandboxes of a template that died are adopted by
+# whatever reaps above the server (docs/isolated.md, "Who may die"), and the server is no
+# reaper. It passes SIGTERM on (the server's drain).
+ENTRYPOINT ["/usr/bin/tini", "--"]
 CMD ["minipy-mcp", "-http", ":8080", "-backend", "isolated", "-tokens", "/run/secrets/minipy-tokens"]

@@ -68,6 +68,7 @@ type Isolated struct {
 	// Workers that ended between runs (Stats, IsolatedConfig.OnIdleDeath), and of those
 	// the ones whose namespaces lost their state.
 	idleDeaths, idleLost atomic.Uint64
+	deaths               struct{ template, spare, worker, snapshot, sandbox atomic.Uint64 } // Stats' Deaths
 
 	// The working directories that are a tmpfs (WorkSize, workmount.go), by workDirs.key;
 	// guarded by mu. mountReq serializes the requests to the template and the moves.
@@ -176,6 +177,7 @@ func (e *Isolated) startTemplate() error {
 		return err
 	}
 	e.tmpl, e.useTemplate = t, true
+	go e.watchTemplate(t)
 	return nil
 }
 
@@ -335,7 +337,7 @@ func (e *Isolated) Close() error {
 	e.tmpl = nil
 	e.tmplMu.Unlock()
 	if t != nil {
-		t.Kill() // pid 1 of the pid namespace of every worker forked from it
+		t.Kill() // (alone: each sandbox forked from it ended with its slot)
 		t.AwaitExit()
 	}
 	e.watch.close()
@@ -403,7 +405,20 @@ func (e *Isolated) liveTemplate() *worker.Worker {
 		return nil
 	}
 	e.tmpl = t
+	go e.watchTemplate(t)
 	return t
+}
+
+// watchTemplate counts t's death if it ends while the engine still uses it (Stats' Deaths),
+// and starts its successor at once, so that the next start does not wait for it. Nothing
+// else notices: the sandboxes forked from it are not in its pid namespace.
+func (e *Isolated) watchTemplate(t *worker.Worker) {
+	<-t.Exited()
+	if e.isClosed() {
+		return // (Close ended it)
+	}
+	e.deaths.template.Add(1) // (dropTemplate kills only one that stopped answering)
+	e.liveTemplate()
 }
 
 // dropTemplate kills t, a template that failed to answer, so that the next liveTemplate
@@ -1044,6 +1059,7 @@ func (s *workerSlot) settle(w *worker.Worker, wait time.Duration) *worker.Worker
 		at = d.At
 	}
 	held := s.held(w)
+	s.e.countDeath(s, reported)
 	if reported && d.Snapshot && !w.Gone() {
 		how := lostError(w, nil).(*WorkerLostError)
 		if nw, err := w.RollBack(s.e.cfg.StartTimeout); err == nil {
@@ -1092,6 +1108,23 @@ func (s *workerSlot) held(w *worker.Worker) int {
 		n-- // (every worker holds the default namespace's id; only the first slot serves it)
 	}
 	return max(n, 0)
+}
+
+// countDeath counts the death between runs of the worker of slot s (Stats' Deaths): a spare's,
+// a worker whose guardian reported its end, or a sandbox's pid 1 (the guardian) that ended
+// without a report, and everything in its pid namespace with it.
+func (e *Isolated) countDeath(s *workerSlot, reported bool) {
+	e.mu.Lock()
+	spare := e.spare == s
+	e.mu.Unlock()
+	switch {
+	case spare:
+		e.deaths.spare.Add(1)
+	case reported || !e.sandbox || !e.local():
+		e.deaths.worker.Add(1) // (a Command worker's or an unsandboxed one's end is its worker's)
+	default:
+		e.deaths.sandbox.Add(1)
+	}
 }
 
 // idleDeath counts a worker that ended between runs and tells the engine's observer.

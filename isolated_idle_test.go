@@ -214,6 +214,7 @@ func TestIsolatedDeadSpareIsNeverHandedOut(t *testing.T) {
 	defer ns.Close()
 	assert.Equal(t, int64(2), valueIn(t, e, ns, "1 + 1"), "first time")
 	assert.Zero(t, e.Stats().IdleStateLost)
+	assert.Equal(t, minipy.ProcessDeaths{Spare: 1}, e.Stats().Deaths)
 }
 
 func mustAtoi(s string) int {
@@ -401,4 +402,97 @@ h.lock.release()
 			}
 		})
 	}
+}
+
+// Issue 47: who may die. Each process of a sandbox is killed in turn from outside while two
+// namespaces hold state: the namespace whose process died keeps its variables unless its
+// worker and its snapshot both died, or its guardian (the sandbox's pid 1, whose end ends its
+// pid namespace: docs/isolated.md, "Who may die"); the other namespace never notices. (The
+// template: TestIsolatedTemplateDies; a spare: TestIsolatedDeadSpareIsNeverHandedOut.)
+func TestIsolatedWhoMayDie(t *testing.T) {
+	for _, tc := range []struct {
+		kill  string
+		keeps bool
+	}{{"worker", true}, {"snapshot", true}, {"guardian", false}, {"worker and snapshot", false}} {
+		t.Run(tc.kill, func(t *testing.T) {
+			cfg, deaths := idleDeaths(minipy.IsolatedConfig{})
+			e := newIsolated(t, cfg)
+			a, b := e.NewNamespace(), e.NewNamespace()
+			defer a.Close()
+			defer b.Close()
+			valueIn(t, e, b, "y = 7")
+			where := valueIn(t, e, a, "x = 41\n"+whereAmI).([]any)
+			pidNS, worker := where[0].(string), int(where[1].(int64))
+			_, err := a.Get("x") // (answered after the snapshot of the run's state was made)
+			require.NoError(t, err)
+			var snapshots []int
+			require.Eventually(t, func() bool {
+				snapshots = snapshots[:0]
+				for _, inner := range nsProcs(t, pidNS) {
+					if inner != 1 && inner != worker {
+						snapshots = append(snapshots, inner)
+					}
+				}
+				return len(snapshots) > 0
+			}, 10*time.Second, 5*time.Millisecond, "a's snapshot")
+			switch tc.kill {
+			case "worker":
+				killInside(t, pidNS, worker)
+			case "snapshot":
+				for _, s := range snapshots {
+					killInside(t, pidNS, s)
+				}
+			case "guardian":
+				killInside(t, pidNS, 1)
+			case "worker and snapshot":
+				stopInside(t, pidNS, worker) // (stopped, it forks no new snapshot meanwhile)
+				for _, s := range snapshots {
+					killInside(t, pidNS, s)
+				}
+				killInside(t, pidNS, worker)
+			}
+			if tc.kill != "snapshot" {
+				d := awaitIdleDeath(t, deaths)
+				assert.Equal(t, tc.keeps, d.How.RolledBack, "%v", d.How)
+				counted := minipy.ProcessDeaths{Worker: 1}
+				if tc.kill == "guardian" {
+					counted = minipy.ProcessDeaths{Sandbox: 1}
+				}
+				assert.Equal(t, counted, e.Stats().Deaths)
+			}
+			if tc.keeps {
+				assert.Equal(t, int64(42), valueIn(t, e, a, "x + 1"), "a keeps its state")
+				assert.Zero(t, e.Stats().IdleStateLost)
+			} else {
+				_, err := runIn(t, e, a, "x")
+				require.ErrorIs(t, err, minipy.ErrStateLost)
+				assert.Equal(t, int64(1), valueIn(t, e, a, "x = 1\nx"), "then a starts fresh")
+				assert.Equal(t, uint64(1), e.Stats().IdleStateLost)
+			}
+			assert.Equal(t, int64(8), valueIn(t, e, b, "y + 1"), "b never notices")
+			if tc.kill == "snapshot" {
+				_, err := runIn(t, e, a, "x = 50")
+				require.NoError(t, err)
+				_, err = a.Get("x")
+				require.NoError(t, err)
+				killInside(t, pidNS, worker)
+				awaitIdleDeath(t, deaths)
+				assert.Equal(t, int64(50), valueIn(t, e, a, "x"), "a new snapshot follows the next run")
+				assert.Equal(t, minipy.ProcessDeaths{Snapshot: 1, Worker: 1}, e.Stats().Deaths,
+					"the snapshot counted at the next answer")
+			}
+		})
+	}
+}
+
+// stopInside SIGSTOPs the process of pid namespace pidNS whose pid there is inner.
+func stopInside(t *testing.T, pidNS string, inner int) {
+	t.Helper()
+	for pid, in := range nsProcs(t, pidNS) {
+		if in == inner {
+			require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
+			return
+		}
+	}
+	t.Fatalf("no process %d in %s", inner, pidNS)
 }

@@ -872,8 +872,8 @@ func TestIsolatedNamespacesAreProcesses(t *testing.T) {
 }
 
 // workerProcesses counts the live sandboxes this test process started, the pid-1 processes
-// of a pid namespace that run the worker bootstrap: the guardian of each worker, and an
-// engine's template (the workers forked from it are in pid namespaces of their own).
+// of a pid namespace that run the worker bootstrap (the guardian of each worker), and the
+// engines' templates (its children that run it in this pid namespace).
 func workerProcesses(t *testing.T) int {
 	t.Helper()
 	entries, err := os.ReadDir("/proc")
@@ -904,7 +904,7 @@ func workerProcesses(t *testing.T) int {
 				}
 			}
 		}
-		if len(nspid) > 1 && nspid[len(nspid)-1] == "1" {
+		if len(nspid) > 1 && nspid[len(nspid)-1] == "1" || len(nspid) == 1 && parent[pid] == os.Getpid() {
 			if cmd, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "cmdline")); err == nil &&
 				strings.Contains(string(cmd), "def _read(n)") {
 				pid1 = append(pid1, pid)

@@ -40,7 +40,7 @@ func (e *Isolated) makeSpec() error {
 		KickSignal: cfg.KickSignal, StartTimeout: cfg.StartTimeout,
 		Packed: !e.perNS, Rollback: !cfg.NoRollback, Preload: cfg.Preload,
 		Beats: worker.DefaultBeats, Ready: readyFrame, MaxTransfer: int(cfg.MaxTransfer), Cgroups: e.cgroups,
-		Egress: e.egress.Load() != nil,
+		Egress: e.egress.Load() != nil, OnSnapshotDied: func() { e.deaths.snapshot.Add(1) },
 	}
 	if testBeats != nil {
 		e.spec.Beats = *testBeats

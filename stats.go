@@ -49,10 +49,34 @@ type IsolatedStats struct {
 	// the state of their last run (NoRollback, Command workers, a snapshot killed too). See
 	// IsolatedConfig.OnIdleDeath.
 	IdleDeaths, IdleStateLost uint64
+	// Deaths counts, by kind, the processes of the engine that ended while it still needed
+	// them (killed from outside, by the OOM killer, a crash), between runs: what each costs
+	// is in docs/isolated.md, "Who may die".
+	Deaths ProcessDeaths
 	// EgressAllowed and EgressRefused count the connections and requests through the
 	// sandboxes' egress proxies (IsolatedConfig.Egress) that were let through and refused
 	// (or cut by a cap); EgressBytes the bytes they moved, both ways.
 	EgressAllowed, EgressRefused, EgressBytes int64
+}
+
+// ProcessDeaths counts the engine's processes that ended between runs, by kind
+// (IsolatedStats.Deaths).
+type ProcessDeaths struct {
+	// Template: the process sandboxes are forked from. Nothing is lost: each sandbox is in
+	// a pid namespace of its own, and a new template starts at once.
+	Template uint64
+	// Spare: a sandbox started ahead for the next NewNamespace (its worker or its pid 1).
+	// Nothing is lost: it is replaced at once.
+	Spare uint64
+	// Worker: a namespace's worker, whose guardian reported its end. Its snapshot takes
+	// over, and nothing is lost, unless it had none (IdleStateLost).
+	Worker uint64
+	// Snapshot: a worker's rollback snapshot, while it waited. Nothing is lost; the worker's
+	// next answer makes another (counted then).
+	Snapshot uint64
+	// Sandbox: a sandbox's pid 1 (its guardian), whose end ends its pid namespace: its
+	// worker and snapshot with it, and its namespaces' variables (IdleStateLost).
+	Sandbox uint64
 }
 
 // IdleDeath is a worker that ended between runs (IsolatedConfig.OnIdleDeath).
@@ -112,6 +136,8 @@ func (e *Isolated) Stats() IsolatedStats {
 		CgroupError:   e.cgroupErr,
 		IdleDeaths:    e.idleDeaths.Load(),
 		IdleStateLost: e.idleLost.Load(),
+		Deaths: ProcessDeaths{Template: e.deaths.template.Load(), Spare: e.deaths.spare.Load(),
+			Worker: e.deaths.worker.Load(), Snapshot: e.deaths.snapshot.Load(), Sandbox: e.deaths.sandbox.Load()},
 		EgressAllowed: e.egressAllowed.Load(),
 		EgressRefused: e.egressDenied.Load(),
 		EgressBytes:   e.egressBytes.Load(),

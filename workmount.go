@@ -22,11 +22,15 @@ import (
 // template sends it. Code that writes past the cap gets ENOSPC, and the host's disk holds
 // nothing.
 //
-// A mount lives in its template's mount namespace. When the template dies (its workers die
-// with it), the host's fd still holds the tmpfs, files and all; the next worker start of
-// its tree moves them (moveMounts) into a tmpfs of the new template, or onto the host's
-// disk if no template can start, since workers then start without one and bind the host's
-// directory. Removing the host's directory (removeWorkDir) detaches the mount everywhere.
+// A mount lives in its template's mount namespace, and in the sandboxes forked from it. When
+// the template dies, its sandboxes go on (they are in pid namespaces of their own), and they
+// and the host's fd hold the tmpfs, files and all. A new template's mounts do not reach
+// them, so a working directory added to such a tree (a Fork copy's, a packed namespace's)
+// stays on the host's disk, uncapped, as without a template (orphaned). The next worker
+// start of a tree moves its mounts (moveMounts) into a tmpfs of the new template, or onto
+// the host's disk if no template can start, since workers then start without one and bind
+// the host's directory. Removing the host's directory (removeWorkDir) detaches the mount
+// everywhere.
 
 // workMount is a working directory that is a tmpfs (WorkSize).
 type workMount struct {
@@ -54,6 +58,9 @@ func (e *Isolated) mountWorkDir(t *workTree, name string) error {
 	}
 	e.mountReq.Lock()
 	defer e.mountReq.Unlock()
+	if e.orphaned(t) {
+		return nil
+	}
 	for tries := 0; ; tries++ {
 		tmpl := e.liveTemplate()
 		if tmpl == nil {
@@ -79,6 +86,19 @@ func (e *Isolated) mountWorkDir(t *workTree, name string) error {
 		e.mounts[t.name+"/"+name] = &workMount{fd: fd, tmpl: tmpl}
 		return nil
 	}
+}
+
+// orphaned reports whether tree t's sandbox outlived the template that mounted its working
+// directories: another template's mounts would not reach it.
+func (e *Isolated) orphaned(t *workTree) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for key, m := range e.mounts {
+		if strings.HasPrefix(key, t.name+"/") && m.tmpl.Gone() {
+			return true
+		}
+	}
+	return false
 }
 
 // askMount has template t mount the tmpfs of working directory tree/name and returns the

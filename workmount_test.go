@@ -151,10 +151,12 @@ func TestWorkSizeClose(t *testing.T) {
 		10*time.Second, 10*time.Millisecond)
 }
 
-// When the template dies, its workers die with it, but the files stay: the next worker's
-// start moves them into a tmpfs of the new template, capped as before.
+// When the template dies, its sandboxes go on: the namespace keeps its worker, its files and
+// its cap. A Fork copy made afterwards works on the host's disk (the new template's mounts
+// would not reach the sandbox). When the namespace's worker is lost, the next start moves
+// its files into a tmpfs of the new template, capped as before.
 func TestWorkSizeTemplateDies(t *testing.T) {
-	e := newIsolated(t, minipy.IsolatedConfig{WorkSize: 1 << 20})
+	e := newIsolated(t, minipy.IsolatedConfig{WorkSize: 1 << 20, NoRollback: true})
 	ns := e.NewNamespace()
 	defer ns.Close()
 	assert.Equal(t, "ok", valueIn(t, e, ns, fillCode+"import os; os.makedirs('d/e'); os.symlink('d', 'link')\n"+
@@ -166,13 +168,20 @@ func TestWorkSizeTemplateDies(t *testing.T) {
 	got, err := ns.ReadFile("d/e/f.bin")
 	require.NoError(t, err, "the host still holds the files")
 	assert.Len(t, got, 300<<10)
+	assert.Equal(t, "ENOSPC", valueIn(t, e, ns, fillCode+"fill('more.bin', 800)"), "the worker lives on, capped")
+	cp, err := ns.Fork()
+	require.NoError(t, err)
+	assert.Equal(t, int64(300<<10), valueIn(t, e, cp, "import os\nos.path.getsize('d/e/f.bin')"), "the copy's files")
+	require.NoError(t, cp.WriteFile("from-host.txt", []byte("hi")))
+	assert.Equal(t, "hi", valueIn(t, e, cp, "open('from-host.txt').read()"), "one directory, the host's and the copy's")
+	require.NoError(t, cp.Close())
 
-	_, err = runIn(t, e, ns, "1")
+	_, err = runIn(t, e, ns, "import os; os._exit(3)")
 	require.ErrorIs(t, err, minipy.ErrStateLost)
-	assert.NotEqual(t, first, minipy.TemplatePID(e))
 	assert.Equal(t, []any{int64(300 << 10), "d", "0o700", int64(1 << 20)}, valueIn(t, e, ns,
 		"import os\nst = os.statvfs('.')\n"+
 			"os.path.getsize('d/e/f.bin'), os.readlink('link'), oct(os.stat('d/e').st_mode & 0o777), st.f_blocks * st.f_frsize"))
+	assert.NotEqual(t, first, minipy.TemplatePID(e), "its worker is a new template's")
 	assert.Equal(t, "ENOSPC", valueIn(t, e, ns, fillCode+"fill('more.bin', 800)"), "capped as before")
 	r, err := runIn(t, e, ns, "open('after.txt', 'w').write('x')")
 	require.NoError(t, err)

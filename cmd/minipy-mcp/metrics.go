@@ -270,6 +270,11 @@ var (
 		"Workers that ended between runs (killed, crashed by a thread left running; spares included), by what "+
 			"their namespaces kept: kept (a snapshot took over: nothing lost) or lost (their variables).",
 		[]string{"state"}, nil)
+	descDeaths = prometheus.NewDesc("minipy_process_deaths_total",
+		"Processes of the isolated engine that ended between runs, not ended by the server (killed from outside, "+
+			"the OOM killer, a crash), by kind: template, spare, worker, snapshot (nothing lost: replaced, or a "+
+			"snapshot takes over), sandbox (a sandbox's pid 1, its guardian: the session's variables go with it).",
+		[]string{"kind"}, nil)
 	descEgress = prometheus.NewDesc("minipy_egress_total",
 		"Connections and requests through the sandboxes' egress proxies (-egress-allow), by result (allowed, refused: "+
 			"by the policy or cut by a cap).", []string{"result"}, nil)
@@ -279,7 +284,7 @@ var (
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descSessions, descDraining, descNamespaces, descWorkers, descProcesses,
-		descMemory, descStarts, descIdleDeaths, descEgress, descEgressBytes} {
+		descMemory, descStarts, descIdleDeaths, descDeaths, descEgress, descEgressBytes} {
 		ch <- d
 	}
 }
@@ -301,6 +306,10 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descStarts, prometheus.CounterValue, float64(st.StartFailures), "failed")
 	ch <- prometheus.MustNewConstMetric(descIdleDeaths, prometheus.CounterValue, float64(st.IdleDeaths-st.IdleStateLost), "kept")
 	ch <- prometheus.MustNewConstMetric(descIdleDeaths, prometheus.CounterValue, float64(st.IdleStateLost), "lost")
+	for kind, n := range map[string]uint64{"template": st.Deaths.Template, "spare": st.Deaths.Spare,
+		"worker": st.Deaths.Worker, "snapshot": st.Deaths.Snapshot, "sandbox": st.Deaths.Sandbox} {
+		ch <- prometheus.MustNewConstMetric(descDeaths, prometheus.CounterValue, float64(n), kind)
+	}
 	ch <- prometheus.MustNewConstMetric(descEgress, prometheus.CounterValue, float64(st.EgressAllowed), "allowed")
 	ch <- prometheus.MustNewConstMetric(descEgress, prometheus.CounterValue, float64(st.EgressRefused), "refused")
 	ch <- prometheus.MustNewConstMetric(descEgressBytes, prometheus.CounterValue, float64(st.EgressBytes))

@@ -152,7 +152,7 @@ class _Line:
 def _guard_lines(worker, v, wake_r):
     """The guardian of local workers, each with its own control socket from the host
     (docs/protocol.md, "Rollback" and "Fork"). A worker tells it each snapshot's pid and
-    number (b"S" u32 u32) over its v; over its control socket the host sends b"K" (kill the worker,
+    number (b"S" u32 u32 u8, the last: the snapshot it replaces had died) over its v; over its control socket the host sends b"K" (kill the worker,
     not its snapshot) and b"T" with four fds (the new stdin, stdout, stderr, control pipes,
     which the guardian hands to the snapshot: it becomes the worker). When a worker ends, the
     guardian kills what is left of its tree, but the snapshot and the other workers, and
@@ -310,10 +310,15 @@ class _Guardian:
 
         if not msg:  # no worker or snapshot holds the other end any more
             self.unwatch(line.v)
-        elif msg[:1] == b"S" and len(msg) == 9 and not line.dead:
+        elif msg[:1] == b"S" and len(msg) == 10 and not line.dead:
             line.snap, line.gen = int.from_bytes(msg[1:5], "little"), int.from_bytes(msg[5:9], "little")
             if line.snap:
                 self.give_snapshot_oom_score(line.snap)
+            if msg[9]:  # the snapshot it replaces had died while it waited: the host counts it
+                try:
+                    line.ctl.send(C_SNAP_DIED)
+                except OSError:
+                    pass
         elif msg[:1] == b"F" and len(msg) == 13 and len(fds) == 1:
             token = msg[1:9]
             self.from_copy[token] = (int.from_bytes(msg[9:13], "little"), socket.socket(fileno=fds.pop()))

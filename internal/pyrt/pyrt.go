@@ -135,11 +135,15 @@ const (
 // and the worker's guardian, or the engine's template): a kind, then its payload; fds ride
 // along as SCM_RIGHTS (docs/protocol.md: "Rollback", "Fork", "Template").
 const (
-	ControlDied     = 'D' // guardian -> host: i32 wait status, u8 1 if a snapshot waits to take over, u32 its number
-	ControlKill     = 'K' // host -> guardian: kill the worker (not its snapshot)
-	ControlTakeOver = 'T' // host -> guardian: the snapshot takes over; 4 fds: its stdin, stdout, stderr, control pipe
-	ControlFork     = 'F' // host -> guardian: u64 token; 5 fds: a Fork copy's pipes, control pipe and control socket
-	ControlNew      = 'N' // host -> template: TREE NUL HOME; 6 fds: a new worker's pipes, control socket, control pipe, life pipe
+	ControlDied = 'D' // guardian -> host: i32 wait status, u8 1 if a snapshot waits to take over, u32 its number
+	// ControlSnapshotDied (guardian -> host, no payload): the worker's current snapshot ended
+	// while it waited (killed from outside): nothing is lost, the worker's next answer makes
+	// another; the host counts it (IsolatedStats.Deaths).
+	ControlSnapshotDied = 'S'
+	ControlKill         = 'K' // host -> guardian: kill the worker (not its snapshot)
+	ControlTakeOver     = 'T' // host -> guardian: the snapshot takes over; 4 fds: its stdin, stdout, stderr, control pipe
+	ControlFork         = 'F' // host -> guardian: u64 token; 5 fds: a Fork copy's pipes, control pipe and control socket
+	ControlNew          = 'N' // host -> template: TREE NUL HOME; 6 fds: a new worker's pipes, control socket, control pipe, life pipe
 	// ControlMount asks the template to mount a working directory's tmpfs
 	// (IsolatedConfig.WorkSize): the tree's and the directory's names and the size in bytes,
 	// NUL-separated. It answers ControlMount with an O_PATH fd of the tmpfs's root, or
@@ -218,9 +222,10 @@ func prelude() string {
 		fmt.Sprintf("IMAGE_TYPES = (%s,)", quoted(ImageTypes)),
 		fmt.Sprintf("OUTPUT_CHUNK = %d", OutputChunk),
 		fmt.Sprintf("ANSWER_KICKED, ANSWER_CHANGED = %d, %d", AnswerKicked, AnswerChanged),
-		fmt.Sprintf("C_DIED, C_KILL, C_TAKE_OVER, C_FORK, C_NEW, C_MOUNT, C_REFUSED, C_LISTEN = %s, %s, %s, %s, %s, %s, %s, %s",
+		fmt.Sprintf("C_DIED, C_KILL, C_TAKE_OVER, C_FORK, C_NEW, C_MOUNT, C_REFUSED, C_LISTEN, C_SNAP_DIED = "+
+			"%s, %s, %s, %s, %s, %s, %s, %s, %s",
 			b(ControlDied), b(ControlKill), b(ControlTakeOver), b(ControlFork), b(ControlNew), b(ControlMount),
-			b(ControlRefused), b(ControlListen)),
+			b(ControlRefused), b(ControlListen), b(ControlSnapshotDied)),
 		fmt.Sprintf("EGRESS_PORT = %d", EgressPort),
 	}
 	return strings.Join(defs, "; ")

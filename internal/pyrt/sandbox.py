@@ -336,7 +336,13 @@ def _enter_sandbox(cfg, template=False):
     m.release()
     _devices(m, cfg["tmp_size"])
     m.place("/proc", True)
-    m.mount("proc", m.root + "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    if template:
+        # The template is in the host's pid namespace (sandboxAttr: its forks make their own),
+        # whose /proc a user namespace may bind but not mount: it serves its own /proc/self
+        # paths, and lets each fork's pid 1 mount a /proc of its pid namespace over it.
+        m.mount("/proc", m.root + "/proc", None, _MS_BIND | _MS_REC)
+    else:
+        m.mount("proc", m.root + "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
     m.pivot()
     m.dumpable()
     if template:
@@ -574,6 +580,7 @@ def _become_tenant(cfg, fds, dirs):
 
     err_fd = [fds[2]]
     try:
+        os.setsid()  # out of the template's process group: a signal to that group is the template's alone
         for f in fds[6:]:
             os.write(f, b"0")
             os.close(f)
@@ -601,7 +608,7 @@ def _become_tenant(cfg, fds, dirs):
         if cfg.get("egress"):
             _egress_listener(fds[3])
         if os.fork():
-            os._exit(0)  # the template reaps this one and adopts its child
+            os._exit(0)  # the template reaps this one and adopts its child (it is a subreaper)
         global _tenant
         _tenant = True
         import socket

@@ -16,8 +16,8 @@ def _serve_template(cfg, runtime):
     and life pipe of the new one, then, when the engine has a cgroup, the cgroup.procs of the new one's
     group in each hierarchy) that the host sends over the control socket (fd 3). It returns only in such a fork, as the
     new sandbox's pid 1 (_become_tenant), which goes on as a guardian. The host closing the
-    socket ends the template, and with it (pid 1 of the pid namespace they are all in)
-    every worker forked from it."""
+    socket ends the template alone: the sandboxes forked from it are in pid namespaces of
+    their own, each ended by its own guardian (docs/isolated.md, "Who may die")."""
     import gc
     import importlib
     import select
@@ -29,6 +29,13 @@ def _serve_template(cfg, runtime):
     # is frozen (gc.freeze), out of the workers' collections too (Python's own advice for a
     # process that forks without exec; the workers collect again).
     gc.disable()
+    # The sandboxes' pid 1s are orphaned as they start (_become_tenant): a subreaper, the
+    # template adopts and reaps them. When it dies they go on, adopted by whatever reaps
+    # above it; they are in no pid namespace of its (sandboxAttr).
+    import ctypes
+
+    if ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER
+        raise OSError(ctypes.get_errno(), "PR_SET_CHILD_SUBREAPER")
     global _filter
     _filter = _Mounter("").filter(cfg.get("seccomp"))  # made once here, installed by each fork
     compiled = _load_runtime(cfg, runtime)

@@ -631,14 +631,21 @@ class _Worker:
         _run_deferred(deferred, pid == 0)
         if pid:
             pid = max(pid, 0)
+            old, self.snap_pid = self.snap_pid, pid
+            died = False
+            if old:  # (ended before this one replaced it: killed from outside; the host counts it)
+                try:
+                    died = os.waitpid(old, os.WNOHANG)[0] == old
+                except ChildProcessError:
+                    died = True
             # The guardian learns of the new one before the old one goes, so that a crash
             # in between still finds a snapshot; the old one is reaped later, without waiting.
             try:
-                os.write(self.snap_sock, b"S" + pid.to_bytes(4, "little") + (self.gen & 0xFFFFFFFF).to_bytes(4, "little"))
+                os.write(self.snap_sock, b"S" + pid.to_bytes(4, "little") + (self.gen & 0xFFFFFFFF).to_bytes(4, "little") +
+                         bytes((died,)))
             except OSError:
                 pass
-            old, self.snap_pid = self.snap_pid, pid
-            if old:
+            if old and not died:
                 try:
                     os.kill(old, signal.SIGKILL)
                 except OSError:

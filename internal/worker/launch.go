@@ -52,6 +52,10 @@ type Spec struct {
 	// (IsolatedConfig.MaxTransfer; 0: DefaultMaxTransfer): the worker keeps under it, and
 	// ReadFrame refuses a frame that claims more.
 	MaxTransfer int
+	// OnSnapshotDied, if set, is called (from a goroutine of the worker's) when a local
+	// worker's guardian reports that its rollback snapshot had ended while it waited
+	// (pyrt.ControlSnapshotDied).
+	OnSnapshotDied func()
 	// Cgroups is the engine's cgroup, nil without one: each local worker's sandbox then
 	// gets a group of its own in it (cgroup.go), which bounds its memory and processes and
 	// which Kill empties. Without one, a sandboxed worker under a MemoryLimit is told to
@@ -161,26 +165,26 @@ func (s *Spec) Launch(dirs Dirs, epoch uint64) (*Worker, error) {
 		return nil, s.startError(cmd.Path, err)
 	}
 	w := &Worker{
-		Epoch:  epoch,
-		cmd:    cmd,
-		proc:   &procGuard{},
-		stdin:  f.inW,
-		kicks:  f.kickW,
-		pidns:  s.local() && s.Sandbox,
-		exited: make(chan struct{}),
-		out:    f.outR,
-		Known:  map[uint32]bool{pyrt.DefaultNamespace: true},
-		ctl:    f.ctl,
-		limit:  s.maxTransfer(),
-		cg:     f.cg,
+		Epoch:     epoch,
+		cmd:       cmd,
+		proc:      &procGuard{},
+		stdin:     f.inW,
+		kicks:     f.kickW,
+		sandboxed: s.local() && s.Sandbox,
+		exited:    make(chan struct{}),
+		out:       f.outR,
+		Known:     map[uint32]bool{pyrt.DefaultNamespace: true},
+		ctl:       f.ctl,
+		limit:     s.maxTransfer(),
+		cg:        f.cg,
 	}
 	if f.ctl != nil && !dirs.template() {
 		// (The template's control socket carries no reports: it answers mounts, AskMount.)
-		w.line = newLine()
+		w.line = newLine(s.OnSnapshotDied)
 	}
 	w.keepStderr(f.errR)
 	go func() {
-		w.proc.reap(cmd, !w.pidns)
+		w.proc.reap(cmd, !w.sandboxed)
 		w.state = cmd.ProcessState
 		w.cg.remove() //nolint:errcheck // Close removes what is left
 		close(w.exited)
@@ -336,7 +340,7 @@ func (s *Spec) command(dirs Dirs) (*exec.Cmd, error) {
 		// instead (the config's pythonpath), where it may be a directory the code can
 		// write to.
 		cmd.Env = slices.DeleteFunc(cmd.Env, func(kv string) bool { return strings.HasPrefix(kv, "PYTHONPATH=") })
-		cmd.SysProcAttr = sandboxAttr(s.Network, s.Egress)
+		cmd.SysProcAttr = sandboxAttr(s.Network, s.Egress, !dirs.template())
 	}
 	return cmd, nil
 }
@@ -527,7 +531,7 @@ func (s *Spec) AwaitReady(w *Worker) (*Worker, error) {
 	how := "forked from the template"
 	select {
 	case <-w.exited:
-		if w.state != nil && !w.exitFrame && w.pidns {
+		if w.state != nil && !w.exitFrame && w.sandboxed {
 			switch w.state.ExitCode() {
 			case sandboxRefusedExit:
 				return nil, fmt.Errorf("%w: %s", ErrNoSandbox, msg)
@@ -614,17 +618,17 @@ func (s *Spec) Spawn(t *Worker, dirs Dirs, epoch uint64) (*Worker, error) {
 	}
 	inW, outR, errR, kickW, ctl, cg := f.inW, f.outR, f.errR, f.kickW, f.ctl, f.cg
 	w := &Worker{
-		Epoch:  epoch,
-		stdin:  inW,
-		kicks:  kickW,
-		pidns:  true,
-		exited: make(chan struct{}),
-		out:    outR,
-		Known:  map[uint32]bool{pyrt.DefaultNamespace: true},
-		ctl:    ctl,
-		line:   newLine(),
-		limit:  s.maxTransfer(),
-		cg:     cg,
+		Epoch:     epoch,
+		stdin:     inW,
+		kicks:     kickW,
+		sandboxed: true,
+		exited:    make(chan struct{}),
+		out:       outR,
+		Known:     map[uint32]bool{pyrt.DefaultNamespace: true},
+		ctl:       ctl,
+		line:      newLine(s.OnSnapshotDied),
+		limit:     s.maxTransfer(),
+		cg:        cg,
 	}
 	w.keepStderr(errR)
 	go func() {

@@ -61,9 +61,16 @@ const (
 // user namespace (CAP_DAC_OVERRIDE) cover only files whose owner and group it maps.
 // With egress (Spec.Egress) it holds CAP_NET_ADMIN of its network namespace too, until it
 // has brought its loopback up.
-func sandboxAttr(network, egress bool) *syscall.SysProcAttr {
-	flags := uintptr(syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC |
-		syscall.CLONE_NEWUTS)
+//
+// The template (pidNS false) gets no pid namespace: every sandbox forked from it makes one of
+// its own, a child of the host's, so that no process but a sandbox's own pid 1 ends it. In a
+// pid namespace of the template's, whose pid 1 it would be, or an init's, the death of that
+// one process would end every sandbox at once (docs/isolated.md, "Who may die").
+func sandboxAttr(network, egress, pidNS bool) *syscall.SysProcAttr {
+	flags := uintptr(syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS)
+	if pidNS {
+		flags |= syscall.CLONE_NEWPID
+	}
 	if !network {
 		flags |= syscall.CLONE_NEWNET
 	}
@@ -135,6 +142,6 @@ func probeNamespacesNow() error {
 		return err
 	}
 	cmd := exec.Command(path)
-	cmd.SysProcAttr = sandboxAttr(false, false)
+	cmd.SysProcAttr = sandboxAttr(false, false, true)
 	return cmd.Run()
 }

@@ -43,14 +43,17 @@ type Worker struct {
 	// host's kicks and host-call replies go there, read by the worker's control thread,
 	// so that its main thread reads its requests on stdin itself (no hand-off between two
 	// threads in each round trip). nil for a Command worker: one stream carries it all.
-	kicks  *os.File
-	kmu    sync.Mutex // a frame on kicks is written whole
-	pidns  bool       // the worker is pid 1 of its own pid namespace: killing it kills its tree
-	wmu    sync.Mutex
-	sent   uint64        // bytes written to stdin (under wmu)
-	reqAt  uint64        // sent when the last request's frame began (under wmu)
-	exited chan struct{} // closed when the process has been waited for
-	stderr tailBuffer
+	kicks *os.File
+	kmu   sync.Mutex // a frame on kicks is written whole
+	// sandboxed: a local sandboxed process, which the host kills alone: a sandbox's pid 1
+	// (its guardian), whose end ends its pid namespace, or the template, whose forks' sandboxes
+	// must outlive it (they are in pid namespaces of their own, children of the host's).
+	sandboxed bool
+	wmu       sync.Mutex
+	sent      uint64        // bytes written to stdin (under wmu)
+	reqAt     uint64        // sent when the last request's frame began (under wmu)
+	exited    chan struct{} // closed when the process has been waited for
+	stderr    tailBuffer
 
 	// The worker's stdout is read by the goroutine holding the slot's token, in the
 	// goroutine that waits for the answer: a hop through a reader goroutine and a channel
@@ -361,7 +364,7 @@ func (w *Worker) Kill() {
 			}
 			return
 		}
-		w.proc.kill(w.cmd.Process.Pid, !w.pidns)
+		w.proc.kill(w.cmd.Process.Pid, !w.sandboxed)
 		w.cg.kill()
 		w.closeInput()
 	})
@@ -499,8 +502,9 @@ func (w *Worker) keepStderr(r *os.File) {
 }
 
 // newLine is the line of a guardian's first worker.
-func newLine() *ctlLine {
-	l := &ctlLine{guardian: &guardianLines{listened: make(chan struct{})}, done: make(chan struct{})}
+func newLine(onSnapshotDied func()) *ctlLine {
+	l := &ctlLine{guardian: &guardianLines{listened: make(chan struct{}), onSnapshotDied: onSnapshotDied},
+		done: make(chan struct{})}
 	l.guardian.n.Store(1)
 	return l
 }
@@ -515,6 +519,8 @@ type guardianLines struct {
 	listened chan struct{}
 	listenMu sync.Mutex
 	attached any
+	// onSnapshotDied is Spec.OnSnapshotDied (pyrt.ControlSnapshotDied), or nil.
+	onSnapshotDied func()
 }
 
 // EgressListener waits up to wait for the socket that w's sandbox listens on for its
@@ -616,6 +622,12 @@ func (l *ctlLine) watch(w *Worker) {
 				for _, fd := range fds {
 					syscall.Close(fd) // none other carries any
 				}
+			}
+			if n == 1 && buf[0] == pyrt.ControlSnapshotDied {
+				if f := l.guardian.onSnapshotDied; f != nil {
+					f()
+				}
+				continue
 			}
 			if n == 10 && buf[0] == pyrt.ControlDied {
 				d := Death{Status: syscall.WaitStatus(int32(binary.LittleEndian.Uint32(buf[1:5]))), Snapshot: buf[5] == 1,
@@ -726,20 +738,20 @@ func (w *Worker) handOver(ctl *net.UnixConn, line *ctlLine, msg []byte, extra []
 		return nil, err
 	}
 	nw := &Worker{
-		Epoch:   epoch,
-		cmd:     w.cmd,
-		proc:    w.proc,
-		stdin:   inW,
-		kicks:   kickW,
-		pidns:   w.pidns,
-		exited:  w.exited,
-		out:     outR,
-		Known:   maps.Clone(known),
-		ctl:     ctl,
-		limit:   w.limit,
-		cg:      w.cg,
-		oomBase: w.cg.oomCount(),
-		gen:     w.gen, // a rollback's snapshot holds the state of w's last answer; a copy, of the Fork's
+		Epoch:     epoch,
+		cmd:       w.cmd,
+		proc:      w.proc,
+		stdin:     inW,
+		kicks:     kickW,
+		sandboxed: w.sandboxed,
+		exited:    w.exited,
+		out:       outR,
+		Known:     maps.Clone(known),
+		ctl:       ctl,
+		limit:     w.limit,
+		cg:        w.cg,
+		oomBase:   w.cg.oomCount(),
+		gen:       w.gen, // a rollback's snapshot holds the state of w's last answer; a copy, of the Fork's
 	}
 	if nw.Known == nil {
 		nw.Known = map[uint32]bool{pyrt.DefaultNamespace: true}

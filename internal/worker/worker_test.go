@@ -402,7 +402,7 @@ func TestDeathSnapshotMustFollowTheLastAnswer(t *testing.T) {
 		ctl, guardian, err := controlSocket()
 		require.NoError(t, err)
 		w.ctl = ctl
-		newLine().watch(w)
+		newLine(nil).watch(w)
 		for _, flags := range c.answers {
 			_, err := wr.Write(answer(flags))
 			require.NoError(t, err)
