@@ -88,7 +88,7 @@ func oomCgroup(t *testing.T, limit int64) (string, int64) {
 	files := map[string]string{}
 	var dir string
 	if b, err := os.ReadFile("/sys/fs/cgroup/cgroup.controllers"); err == nil && strings.Contains(string(b), "memory") {
-		dir = filepath.Join("/sys/fs/cgroup", name) // (the root's child: the root holds processes and may)
+		dir = filepath.Join("/sys/fs/cgroup", name)                                 // (the root's child: the root holds processes and may)
 		os.WriteFile("/sys/fs/cgroup/cgroup.subtree_control", []byte("+memory"), 0) //nolint:errcheck // may be on already
 		files["memory.max"], files["memory.swap.max"] = strconv.FormatInt(limit, 10), "0"
 	} else if _, err := os.Stat("/sys/fs/cgroup/memory/memory.limit_in_bytes"); err == nil {
