@@ -88,7 +88,8 @@ func oomCgroup(t *testing.T, limit int64) (string, int64) {
 	files := map[string]string{}
 	var dir string
 	if b, err := os.ReadFile("/sys/fs/cgroup/cgroup.controllers"); err == nil && strings.Contains(string(b), "memory") {
-		dir = filepath.Join("/sys/fs/cgroup", name)                                 // (the root's child: the root holds processes and may)
+		// The root's child: the root may hold processes and hand controllers down.
+		dir = filepath.Join("/sys/fs/cgroup", name)
 		os.WriteFile("/sys/fs/cgroup/cgroup.subtree_control", []byte("+memory"), 0) //nolint:errcheck // may be on already
 		files["memory.max"], files["memory.swap.max"] = strconv.FormatInt(limit, 10), "0"
 	} else if _, err := os.Stat("/sys/fs/cgroup/memory/memory.limit_in_bytes"); err == nil {
