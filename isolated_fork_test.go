@@ -325,3 +325,27 @@ func TestForkCopiesClosedThenCollected(t *testing.T) {
 	require.NoError(t, err)
 	defer cp.Close()
 }
+
+// Packed workers are sandboxes forked from the template too: its death costs the namespaces
+// they hold nothing, and a namespace made afterwards on the same worker works.
+func TestIsolatedTemplateDiesPacked(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{Workers: 2})
+	first := minipy.TemplatePID(e)
+	require.NotZero(t, first)
+	a, b := e.NewNamespace(), e.NewNamespace()
+	valueIn(t, e, a, "x = 1")
+	valueIn(t, e, b, "y = 2")
+	require.NoError(t, syscall.Kill(first, syscall.SIGKILL))
+	require.Eventually(t, func() bool { return syscall.Kill(first, 0) == syscall.ESRCH }, 30*time.Second, 5*time.Millisecond)
+	assert.Equal(t, int64(2), valueIn(t, e, a, "x += 1\nx"))
+	assert.Equal(t, int64(3), valueIn(t, e, b, "y += 1\ny"))
+	c := e.NewNamespace() // (on one of the two workers, which outlived their template)
+	assert.Equal(t, int64(4), valueIn(t, e, c, "open('f.txt', 'w').write('data')"))
+	got, err := c.ReadFile("f.txt")
+	require.NoError(t, err)
+	assert.Equal(t, "data", string(got), "its working directory, the host's and the code's")
+	assert.Zero(t, e.Stats().IdleStateLost)
+	require.Eventually(t, func() bool { return e.Stats().Deaths.Template == 1 }, 10*time.Second, 10*time.Millisecond)
+	runtime.KeepAlive(a)
+	runtime.KeepAlive(b)
+}
