@@ -238,14 +238,53 @@ var reservedNets = []struct {
 	{netip.MustParsePrefix("2001::/23"), "reserved"},
 }
 
-// admitAddr judges an address the proxy would dial.
+// embedded is the IPv4 address that IPv6 address a carries to an IPv4 host, by the
+// prefixes that translate or tunnel to one: NAT64 (64:ff9b::/96, the RFC 6052 well-known
+// prefix: on an IPv6-only network 64:ff9b::a9fe:a9fe is the metadata service), SIIT's
+// IPv4-translated (::ffff:0:0:0/96), the deprecated IPv4-compatible (::/96) and 6to4
+// (2002::/16, its bits 16-47). (Teredo's 2001::/32 is refused whole, as reserved; IPv4-mapped
+// addresses are unmapped before anything.) false for any other address.
+func embedded(a netip.Addr) (netip.Addr, bool) {
+	if !a.Is6() || a.Is4In6() {
+		return netip.Addr{}, false
+	}
+	b := a.As16()
+	for _, p := range embeddingNets {
+		if p.Contains(a) {
+			return netip.AddrFrom4([4]byte(b[12:16])), true
+		}
+	}
+	if sixToFour.Contains(a) {
+		return netip.AddrFrom4([4]byte(b[2:6])), true
+	}
+	return netip.Addr{}, false
+}
+
+var (
+	embeddingNets = []netip.Prefix{netip.MustParsePrefix("64:ff9b::/96"), netip.MustParsePrefix("::ffff:0:0:0/96"),
+		netip.MustParsePrefix("::/96")}
+	sixToFour = netip.MustParsePrefix("2002::/16")
+)
+
+// admitAddr judges an address the proxy would dial, and the IPv4 address embedded in it
+// (embedded): "" if it may be dialed, else why not ("169.254.169.254 is a link-local
+// address", "64:ff9b::a9fe:a9fe carries 169.254.169.254, a link-local address").
 func (p *egressPolicy) admitAddr(a netip.Addr) string {
+	v4, ok := embedded(a.Unmap())
 	for _, n := range p.cfg.AllowNets {
-		if n.Contains(a.Unmap()) {
+		if n.Contains(a.Unmap()) || ok && n.Contains(v4) {
 			return ""
 		}
 	}
-	return addressClass(a)
+	if c := addressClass(a); c != "" {
+		return fmt.Sprintf("%s is a %s address", a, c)
+	}
+	if ok {
+		if c := addressClass(v4); c != "" {
+			return fmt.Sprintf("%s carries %s, a %s address", a, v4, c)
+		}
+	}
+	return ""
 }
 
 // egressProxy is the proxy of one sandbox: it serves the socket the sandbox listens on
@@ -387,7 +426,7 @@ func (p *egressProxy) dialChecked(ctx context.Context, network, address string) 
 	var why string
 	for _, a := range addrs {
 		if c := policy.admitAddr(a); c != "" {
-			why = fmt.Sprintf("%s is a %s address", a, c)
+			why = c
 			continue
 		}
 		ok = append(ok, a)

@@ -83,6 +83,11 @@ func newInternet(t *testing.T) *internet {
 	in.names["localhost.test"] = []netip.Addr{netip.MustParseAddr("127.0.0.1")}
 	in.names["metadata.test"] = []netip.Addr{netip.MustParseAddr("169.254.169.254")}
 	in.names["intranet.test"] = []netip.Addr{netip.MustParseAddr("10.0.0.1")}
+	// IPv6 addresses that carry a refused IPv4 address to it (issue 48's finding 1).
+	in.names["nat64.test"] = []netip.Addr{netip.MustParseAddr("64:ff9b::a9fe:a9fe")}
+	in.names["siit.test"] = []netip.Addr{netip.MustParseAddr("::ffff:0:a00:1")}
+	in.names["compat.test"] = []netip.Addr{netip.MustParseAddr("::7f00:1")}
+	in.names["6to4.test"] = []netip.Addr{netip.MustParseAddr("2002:a9fe:a9fe::1")}
 	return in
 }
 
@@ -182,7 +187,8 @@ func TestEgressRefusesWithALineTheModelReads(t *testing.T) {
 	in := newInternet(t)
 	events := make(chan minipy.EgressEvent, 64)
 	e := in.engine(t, minipy.Egress{Allow: []string{"example.test:" + in.port(in.http), "localhost.test:" + in.port(in.host),
-		"metadata.test:80", "intranet.test:80", "127.0.0.1:" + in.port(in.host), "169.254.169.254:80", "10.0.0.1:80"},
+		"metadata.test:80", "intranet.test:80", "127.0.0.1:" + in.port(in.host), "169.254.169.254:80", "10.0.0.1:80",
+		"nat64.test:80", "siit.test:80", "compat.test:80", "6to4.test:80"},
 		Deny: []string{"evil.test:" + in.port(in.http)}}, events)
 	ns := e.NewNamespace()
 	defer ns.Close()
@@ -205,6 +211,10 @@ def get(url):
 		{"http://169.254.169.254/", "169.254.169.254 is a link-local address"},
 		{"http://intranet.test/", "10.0.0.1 is a private address"},
 		{"http://10.0.0.1/", "10.0.0.1 is a private address"},
+		{"http://nat64.test/", "64:ff9b::a9fe:a9fe carries 169.254.169.254, a link-local address"},
+		{"http://siit.test/", "::ffff:0:a00:1 carries 10.0.0.1, a private address"},
+		{"http://compat.test/", "::7f00:1 carries 127.0.0.1, a loopback address"},
+		{"http://6to4.test/", "2002:a9fe:a9fe::1 carries 169.254.169.254, a link-local address"},
 	} {
 		v := valueIn(t, e, ns, fmt.Sprintf("get(%q)", c.url)).([]any)
 		assert.Equal(t, int64(403), v[0], c.url)
