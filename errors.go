@@ -182,6 +182,14 @@ var ErrBadPath = errors.New("minipy: the name is not a path inside the working d
 // that is not installed). The namespace is unchanged.
 var ErrBadState = errors.New("minipy: not a saved namespace that can be restored here")
 
+// ErrUntrustedState is matched by Namespace.Restore's error for a namespace saved by an
+// isolated engine, restored into one of the in-process engine: its variables are a pickle
+// that sandboxed code wrote, and unpickling runs code, here in the host process. Nothing of
+// it is loaded, and the namespace is unchanged. Namespace.RestoreTrusted restores it all
+// the same, for a caller who knows what the code was.
+var ErrUntrustedState = errors.New("minipy: the saved namespace comes from a sandbox: restoring it in the host " +
+	"process would run the sandboxed code's pickle here (RestoreTrusted if it is yours)")
+
 // ErrStateTag is matched by Namespace.Restore's error for a saved namespace whose tag does
 // not match under this process's state key (SetStateKey): sealed with another key, or
 // altered. Nothing of it is loaded, and the namespace is unchanged.

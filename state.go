@@ -176,7 +176,18 @@ func (ns *Namespace) Save(w io.Writer) (SaveInfo, error) {
 // Host functions registered on the namespace stay. A saved host function that is not
 // registered on it is bound to a stand-in that raises minipy.HostError when called,
 // saying so: register host functions again after Restore (before it works too).
-func (ns *Namespace) Restore(r io.Reader) error {
+//
+// A namespace saved by an isolated engine is refused by one of the in-process engine
+// (ErrUntrustedState): the code that made its values ran in a sandbox, and unpickling
+// them would run it in the host process. RestoreTrusted says otherwise, by name.
+func (ns *Namespace) Restore(r io.Reader) error { return ns.restore(r, false) }
+
+// RestoreTrusted is Restore, but it also restores into an in-process namespace a namespace
+// that an isolated engine saved: its values then run code of the sandboxed code's making
+// in this process as they load. Use it only for states whose code you would run yourself.
+func (ns *Namespace) RestoreTrusted(r io.Reader) error { return ns.restore(r, true) }
+
+func (ns *Namespace) restore(r io.Reader, trusted bool) error {
 	ns.mu.Lock()
 	err := ns.usable()
 	ns.mu.Unlock()
@@ -190,6 +201,9 @@ func (ns *Namespace) Restore(r io.Reader) error {
 	hdr, vars, files, err := openState(blob)
 	if err != nil {
 		return err
+	}
+	if _, isolated := ns.engine.(*Isolated); hdr.Engine != "in-process" && !isolated && !trusted {
+		return ErrUntrustedState
 	}
 	var root *workRoot
 	if hdr.Files > 0 {

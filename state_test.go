@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -47,6 +49,24 @@ func stateEngines(t *testing.T) map[string]minipy.Engine {
 	}
 }
 
+// restoreAcross restores saved, which engine from saved, into target of engine to: a sandbox's
+// state goes into the host process only by RestoreTrusted (Restore refuses it first, the
+// namespace unchanged), as a caller whose code it was restores it.
+func restoreAcross(t *testing.T, from, to string, target *minipy.Namespace, saved []byte) {
+	t.Helper()
+	if from == "isolated" && to == "in-process" {
+		names, err := target.Names()
+		require.NoError(t, err)
+		require.ErrorIs(t, target.Restore(bytes.NewReader(saved)), minipy.ErrUntrustedState)
+		after, err := target.Names()
+		require.NoError(t, err)
+		require.Equal(t, names, after, "unchanged")
+		require.NoError(t, target.RestoreTrusted(bytes.NewReader(saved)), from+" to "+to)
+		return
+	}
+	require.NoError(t, target.Restore(bytes.NewReader(saved)), from+" to "+to)
+}
+
 func newNS(t *testing.T, e minipy.Engine) *minipy.Namespace {
 	t.Helper()
 	var ns *minipy.Namespace
@@ -87,7 +107,7 @@ func TestSaveRestore(t *testing.T) {
 			t.Run(from+" to "+to, func(t *testing.T) {
 				target := newNS(t, dst)
 				runState(t, dst, target, "old = 1")
-				require.NoError(t, target.Restore(bytes.NewReader(saved.Bytes())))
+				restoreAcross(t, from, to, target, saved.Bytes())
 				names, err := target.Names()
 				require.NoError(t, err)
 				assert.NotContains(t, names, "old", "Restore replaces the variables")
@@ -111,7 +131,7 @@ func TestSaveRestoreNumpy(t *testing.T) {
 		require.NoError(t, err)
 		for to, dst := range engines {
 			target := newNS(t, dst)
-			require.NoError(t, target.Restore(bytes.NewReader(saved.Bytes())), from+" to "+to)
+			restoreAcross(t, from, to, target, saved.Bytes())
 			assert.Equal(t, "(15, (2, 3), 'int64')", runState(t, dst, target, "int(arr.sum()), arr.shape, np.asarray(arr).dtype.name"),
 				from+" to "+to)
 		}
@@ -145,7 +165,7 @@ func TestSaveRestoreFiles(t *testing.T) {
 	in := minipy.NewNamespace()
 	defer in.Close()
 	require.NoError(t, in.Set("kept", 1))
-	err = in.Restore(bytes.NewReader(saved.Bytes()))
+	err = in.RestoreTrusted(bytes.NewReader(saved.Bytes()))
 	require.ErrorIs(t, err, minipy.ErrNoFiles)
 	names, err := in.Names()
 	require.NoError(t, err)
@@ -310,4 +330,38 @@ func TestSaveAnnotatedClass(t *testing.T) {
 		assert.Equal(t, "True", runState(t, e, target, "P.__annotations__ == {'x': int, 'y': 'Later'} and "+
 			"Plain.__annotations__ == {'n': float} and repr(p) == 'P(x=1, y=None)'"), name)
 	}
+}
+
+// Issue 48, finding 9: a namespace saved by an isolated engine holds a pickle that the
+// sandboxed code made, and unpickling runs code: restored in-process, it ran in the host. It
+// is refused there (ErrUntrustedState), nothing of it run and the namespace unchanged,
+// unless the caller restores it by name (RestoreTrusted).
+func TestRestoreSandboxStateInTheHost(t *testing.T) {
+	marker := filepath.Join(t.TempDir(), "pwned")
+	e := newIsolated(t, minipy.IsolatedConfig{})
+	ns := newNS(t, e)
+	runState(t, e, ns, fmt.Sprintf("class Payload:\n    def __reduce__(self):\n"+
+		"        return (eval, (\"__import__('os').path.isdir(%%r) and __import__('pathlib').Path(%%r).write_text('ran in the host')\" %% (%q, %q),))\n"+
+		"p = Payload()", filepath.Dir(marker), marker))
+	var saved bytes.Buffer
+	_, err := ns.Save(&saved)
+	require.NoError(t, err)
+
+	host := minipy.NewNamespace()
+	defer host.Close()
+	_, err = minipy.Run(t.Context(), "kept = 1", &minipy.Options{Globals: host})
+	require.NoError(t, err)
+	err = host.Restore(bytes.NewReader(saved.Bytes()))
+	require.ErrorIs(t, err, minipy.ErrUntrustedState)
+	assert.NoFileExists(t, marker, "nothing of the pickle ran")
+	v, err := host.Get("kept")
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), v, "the namespace unchanged")
+
+	other := newNS(t, e)
+	require.NoError(t, other.Restore(bytes.NewReader(saved.Bytes())), "into a sandbox it goes")
+	assert.NoFileExists(t, marker, "(the sandbox does not reach the host's directory)")
+
+	require.NoError(t, host.RestoreTrusted(bytes.NewReader(saved.Bytes())))
+	assert.FileExists(t, marker, "trusted by name: the pickle's code ran here, as said")
 }
