@@ -47,7 +47,8 @@ type Egress struct {
 	// MaxConnections caps the connections a sandbox has open through the proxy at once
 	// (0: DefaultEgressConnections; Unlimited: none).
 	MaxConnections int
-	// MaxBytes caps the bytes a sandbox moves through the proxy, both ways, in one run
+	// MaxBytes caps the bytes a sandbox moves through the proxy, both ways, in one run,
+	// every byte between the code and the proxy: headers, bodies, tunnels
 	// (0: DefaultEgressBytes; Unlimited: none). Past it, its connections are closed and new
 	// ones are refused until the next run.
 	MaxBytes int64
@@ -295,7 +296,7 @@ type egressProxy struct {
 	srv    *http.Server
 	tr     *http.Transport
 	open   atomic.Int64 // connections the code has open to the proxy
-	used   atomic.Int64 // bytes both ways in this run
+	used   atomic.Int64 // bytes both ways between the code and the proxy in this run, headers included
 	mu     sync.Mutex
 	tunnel map[net.Conn]struct{} // hijacked connections (CONNECT), closed at a cap or the end
 }
@@ -368,6 +369,22 @@ type countedConn struct {
 	net.Conn
 	p    *egressProxy
 	once sync.Once
+}
+
+// Read and Write count every byte between the code and the proxy into the run's total
+// (Egress.MaxBytes): request and response headers and CONNECT's bytes as well as bodies. The
+// cap is enforced where a refusal can still be said (ServeHTTP, before a request) or a
+// transfer cut (countedReader).
+func (c *countedConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.p.used.Add(int64(n))
+	return n, err
+}
+
+func (c *countedConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.p.used.Add(int64(n))
+	return n, err
 }
 
 func (c *countedConn) Close() error {
@@ -598,7 +615,8 @@ func (p *egressProxy) tunnelTo(ctx context.Context, w http.ResponseWriter, host 
 
 var errEgressBytes = errors.New("minipy: egress cut: the run moved the most bytes a run may (Egress.MaxBytes)")
 
-// countedReader counts what is read into n and the proxy's run total, and fails past the cap.
+// countedReader counts what is read into n (the event's), and fails once the run's total
+// (which the code's connection counts: countedConn) is past the cap.
 type countedReader struct {
 	r io.Reader
 	n *int64
@@ -606,11 +624,11 @@ type countedReader struct {
 }
 
 func (c *countedReader) Read(b []byte) (int, error) {
+	if max := c.p.e.egress.Load().cfg.MaxBytes; max > 0 && c.p.used.Load() > max {
+		return 0, errEgressBytes
+	}
 	n, err := c.r.Read(b)
 	atomic.AddInt64(c.n, int64(n))
-	if used, max := c.p.used.Add(int64(n)), c.p.e.egress.Load().cfg.MaxBytes; max > 0 && used > max {
-		return n, errEgressBytes
-	}
 	return n, err
 }
 
