@@ -298,8 +298,13 @@ type egressProxy struct {
 	open   atomic.Int64 // connections the code has open to the proxy
 	used   atomic.Int64 // bytes both ways between the code and the proxy in this run, headers included
 	mu     sync.Mutex
-	tunnel map[net.Conn]struct{} // hijacked connections (CONNECT), closed at a cap or the end
+	tunnel map[net.Conn]struct{}        // hijacked connections (CONNECT), closed at a cap or the end
+	policy atomic.Pointer[egressPolicy] // the policy its pooled upstream connections were judged by
 }
+
+// egressIdleConns bounds the idle upstream connections of one sandbox's proxy (its pool);
+// the ones in use are bounded by MaxConnections, each serving a connection of the code's.
+const egressIdleConns = 4
 
 // startEgressProxy serves the proxy on f, the sandbox's listening socket.
 func (e *Isolated) startEgressProxy(f *os.File) (*egressProxy, error) {
@@ -310,9 +315,12 @@ func (e *Isolated) startEgressProxy(f *os.File) (*egressProxy, error) {
 	}
 	p := &egressProxy{e: e, ln: ln, tunnel: map[net.Conn]struct{}{}}
 	p.tr = &http.Transport{
-		Proxy:                 nil, // (never the host's own proxy settings: Egress.Dial is the way to one)
-		DialContext:           p.dialChecked,
-		MaxIdleConnsPerHost:   4,
+		Proxy:       nil, // (never the host's own proxy settings: Egress.Dial is the way to one)
+		DialContext: p.dialChecked,
+		// The idle upstream connections the host keeps for a sandbox, whatever the hosts: 400
+		// distinct allowed names once left 400 open (805 descriptors) until the engine closed.
+		MaxIdleConns:          egressIdleConns,
+		MaxIdleConnsPerHost:   egressIdleConns,
 		IdleConnTimeout:       30 * time.Second,
 		ResponseHeaderTimeout: 5 * time.Minute,
 	}
@@ -506,6 +514,15 @@ func (p *egressProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	policy := p.e.egress.Load()
+	if p.policy.Swap(policy) != policy {
+		// An upstream connection in the pool was judged by another policy (SetEgress): none
+		// is reused under this one.
+		p.tr.CloseIdleConnections()
+	}
+	if denied := policy.admitName(host, port); denied != nil {
+		refuse(http.StatusForbidden, denied.line) // (every request: a pooled connection is not dialed again)
+		return
+	}
 	if max := policy.cfg.MaxBytes; max > 0 && p.used.Load() >= max {
 		refuse(http.StatusTooManyRequests, fmt.Sprintf("minipy: egress refused: this run has moved %d bytes, "+
 			"the most a run may (Egress.MaxBytes)", max))

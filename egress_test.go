@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -386,6 +387,80 @@ for i in range(80):
 	t.Logf("200s, 429s, requests: %v", v)
 	assert.LessOrEqual(t, v[0], int64(6), "about 256 KiB of ~56 KiB headers went through, no more")
 	assert.GreaterOrEqual(t, v[1], int64(70), "then refused, saying why")
+}
+
+// Issue 48, finding 4: after SetEgress stopped allowing a name, a request on a new
+// connection of the code's still got 200 for 30 s, through an upstream connection pooled
+// under the old policy. Every request is judged by the policy of its time, and no pooled
+// connection outlives a change of policy.
+func TestEgressPolicyChangeReachesPooledConnections(t *testing.T) {
+	in := newInternet(t)
+	e := in.engine(t, minipy.Egress{Allow: []string{"example.test:" + in.port(in.http)}}, nil)
+	ns := e.NewNamespace()
+	defer ns.Close()
+	valueIn(t, e, ns, fmt.Sprintf(`import http.client
+def get():
+    c = http.client.HTTPConnection("127.0.0.1", 3128, timeout=20)
+    c.request("GET", "http://example.test:%s/ok")
+    r = c.getresponse()
+    out = r.status, r.read().decode().strip()
+    c.close()
+    return out
+`, in.port(in.http)))
+	assert.Equal(t, int64(200), valueIn(t, e, ns, "get()").([]any)[0])
+	before := upstreamConns(t, in)
+	assert.Equal(t, 1, before, "one upstream connection pooled")
+	require.NoError(t, e.SetEgress(minipy.Egress{Allow: []string{"files.example.test:" + in.port(in.http)},
+		Lookup: in.lookup, Dial: in.dial, AllowNets: []netip.Prefix{testNet}}))
+	v := valueIn(t, e, ns, "get()").([]any)
+	assert.Equal(t, int64(403), v[0], "refused at once: %v", v)
+	assert.Contains(t, v[1], "minipy: egress to example.test")
+	assert.Eventually(t, func() bool { return upstreamConns(t, in) == 0 }, 5*time.Second, 20*time.Millisecond,
+		"the pooled connection closed")
+}
+
+// Issue 48, finding 2: 400 requests to distinct allowed names, each on a connection the code
+// closed, left the host holding 400 upstream connections until Close. A sandbox's pool is
+// bounded (egressIdleConns).
+func TestEgressBoundsUpstreamConnections(t *testing.T) {
+	in := newInternet(t)
+	for i := range 100 {
+		in.names[fmt.Sprintf("n%d.example.test", i)] = []netip.Addr{netip.MustParseAddr("127.0.0.2")}
+	}
+	e := in.engine(t, minipy.Egress{Allow: []string{"*.example.test:" + in.port(in.http)}}, nil)
+	ns := e.NewNamespace()
+	defer ns.Close()
+	assert.Equal(t, int64(100), valueIn(t, e, ns, fmt.Sprintf(`import http.client
+ok = 0
+for i in range(100):
+    c = http.client.HTTPConnection("127.0.0.1", 3128, timeout=20)
+    c.request("GET", "http://n%%d.example.test:%s/ok" %% i)
+    ok += c.getresponse().status == 200
+    c.close()
+ok`, in.port(in.http))))
+	n := upstreamConns(t, in)
+	t.Logf("upstream connections held: %d", n)
+	assert.LessOrEqual(t, n, 4, "the pool's bound")
+}
+
+// upstreamConns counts the established TCP connections to in's HTTP server, from its side
+// (the host's network namespace: the proxies' upstream connections).
+func upstreamConns(t *testing.T, in *internet) int {
+	t.Helper()
+	_, port, err := net.SplitHostPort(in.http.Listener.Addr().String())
+	require.NoError(t, err)
+	p, err := strconv.Atoi(port)
+	require.NoError(t, err)
+	local := fmt.Sprintf("0200007F:%04X", p) // 127.0.0.2, as /proc/net/tcp writes it
+	b, err := os.ReadFile("/proc/net/tcp")
+	require.NoError(t, err)
+	n := 0
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		if f := strings.Fields(line); len(f) > 3 && f[1] == local && f[3] == "01" {
+			n++
+		}
+	}
+	return n
 }
 
 // The proxy belongs to the sandbox: a rollback keeps it, a Fork copy shares it, and the
