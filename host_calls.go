@@ -25,6 +25,8 @@ type hostCalls struct {
 	reply    func(id uint64, status byte, payload []byte)
 	ended    atomic.Bool
 	inflight atomic.Int64 // calls being served
+	pending  atomic.Int64 // calls taken and not yet served (bounded by limit)
+	limit    int64        // calls that may be pending at once; 0: no bound (the in-process engine's)
 	mu       sync.Mutex
 	held     []uint64      // calls of a run being stopped, answered by its kick (or end)
 	gen      atomic.Uint64 // in-process: the run's request generation, once known
@@ -70,9 +72,31 @@ func (h *hostCalls) call(payload []byte) error {
 	if err != nil {
 		return err
 	}
-	go h.serve(id, v)
+	if n := h.pending.Add(1); h.limit > 0 && n > h.limit {
+		h.pending.Add(-1)
+		return fmt.Errorf("%w: more than %d host calls in flight at once, more than the worker's threads can make",
+			errNotProtocol, h.limit)
+	}
+	go func() {
+		defer h.pending.Add(-1)
+		h.serve(id, v)
+	}()
 	return nil
 }
+
+// hostCallLimit bounds the host calls in flight of one run of the isolated engine (a
+// goroutine each in the host): an honest worker has one per thread at most, and its
+// threads are bounded by Processes; code that forges call events (20,000 made the host run
+// as many goroutines) has its worker killed, ErrProtocol. Without a Processes limit, the
+// bound is maxHostCalls.
+func hostCallLimit(processes int) int64 {
+	if processes > 0 {
+		return int64(processes)
+	}
+	return maxHostCalls
+}
+
+const maxHostCalls = 4096
 
 // decodeCall splits a call event's payload into the call id and [function id, {args}].
 func decodeCall(payload []byte) (uint64, any, error) {

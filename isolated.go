@@ -530,6 +530,7 @@ func (e *Isolated) attempt(ctx context.Context, slot *workerSlot, bindings []*ns
 	var calls *hostCalls
 	if e.hostReg.has(gid, lid) {
 		calls = newHostCalls(ctx, dl, &e.hostReg, gid, lid, w.Reply)
+		calls.limit = hostCallLimit(e.cfg.processCap(e.sandbox))
 		slot.calls.Store(calls)
 		defer func() {
 			slot.calls.CompareAndSwap(calls, nil)

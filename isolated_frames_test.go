@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -171,4 +172,86 @@ func TestIsolatedMaxTransferBounds(t *testing.T) {
 		require.Error(t, err, "MaxTransfer %d", bad)
 		assert.False(t, errors.Is(err, minipy.ErrNoSandbox))
 	}
+}
+
+// forgeCalls is code that makes one real call of host function fn (capturing its call
+// event), then sends n more call events like it with ids of its own: what code that reaches
+// its worker's objects can do. With stopReading, it first stops reading its control pipe
+// (fd 4) while holding it open, so that the host's replies fill it.
+func forgeCalls(fn string, n int, stopReading bool) string {
+	stop := ""
+	if stopReading {
+		stop = `held = os.dup(4)
+quiet_r, quiet_w = os.pipe()
+os.dup2(quiet_r, 4)  # the control thread's next read waits on a pipe nobody writes
+`
+	}
+	return fmt.Sprintf(`import os, sys
+w = sys.modules["_minipy_runtime"].call_host.__self__
+orig, seen = w.write_frame, []
+w.write_frame = lambda *a: (seen.append(a), orig(*a))[1]
+%s()
+w.write_frame = orig
+kind, rid, _, payload = seen[-1]
+%sfor i in range(%d):
+    orig(kind, rid, (1000000 + i).to_bytes(8, "little"), payload)
+import time
+time.sleep(30)`, fn, stop, n)
+}
+
+// Issue 48, finding 6: 20,000 forged call events for one registered host function made the
+// host run 20,000 goroutines at once. A run's calls in flight are bounded by what the
+// worker's threads can make (Processes, 256 by default): past it, the worker is killed
+// (ErrProtocol) and the namespace rolled back.
+func TestIsolatedForgedHostCallsBounded(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{})
+	ns := e.NewNamespace()
+	defer ns.Close()
+	var calls atomic.Int64
+	require.NoError(t, ns.Register(minipy.Function{Name: "wait", Call: func(ctx context.Context, _ map[string]any) (any, error) {
+		if calls.Add(1) == 1 {
+			return nil, nil // (the real call)
+		}
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}}))
+	_, err := e.Run(context.Background(), "kept = 1", &minipy.Options{Globals: ns})
+	require.NoError(t, err)
+	goroutines := runtime.NumGoroutine()
+	_, err = e.Run(context.Background(), forgeCalls("wait", 2000, false), &minipy.Options{Globals: ns, Timeout: time.Minute})
+	var lost *minipy.WorkerLostError
+	require.ErrorAs(t, err, &lost)
+	assert.ErrorIs(t, err, minipy.ErrProtocol)
+	assert.Contains(t, err.Error(), "more than 256 host calls in flight")
+	assert.True(t, lost.RolledBack, "%v", err)
+	assert.LessOrEqual(t, calls.Load(), int64(258), "the calls the host served")
+	assert.Eventually(t, func() bool { return runtime.NumGoroutine() < goroutines+50 }, 10*time.Second, 20*time.Millisecond,
+		"the calls' goroutines end with the run")
+	r, err := e.Run(context.Background(), "kept", &minipy.Options{Globals: ns})
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), r.Value)
+}
+
+// Issue 48, finding 5: code that stops reading its control pipe and forges host calls fills
+// the pipe with the host's replies; the watchdog's kick waited behind the blocked writes,
+// and a run with a 1 s Timeout had not returned after 10 s. The kick never waits on the
+// worker: the run ends by its deadline, killed, and the namespace rolls back.
+func TestIsolatedTimeoutWithTheControlPipeFull(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{})
+	ns := e.NewNamespace()
+	defer ns.Close()
+	reply := strings.Repeat("x", 4096)
+	require.NoError(t, ns.Register(minipy.Function{Name: "big", Call: func(context.Context, map[string]any) (any, error) {
+		return reply, nil
+	}}))
+	start := time.Now()
+	_, err := e.Run(context.Background(), forgeCalls("big", 200, true), &minipy.Options{Globals: ns, Timeout: time.Second})
+	took := time.Since(start)
+	require.ErrorIs(t, err, minipy.ErrTimeout)
+	t.Logf("after %v: %v", took.Round(time.Millisecond), err)
+	assert.Less(t, took, 8*time.Second, "the run ends by its deadline and the kill's grace")
+	r, err := e.Run(context.Background(), "1 + 1", &minipy.Options{Globals: ns})
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), r.Value)
+	require.NoError(t, ns.Close())
 }

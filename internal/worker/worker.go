@@ -953,14 +953,33 @@ func (w *Worker) Request(rid uint64, deadman uint32, create []uint32, req []byte
 // Kick asks the worker to interrupt run rid (pyrt.FrameKick) at stage (1, then 2 once the
 // run has ignored the kicks for a while: the root package's timeout.go). A dead worker is
 // noticed by the owner's wait.
+//
+// It never waits on the worker: the watchdog calls it, and code that stops reading its
+// control pipe (keeping it open) while forging host calls leaves a reply's write blocked
+// there. Then the kick is not sent (the frame could not be written whole), nor when the
+// pipe has no room for it; the watchdog's hard stage kills the worker all the same.
 func (w *Worker) Kick(rid uint64, stage int) {
 	f := make([]byte, 0, 14)
 	f = binary.LittleEndian.AppendUint32(f, 10)
 	f = append(f, pyrt.FrameKick)
 	f = binary.LittleEndian.AppendUint64(f, rid)
 	f = append(f, byte(stage))
-	w.sendControl(f) //nolint:errcheck // a dead worker is noticed by the owner's wait
+	if w.kicks == nil {
+		w.Send(f) //nolint:errcheck // a dead worker is noticed by the owner's wait
+		return
+	}
+	if !w.kmu.TryLock() {
+		return
+	}
+	defer w.kmu.Unlock()
+	// (14 bytes, under PIPE_BUF: the kernel writes the frame whole or not at all.)
+	w.kicks.SetWriteDeadline(time.Now().Add(kickWait)) //nolint:errcheck // a pipe without deadlines blocks, as before
+	w.kicks.Write(f)                                   //nolint:errcheck // not sent: the hard stage follows
+	w.kicks.SetWriteDeadline(time.Time{})              //nolint:errcheck // (likewise)
 }
+
+// kickWait is how long a kick may wait for room in the control pipe.
+const kickWait = 50 * time.Millisecond
 
 // Answer reads an answer frame's body (pyrt.FrameAnswer): the run id, whether the run was
 // kicked, and the response; false if body is no answer.
