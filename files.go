@@ -295,8 +295,22 @@ func (r *workRoot) write(name string, src io.Reader) (int64, error) {
 }
 
 // mkdirAll makes the directory dir and its parents, as needed, each owned by the owner.
+// A directory that exists, or whose parent does (a restore's entries come parents first),
+// costs one or two lookups of its path; only a missing parent makes it walk the prefixes.
 func (r *workRoot) mkdirAll(dir string) error {
 	if dir == "." {
+		return nil
+	}
+	if fd, err := r.openat("mkdir", dir, oPath|syscall.O_DIRECTORY, 0); err == nil {
+		syscall.Close(fd)
+		return nil
+	}
+	if parent, err := r.openat("mkdir", path.Dir(dir), oPath|syscall.O_DIRECTORY, 0); err == nil {
+		err = r.mkdirIn(parent, path.Base(dir))
+		syscall.Close(parent)
+		if err != nil {
+			return &fs.PathError{Op: "mkdir", Path: dir, Err: err}
+		}
 		return nil
 	}
 	parts := strings.Split(dir, "/")
@@ -314,16 +328,26 @@ func (r *workRoot) mkdirAll(dir string) error {
 		if err != nil {
 			return err
 		}
-		err = mkdirat(parent, parts[i], 0o755)
-		if err == nil && r.owner >= 0 {
-			err = fchownat(parent, parts[i], r.owner)
-		}
+		err = r.mkdirIn(parent, parts[i])
 		syscall.Close(parent)
-		if err != nil && err != syscall.EEXIST {
+		if err != nil {
 			return &fs.PathError{Op: "mkdir", Path: sub, Err: err}
 		}
 	}
 	return nil
+}
+
+// mkdirIn makes the directory name in the directory open as parent, owned by the owner;
+// one that is there already is no error.
+func (r *workRoot) mkdirIn(parent int, name string) error {
+	err := mkdirat(parent, name, 0o755)
+	if err == nil && r.owner >= 0 {
+		err = fchownat(parent, name, r.owner)
+	}
+	if err == syscall.EEXIST {
+		return nil
+	}
+	return err
 }
 
 // list lists the directory dir below the root.

@@ -23,13 +23,21 @@ type fileSink interface {
 
 // walkFiles walks the directory rel of src, recursively, into sink: directories, regular
 // files and symbolic links (never followed), with their permission bits; nothing else
-// (FIFOs, sockets). Entries the host's user may not read are left out.
+// (FIFOs, sockets). Entries the host's user may not read are left out. Each entry is
+// opened from its directory's fd, one name at a time, so a walk takes time in proportion
+// to the entries, however deep the tree (a path resolved from the root for each of a chain
+// of 1,000 directories cost Restore 11.8 s of the host's CPU).
 func walkFiles(src *workRoot, rel string, sink fileSink) error {
 	fd, err := openat2(src.fd, rel, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0,
 		resolveBeneath|resolveNoSymlinks)
 	if err != nil {
 		return &fs.PathError{Op: "open", Path: rel, Err: err}
 	}
+	return walkDir(fd, rel, sink)
+}
+
+// walkDir walks the directory open as fd (rel, for the sink's names), and closes fd.
+func walkDir(fd int, rel string, sink fileSink) error {
 	dir := os.NewFile(uintptr(fd), rel)
 	defer dir.Close()
 	names, err := dir.Readdirnames(-1)
@@ -47,14 +55,14 @@ func walkFiles(src *workRoot, rel string, sink fileSink) error {
 		case syscall.S_IFDIR:
 			err = sink.dir(sub, mode)
 			if err == nil {
-				err = walkFiles(src, sub, sink)
+				err = walkSub(fd, name, sub, sink)
 			}
 			if err == nil {
 				err = sink.dirDone(sub, mode)
 			}
 		case syscall.S_IFREG:
 			var f *os.File
-			if f, _, err = src.openRead(sub); err == nil {
+			if f, err = openFileAt(fd, name, sub); err == nil {
 				err = sink.file(sub, mode, f)
 				f.Close()
 			}
@@ -72,6 +80,33 @@ func walkFiles(src *workRoot, rel string, sink fileSink) error {
 		}
 	}
 	return nil
+}
+
+// walkSub walks the subdirectory name of the directory open as parent.
+func walkSub(parent int, name, rel string, sink fileSink) error {
+	fd, err := openat2(parent, name, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0,
+		resolveBeneath|resolveNoSymlinks)
+	if err != nil {
+		return &fs.PathError{Op: "open", Path: rel, Err: err}
+	}
+	return walkDir(fd, rel, sink)
+}
+
+// openFileAt opens the regular file name of the directory open as dir (rel, for errors)
+// for reading, without following a link; anything else is refused, as openRead does.
+func openFileAt(dir int, name, rel string) (*os.File, error) {
+	// O_NONBLOCK: a FIFO that replaced the file meanwhile must not hang the host.
+	fd, err := openat2(dir, name, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0,
+		resolveBeneath|resolveNoSymlinks)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: rel, Err: err}
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		syscall.Close(fd)
+		return nil, &fs.PathError{Op: "open", Path: rel, Err: fmt.Errorf("%w: not a regular file", fs.ErrInvalid)}
+	}
+	return os.NewFile(uintptr(fd), rel), nil
 }
 
 // copyFiles copies the directory rel of src, recursively, into the same place of dst.
