@@ -212,6 +212,13 @@ var ErrEngineClosed = errors.New("minipy: the isolated engine is closed")
 // what it sent.
 var ErrProtocol = worker.ErrNotProtocol
 
+// ErrFileTooLarge is matched by the error of Namespace.ReadFile, ReadFileTo and Save for a
+// file of an isolated namespace's working directory that claims more bytes than the
+// directory may hold (IsolatedConfig.WorkSize): a sparse file, whose holes would read as
+// zeros (512 MiB of them from a 16 MiB directory, and 2.2 GiB of the host's memory for
+// Save). Nothing is returned of it, and the host holds none of it.
+var ErrFileTooLarge = errors.New("minipy: the file claims more bytes than its working directory may hold")
+
 // ErrTooLarge is matched by the error of Namespace.Get and Save on an isolated engine when
 // the value, or the namespace's saved variables, are more bytes than a worker may send the
 // host (IsolatedConfig.MaxTransfer). The worker and its namespaces are unchanged.

@@ -95,9 +95,16 @@ func (ns *Namespace) ReadFile(name string) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
+	if err := root.checkSize(clean, size); err != nil {
+		return nil, err
+	}
 	var b bytes.Buffer
 	b.Grow(int(min(size, 1<<30)) + 1) // one allocation unless it grows meanwhile
-	if _, err := b.ReadFrom(f); err != nil {
+	if _, err := b.ReadFrom(root.limited(clean, f)); err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			return nil, err
+		}
 		return nil, &fs.PathError{Op: "read", Path: clean, Err: err}
 	}
 	return b.Bytes(), nil
@@ -111,13 +118,17 @@ func (ns *Namespace) ReadFileTo(name string, w io.Writer) (int64, error) {
 		return 0, err
 	}
 	defer root.close()
-	f, _, err := root.openRead(clean)
+	f, size, err := root.openRead(clean)
 	if err != nil {
 		return 0, err
 	}
 	defer f.Close()
-	n, err := io.Copy(w, f)
-	if err != nil {
+	if err := root.checkSize(clean, size); err != nil {
+		return 0, err
+	}
+	n, err := io.Copy(w, root.limited(clean, f))
+	var pe *fs.PathError
+	if err != nil && !errors.As(err, &pe) {
 		err = &fs.PathError{Op: "read", Path: clean, Err: err}
 	}
 	return n, err
@@ -186,6 +197,9 @@ type workRoot struct {
 	fd    int
 	owner int                                       // the workers' host user, who gets what the host makes; -1: the host's own
 	wrote func(name string, ctime syscall.Timespec) // tells Result.Files what the host wrote
+	// limit is the most bytes the host reads of one file (WorkSize: no file of a capped
+	// directory holds more; only a sparse one claims more, its holes read as zeros); 0: none.
+	limit int64
 }
 
 func (r *workRoot) close() { syscall.Close(r.fd) }
@@ -206,9 +220,51 @@ func (e *Isolated) rootOf(b *nsBinding) (*workRoot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("minipy: opening the working directory: %w", err)
 	}
-	return &workRoot{fd: fd, owner: e.fileOwner(), wrote: func(name string, ctime syscall.Timespec) {
+	return &workRoot{fd: fd, owner: e.fileOwner(), limit: e.readLimit(), wrote: func(name string, ctime syscall.Timespec) {
 		e.watch.hostWrote(b, name, ctime)
 	}}, nil
+}
+
+// readLimit is workRoot.limit for e's working directories: WorkSize where it caps them.
+func (e *Isolated) readLimit() int64 {
+	if e.capped() {
+		return e.cfg.WorkSize
+	}
+	return 0
+}
+
+// checkSize refuses a file of size bytes past the root's limit (a sparse file).
+func (r *workRoot) checkSize(name string, size int64) error {
+	if r.limit > 0 && size > r.limit {
+		return &fs.PathError{Op: "read", Path: name, Err: fmt.Errorf("%w: %d bytes, past the %d the working "+
+			"directory may hold (WorkSize): a sparse file, whose holes would read as zeros", ErrFileTooLarge, size, r.limit)}
+	}
+	return nil
+}
+
+// limited reads f to at most the root's limit, and fails past it (a file that grew).
+func (r *workRoot) limited(name string, f io.Reader) io.Reader {
+	if r.limit <= 0 {
+		return f
+	}
+	return &capReader{r: io.LimitReader(f, r.limit+1), left: r.limit, check: func(n int64) error { return r.checkSize(name, n) }}
+}
+
+// capReader fails once more than left bytes were read.
+type capReader struct {
+	r     io.Reader
+	left  int64
+	n     int64
+	check func(n int64) error
+}
+
+func (c *capReader) Read(b []byte) (int, error) {
+	n, err := c.r.Read(b)
+	c.n += int64(n)
+	if c.n > c.left {
+		return n, c.check(c.n)
+	}
+	return n, err
 }
 
 // openat opens name below the root, following links only as long as they stay below it.

@@ -33,11 +33,11 @@ func walkFiles(src *workRoot, rel string, sink fileSink) error {
 	if err != nil {
 		return &fs.PathError{Op: "open", Path: rel, Err: err}
 	}
-	return walkDir(fd, rel, sink)
+	return walkDir(src, fd, rel, sink)
 }
 
 // walkDir walks the directory open as fd (rel, for the sink's names), and closes fd.
-func walkDir(fd int, rel string, sink fileSink) error {
+func walkDir(src *workRoot, fd int, rel string, sink fileSink) error {
 	dir := os.NewFile(uintptr(fd), rel)
 	defer dir.Close()
 	names, err := dir.Readdirnames(-1)
@@ -55,16 +55,18 @@ func walkDir(fd int, rel string, sink fileSink) error {
 		case syscall.S_IFDIR:
 			err = sink.dir(sub, mode)
 			if err == nil {
-				err = walkSub(fd, name, sub, sink)
+				err = walkSub(src, fd, name, sub, sink)
 			}
 			if err == nil {
 				err = sink.dirDone(sub, mode)
 			}
 		case syscall.S_IFREG:
 			var f *os.File
-			if f, err = openFileAt(fd, name, sub); err == nil {
-				err = sink.file(sub, mode, f)
-				f.Close()
+			if err = src.checkSize(sub, st.Size); err == nil {
+				if f, err = openFileAt(fd, name, sub); err == nil {
+					err = sink.file(sub, mode, src.limited(sub, f))
+					f.Close()
+				}
 			}
 		case syscall.S_IFLNK:
 			var to string
@@ -83,13 +85,13 @@ func walkDir(fd int, rel string, sink fileSink) error {
 }
 
 // walkSub walks the subdirectory name of the directory open as parent.
-func walkSub(parent int, name, rel string, sink fileSink) error {
+func walkSub(src *workRoot, parent int, name, rel string, sink fileSink) error {
 	fd, err := openat2(parent, name, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0,
 		resolveBeneath|resolveNoSymlinks)
 	if err != nil {
 		return &fs.PathError{Op: "open", Path: rel, Err: err}
 	}
-	return walkDir(fd, rel, sink)
+	return walkDir(src, fd, rel, sink)
 }
 
 // openFileAt opens the regular file name of the directory open as dir (rel, for errors)

@@ -236,7 +236,7 @@ func (e *Isolated) dirOf(b *nsBinding) string {
 // newRoot is a workRoot of the open directory fd whose writes do not count as the host's
 // WriteFile (moveMounts).
 func (e *Isolated) newRoot(fd int) *workRoot {
-	return &workRoot{fd: fd, owner: e.fileOwner(), wrote: func(string, syscall.Timespec) {}}
+	return &workRoot{fd: fd, owner: e.fileOwner(), limit: e.readLimit(), wrote: func(string, syscall.Timespec) {}}
 }
 
 // fileOwner is the host user to give what the host makes in a working directory: the

@@ -2,6 +2,7 @@ package minipy_test
 
 import (
 	"bytes"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -190,4 +191,39 @@ func TestWorkSizeTemplateDies(t *testing.T) {
 	got, err = os.ReadFile(filepath.Join(dir, "d", "e", "f.bin"))
 	require.NoError(t, err)
 	assert.Len(t, got, 300<<10)
+}
+
+// Issue 48, finding 8: a sparse file of 512 MiB in a 16 MiB working directory: ReadFile
+// returned 512 MiB of zeros, ReadFileTo streamed them, and Save allocated 2.2 GiB in the
+// host. The host reads no file past WorkSize: each refuses it (ErrFileTooLarge), holding
+// none of it.
+func TestWorkSizeSparseFile(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{WorkSize: 16 << 20})
+	ns := e.NewNamespace()
+	defer ns.Close()
+	valueIn(t, e, ns, "with open('sparse.bin', 'wb') as f:\n    f.truncate(512 << 20)\nopen('ok.txt', 'w').write('fine')")
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := ns.ReadFile("sparse.bin")
+	require.ErrorIs(t, err, minipy.ErrFileTooLarge)
+	assert.Contains(t, err.Error(), "sparse.bin")
+	var sink countingWriter
+	n, err := ns.ReadFileTo("sparse.bin", &sink)
+	require.ErrorIs(t, err, minipy.ErrFileTooLarge)
+	assert.Zero(t, n)
+	_, err = ns.Save(io.Discard)
+	require.ErrorIs(t, err, minipy.ErrFileTooLarge)
+	runtime.ReadMemStats(&after)
+	assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(64<<20), "the host held none of it")
+	got, err := ns.ReadFile("ok.txt")
+	require.NoError(t, err)
+	assert.Equal(t, "fine", string(got))
+}
+
+// countingWriter counts and drops what is written.
+type countingWriter struct{ n int64 }
+
+func (w *countingWriter) Write(b []byte) (int, error) {
+	w.n += int64(len(b))
+	return len(b), nil
 }
