@@ -957,7 +957,8 @@ func (w *Worker) Request(rid uint64, deadman uint32, create []uint32, req []byte
 // It never waits on the worker: the watchdog calls it, and code that stops reading its
 // control pipe (keeping it open) while forging host calls leaves a reply's write blocked
 // there. Then the kick is not sent (the frame could not be written whole), nor when the
-// pipe has no room for it; the watchdog's hard stage kills the worker all the same.
+// pipe has no room for it, within kickWait; the watchdog's hard stage kills the worker all
+// the same.
 func (w *Worker) Kick(rid uint64, stage int) {
 	f := make([]byte, 0, 14)
 	f = binary.LittleEndian.AppendUint32(f, 10)
@@ -968,17 +969,22 @@ func (w *Worker) Kick(rid uint64, stage int) {
 		w.Send(f) //nolint:errcheck // a dead worker is noticed by the owner's wait
 		return
 	}
-	if !w.kmu.TryLock() {
-		return
+	until := time.Now().Add(kickWait)
+	for !w.kmu.TryLock() { // (an honest reply's write ends in a moment)
+		if time.Now().After(until) {
+			return
+		}
+		time.Sleep(time.Millisecond)
 	}
 	defer w.kmu.Unlock()
 	// (14 bytes, under PIPE_BUF: the kernel writes the frame whole or not at all.)
-	w.kicks.SetWriteDeadline(time.Now().Add(kickWait)) //nolint:errcheck // a pipe without deadlines blocks, as before
-	w.kicks.Write(f)                                   //nolint:errcheck // not sent: the hard stage follows
-	w.kicks.SetWriteDeadline(time.Time{})              //nolint:errcheck // (likewise)
+	w.kicks.SetWriteDeadline(until)       //nolint:errcheck // a pipe without deadlines blocks, as before
+	w.kicks.Write(f)                      //nolint:errcheck // not sent: the hard stage follows
+	w.kicks.SetWriteDeadline(time.Time{}) //nolint:errcheck // (likewise)
 }
 
-// kickWait is how long a kick may wait for room in the control pipe.
+// kickWait is how long a kick may wait for the control pipe (a reply being written) and
+// for room in it.
 const kickWait = 50 * time.Millisecond
 
 // Answer reads an answer frame's body (pyrt.FrameAnswer): the run id, whether the run was
