@@ -513,24 +513,8 @@ func (p *egressProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		refuse(http.StatusBadRequest, "minipy: egress: "+err.Error())
 		return
 	}
-	policy := p.e.egress.Load()
-	if p.policy.Swap(policy) != policy {
-		// An upstream connection in the pool was judged by another policy (SetEgress): none
-		// is reused under this one.
-		p.tr.CloseIdleConnections()
-	}
-	if denied := policy.admitName(host, port); denied != nil {
-		refuse(http.StatusForbidden, denied.line) // (every request: a pooled connection is not dialed again)
-		return
-	}
-	if max := policy.cfg.MaxBytes; max > 0 && p.used.Load() >= max {
-		refuse(http.StatusTooManyRequests, fmt.Sprintf("minipy: egress refused: this run has moved %d bytes, "+
-			"the most a run may (Egress.MaxBytes)", max))
-		return
-	}
-	if r.Method != http.MethodConnect && policy.methods != nil && !policy.methods[r.Method] {
-		refuse(http.StatusForbidden, fmt.Sprintf("minipy: egress: the method %s is not allowed (allowed: %s)",
-			r.Method, strings.Join(policy.cfg.Methods, ", ")))
+	if status, line := p.admit(r.Method, host, port); status != 0 {
+		refuse(status, line)
 		return
 	}
 	if r.Method == http.MethodConnect {
@@ -567,6 +551,29 @@ func (p *egressProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if _, err := io.Copy(w, &countedReader{r: resp.Body, n: &ev.Received, p: p}); errors.Is(err, errEgressBytes) {
 		ev.Refusal = err.Error()
 	}
+}
+
+// admit judges a request of method to host:port by the policy of its time, before anything
+// is dialed: its status and line if refused, 0 if not.
+func (p *egressProxy) admit(method, host string, port int) (int, string) {
+	policy := p.e.egress.Load()
+	if p.policy.Swap(policy) != policy {
+		// An upstream connection in the pool was judged by another policy (SetEgress): none
+		// is reused under this one.
+		p.tr.CloseIdleConnections()
+	}
+	if denied := policy.admitName(host, port); denied != nil {
+		return http.StatusForbidden, denied.line // (every request: a pooled connection is not dialed again)
+	}
+	if max := policy.cfg.MaxBytes; max > 0 && p.used.Load() >= max {
+		return http.StatusTooManyRequests, fmt.Sprintf("minipy: egress refused: this run has moved %d bytes, "+
+			"the most a run may (Egress.MaxBytes)", max)
+	}
+	if method != http.MethodConnect && policy.methods != nil && !policy.methods[method] {
+		return http.StatusForbidden, fmt.Sprintf("minipy: egress: the method %s is not allowed (allowed: %s)",
+			method, strings.Join(policy.cfg.Methods, ", "))
+	}
+	return 0, ""
 }
 
 // tunnelTo serves a CONNECT: dial, 200, then bytes both ways until either side closes or
