@@ -156,6 +156,23 @@ killing:
 	if t.Failed() {
 		t.Logf("the server's log:\n%s", s.log)
 	}
+	// Sandboxes whose template was killed are the server's descendants no longer (stop looks
+	// for those): they too end with the server.
+	s.stop(t)
+	orphans := func() []int {
+		var left []int
+		for pid, start := range sandboxes {
+			if startTime(pid) == start && len(alive([]int{pid})) > 0 { // (a zombie has ended)
+				left = append(left, pid)
+			}
+		}
+		return left
+	}
+	assert.Eventually(t, func() bool { return len(orphans()) == 0 }, 10*time.Second, 20*time.Millisecond,
+		"sandboxes outlived the server: %v", orphans())
+	for _, pid := range orphans() {
+		syscall.Kill(pid, syscall.SIGKILL) //nolint:errcheck // nothing may outlive the test
+	}
 }
 
 // get is the status of a GET of url.
