@@ -362,8 +362,8 @@ func (e *Isolated) openCgroups() error {
 		return nil
 	}
 	// (The limits as the workers' rlimits get them: Unlimited is none, Processes' default.)
-	c, err := worker.OpenCgroups(worker.CgroupOptions{Parent: e.cfg.Cgroup, MemoryLimit: max(e.cfg.MemoryLimit, 0),
-		Processes: e.cfg.processCap(e.sandbox), Bare: testCgroupBare})
+	c, err := worker.OpenCgroups(worker.CgroupOptions{Parent: e.cfg.Cgroup, MemoryLimit: e.cfg.residentCap(),
+		Budget: max(e.cfg.MemoryBudget, 0), Processes: e.cfg.processCap(e.sandbox), Bare: testCgroupBare})
 	if err != nil && e.cfg.Cgroup != "" {
 		return fmt.Errorf("minipy: IsolatedConfig.Cgroup: %w", err)
 	}

@@ -31,8 +31,9 @@ const DefaultProcesses = 256
 
 // IsolatedConfig configures an isolated engine (see NewIsolated). The zero value is one
 // local worker of the default Python, in a sandbox with no network and at most
-// DefaultProcesses processes and threads, with no limit on memory, CPU time, file size or
-// open files. Each limit takes Unlimited for none.
+// DefaultProcesses processes and threads, with no limit on a worker's memory, CPU time, file
+// size or open files, and, where the engine has a cgroup, all the sandboxes' memory held to
+// DefaultMemoryBudget. Each limit takes Unlimited for none.
 type IsolatedConfig struct {
 	// Workers packs namespaces into shared worker processes. 0 (the default) gives every
 	// namespace a worker of its own, killed by its Close: namespaces never share memory, a
@@ -81,6 +82,24 @@ type IsolatedConfig struct {
 	// workers under a MemoryLimit are refused SysV shared memory and new memfds, which
 	// nothing else counts.
 	MemoryLimit int64
+	// ResidentLimit caps the memory each sandbox holds, where the engine has a cgroup (see
+	// Cgroup): its cgroup's memory limit, which counts the pages in use (not the address
+	// space that libraries reserve, as MemoryLimit does) and the tmpfs files and shared
+	// memory of its processes. 0 means MemoryLimit (one number caps both); Unlimited, none
+	// but MemoryBudget. Past it the kernel kills the sandbox's worker (a *WorkerLostError
+	// with Limit "memory", rolled back). Without a cgroup nothing enforces it (Stats says
+	// why); MemoryLimit's address space still applies.
+	ResidentLimit int64
+	// MemoryBudget caps the memory all the engine's sandboxes hold together, where the
+	// engine has a cgroup: the memory limit of the engine's own cgroup, above the sandboxes'
+	// (memory.max, or v1's memory.limit_in_bytes), so that however many namespaces are open,
+	// they cannot take the host down. 0 means DefaultMemoryBudget; Unlimited, none. When
+	// the sandboxes together reach it, the kernel kills the worker that holds the most
+	// (workers run at oom_score_adj 1000; their snapshots take over); give each sandbox a
+	// ResidentLimit of its share (MemoryBudget divided by the namespaces you allow) so that
+	// a namespace past its share fails its own run first. The template and the host
+	// process are outside it.
+	MemoryBudget int64
 	// CPULimit caps the CPU time each run may use (whole seconds, rounded up); 0 or
 	// Unlimited means none. A run that uses it up kills its worker: the error is a
 	// *WorkerLostError with Limit "cpu". It is a soft RLIMIT_CPU, re-armed before each run,
@@ -212,6 +231,17 @@ type IsolatedConfig struct {
 	Preload []string
 }
 
+// DefaultMemoryBudget is IsolatedConfig.MemoryBudget when it is 0: three quarters of the
+// memory the host process may use (the machine's, or its cgroup's limit when lower), the
+// rest left for the host, the template and the system; in whole MiB.
+func DefaultMemoryBudget() int64 {
+	return HostMemory() / 4 * 3 >> 20 << 20
+}
+
+// HostMemory is the memory this process may use: the machine's (MemTotal), or less where
+// its memory cgroup, or one above it, has a lower limit; 0 if none of it can be read.
+func HostMemory() int64 { return worker.HostMemory() }
+
 // DefaultMaxTransfer is IsolatedConfig.MaxTransfer when it is 0: 64 MiB.
 const DefaultMaxTransfer = worker.DefaultMaxTransfer
 
@@ -291,6 +321,9 @@ func withDefaults(cfg IsolatedConfig) (IsolatedConfig, error) {
 	if cfg.WorkSize == 0 {
 		cfg.WorkSize = defaultWorkSize
 	}
+	if cfg.MemoryBudget == 0 {
+		cfg.MemoryBudget = DefaultMemoryBudget()
+	}
 	if err := checkEnv(cfg.Env, len(cfg.Command) > 0); err != nil {
 		return cfg, err
 	}
@@ -324,6 +357,15 @@ func (cfg IsolatedConfig) processCap(sandboxed bool) int {
 		return DefaultProcesses
 	}
 	return 0
+}
+
+// residentCap is the memory limit of each sandbox's cgroup: ResidentLimit, else
+// MemoryLimit; 0 for none.
+func (cfg IsolatedConfig) residentCap() int64 {
+	if cfg.ResidentLimit != 0 {
+		return max(cfg.ResidentLimit, 0)
+	}
+	return max(cfg.MemoryLimit, 0)
 }
 
 // checkEnv checks IsolatedConfig.Env; a Command worker gets it (and a sandboxed worker

@@ -44,6 +44,9 @@ type IsolatedStats struct {
 	// CgroupError says why the engine has none when it looked for one (ErrNoCgroup).
 	Cgroup      string
 	CgroupError error
+	// MemoryBudget is the memory limit of the engine's cgroup, which all its sandboxes share
+	// (IsolatedConfig.MemoryBudget); 0 without a cgroup, or with Unlimited.
+	MemoryBudget int64
 	// IdleDeaths counts the workers that ended between runs (spares included), and
 	// IdleStateLost those of them whose namespaces lost their variables: no snapshot held
 	// the state of their last run (NoRollback, Command workers, a snapshot killed too). See
@@ -143,7 +146,7 @@ func (e *Isolated) Stats() IsolatedStats {
 		EgressBytes:   e.egressBytes.Load(),
 	}
 	if c := e.cgroups; c != nil {
-		st.Limits, st.Cgroup = LimitsCgroupV1, c.Path
+		st.Limits, st.Cgroup, st.MemoryBudget = LimitsCgroupV1, c.Path, c.Budget
 		if c.Version == 2 {
 			st.Limits = LimitsCgroupV2
 		}

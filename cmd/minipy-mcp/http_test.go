@@ -165,13 +165,12 @@ func TestHTTPWithTypeScriptClient(t *testing.T) {
 	assert.Equal(t, "89504e47", got.Plot[1].Head, "the data is not a PNG file (\\x89PNG)")
 }
 
-// -max-sessions's default counts each session's worker and, when it is a tmpfs, its
-// working directory.
+// -max-sessions's default divides the memory budget (or, with none, what the server may
+// use) by what a session may hold, at least 4.
 func TestDefaultMaxSessions(t *testing.T) {
-	avail := availableMemory()
+	avail := minipy.HostMemory()
 	require.Positive(t, avail)
-	assert.Equal(t, int(max(4, avail/(256<<20))), defaultMaxSessions(0, -1), "a working directory on disk")
-	assert.Equal(t, int(max(4, avail/(512<<20))), defaultMaxSessions(0, 256<<20))
-	assert.Equal(t, int(max(4, avail/(1280<<20))), defaultMaxSessions(1<<30, 256<<20))
-	assert.Equal(t, 4, defaultMaxSessions(avail, avail), "at least 4")
+	assert.Equal(t, int(max(4, avail/(256<<20))), defaultMaxSessions(0, 256<<20), "no budget")
+	assert.Equal(t, 16, defaultMaxSessions(8<<30, 512<<20))
+	assert.Equal(t, 4, defaultMaxSessions(1<<30, 512<<20), "at least 4")
 }

@@ -107,22 +107,21 @@ func (f *limitFlags) register(fs *flag.FlagSet) {
 var errLimits = errors.New("bad limit")
 
 // resolve returns the limits in force after fs was parsed: -limits's, then each flag
-// given. timeout is -timeout (0: the tool's default). budget is -memory-limit when it was
-// given: what -max-sessions's default divides the memory by (0: not given).
-func (f *limitFlags) resolve(fs *flag.FlagSet, timeout time.Duration) (l workerLimits, budget int64, err error) {
+// given. timeout is -timeout (0: the tool's default).
+func (f *limitFlags) resolve(fs *flag.FlagSet, timeout time.Duration) (l workerLimits, err error) {
 	switch f.mode {
 	case "default":
 		l = workerLimits{memory: defaultMemoryLimit(runtime.NumCPU()), processes: minipy.DefaultProcesses,
 			cpu: max(defaultCPULimit, timeout), openFiles: defaultOpenFiles}
 	case "none":
 	default:
-		return l, 0, fmt.Errorf("%w: -limits %q: give default or none", errLimits, f.mode)
+		return l, fmt.Errorf("%w: -limits %q: give default or none", errLimits, f.mode)
 	}
 	var bad []string
 	fs.Visit(func(fl *flag.Flag) {
 		switch fl.Name {
 		case "memory-limit":
-			l.memory, budget = f.memory, f.memory
+			l.memory = f.memory
 			if f.memory < 0 {
 				bad = append(bad, "-memory-limit")
 			}
@@ -144,7 +143,7 @@ func (f *limitFlags) resolve(fs *flag.FlagSet, timeout time.Duration) (l workerL
 		}
 	})
 	if len(bad) > 0 {
-		return l, 0, fmt.Errorf("%w: %s must not be negative (0: none)", errLimits, strings.Join(bad, ", "))
+		return l, fmt.Errorf("%w: %s must not be negative (0: none)", errLimits, strings.Join(bad, ", "))
 	}
-	return l, max(budget, 0), nil
+	return l, nil
 }

@@ -63,10 +63,15 @@ func TestServeDefaultLimits(t *testing.T) {
 	cpu, err := strconv.Atoi(got["Max cpu time"].(string))
 	require.NoError(t, err)
 	assert.InDelta(t, got["used"].(float64)+60, float64(cpu), 1.5, "60 s more than the worker has used")
-	// -max-sessions's default still counts what a session holds (256 MiB), not the address
-	// space the default allows it.
-	assert.Contains(t, s.log.String(), fmt.Sprintf("sessions: at most %d (-max-sessions)",
-		defaultMaxSessions(0, defaultWorkSize)))
+	// -max-sessions's default counts what a session holds (256 MiB and its working
+	// directory) against the memory budget, not the address space the default allows it;
+	// each session gets its share of the budget.
+	budget := minipy.DefaultMemoryBudget()
+	sessions := defaultMaxSessions(budget, sessionMemory+defaultWorkSize)
+	assert.Contains(t, s.log.String(), fmt.Sprintf("sessions: at most %d (-max-sessions)", sessions))
+	share := budget / int64(sessions) >> 20 << 20
+	assert.Contains(t, s.log.String(), fmt.Sprintf("memory: all sessions %s (-memory-budget), each session %s "+
+		"(-session-memory)", byteText(budget), byteText(share)))
 
 	cs := s.connect(t, "")
 	if text, _ := run(t, cs, map[string]any{"code": `import importlib.util
@@ -85,8 +90,8 @@ float((a @ a).sum()) > 0`})
 	assert.Contains(t, text, "[value]\nTrue\n", "numpy with its threads, pandas and a figure work under the defaults")
 }
 
-// -limits none lifts every limit, and says so; a limit's own flag still sets it, and
-// -memory-limit given is what -max-sessions's default divides by.
+// -limits none lifts every limit, the memory budget too, and says so; a limit's own flag
+// still sets it.
 func TestServeLimitsNone(t *testing.T) {
 	s := startServer(t, "-backend", "isolated", "-limits", "none")
 	assert.Equal(t, "memory none (-memory-limit), processes and threads none (-processes), CPU none (-cpu-limit), "+
@@ -106,13 +111,14 @@ func TestServeLimitsNone(t *testing.T) {
 	assert.Equal(t, "40", got["Max processes"])
 	assert.NotEqual(t, "unlimited", got["Max cpu time"])
 	assert.Contains(t, s.log.String(), fmt.Sprintf("sessions: at most %d (-max-sessions)",
-		defaultMaxSessions(2<<30, defaultWorkSize)))
+		defaultMaxSessions(0, sessionMemory+defaultWorkSize)))
+	assert.Contains(t, s.log.String(), "memory: all sessions none (-memory-budget), each session none (-session-memory)")
 }
 
 // Each flag overrides its default; 0 lifts that one limit; a longer -timeout raises the
 // CPU time's default with it; bad values stop the server with the reason.
 func TestLimitFlags(t *testing.T) {
-	resolve := func(args ...string) (workerLimits, int64, error) {
+	resolve := func(args ...string) (workerLimits, error) {
 		fs := flag.NewFlagSet("minipy-mcp", flag.ContinueOnError)
 		var f limitFlags
 		f.register(fs)
@@ -123,29 +129,27 @@ func TestLimitFlags(t *testing.T) {
 	defaults := workerLimits{memory: defaultMemoryLimit(runtime.NumCPU()), processes: minipy.DefaultProcesses,
 		cpu: time.Minute, openFiles: 1024}
 	for _, c := range []struct {
-		args   []string
-		want   workerLimits
-		budget int64
+		args []string
+		want workerLimits
 	}{
-		{nil, defaults, 0},
-		{[]string{"-limits", "default"}, defaults, 0},
-		{[]string{"-limits", "none"}, workerLimits{}, 0},
-		{[]string{"-processes", "0"}, workerLimits{memory: defaults.memory, cpu: time.Minute, openFiles: 1024}, 0},
+		{nil, defaults},
+		{[]string{"-limits", "default"}, defaults},
+		{[]string{"-limits", "none"}, workerLimits{}},
+		{[]string{"-processes", "0"}, workerLimits{memory: defaults.memory, cpu: time.Minute, openFiles: 1024}},
 		{[]string{"-memory-limit", "1073741824", "-open-files", "64"},
-			workerLimits{memory: 1 << 30, processes: minipy.DefaultProcesses, cpu: time.Minute, openFiles: 64}, 1 << 30},
-		{[]string{"-open-files", "100", "-limits", "none"}, workerLimits{openFiles: 100}, 0},
+			workerLimits{memory: 1 << 30, processes: minipy.DefaultProcesses, cpu: time.Minute, openFiles: 64}},
+		{[]string{"-open-files", "100", "-limits", "none"}, workerLimits{openFiles: 100}},
 		{[]string{"-timeout", "5m"}, workerLimits{memory: defaults.memory, processes: minipy.DefaultProcesses,
-			cpu: 5 * time.Minute, openFiles: 1024}, 0},
+			cpu: 5 * time.Minute, openFiles: 1024}},
 		{[]string{"-timeout", "5m", "-cpu-limit", "10s"}, workerLimits{memory: defaults.memory,
-			processes: minipy.DefaultProcesses, cpu: 10 * time.Second, openFiles: 1024}, 0},
+			processes: minipy.DefaultProcesses, cpu: 10 * time.Second, openFiles: 1024}},
 	} {
-		got, budget, err := resolve(c.args...)
+		got, err := resolve(c.args...)
 		require.NoError(t, err, "%q", c.args)
 		assert.Equal(t, c.want, got, "%q", c.args)
-		assert.Equal(t, c.budget, budget, "%q", c.args)
 	}
 	for _, args := range [][]string{{"-limits", "off"}, {"-processes", "-1"}, {"-cpu-limit", "-1s"}, {"-memory-limit", "-5"}} {
-		_, _, err := resolve(args...)
+		_, err := resolve(args...)
 		assert.ErrorIs(t, err, errLimits, "%q", args)
 	}
 	assert.Equal(t, int64(4<<30+2*256<<20), defaultMemoryLimit(2))

@@ -92,9 +92,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -110,7 +108,7 @@ const version = "0.2.0"
 func main() {
 	f := parseFlags()
 	protocol, ln, toks := f.transport()
-	eng, cfg, memoryBudget := f.engine()
+	eng, cfg, plan := f.engine()
 	defer eng.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -150,7 +148,7 @@ func main() {
 		server, _ := newServerSessions(eng, opts, serverHooks{functions: fns, maxResourceSize: f.maxResource})
 		err = server.Run(ctx, &mcp.IOTransport{Reader: os.Stdin, Writer: protocol})
 	} else {
-		err = f.serve(ctx, eng, opts, fns, ln, toks, memoryBudget)
+		err = f.serve(ctx, eng, opts, fns, ln, toks, plan)
 	}
 	if err != nil && !errors.Is(err, context.Canceled) {
 		log.Fatalf("minipy-mcp: %v", err)
@@ -164,6 +162,7 @@ type flags struct {
 	maxOutput      int
 	workers        int
 	limits         limitFlags
+	memory         memoryFlags
 	egress         egressFlags
 	workSize       int64
 	httpAddr       string
@@ -190,6 +189,7 @@ func parseFlags() *flags {
 	isolated := flag.Bool("isolated", false, "same as -backend isolated")
 	flag.IntVar(&f.workers, "workers", 0, "with -backend isolated: pack the sessions into this many shared worker processes (0: a worker process of its own per session)")
 	f.limits.register(flag.CommandLine)
+	f.memory.register(flag.CommandLine)
 	f.egress.register()
 	flag.Int64Var(&f.workSize, "work-size", defaultWorkSize, "with -backend isolated: the `bytes` a session's working directory may hold, in a tmpfs (memory); -1: on the host's disk, no cap")
 	flag.StringVar(&f.httpAddr, "http", "", "serve the Streamable HTTP transport on `addr` (host:port) instead of stdio")
@@ -197,7 +197,7 @@ func parseFlags() *flags {
 	flag.StringVar(&f.upstreamFile, "upstream", "", "connect to the MCP servers of this mcpServers JSON `file` and give their tools to the code as Python functions (code mode)")
 	flag.StringVar(&f.tokensFile, "tokens", "", "with -http: the clients' bearer tokens, one NAME:TOKEN per line in this `file` (read again on SIGHUP); a session belongs to the user who opened it")
 	flag.BoolVar(&f.allowAnonymous, "allow-anonymous", false, "with -http on an address beyond loopback: serve without -tokens (anyone who reaches it runs code)")
-	flag.IntVar(&f.maxSessions, "max-sessions", -1, "with -http: the most sessions open at once (default: the memory the server may use / (256 MiB or -memory-limit when given, plus -work-size), at least 4; 0: no limit)")
+	flag.IntVar(&f.maxSessions, "max-sessions", -1, "with -http: the most sessions open at once (default: -memory-budget / (256 MiB plus -work-size, or -session-memory when given), at least 4; 0: no limit)")
 	flag.IntVar(&f.maxPerUser, "max-sessions-per-user", 0, "with -http: the most sessions one user (one -tokens NAME; all clients without tokens are one user) may hold at once (0: no limit besides -max-sessions)")
 	flag.Int64Var(&f.maxResource, "max-resource-size", defaultMaxResourceSize, "with -backend isolated: the largest file of a session's working directory that resources/read returns, in `bytes`")
 	flag.DurationVar(&f.drainTimeout, "drain-timeout", 30*time.Second, "with -http: at SIGTERM, how long running calls may take to finish before the server closes")
@@ -249,19 +249,24 @@ func (f *flags) transport() (protocol *os.File, ln net.Listener, toks *tokens) {
 	return protocol, ln, toks
 }
 
-// engine starts the engine of -backend with the workers' limits, -work-size and the egress
-// policy, and says in the log what the code runs in; also the memory budget the limits
-// leave the sessions (defaultMaxSessions).
-func (f *flags) engine() (minipy.Engine, minipy.IsolatedConfig, int64) {
+// engine starts the engine of -backend with the workers' limits, the memory budget and
+// shares, -work-size and the egress policy, and says in the log what the code runs in; also
+// the memory plan, whose -max-sessions the gate takes.
+func (f *flags) engine() (minipy.Engine, minipy.IsolatedConfig, memoryPlan) {
 	if f.workSize == 0 {
 		log.Fatalf("minipy-mcp: -work-size 0: give the bytes a session's working directory may hold, or -1 for no cap")
 	}
-	limits, memoryBudget, err := f.limits.resolve(flag.CommandLine, f.timeout)
+	limits, err := f.limits.resolve(flag.CommandLine, f.timeout)
+	if err != nil {
+		log.Fatalf("minipy-mcp: %v", err)
+	}
+	plan, err := f.memory.plan(f.limits.mode == "none", f.httpAddr != "", f.maxSessions, f.workers, f.workSize)
 	if err != nil {
 		log.Fatalf("minipy-mcp: %v", err)
 	}
 	cfg := minipy.IsolatedConfig{Workers: f.workers, WorkSize: f.workSize, OnIdleDeath: logIdleDeath}
 	limits.apply(&cfg)
+	plan.apply(&cfg)
 	if f.egress.set() {
 		if f.backend != minipy.BackendIsolated {
 			log.Fatalf("minipy-mcp: -egress-allow and -egress-allow-file apply to -backend isolated, whose sandboxes " +
@@ -280,6 +285,7 @@ func (f *flags) engine() (minipy.Engine, minipy.IsolatedConfig, int64) {
 		log.Printf("minipy-mcp: running code in the isolated engine's sandboxed workers, each session in a " +
 			"working directory of its own")
 		log.Printf("minipy-mcp: limits of each worker: %v", limits)
+		log.Printf("minipy-mcp: memory: %s", plan.describe(eng.(*minipy.Isolated).Stats()))
 		if cfg.Egress != nil {
 			log.Printf("minipy-mcp: the network of each worker: its egress proxy, %s (-egress-allow)", describeEgress(cfg.Egress))
 		} else {
@@ -288,16 +294,14 @@ func (f *flags) engine() (minipy.Engine, minipy.IsolatedConfig, int64) {
 	} else {
 		log.Printf("minipy-mcp: running code in this process's embedded interpreter")
 	}
-	return eng, cfg, memoryBudget
+	return eng, cfg, plan
 }
 
 // serve serves the Streamable HTTP transport on ln until ctx ends, then drains: sessions
 // under the gate's caps, with metrics, and saved in -state-dir when it is given.
 func (f *flags) serve(ctx context.Context, eng minipy.Engine, opts *minipy.Options, fns []minipy.Function,
-	ln net.Listener, toks *tokens, memoryBudget int64) error {
-	if f.maxSessions < 0 {
-		f.maxSessions = defaultMaxSessions(memoryBudget, f.workSize)
-	}
+	ln net.Listener, toks *tokens, plan memoryPlan) error {
+	f.maxSessions = plan.maxSessions
 	g := newGate(f.maxSessions, f.maxPerUser)
 	m := newMetrics(eng, g, "tcp")
 	g.rejected = func(reason string) { m.rejected.WithLabelValues(reason).Inc() }
@@ -333,60 +337,6 @@ func limitText(n int) string {
 		return "no limit"
 	}
 	return "at most " + strconv.Itoa(n)
-}
-
-// sessionMemory is what -max-sessions's default allows each session's worker when
-// -memory-limit is not given: numpy and pandas imported, a figure or two, a few frames
-// (115 MB resident with numpy, pandas and a matplotlib figure). -memory-limit's default
-// is not that: it is an address space, far above what a worker holds (its thread pools'
-// reservations), set to stop one runaway session, not to budget the memory.
-const sessionMemory = 256 << 20
-
-// defaultWorkSize is -work-size's default: smaller than the library's 1 GiB, since each
-// session's working directory is a tmpfs that counts in the server's memory (its cgroup's),
-// and -max-sessions's default counts it whole.
-const defaultWorkSize = 256 << 20
-
-// defaultMaxSessions is -max-sessions's default: the memory this process may use (its
-// cgroup's memory.max, else the machine's), divided by the memory a session may take (its
-// worker's, -memory-limit when given or sessionMemory, and its working directory's,
-// workSize when it is a tmpfs), at least 4.
-func defaultMaxSessions(memoryLimit, workSize int64) int {
-	per := int64(sessionMemory)
-	if memoryLimit > 0 {
-		per = memoryLimit
-	}
-	if workSize > 0 {
-		per += workSize
-	}
-	return int(max(4, availableMemory()/per))
-}
-
-// availableMemory is the cgroup v2 memory limit of this process if it has one, else the
-// machine's total memory (0 if neither can be read).
-func availableMemory() int64 {
-	var total int64
-	if data, err := os.ReadFile("/proc/meminfo"); err == nil {
-		for _, line := range strings.Split(string(data), "\n") {
-			if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
-				kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-				total = kb << 10
-			}
-		}
-	}
-	if self, err := os.ReadFile("/proc/self/cgroup"); err == nil {
-		// cgroup v2: "0::/PATH"
-		for _, line := range strings.Split(strings.TrimSpace(string(self)), "\n") {
-			if path, ok := strings.CutPrefix(line, "0::"); ok {
-				if data, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", path, "memory.max")); err == nil {
-					if limit, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64); err == nil && (total == 0 || limit < total) {
-						total = limit
-					}
-				}
-			}
-		}
-	}
-	return total
 }
 
 // newEngine starts the engine -backend names (auto: for the current directory).

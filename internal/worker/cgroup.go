@@ -36,6 +36,8 @@ type Cgroups struct {
 	// Path is the engine's cgroup as /proc/self/cgroup names cgroups (on v1, in both
 	// hierarchies).
 	Path string
+	// Budget is the memory limit of the engine's cgroup, all its groups together (0: none).
+	Budget int64
 
 	dirs        []string // the engine's directory in each hierarchy: v2's one; v1's memory, pids
 	memoryLimit int64
@@ -53,7 +55,11 @@ type CgroupOptions struct {
 	// cgroups ("/system.slice/app.service"); "" is the host process's own cgroup.
 	Parent      string
 	MemoryLimit int64 // each group's memory (and memory+swap) limit; 0: none
-	Processes   int   // each group's pids.max; 0: none
+	// Budget is the memory (and memory+swap) limit of the engine's cgroup: what all its
+	// groups may hold together, so that however many sandboxes there are, they cannot take
+	// the host's memory (0: none).
+	Budget    int64
+	Processes int // each group's pids.max; 0: none
 	// Bare lets a cgroup2 hierarchy without the memory and pids controllers do, for tests
 	// of placing and killing on a machine whose controllers are all on v1.
 	Bare bool
@@ -175,8 +181,13 @@ func openV2(m cgroupMount, self string, o CgroupOptions) (*Cgroups, error) {
 			return nil, fmt.Errorf("enabling memory and pids in %s: %w", own, err)
 		}
 	}
-	return &Cgroups{Version: 2, Path: path.Join(parent, name), dirs: []string{own}, memoryLimit: o.MemoryLimit,
-		processes: o.Processes, bare: o.Bare}, nil
+	c := &Cgroups{Version: 2, Path: path.Join(parent, name), dirs: []string{own}, memoryLimit: o.MemoryLimit,
+		processes: o.Processes, bare: o.Bare}
+	if err := c.setBudget(o.Budget); err != nil {
+		os.Remove(own)
+		return nil, err
+	}
+	return c, nil
 }
 
 // openV1 makes the engine's cgroup in the memory and in the pids hierarchies of cgroup v1,
@@ -211,7 +222,23 @@ func openV1(self map[string]string, mounts map[string]cgroupMount, o CgroupOptio
 		c.dirs = append(c.dirs, own)
 		c.Path = path.Join(parent, name)
 	}
+	if err := c.setBudget(o.Budget); err != nil {
+		c.removeDirs()
+		return nil, err
+	}
 	return c, nil
+}
+
+// setBudget writes the memory limit of the engine's cgroup (none if budget is 0).
+func (c *Cgroups) setBudget(budget int64) error {
+	if budget <= 0 || c.bare {
+		return nil
+	}
+	if err := writeMemoryLimit(c.Version, c.dirs[0], budget); err != nil {
+		return fmt.Errorf("setting the engine's memory budget: %w", err)
+	}
+	c.Budget = budget
+	return nil
 }
 
 // makeEngineDir makes the engine's directory in dir: minipy-PID-N.
@@ -320,27 +347,33 @@ func (g *cgroup) limit() error {
 	if c.memoryLimit <= 0 {
 		return nil
 	}
-	limit := strconv.FormatInt(c.memoryLimit, 10)
-	if c.Version == 2 {
-		if err := writeCgroup(mem, "memory.max", limit); err != nil {
+	return writeMemoryLimit(c.Version, mem, c.memoryLimit)
+}
+
+// writeMemoryLimit sets the memory limit of the memory cgroup dir, swap included, so that
+// shared memory cannot go to swap past it.
+func writeMemoryLimit(version int, dir string, bytes int64) error {
+	limit := strconv.FormatInt(bytes, 10)
+	if version == 2 {
+		if err := writeCgroup(dir, "memory.max", limit); err != nil {
 			return err
 		}
 		// (No memory.swap.max without swap accounting: nothing can go to swap past it.)
-		if err := writeCgroup(mem, "memory.swap.max", "0"); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := writeCgroup(dir, "memory.swap.max", "0"); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
 		return nil
 	}
-	if err := writeCgroup(mem, "memory.limit_in_bytes", limit); err != nil {
+	if err := writeCgroup(dir, "memory.limit_in_bytes", limit); err != nil {
 		return err
 	}
 	// memory.memsw counts memory and swap together (swap accounting on); without it, a
 	// swappiness of 0 keeps the group's anonymous and shared memory out of swap.
-	if err := writeCgroup(mem, "memory.memsw.limit_in_bytes", limit); err != nil {
+	if err := writeCgroup(dir, "memory.memsw.limit_in_bytes", limit); err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
-		writeCgroup(mem, "memory.swappiness", "0") //nolint:errcheck // best effort: no swap is the usual case
+		writeCgroup(dir, "memory.swappiness", "0") //nolint:errcheck // best effort: no swap is the usual case
 	}
 	return nil
 }
@@ -666,4 +699,69 @@ func RemoveCgroup(dir string) error {
 		}
 	}
 	return errors.Join(append(errs, rmdirCgroup(dir))...)
+}
+
+// HostMemory is the memory this process may use: the machine's (MemTotal), or less where
+// its memory cgroup, or one above it, has a lower limit (v2's memory.max, v1's
+// memory.limit_in_bytes); 0 if none of it can be read.
+func HostMemory() int64 {
+	var total int64
+	if data, err := os.ReadFile("/proc/meminfo"); err == nil {
+		total = memTotal(string(data))
+	}
+	self, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return total
+	}
+	info, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return total
+	}
+	if limit := cgroupMemoryLimit(parseProcCgroup(string(self)), parseCgroupMounts(string(info))); limit > 0 &&
+		(total == 0 || limit < total) {
+		total = limit
+	}
+	return total
+}
+
+// memTotal reads MemTotal from /proc/meminfo's text, in bytes (0 if it is not there).
+func memTotal(meminfo string) int64 {
+	for _, line := range strings.Split(meminfo, "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// cgroupMemoryLimit is the lowest memory limit on this process's memory cgroup and those
+// above it, as far as the hierarchy is mounted (v2's if this process is in it, else v1's
+// memory hierarchy); 0 for none.
+func cgroupMemoryLimit(self map[string]string, mounts map[string]cgroupMount) int64 {
+	key, file := "", "memory.max"
+	if _, ok := self[""]; !ok || mounts[""] == (cgroupMount{}) {
+		key, file = "memory", "memory.limit_in_bytes"
+	}
+	p, ok := self[key]
+	m, mounted := mounts[key]
+	if !ok || !mounted {
+		return 0
+	}
+	var lowest int64
+	for {
+		if dir, ok := m.dirOf(p); ok {
+			if data, err := os.ReadFile(filepath.Join(dir, file)); err == nil {
+				// ("max" on v2, and v1's "no limit", a page-rounded 2^63-1, parse as none.)
+				if n, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64); err == nil && n > 0 &&
+					n < 1<<62 && (lowest == 0 || n < lowest) {
+					lowest = n
+				}
+			}
+		}
+		if p == "/" || p == "" || p == m.root {
+			return lowest
+		}
+		p = path.Dir(p)
+	}
 }

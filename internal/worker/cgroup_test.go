@@ -237,3 +237,28 @@ func BenchmarkCgroupGroup(b *testing.B) {
 		}
 	}
 }
+
+// HostMemory's cgroup part: the lowest limit on this process's cgroup and those above it,
+// "max" (v2) and v1's page-rounded 2^63-1 being none.
+func TestCgroupMemoryLimit(t *testing.T) {
+	v2 := t.TempDir()
+	for dir, limit := range map[string]string{"": "max\n", "a": "8589934592\n", "a/b": "max\n"} {
+		require.NoError(t, os.MkdirAll(filepath.Join(v2, dir), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(v2, dir, "memory.max"), []byte(limit), 0o644))
+	}
+	mounts := map[string]cgroupMount{"": {dir: v2, root: "/"}}
+	assert.Equal(t, int64(8<<30), cgroupMemoryLimit(map[string]string{"": "/a/b"}, mounts), "the parent's")
+	assert.Zero(t, cgroupMemoryLimit(map[string]string{"": "/"}, mounts), "none")
+
+	v1 := t.TempDir()
+	for dir, limit := range map[string]string{"": "9223372036854771712\n", "s": "4294967296\n"} {
+		require.NoError(t, os.MkdirAll(filepath.Join(v1, dir), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(v1, dir, "memory.limit_in_bytes"), []byte(limit), 0o644))
+	}
+	mounts = map[string]cgroupMount{"memory": {dir: v1, root: "/"}}
+	assert.Equal(t, int64(4<<30), cgroupMemoryLimit(map[string]string{"memory": "/s", "": "/"}, mounts),
+		"v1's memory hierarchy when no cgroup2 one is mounted")
+	assert.Zero(t, cgroupMemoryLimit(map[string]string{"memory": "/"}, mounts))
+	assert.Equal(t, int64(2<<30), memTotal("MemTotal:        2097152 kB\nMemFree: 1 kB\n"))
+	assert.Positive(t, HostMemory())
+}
