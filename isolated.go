@@ -72,8 +72,9 @@ type Isolated struct {
 
 	// The working directories that are a tmpfs (WorkSize, workmount.go), by workDirs.key;
 	// guarded by mu. mountReq serializes the requests to the template and the moves.
-	mounts   map[string]*workMount
-	mountReq sync.Mutex
+	mounts     map[string]*workMount
+	tmpfsTrees map[*workTree]bool // the trees with a tmpfs (their fds); guarded by mu
+	mountReq   sync.Mutex
 }
 
 // nsBinding ties a namespace to the worker slot that holds it. epoch is the worker

@@ -64,10 +64,17 @@ func TemplatePID(e *Isolated) int {
 	return e.tmpl.Pid()
 }
 
-// HostWorkDir is the host's directory of the namespace's working directory in the engine's
-// trees: with WorkSize, the empty directory that the template mounts its tmpfs over.
+// HostWorkDir is the host's path of the namespace's working directory in the engine's
+// trees: with WorkSize, the directory in its tree's tmpfs that the template mounts its
+// tmpfs over, through the host's fd of the tree.
 func HostWorkDir(ns *Namespace) string {
-	return bindingOf(ns).dirs.homePath()
+	return ns.engine.(*Isolated).homePath(bindingOf(ns).dirs)
+}
+
+// HostTreeDir is the host's directory of the namespace's tree on its disk: with WorkSize,
+// the empty directory that the template mounts the tree's tmpfs over.
+func HostTreeDir(ns *Namespace) string {
+	return bindingOf(ns).dirs.tree.path
 }
 
 // WorkMounts is the number of working directories of e that are a tmpfs the host holds.

@@ -34,8 +34,16 @@ import (
 // share one worker sandbox.
 type workTree struct {
 	name string // its directory's name under the engine's trees
-	path string // its host path
+	path string // its host path (with a tmpfs of its own, an empty directory here)
 	refs int    // the worker slots whose workers bind it; guarded by Isolated.mu
+
+	// With WorkSize and a template, a tree is a tmpfs of its own that the template mounted
+	// over path (workmount.go); the host reaches it by fd alone. Set under
+	// Isolated.mountReq and Isolated.mu, read under either.
+	fd    int             // O_PATH, its root; -1: none (path itself holds the tree); the number stays while the tree lives (moveMounts dup3s over it)
+	tmpl  *worker.Worker  // the template that mounted it
+	disk  bool            // begun on the host's disk (no template then): it stays there
+	plain map[string]bool // working directories made in it after tmpl died: plain directories, not mounts
 }
 
 // workDirs are a worker slot's directories: the tree its workers bind, and the name in it of
@@ -49,11 +57,24 @@ type workDirs struct {
 // homeName is the name of the working directory of the namespace a tree was made for.
 const homeName = "work"
 
-func (d workDirs) homePath() string {
+// homePath is the host path of the working directory of d: through the fd of its tree's
+// tmpfs in /proc when it has one.
+func (e *Isolated) homePath(d workDirs) string {
 	if d.tree == nil {
 		return ""
 	}
-	return filepath.Join(d.tree.path, d.home)
+	return filepath.Join(e.treeRoot(d.tree), d.home)
+}
+
+// treeRoot is the host path of tree t's root: path, or with a tmpfs, its fd in /proc, which
+// this process (and its user) can use as a path.
+func (e *Isolated) treeRoot(t *workTree) string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if t.fd >= 0 {
+		return "/proc/" + strconv.Itoa(os.Getpid()) + "/fd/" + strconv.Itoa(t.fd)
+	}
+	return t.path
 }
 
 // local reports whether the engine's workers run here, so that their directories are the
@@ -63,7 +84,7 @@ func (e *Isolated) local() bool { return len(e.cfg.Command) == 0 }
 // newDirs makes a tree with a working directory in it, for a worker slot of its own.
 func (e *Isolated) newDirs() workDirs {
 	seq := e.treeSeq.Add(1)
-	t := &workTree{name: strconv.FormatUint(seq, 10), refs: 1}
+	t := &workTree{name: strconv.FormatUint(seq, 10), refs: 1, fd: -1}
 	t.path = filepath.Join(e.trees, t.name)
 	if e.local() {
 		if err := os.Mkdir(t.path, 0o755); err != nil {
@@ -72,7 +93,7 @@ func (e *Isolated) newDirs() workDirs {
 	}
 	d := workDirs{tree: t, home: homeName}
 	if err := e.makeWorkDir(t, homeName); err != nil {
-		os.RemoveAll(t.path)
+		e.releaseDirs(d)
 		return workDirs{err: err}
 	}
 	return d
@@ -99,14 +120,51 @@ func (e *Isolated) packedDirs(d workDirs, id uint32) (workDirs, error) {
 }
 
 // makeWorkDir makes the working directory name in tree t, empty, owned by the workers'
-// user, and, with WorkSize, has the template mount its tmpfs. Whatever the code put at
+// user, and, with WorkSize, has the template mount its tmpfs over it (in the tree's own,
+// which it mounts at the tree's first directory: treeTemplate). Whatever the code put at
 // that name (it may have guessed a namespace id) is removed first, links included, never
 // followed.
 func (e *Isolated) makeWorkDir(t *workTree, name string) error {
-	path := filepath.Join(t.path, name)
 	if !e.local() {
 		return nil
 	}
+	e.mountReq.Lock()
+	defer e.mountReq.Unlock()
+	tmpl, err := e.treeTemplate(t)
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(e.treeRoot(t), name)
+	if err := e.freshDir(path); err != nil {
+		return err
+	}
+	if tmpl != nil {
+		home, err := e.askMount(tmpl, t.name, name)
+		if err == nil {
+			return e.addMount(t, name, home, tmpl)
+		}
+		if !errors.Is(err, worker.ErrTemplateGone) {
+			os.Remove(path)
+			return err
+		}
+		// The tree's tmpfs is a dead template's now: the directory stays a plain one in it,
+		// which the tree's next worker start moves (moveMounts).
+		e.dropTemplate(tmpl)
+	}
+	e.mu.Lock()
+	if t.fd >= 0 {
+		if t.plain == nil {
+			t.plain = map[string]bool{}
+		}
+		t.plain[name] = true
+	}
+	e.mu.Unlock()
+	return nil
+}
+
+// freshDir makes the directory path (mode 0700, the workers' user's), removing first
+// whatever is there.
+func (e *Isolated) freshDir(path string) error {
 	err := os.Mkdir(path, 0o700)
 	if errors.Is(err, fs.ErrExist) {
 		if err = os.RemoveAll(path); err == nil {
@@ -118,10 +176,6 @@ func (e *Isolated) makeWorkDir(t *workTree, name string) error {
 	}
 	if err != nil {
 		return fmt.Errorf("minipy: making a namespace's working directory: %w", err)
-	}
-	if err := e.mountWorkDir(t, name); err != nil {
-		os.Remove(path)
-		return err
 	}
 	return nil
 }
@@ -137,21 +191,33 @@ func (e *Isolated) releaseDirs(d workDirs) {
 	last := d.tree.refs == 0
 	e.mu.Unlock()
 	if last {
+		// Removing the host's directory detaches the tree's tmpfs in every mount namespace.
 		os.RemoveAll(d.tree.path)
+		e.mountReq.Lock()
+		e.mu.Lock()
+		fd := d.tree.fd
+		d.tree.fd, d.tree.tmpl = -1, nil
+		delete(e.tmpfsTrees, d.tree)
+		e.mu.Unlock()
+		e.mountReq.Unlock()
+		if fd >= 0 {
+			syscall.Close(fd)
+		}
 	}
 }
 
 // removeWorkDir removes the working directory of d (a namespace's that ended). Removing the
-// host's directory detaches the tmpfs mounted over it (WorkSize) in every mount namespace;
-// its memory is freed once the host's fd and the last worker holding it are gone.
+// directory detaches the tmpfs mounted over it (WorkSize) in every mount namespace; its
+// memory is freed once the host's fd and the last worker holding it are gone.
 func (e *Isolated) removeWorkDir(d workDirs) {
 	if d.tree == nil || !e.local() {
 		return
 	}
-	os.RemoveAll(d.homePath())
+	os.RemoveAll(e.homePath(d))
 	e.mu.Lock()
 	m := e.mounts[d.key()]
 	delete(e.mounts, d.key())
+	delete(d.tree.plain, d.home)
 	e.mu.Unlock()
 	if m != nil {
 		syscall.Close(m.fd)

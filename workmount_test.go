@@ -65,9 +65,9 @@ func TestWorkSize(t *testing.T) {
 	infos, err := ns.ListFiles("")
 	require.NoError(t, err)
 	assert.Equal(t, []string{"again.bin", "small.bin", "sub"}, fileNames(infos))
-	onDisk, err := os.ReadDir(minipy.HostWorkDir(ns))
+	onDisk, err := os.ReadDir(minipy.HostTreeDir(ns))
 	require.NoError(t, err)
-	assert.Empty(t, onDisk, "the host's disk holds nothing")
+	assert.Empty(t, onDisk, "the host's disk holds nothing, not even the working directory's mount point")
 
 	r, err := runIn(t, e, ns, "fill('new.bin', 10)")
 	require.NoError(t, err)
@@ -226,4 +226,54 @@ type countingWriter struct{ n int64 }
 func (w *countingWriter) Write(b []byte) (int, error) {
 	w.n += int64(len(b))
 	return len(b), nil
+}
+
+// mountinfoCode prints the mounts the code sees: each one's root in its file system and
+// where it is mounted.
+const mountinfoCode = `[" ".join(l.split()[3:5]) for l in open("/proc/self/mountinfo")]`
+
+// Issue 48, finding 12: /proc/self/mountinfo named the host path of the engine's directories
+// (/tmp/minipy-isolated-N/work/8 /namespaces): the tree was a bind of a host directory. Each
+// tree is a tmpfs of its own now, which the host reaches by descriptor: the code sees its
+// root, "/", at /namespaces, and no path of the host's, for the default namespace, a new
+// one, a Fork copy, packed namespaces, and after the template's death.
+func TestMountinfoNamesNoHostPath(t *testing.T) {
+	noHostPath := func(t *testing.T, e *minipy.Isolated, ns *minipy.Namespace) {
+		t.Helper()
+		mounts := valueIn(t, e, ns, mountinfoCode).([]any)
+		assert.Contains(t, mounts, "/ /namespaces", "the tree's own root")
+		for _, m := range mounts {
+			assert.NotContains(t, m, "minipy-isolated-", "a host path of the engine's")
+			assert.False(t, strings.HasPrefix(m.(string), os.TempDir()), "a host path of the engine's: %s", m)
+		}
+	}
+	t.Run("own", func(t *testing.T) {
+		e := newIsolated(t, minipy.IsolatedConfig{WorkSize: 1 << 20})
+		ns := e.NewNamespace()
+		defer ns.Close()
+		noHostPath(t, e, ns)
+		cp, err := ns.Fork()
+		require.NoError(t, err)
+		defer cp.Close()
+		noHostPath(t, e, cp)
+		first := minipy.TemplatePID(e)
+		require.NoError(t, syscall.Kill(first, syscall.SIGKILL))
+		require.Eventually(t, func() bool { return syscall.Kill(first, 0) == syscall.ESRCH }, 30*time.Second, 5*time.Millisecond)
+		late, err := ns.Fork() // (a plain directory in the dead template's tree)
+		require.NoError(t, err)
+		defer late.Close()
+		noHostPath(t, e, late)
+		assert.Equal(t, int64(1), valueIn(t, e, late, "import os; os.makedirs('x'); len(os.listdir('.'))"))
+		_, err = runIn(t, e, ns, "import os; os._exit(3)") // (its next worker is the new template's)
+		require.Error(t, err)
+		noHostPath(t, e, ns)
+	})
+	t.Run("packed", func(t *testing.T) {
+		e := newIsolated(t, minipy.IsolatedConfig{WorkSize: 1 << 20, Workers: 1})
+		a, b := e.NewNamespace(), e.NewNamespace()
+		defer a.Close()
+		defer b.Close()
+		noHostPath(t, e, a)
+		noHostPath(t, e, b)
+	})
 }

@@ -144,10 +144,10 @@ const (
 	ControlTakeOver     = 'T' // host -> guardian: the snapshot takes over; 4 fds: its stdin, stdout, stderr, control pipe
 	ControlFork         = 'F' // host -> guardian: u64 token; 5 fds: a Fork copy's pipes, control pipe and control socket
 	ControlNew          = 'N' // host -> template: TREE NUL HOME; 6 fds: a new worker's pipes, control socket, control pipe, life pipe
-	// ControlMount asks the template to mount a working directory's tmpfs
-	// (IsolatedConfig.WorkSize): the tree's and the directory's names and the size in bytes,
-	// NUL-separated. It answers ControlMount with an O_PATH fd of the tmpfs's root, or
-	// ControlRefused and the reason.
+	// ControlMount asks the template to mount a tmpfs (IsolatedConfig.WorkSize): a tree's
+	// own, or a working directory's, which the host made in it: the tree's and the
+	// directory's ("" for the tree) names and the size in bytes, NUL-separated. It answers
+	// ControlMount with an O_PATH fd of the tmpfs's root, or ControlRefused and the reason.
 	ControlMount   = 'M'
 	ControlRefused = 'E'
 	// ControlListen (worker's sandbox -> host, once, before its ready frame; with

@@ -548,7 +548,7 @@ def _own_tree(cfg, tree_name):
     flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW
     trees = os.open(target, flags)
     try:
-        tree = os.open(tree_name, flags, dir_fd=trees)  # (a name _open_workdir checked)
+        tree = os.open(tree_name, flags, dir_fd=trees)  # (a name _check_names checked)
     finally:
         os.close(trees)
     try:

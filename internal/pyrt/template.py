@@ -101,32 +101,74 @@ def _check_names(tree_name, name):
         raise OSError(22, "bad working directory names %r, %r" % (tree_name, name))
 
 
-def _open_workdir(cfg, tree_name, name):
-    """An O_PATH fd of the working directory name in the tree tree_name (names under the
-    engine's trees, cfg["tree"] here), opened a component at a time without following a
-    symlink: as a non-root host's user, the code of a tree's workers owns the tree and may
-    have put one there."""
-    _check_names(tree_name, name)
+def _tree_root(cfg, tree_name, size):
+    """An O_PATH fd of the root of the tree tree_name's tmpfs, mounting it first over the
+    host's empty directory (the tree's first request): a file system of its own, so that a
+    sandbox's /proc/self/mountinfo names no host path (the tree is the root of what it binds
+    at /namespaces), which the host reaches only by the fd it is sent. The host makes the
+    working directories in it; it is root's when root is mapped here (a root host's: the
+    code cannot add to it), else the sandbox's user's."""
     flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW
     trees = os.open(cfg["tree"], flags)
     try:
         tree = os.open(tree_name, flags, dir_fd=trees)
+        try:
+            if os.fstat(tree).st_dev != os.fstat(trees).st_dev:
+                return os.dup(tree)  # mounted already
+            with open("/proc/self/uid_map") as f:
+                owner = 0 if any(line.split()[0] == "0" for line in f) else os.getuid()
+            _Mounter("").mount("tmpfs", "/proc/self/fd/%d" % tree, "tmpfs", _MS_NOSUID | _MS_NODEV,
+                               "mode=0755,uid=%d,gid=%d,size=%d,nr_inodes=%d" % (
+                                   owner, owner, size, max(size >> 12, 1024)))
+        finally:
+            os.close(tree)
+        root = os.open(tree_name, flags, dir_fd=trees)  # a lookup by name enters the mount
+        if os.fstat(root).st_dev == os.fstat(trees).st_dev:
+            os.close(root)
+            raise OSError(16, "the tree %s moved while it was mounted" % tree_name)
+        return root
     finally:
         os.close(trees)
+
+
+def _mount_home(cfg, tree_name, name, size):
+    """An O_PATH fd of the root of a tmpfs of size bytes mounted over the working directory
+    name that the host made in the tree tree_name's tmpfs, owned by the sandbox's user, mode
+    0700, with an inode per 4 KiB (empty files cost kernel memory that size does not count)."""
+    flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW
+    trees = os.open(cfg["tree"], flags)
     try:
-        return os.open(name, flags, dir_fd=tree)
+        tree = os.open(tree_name, flags, dir_fd=trees)
+        try:
+            if os.fstat(tree).st_dev == os.fstat(trees).st_dev:
+                raise OSError(22, "the tree %s has no tmpfs" % tree_name)
+            d = os.open(name, flags, dir_fd=tree)
+            try:
+                st = os.fstat(d)
+                _Mounter("").mount("tmpfs", "/proc/self/fd/%d" % d, "tmpfs", _MS_NOSUID | _MS_NODEV,
+                                   "mode=0700,uid=%d,gid=%d,size=%d,nr_inodes=%d" % (
+                                       os.getuid(), os.getgid(), size, max(size >> 12, 1024)))
+            finally:
+                os.close(d)
+            root = os.open(name, flags, dir_fd=tree)  # a lookup by name enters the mount
+        finally:
+            os.close(tree)
     finally:
-        os.close(tree)
+        os.close(trees)
+    if os.fstat(root).st_dev == st.st_dev:
+        os.close(root)
+        raise OSError(16, "the working directory %s/%s moved while it was mounted" % (tree_name, name))
+    return root
 
 
 def _mount_workdir(cfg, ctl, body):
-    """C_MOUNT (IsolatedConfig.WorkSize): mounts a tmpfs of the given size over the working
-    directory TREE/NAME (body: b"TREE\0NAME\0SIZE"), owned by the sandbox's user, mode 0700,
-    with an inode per 4 KiB (empty files cost kernel memory that size does not count); then
-    sends the host an O_PATH fd of its root, through which the host reaches the files (the
-    mount exists in this mount namespace and, as slave copies, in the workers' only). A
-    refusal is answered C_REFUSED and the reason. The host removing the directory (the
-    namespace closed) detaches the mount everywhere."""
+    """C_MOUNT (IsolatedConfig.WorkSize), body b"TREE\0NAME\0SIZE": without a NAME, mounts
+    the tree's own tmpfs of SIZE bytes (_tree_root); with one, a tmpfs of SIZE bytes over the
+    working directory NAME that the host made in it (_mount_home). Either way it sends the
+    host an O_PATH fd of the tmpfs's root, through which the host reaches it (the mounts
+    exist in this mount namespace and, as slave copies, in the workers' only). A refusal is
+    answered C_REFUSED and the reason. The host removing a directory detaches the mounts on
+    it everywhere."""
     import array
     import socket
 
@@ -135,18 +177,9 @@ def _mount_workdir(cfg, ctl, body):
         size = int(size)
         if size <= 0:
             raise OSError(22, "bad size %d" % size)
-        d = _open_workdir(cfg, tree_name, name)
+        _check_names(tree_name, name or "-")
+        root = _mount_home(cfg, tree_name, name, size) if name else _tree_root(cfg, tree_name, size)
         try:
-            st = os.fstat(d)
-            _Mounter("").mount("tmpfs", "/proc/self/fd/%d" % d, "tmpfs", _MS_NOSUID | _MS_NODEV,
-                               "mode=0700,uid=%d,gid=%d,size=%d,nr_inodes=%d" % (
-                                   os.getuid(), os.getgid(), size, max(size >> 12, 1024)))
-        finally:
-            os.close(d)
-        root = _open_workdir(cfg, tree_name, name)  # a lookup by name enters the mount
-        try:
-            if os.fstat(root).st_dev == st.st_dev:
-                raise OSError(16, "the working directory %s/%s moved while it was mounted" % (tree_name, name))
             ctl.sendmsg([C_MOUNT], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [root]).tobytes())])
         finally:
             os.close(root)

@@ -880,10 +880,11 @@ var ErrTemplateGone = errors.New("minipy: the template is gone")
 // configuration's fault: another start may well succeed.
 var ErrStartKilled = errors.New("minipy: the worker was killed while it started")
 
-// AskMount has template t mount a tmpfs of size bytes over the working directory tree/name
-// in its mount namespace (pyrt.ControlMount) and returns an O_PATH fd of the tmpfs's root.
-// The caller sends one request at a time, so that an answer is the last request's; a
-// template that does not answer within timeout is stuck, and is killed.
+// AskMount has template t mount a tmpfs of size bytes (pyrt.ControlMount) in its mount
+// namespace: over the tree tree, the first time ("" name), or over the working directory
+// name that the host made in the tree's; it returns an O_PATH fd of the tmpfs's root. The
+// caller sends one request at a time, so that an answer is the last request's; a template
+// that does not answer within timeout is stuck, and is killed.
 func (t *Worker) AskMount(tree, name string, size int64, timeout time.Duration) (int, error) {
 	msg := fmt.Sprintf("%c%s\x00%s\x00%d", pyrt.ControlMount, tree, name, size)
 	if _, _, err := t.ctl.WriteMsgUnix([]byte(msg), nil, nil); err != nil {
