@@ -161,6 +161,10 @@ type IsolatedConfig struct {
 	// through the host process's /proc/PID/fd. Sandboxed workers forked from the template
 	// (the default) get it; with NoTemplate, without the sandbox, for Command workers and
 	// with a negative WorkSize, working directories are directories on the host's disk.
+	// With the template, the directory of a namespace's working directories (a Fork
+	// copy's and packed namespaces' are there too) is a tmpfs of its own, twice WorkSize,
+	// which holds their mount points and, after the template's death, the working
+	// directories added to it: the code's /proc/self/mountinfo names no host path.
 	WorkSize int64
 	// MaxTransfer caps, in bytes, what a worker may send the host in one message: a run's
 	// result (its value, output and displays), a Get's value, a Save's variables, a host

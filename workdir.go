@@ -25,10 +25,13 @@ import (
 // cannot see each other's files at all; a Fork copy and its source, which share a sandbox,
 // and namespaces packed into one worker (which share a process anyway) can.
 //
-// A tree and its directories are made by the host, owned by it (a tree) and by the workers'
-// user (a working directory); the code cannot add entries to a tree when the host runs as
-// root. The host never follows a link in them: it makes directories with mkdir and lchown
-// and removes them with os.RemoveAll, none of which follow a symlink the code put there.
+// A tree and its directories are made by the host (with WorkSize and a template, the tree is
+// a tmpfs that the template mounts, and the host makes them in it by its fd: workmount.go),
+// owned by the host (a tree; root mapped in the template's user namespace) and by the
+// workers' user (a working directory); the code cannot add entries to a tree when the host
+// runs as root. The host never follows a link in them: it makes directories with mkdir and
+// lchown and removes them with os.RemoveAll, none of which follow a symlink the code put
+// there.
 
 // workTree is one tree: the directory of the working directories of the namespaces that may
 // share one worker sandbox.
