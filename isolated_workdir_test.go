@@ -315,7 +315,7 @@ func TestIsolatedCloseWaitsForAnotherClose(t *testing.T) {
 	require.NoError(t, err)
 	ns := e.NewNamespace()
 	valueIn(t, e, ns, "open('f.txt', 'w').write('x')")
-	dir := filepath.Dir(filepath.Dir(minipy.HostWorkDir(ns)))
+	dir := filepath.Dir(filepath.Dir(minipy.HostTreeDir(ns)))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

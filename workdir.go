@@ -216,6 +216,8 @@ func (e *Isolated) removeWorkDir(d workDirs) {
 	if d.tree == nil || !e.local() {
 		return
 	}
+	e.mountReq.Lock() // (not while its tree's next worker start moves it: moveMounts)
+	defer e.mountReq.Unlock()
 	os.RemoveAll(e.homePath(d))
 	e.mu.Lock()
 	m := e.mounts[d.key()]
