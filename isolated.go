@@ -554,7 +554,7 @@ func (e *Isolated) attempt(ctx context.Context, slot *workerSlot, bindings []*ns
 	if s.abandoned {
 		s.abandoned = false // the isolated engine does not leave the code running
 		intr, _ := s.interrupted(started, nil).(*InterruptedError)
-		if d, ok := w.KillWorker(time.Second); ok && d.Snapshot {
+		if d, ok := w.KillWorker(deathReportWait); ok && d.Snapshot {
 			res, err = e.rolledBack(slot, w, bindings, intr, res, started)
 			return res, err, false
 		}
@@ -607,6 +607,13 @@ func (e *Isolated) runBindings(opts *Options, gid, lid uint32) ([]*nsBinding, []
 	return append(bindings, lb), append(ids, lid), nil
 }
 
+// deathReportWait bounds the wait for a guardian's report that its worker ended, which
+// says whether a snapshot can take over. The guardian reports at once, but on a loaded
+// machine it may wait seconds for a CPU (1 s lost a namespace that had a snapshot, with two
+// test suites and -race on 2 cores); a guardian that died ends the wait at once (its exit,
+// its line). Past it the namespace is lost, so the bound is generous.
+const deathReportWait = 10 * time.Second
+
 // ended handles a run whose worker ended before it answered: rolled back to its snapshot
 // when it has one, else lost. A SIGKILL after the run was kicked is the worker's deadman
 // timer enforcing the deadline (the host's own kill comes as an abandoned run): the
@@ -614,7 +621,7 @@ func (e *Isolated) runBindings(opts *Options, gid, lid uint32) ([]*nsBinding, []
 func (e *Isolated) ended(slot *workerSlot, w *worker.Worker, bindings []*nsBinding, s stop, res *Result,
 	started time.Time) (*Result, error) {
 	var err error
-	if d, ok := w.AwaitDeath(time.Second); ok && d.Snapshot {
+	if d, ok := w.AwaitDeath(deathReportWait); ok && d.Snapshot {
 		res, err = e.rolledBack(slot, w, bindings, nil, res, started)
 	} else {
 		res, err = e.lost(slot, w, bindings, nil, res, started)
@@ -632,7 +639,7 @@ func (e *Isolated) ended(slot *workerSlot, w *worker.Worker, bindings []*nsBindi
 func (e *Isolated) broken(slot *workerSlot, w *worker.Worker, bindings []*nsBinding, why error, res *Result,
 	started time.Time) (*Result, error) {
 	var err error
-	if d, ok := w.KillWorker(time.Second); ok && d.Snapshot {
+	if d, ok := w.KillWorker(deathReportWait); ok && d.Snapshot {
 		res, err = e.rolledBack(slot, w, bindings, nil, res, started)
 	} else {
 		w.Kill()
