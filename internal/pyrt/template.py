@@ -6,6 +6,7 @@ _LIFE_FD = KICK_FD + 1  # a tenant guardian's end of its life pipe: the host see
 _tenant = False  # this process is a tenant guardian forked from the template
 _filter = None  # the template's seccomp filter
 _template_binds = []  # the targets of the template's binds (_enter_sandbox), for its tenants
+_tree_owner = None  # the owner of the trees' tmpfs (_tree_root): root where it is mapped
 
 
 def _serve_template(cfg, runtime):
@@ -115,8 +116,11 @@ def _tree_root(cfg, tree_name, size):
         try:
             if os.fstat(tree).st_dev != os.fstat(trees).st_dev:
                 return os.dup(tree)  # mounted already
-            with open("/proc/self/uid_map") as f:
-                owner = 0 if any(line.split()[0] == "0" for line in f) else os.getuid()
+            global _tree_owner
+            if _tree_owner is None:
+                with open("/proc/self/uid_map") as f:
+                    _tree_owner = 0 if any(line.split()[0] == "0" for line in f) else os.getuid()
+            owner = _tree_owner
             _Mounter("").mount("tmpfs", "/proc/self/fd/%d" % tree, "tmpfs", _MS_NOSUID | _MS_NODEV,
                                "mode=0755,uid=%d,gid=%d,size=%d,nr_inodes=%d" % (
                                    owner, owner, size, max(size >> 12, 1024)))
