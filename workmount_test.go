@@ -277,3 +277,14 @@ func TestMountinfoNamesNoHostPath(t *testing.T) {
 		noHostPath(t, e, b)
 	})
 }
+
+// On an unprivileged host the trees' tmpfs is the host user's (the only one its template's
+// user namespace maps): the host makes the working directories in it as their owner, and
+// the tests above hold as they do for root.
+func TestWorkSizeAsUser(t *testing.T) {
+	out := rerunAsNobody(t, "^(TestMountinfoNamesNoHostPath|TestWorkSize|TestWorkSizeTemplateDies|TestWorkDirFork|TestWorkDirTreeIsTheHosts)$")
+	for _, name := range []string{"TestMountinfoNamesNoHostPath", "TestWorkSize", "TestWorkSizeTemplateDies", "TestWorkDirFork",
+		"TestWorkDirTreeIsTheHosts"} {
+		assert.Contains(t, out, "--- PASS: "+name+" ", name)
+	}
+}
