@@ -24,9 +24,11 @@ import (
 //     20 ms apart, with the snapshot that follows it (a block of 10 ends with a request
 //     that changes nothing, answered once the last snapshot is made); the floor is the same
 //     tree idle for as long, which the cycle's counts leave out;
-//   - new-namespace: NewNamespace (numpy preloaded) from a spare that had time to start, to
-//     its first answer, with the start of the spare it causes (given 0.5 s); counted less
-//     the tree idle for as long.
+//   - new-namespace: NewNamespace (numpy preloaded) from a spare that had time to start
+//     (IsolatedConfig.Spares 1), to its first answer, with the start of the spare that
+//     replaces it (given 0.5 s); counted less the tree idle for as long;
+//   - new-namespace-no-spare: the same with no pool (IsolatedConfig.Spares -1), back to
+//     back: each a whole sandbox start on the caller's path; -no-cgroup with NoCgroup.
 //
 // Metrics: us (median time of the operation), cs, faults, syscalls and forks per
 // operation; the same with "floor-" before them; x-floor the time's ratio to its floor.
@@ -116,11 +118,11 @@ func BenchmarkCounts(b *testing.B) {
 	})
 	b.Run("new-namespace", func(b *testing.B) {
 		m := meter(b)
-		e := newIsolated(b, minipy.IsolatedConfig{Preload: []string{"numpy"}})
+		// One spare, so that each op starts exactly one (the adaptive pool would grow with
+		// the calls, and count the growth in the op).
+		e := newIsolated(b, minipy.IsolatedConfig{Preload: []string{"numpy"}, Spares: 1})
 		const settle, block = 500 * time.Millisecond, 4
-		first := e.NewNamespace() // (makes the first spare)
-		defer first.Close()
-		time.Sleep(settle)
+		time.Sleep(settle) // (the spare starts)
 		var took []time.Duration
 		var counts, idle opcount.Counts
 		ops, windows := 0, 0
@@ -150,6 +152,54 @@ func BenchmarkCounts(b *testing.B) {
 		}
 		report(b, m, took, nil, minus(counts.Per(ops), idle.Per(windows)), idle.Per(windows))
 	})
+	for _, cg := range []bool{true, false} {
+		name := "new-namespace-no-spare"
+		if !cg {
+			name += "-no-cgroup"
+		}
+		b.Run(name, func(b *testing.B) { benchStartNoSpare(b, cg) })
+	}
+}
+
+// benchStartNoSpare is BenchmarkCounts' new-namespace-no-spare: NewNamespace (numpy
+// preloaded) with no pool (Spares -1), to the end of its first run, back to back in blocks
+// of 4: each op is a whole sandbox start on the caller's path (the template's fork, the
+// sandbox's namespaces, mounts and cgroup, its pid 1, the worker's start and warm-up, its
+// first snapshots). The floor is the tree idle for as long as a block took, left out.
+func benchStartNoSpare(b *testing.B, cgroup bool) {
+	m := meter(b)
+	e := newIsolated(b, minipy.IsolatedConfig{Preload: []string{"numpy"}, Spares: -1, NoCgroup: !cgroup})
+	const block = 4
+	var took []time.Duration
+	var counts, idle opcount.Counts
+	ops := 0
+	for b.Loop() {
+		var made []*minipy.Namespace
+		before := m.read()
+		start := time.Now()
+		for range block {
+			at := time.Now()
+			ns := e.NewNamespace()
+			if _, err := e.Run(context.Background(), "1+1", &minipy.Options{Globals: ns}); err != nil {
+				b.Fatal(err)
+			}
+			took = append(took, time.Since(at))
+			made = append(made, ns)
+		}
+		// (each start's last snapshot is made after its answer: given time, then counted)
+		time.Sleep(100 * time.Millisecond)
+		counts = counts.Add(m.since(before))
+		spent := time.Since(start)
+		before = m.read()
+		time.Sleep(spent)
+		idle = idle.Add(m.since(before))
+		for _, ns := range made {
+			ns.Close()
+		}
+		time.Sleep(200 * time.Millisecond) // (their ends out of the next block's counts)
+		ops += block
+	}
+	report(b, m, took, nil, counts.Sub(idle).Per(ops), idle.Per(ops))
 }
 
 // countMeter is an opcount.Meter, or nothing where the kernel lets us count nothing.

@@ -18,7 +18,9 @@ import (
 // machine slows both alike. Each reports both medians and their ratio (x-floor):
 //
 //   - new-namespace: NewNamespace, numpy preloaded, to its first answer (`import numpy`),
-//     back to back, against a bare `python3 -c pass` of the workers' Python;
+//     in bursts of 5 back to back, against a bare `python3 -c pass` of the workers' Python;
+//     new-namespace-burst the same in bursts of 20; new-namespace-no-spare in bursts of 5
+//     with no pool (IsolatedConfig.Spares -1), each a sandbox's start;
 //   - host-call: one in-process host call of an Inline function, add(a=i, b=1), made
 //     1,000 times in a run, against a whole in-process run of `1+1`; host-call-served
 //     the same for a function that is not Inline (served by a goroutine);
@@ -29,31 +31,13 @@ import (
 //
 // The ratios are the goals; the floors say how fast this machine is today.
 func BenchmarkGoals(b *testing.B) {
-	b.Run("new-namespace", func(b *testing.B) {
-		e := newIsolated(b, minipy.IsolatedConfig{Preload: []string{"numpy"}})
-		python := workerPython(b, e)
-		const block = 5
-		var floor, took []time.Duration
-		for b.Loop() {
-			for range block {
-				start := time.Now()
-				if err := exec.Command(python, "-c", "pass").Run(); err != nil {
-					b.Fatal(err)
-				}
-				floor = append(floor, time.Since(start))
-			}
-			for range block {
-				start := time.Now()
-				ns := e.NewNamespace()
-				if _, err := e.Run(context.Background(), "import numpy", &minipy.Options{Globals: ns}); err != nil {
-					b.Fatal(err)
-				}
-				took = append(took, time.Since(start))
-				ns.Close()
-			}
-		}
-		reportAgainst(b, took, floor)
-	})
+	for _, c := range []struct {
+		name   string
+		spares int
+		burst  int
+	}{{"new-namespace", 0, 5}, {"new-namespace-burst", 0, 20}, {"new-namespace-no-spare", -1, 5}} {
+		b.Run(c.name, func(b *testing.B) { benchNewNamespaces(b, c.spares, c.burst) })
+	}
 	for _, inline := range []bool{true, false} {
 		name := "host-call"
 		if !inline {
@@ -212,4 +196,47 @@ func (p *echoProcess) roundTrip(b *testing.B, frame []byte) {
 	if _, err := io.ReadFull(p.out, frame); err != nil {
 		b.Fatal(err)
 	}
+}
+
+// benchNewNamespaces is BenchmarkGoals' new-namespace with IsolatedConfig.Spares spares:
+// bursts of burst NewNamespace calls back to back, each to the end of its first run. The
+// first burst, untimed, is the one the adaptive pool learns its size from; each timed one
+// starts once the pool has grown back (its starts would slow the floor's python too).
+func benchNewNamespaces(b *testing.B, spares, burst int) {
+	e := newIsolated(b, minipy.IsolatedConfig{Preload: []string{"numpy"}, Spares: spares})
+	python := workerPython(b, e)
+	var floor, took []time.Duration
+	run := func(into *[]time.Duration) {
+		var made []*minipy.Namespace
+		for range burst {
+			start := time.Now()
+			ns := e.NewNamespace()
+			if _, err := e.Run(context.Background(), "import numpy", &minipy.Options{Globals: ns}); err != nil {
+				b.Fatal(err)
+			}
+			if into != nil {
+				*into = append(*into, time.Since(start))
+			}
+			made = append(made, ns)
+		}
+		for _, ns := range made {
+			ns.Close()
+		}
+	}
+	run(nil)
+	for b.Loop() {
+		for minipy.ReadySpares(e) < minipy.SpareTarget(e) { // (at most the pool's ceiling)
+			time.Sleep(10 * time.Millisecond)
+		}
+		time.Sleep(100 * time.Millisecond) // (the last closes end)
+		for range 5 {
+			start := time.Now()
+			if err := exec.Command(python, "-c", "pass").Run(); err != nil {
+				b.Fatal(err)
+			}
+			floor = append(floor, time.Since(start))
+		}
+		run(&took)
+	}
+	reportAgainst(b, took, floor)
 }

@@ -52,8 +52,8 @@ type Isolated struct {
 	mu        sync.Mutex
 	closed    bool
 	closeDone chan struct{}            // closed when Close has finished
-	own       map[*workerSlot]struct{} // perNS: the slots of the namespaces made, and the spare
-	spare     *workerSlot              // perNS: a worker started ahead for the next namespace
+	own       map[*workerSlot]struct{} // perNS: the slots of the namespaces made, and the spares
+	pool      sparePool                // perNS: workers started ahead for the next namespaces
 
 	// The template (sandboxed local workers unless NoTemplate): the process that new
 	// workers are forked from. useTemplate turns false if a replacement fails to start.
@@ -102,6 +102,7 @@ func newIsolated(cfg IsolatedConfig, sandbox bool) (*Isolated, error) {
 		return nil, err
 	}
 	e := &Isolated{cfg: cfg, perNS: cfg.Workers == 0, own: map[*workerSlot]struct{}{}, closeDone: make(chan struct{})}
+	e.pool.init(cfg)
 	e.watch.e = e
 	if cfg.Egress != nil {
 		p, err := newEgressPolicy(*cfg.Egress)
@@ -125,6 +126,11 @@ func newIsolated(cfg IsolatedConfig, sandbox bool) (*Isolated, error) {
 	}
 	if err == nil {
 		err = e.startSlots()
+	}
+	if err == nil && e.perNS && cfg.Spares > 0 {
+		e.mu.Lock()
+		e.keepSpares() // asked for by number: ready for the first NewNamespace
+		e.mu.Unlock()
 	}
 	if err != nil {
 		e.Close()
@@ -245,42 +251,24 @@ func (e *Isolated) NewNamespace() *Namespace {
 		e.mu.Unlock()
 		return &Namespace{closed: true, ref: ErrEngineClosed}
 	}
-	// The namespace takes the spare, whose worker started ahead (it may still be starting),
-	// and another spare starts for the next one. The first namespace finds none: an engine
-	// that never makes one keeps no idle worker.
-	slot := e.spare
-	e.spare = nil
+	// The namespace takes a spare, whose worker started ahead (it may still be starting),
+	// and the pool's keeper starts another (IsolatedConfig.Spares). Without one, the
+	// namespace starts its own worker, which its first use waits for.
+	slot := e.pool.take(time.Now())
+	e.keepSpares()
 	e.mu.Unlock()
-	fresh := slot == nil
-	if fresh {
+	if slot == nil {
 		slot = e.ownSlot()
-	}
-	// The next spare's directories are made by its start, off this call's path (mounting a
-	// tmpfs is a round trip to the template).
-	spare := &workerSlot{e: e, token: make(turn, 1), own: true, lazyDirs: true}
-	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
-		if fresh {
+		e.mu.Lock()
+		if e.closed {
+			e.mu.Unlock()
 			e.releaseDirs(slot.dirs) // Close may have removed the engine's directory before they were made
+			return &Namespace{closed: true, ref: ErrEngineClosed}
 		}
-		return &Namespace{closed: true, ref: ErrEngineClosed}
-	}
-	if fresh {
 		e.own[slot] = struct{}{}
-	}
-	keep := e.spare == nil // else another NewNamespace has just put one there
-	if keep {
-		e.own[spare] = struct{}{}
-		e.spare = spare
-	}
-	e.mu.Unlock()
-	if fresh {
+		e.mu.Unlock()
 		slot.startNext()
 	}
-	if keep {
-		spare.startNext()
-	} // (else it never started, and made nothing)
 	slot.ensureDirs() // a spare's: made by its start by now, or waited for
 	e.opened.Add(1)
 	return newNamespace(e, id, &nsBinding{slot: slot, dirs: slot.dirs})
@@ -323,6 +311,7 @@ func (e *Isolated) Close() error {
 	for s := range e.own {
 		slots = append(slots, s)
 	}
+	e.pool.poke() // its keeper sees the engine closed
 	e.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, s := range slots {
@@ -333,6 +322,7 @@ func (e *Isolated) Close() error {
 		}()
 	}
 	wg.Wait()
+	e.pool.keeping.Wait() // (and the closes of spares it trimmed)
 	e.tmplMu.Lock()
 	t := e.tmpl
 	e.tmpl = nil
@@ -1124,7 +1114,7 @@ func (s *workerSlot) held(w *worker.Worker) int {
 // without a report, and everything in its pid namespace with it.
 func (e *Isolated) countDeath(s *workerSlot, reported bool) {
 	e.mu.Lock()
-	spare := e.spare == s
+	spare := e.pool.has(s)
 	e.mu.Unlock()
 	switch {
 	case spare:
@@ -1177,6 +1167,18 @@ func (s *workerSlot) startNext() {
 			s.watch(w)
 		}
 	}()
+}
+
+// startDone is closed when the slot's start in progress ends (at once without one).
+func (s *workerSlot) startDone() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pending != nil {
+		return s.pending
+	}
+	done := make(chan struct{})
+	close(done)
+	return done
 }
 
 // ensureDirs makes a lazyDirs slot's directories, once; a second caller waits for the

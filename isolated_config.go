@@ -38,11 +38,22 @@ type IsolatedConfig struct {
 	// Workers packs namespaces into shared worker processes. 0 (the default) gives every
 	// namespace a worker of its own, killed by its Close: namespaces never share memory, a
 	// crash costs no other namespace its variables, and runs in different namespaces
-	// proceed in parallel. NewNamespace takes a spare worker started ahead (after the first
-	// NewNamespace, one is kept starting), so a namespace rarely waits for a start. N > 0 runs N workers and spreads the namespaces over
-	// them round-robin: fewer processes, but namespaces on one worker can reach each
+	// proceed in parallel. NewNamespace takes a spare worker started ahead (Spares), so a
+	// namespace rarely waits for a start. N > 0 runs N workers and spreads the namespaces
+	// over them round-robin: fewer processes, but namespaces on one worker can reach each
 	// other's objects (gc.get_objects) and are lost together.
 	Workers int
+	// Spares is the warm pool of a worker per namespace (Workers 0): sandboxes started
+	// ahead, each handed whole to the next NewNamespace, whose first run then finds its
+	// worker up (a few ms) instead of waiting for a start (50-150 ms; docs/benchmarks.md).
+	// 0 (the default) adapts the pool to the calls: none until the first NewNamespace, then
+	// as many as NewNamespace was called in the last 10 seconds (a burst's size), at least
+	// one, at most 32 and a quarter of MemoryBudget at 48 MiB each; it shrinks back as the
+	// calls age out. N > 0 keeps N ready from NewIsolated on; a negative value keeps none.
+	// Spares start in parallel, as many at once as there are CPUs. Each is a sandbox like
+	// any other, counted in MemoryBudget and in Stats (Workers, Spares, SpareHits,
+	// SpareMisses).
+	Spares int
 	// Python is the worker executable (a project's venv python works; 3.11 or later). ""
 	// means the interpreter of the libpython minipy is built against, found from the
 	// library's own file (PREFIX/bin/python3.X beside PREFIX/lib), else python3.X in
@@ -291,6 +302,9 @@ var moduleName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0
 func withDefaults(cfg IsolatedConfig) (IsolatedConfig, error) {
 	if cfg.Workers < 0 {
 		return cfg, errors.New("minipy: IsolatedConfig.Workers must not be negative")
+	}
+	if cfg.Spares > 0 && cfg.Workers > 0 {
+		return cfg, errors.New("minipy: IsolatedConfig.Spares applies to a worker per namespace (Workers 0)")
 	}
 	if cfg.KickSignal == 0 {
 		cfg.KickSignal = DefaultKickSignal

@@ -176,16 +176,44 @@ func NewIsolatedCgroupBare(cfg IsolatedConfig) (*Isolated, error) {
 	return NewIsolated(cfg)
 }
 
-// SpareStarted reports whether e's spare worker has finished starting (a kill before that
-// is the start's failure, not a death between runs).
+// SpareStarted reports whether e has a spare worker that has finished starting (a kill
+// before that is the start's failure, not a death between runs).
 func SpareStarted(e *Isolated) bool {
 	e.mu.Lock()
-	spare := e.spare
-	e.mu.Unlock()
-	if spare == nil {
-		return false
+	var spares []*workerSlot
+	for _, s := range e.pool.spares {
+		spares = append(spares, s.slot)
 	}
-	spare.mu.Lock()
-	defer spare.mu.Unlock()
-	return spare.started != nil || spare.cur != nil
+	e.mu.Unlock()
+	for _, s := range spares {
+		s.mu.Lock()
+		up := s.started != nil || s.cur != nil
+		s.mu.Unlock()
+		if up {
+			return true
+		}
+	}
+	return false
+}
+
+// ReadySpares is the number of e's spares whose start has ended.
+func ReadySpares(e *Isolated) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.pool.up()
+}
+
+// SetSpareWindow shortens how far back e's adaptive pool counts NewNamespace calls.
+func SetSpareWindow(e *Isolated, d time.Duration) {
+	e.mu.Lock()
+	e.pool.window = d
+	e.mu.Unlock()
+	e.pool.poke()
+}
+
+// SpareTarget is how many spares e's pool holds at the moment, once its starts end.
+func SpareTarget(e *Isolated) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.pool.target(time.Now())
 }

@@ -29,6 +29,12 @@ type IsolatedStats struct {
 	// (PSS: a page that n processes share counts 1/n in each), as /proc/PID/smaps_rollup
 	// reports them.
 	MemoryBytes int64
+	// Spares is the number of workers started ahead for the next namespaces (ready or
+	// still starting; IsolatedConfig.Spares). SpareHits counts the NewNamespace calls that
+	// took one whose start had ended, SpareMisses those that found none, or one still
+	// starting (whose first run waited for the rest of its start).
+	Spares                 int
+	SpareHits, SpareMisses uint64
 	// Starts and StartFailures count the worker starts since NewIsolated, and the failed.
 	Starts, StartFailures uint64
 	// StartError is the error of the latest worker start if it failed (nil once one
@@ -152,6 +158,7 @@ func (e *Isolated) Stats() IsolatedStats {
 		}
 	}
 	e.mu.Lock()
+	st.Spares, st.SpareHits, st.SpareMisses = len(e.pool.spares), e.pool.hits, e.pool.misses
 	slots := append([]*workerSlot(nil), e.slots...)
 	for s := range e.own {
 		slots = append(slots, s)

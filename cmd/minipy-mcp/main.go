@@ -33,6 +33,9 @@
 //	-max-output int     character budget of a reply (default 16384)
 //	-workers int        with -backend isolated: pack the sessions into this many shared worker
 //	                    processes (default 0: a worker process of its own per session)
+//	-spares n           with -backend isolated: sandboxes kept started ahead for new sessions
+//	                    (default 0: as many as sessions opened in the last 10 s, at least
+//	                    one once a session opened, at most 32; -1: none)
 //	-memory-limit int   with -backend isolated: bytes of address space per worker
 //	                    (default: 4 GiB plus 256 MiB per CPU, for thread pools; 0: none)
 //	-processes n        with -backend isolated: processes and threads of a session's
@@ -161,6 +164,7 @@ type flags struct {
 	timeout        time.Duration
 	maxOutput      int
 	workers        int
+	spares         int
 	limits         limitFlags
 	memory         memoryFlags
 	egress         egressFlags
@@ -191,6 +195,8 @@ func parseFlags() *flags {
 	f.limits.register(flag.CommandLine)
 	f.memory.register(flag.CommandLine)
 	f.egress.register()
+	flag.IntVar(&f.spares, "spares", 0, "with -backend isolated: sandboxes kept started ahead for new sessions (0: adapt to "+
+		"the sessions opened in the last 10 s, at least one once one opened, at most 32; N: N; -1: none)")
 	flag.Int64Var(&f.workSize, "work-size", defaultWorkSize, "with -backend isolated: the `bytes` a session's working directory may hold, in a tmpfs (memory); -1: on the host's disk, no cap")
 	flag.StringVar(&f.httpAddr, "http", "", "serve the Streamable HTTP transport on `addr` (host:port) instead of stdio")
 	flag.DurationVar(&f.sessionTimeout, "session-timeout", 30*time.Minute, "with -http: close a session (and free its namespace) after this long without a request")
@@ -264,7 +270,10 @@ func (f *flags) engine() (minipy.Engine, minipy.IsolatedConfig, memoryPlan) {
 	if err != nil {
 		log.Fatalf("minipy-mcp: %v", err)
 	}
-	cfg := minipy.IsolatedConfig{Workers: f.workers, WorkSize: f.workSize, OnIdleDeath: logIdleDeath}
+	if f.spares > 0 && f.workers > 0 {
+		log.Fatalf("minipy-mcp: -spares applies to a worker per session (-workers 0)")
+	}
+	cfg := minipy.IsolatedConfig{Workers: f.workers, Spares: f.spares, WorkSize: f.workSize, OnIdleDeath: logIdleDeath}
 	limits.apply(&cfg)
 	plan.apply(&cfg)
 	if f.egress.set() {

@@ -270,6 +270,11 @@ var (
 		"Workers that ended between runs (killed, crashed by a thread left running; spares included), by what "+
 			"their namespaces kept: kept (a snapshot took over: nothing lost) or lost (their variables).",
 		[]string{"state"}, nil)
+	descSpares = prometheus.NewDesc("minipy_spares",
+		"Sandboxes started ahead for the next sessions (-spares), ready or still starting.", nil, nil)
+	descSpareTakes = prometheus.NewDesc("minipy_spare_takes_total",
+		"New sessions by what they found: hit (a spare whose start had ended), miss (none, or one still "+
+			"starting: the session's first call waited for the rest of a sandbox's start).", []string{"result"}, nil)
 	descDeaths = prometheus.NewDesc("minipy_process_deaths_total",
 		"Processes of the isolated engine that ended between runs, not ended by the server (killed from outside, "+
 			"the OOM killer, a crash), by kind: template, spare, worker, snapshot (nothing lost: replaced, or a "+
@@ -284,7 +289,7 @@ var (
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descSessions, descDraining, descNamespaces, descWorkers, descProcesses,
-		descMemory, descStarts, descIdleDeaths, descDeaths, descEgress, descEgressBytes} {
+		descMemory, descStarts, descIdleDeaths, descDeaths, descEgress, descEgressBytes, descSpares, descSpareTakes} {
 		ch <- d
 	}
 }
@@ -302,6 +307,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descWorkers, prometheus.GaugeValue, float64(st.Workers))
 	ch <- prometheus.MustNewConstMetric(descProcesses, prometheus.GaugeValue, float64(st.Processes))
 	ch <- prometheus.MustNewConstMetric(descMemory, prometheus.GaugeValue, float64(st.MemoryBytes))
+	ch <- prometheus.MustNewConstMetric(descSpares, prometheus.GaugeValue, float64(st.Spares))
+	ch <- prometheus.MustNewConstMetric(descSpareTakes, prometheus.CounterValue, float64(st.SpareHits), "hit")
+	ch <- prometheus.MustNewConstMetric(descSpareTakes, prometheus.CounterValue, float64(st.SpareMisses), "miss")
 	ch <- prometheus.MustNewConstMetric(descStarts, prometheus.CounterValue, float64(st.Starts-st.StartFailures), "ok")
 	ch <- prometheus.MustNewConstMetric(descStarts, prometheus.CounterValue, float64(st.StartFailures), "failed")
 	ch <- prometheus.MustNewConstMetric(descIdleDeaths, prometheus.CounterValue, float64(st.IdleDeaths-st.IdleStateLost), "kept")

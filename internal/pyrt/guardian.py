@@ -34,9 +34,7 @@ def _become_guardian(cfg, runtime):
 
     init = os.getpid() == 1
     try:
-        import ctypes
-
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
+        prctl = _libc().prctl
     except (OSError, AttributeError):
         prctl = None  # not Linux: the host still kills the process group
     if not init and prctl:
@@ -50,7 +48,7 @@ def _become_guardian(cfg, runtime):
     pid = os.fork()
     if pid == 0:
         signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)  # (not the enum wrapper: template.py)
         os.close(wake_r)
         os.close(wake_w)
         if _tenant:

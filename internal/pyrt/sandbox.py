@@ -76,7 +76,7 @@ class _Mounter:
         import ctypes
 
         self.ctypes = ctypes
-        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.libc = _libc()
         self.root = root
         self.bound = []
         self.held = {}  # host path -> O_PATH fd (reach)
@@ -585,7 +585,7 @@ def _become_tenant(cfg, fds, dirs):
             os.write(f, b"0")
             os.close(f)
         del fds[6:]
-        libc = ctypes.CDLL(None, use_errno=True)
+        libc = _libc()
 
         def check(what, ret):
             if ret != 0:
@@ -599,8 +599,11 @@ def _become_tenant(cfg, fds, dirs):
         check("unshare a user namespace", libc.unshare(_CLONE_NEWUSER))
         for name, text in (("setgroups", "deny"), ("uid_map", "%d %d 1" % (uid, uid)),
                            ("gid_map", "%d %d 1" % (gid, gid))):
-            with open("/proc/self/" + name, "w") as f:
-                f.write(text)
+            f = os.open("/proc/self/" + name, os.O_WRONLY)  # (not open(): a text file's objects are pages to copy)
+            try:
+                os.write(f, text.encode())
+            finally:
+                os.close(f)
         flags = _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWIPC | _CLONE_NEWUTS
         if not cfg.get("network"):
             flags |= _CLONE_NEWNET

@@ -6,6 +6,7 @@ _LIFE_FD = KICK_FD + 1  # a tenant guardian's end of its life pipe: the host see
 _tenant = False  # this process is a tenant guardian forked from the template
 _filter = None  # the template's seccomp filter
 _template_binds = []  # the targets of the template's binds (_enter_sandbox), for its tenants
+_tenant_hooks = []  # in a tenant: the after-fork hooks its worker runs (_defer_child_hooks)
 _tree_owner = None  # the owner of the trees' tmpfs (_tree_root): root where it is mapped
 
 
@@ -35,11 +36,20 @@ def _serve_template(cfg, runtime):
     # above it; they are in no pid namespace of its (sandboxAttr).
     import ctypes
 
-    if ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER
+    if _libc().prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER
         raise OSError(ctypes.get_errno(), "PR_SET_CHILD_SUBREAPER")
     global _filter
     _filter = _Mounter("").filter(cfg.get("seccomp"))  # made once here, installed by each fork
     compiled = _load_runtime(cfg, runtime)
+    # What each fork would otherwise make for itself, made here once and shared: the libc
+    # functions the sandbox's setup calls (_libc), the modules it imports, the package site.
+    for name in ("mount", "umount2", "unshare", "syscall", "prctl", "capset", "timer_create", "timer_settime"):
+        getattr(_libc(), name, None)
+    import faulthandler  # noqa: F401
+    import fcntl  # noqa: F401
+    import stat  # noqa: F401
+
+    _package_site()
     for name in filter(None, cfg.get("preload", "").split(",")):
         try:
             importlib.import_module(name)
@@ -79,19 +89,28 @@ def _serve_template(cfg, runtime):
                 continue
             pid = -1
             if msg[:1] == C_NEW and len(fds) >= 6:
+                # The after-fork hooks in Python (threading's, logging's) run once, in the
+                # worker (main), not in each process on the way (this fork, the sandbox's
+                # pid 1, the worker): each run writes ~100 pages of its process.
+                deferred = _defer_child_hooks(0)
                 try:
                     pid = os.fork()
                 except OSError:
                     pass
                 if pid == 0:
+                    global _tenant_hooks
+                    _tenant_hooks = deferred
                     gc.enable()
                     ctl.detach()  # fd 3 is the tenant's control socket from here on
                     signal.set_wakeup_fd(-1)
-                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                    # (_signal's: signal.signal's wrapper turns the old handler into an enum, ~35 pages of
+                    # Python objects copied in each fork)
+                    _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
                     os.close(wake_r)
                     os.close(wake_w)
                     _become_tenant(cfg, fds, msg[1:])
                     return
+                _run_deferred(deferred, False)
             for f in fds:  # the fork's now, or (refused) closed here: the host's reads end
                 os.close(f)
 

@@ -26,6 +26,7 @@ proctree.py into one program, WorkerSource:
   timer, which kills it at the host's hard-kill time plus slack (_Deadman).
 """
 
+import _signal
 import _thread
 import io
 import os
@@ -43,6 +44,7 @@ _forkable = False  # the worker can fork snapshots and copies that start their t
 _CTL_FD = 3  # the host's control socket, when the config says control=1
 _kept = []  # a snapshot's objects over the worker's closed pipes (see _Worker.snapshot)
 _shm_denied = False  # the seccomp filter refuses memfd_create (config deny_shm)
+_LIBC = None  # libc through ctypes (_libc)
 _RUN_ID = struct.Struct("<Q")
 _STOP_MS = struct.Struct("<I")
 _COUNT = struct.Struct("<H")
@@ -905,6 +907,20 @@ def _run_deferred(changed, child):
             fn()
 
 
+
+def _libc():
+    """libc through ctypes, made once: a template's forks share it, and the function objects
+    it caches (ctypes makes one at an attribute's first use) with it. A CDLL made in each
+    fork, and each function looked up again, would be pages that every sandbox's start
+    writes (copy-on-write faults)."""
+    global _LIBC
+    if _LIBC is None:
+        import ctypes
+
+        _LIBC = ctypes.CDLL(None, use_errno=True)
+    return _LIBC
+
+
 def _oom_first():
     """The process that runs the code is the first the OOM killer picks (oom_score_adj
     1000): when its sandbox's cgroup (or the machine) runs out of memory, it is the worker
@@ -946,7 +962,7 @@ class _Deadman:
     def __init__(self):
         import ctypes
 
-        libc = ctypes.CDLL(None, use_errno=True)
+        libc = _libc()
         if not hasattr(libc, "timer_create"):
             libc = ctypes.CDLL("librt.so.1", use_errno=True)  # glibc before 2.34
         self.settime = libc.timer_settime
@@ -1052,9 +1068,10 @@ def main(read):
     runtime = read(int.from_bytes(read(4), "little")), read(int.from_bytes(read(4), "little"))
     if cfg.get("template"):
         _serve_template(cfg, runtime)  # returns in a worker's fork of it
-    if cfg.get("root"):
-        _package_site()
+    if cfg.get("root") and not _tenant:
+        _package_site()  # (a template's forks have its)
     _become_guardian(cfg, runtime)
+    _run_deferred(_tenant_hooks, True)  # a template's: the hooks its fork deferred
     fds = _move_fds()
     try:
         w = _Worker(*fds, kick=KICK_FD if cfg.get("kicks") else None)
