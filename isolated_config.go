@@ -50,9 +50,10 @@ type IsolatedConfig struct {
 	// as many as NewNamespace was called in the last 10 seconds (a burst's size), at least
 	// one, at most 32 and a quarter of MemoryBudget at 48 MiB each; it shrinks back as the
 	// calls age out. N > 0 keeps N ready from NewIsolated on; a negative value keeps none.
-	// Spares start in parallel, as many at once as there are CPUs. Each is a sandbox like
-	// any other, counted in MemoryBudget and in Stats (Workers, Spares, SpareHits,
-	// SpareMisses).
+	// Spares start in parallel, as many at once as there are CPUs; one whose start fails
+	// is dropped, and the pool starts none for a second (doubling while starts keep failing,
+	// up to 30 s). Each is a sandbox like any other, counted in MemoryBudget and in Stats
+	// (Workers, Spares, SpareHits, SpareMisses).
 	Spares int
 	// Python is the worker executable (a project's venv python works; 3.11 or later). ""
 	// means the interpreter of the libpython minipy is built against, found from the

@@ -2,6 +2,8 @@ package minipy_test
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -93,4 +95,30 @@ func TestSparesAdaptive(t *testing.T) {
 func TestSparesNeedAWorkerPerNamespace(t *testing.T) {
 	_, err := minipy.NewIsolated(minipy.IsolatedConfig{Workers: 2, Spares: 1})
 	require.Error(t, err)
+}
+
+// A spare whose start fails is dropped, and the pool waits before it starts another (a
+// broken Python must not become a loop of failing starts); it refills once starts work.
+func TestSparesStartFailure(t *testing.T) {
+	dir := sandboxReadableDir(t)
+	python := filepath.Join(dir, "python3")
+	require.NoError(t, os.Symlink(minipy.LinkedPython(), python))
+	e := newIsolated(t, minipy.IsolatedConfig{Python: python, NoTemplate: true, Spares: 2})
+	require.Eventually(t, func() bool { return minipy.ReadySpares(e) == 2 }, 60*time.Second, 10*time.Millisecond)
+
+	require.NoError(t, os.Remove(python)) // workers cannot start now
+	failed := e.Stats().StartFailures
+	for range 2 {
+		ns := e.NewNamespace()
+		t.Cleanup(func() { ns.Close() })
+		assert.Equal(t, int64(2), valueIn(t, e, ns, "1 + 1"), "a spare started before")
+	}
+	time.Sleep(1500 * time.Millisecond)
+	st := e.Stats()
+	assert.LessOrEqual(t, st.StartFailures-failed, uint64(4), "the pool waits after a failed start")
+	assert.Zero(t, minipy.ReadySpares(e))
+
+	require.NoError(t, os.Symlink(minipy.LinkedPython(), python))
+	require.Eventually(t, func() bool { return minipy.ReadySpares(e) == 2 }, 60*time.Second, 10*time.Millisecond,
+		"the pool refills once starts work again")
 }

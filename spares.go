@@ -26,6 +26,10 @@ const (
 	// and a start (~60 ms of CPU) would take a core from them. With none up it starts at
 	// once.
 	refillDelay = 50 * time.Millisecond
+	// A spare whose start fails is dropped (the namespace that would take it starts its
+	// own, whose first use reports the failure), and the pool starts none for a while:
+	// retryFirst, doubling with each failure in a row up to retryMost.
+	retryFirst, retryMost = time.Second, 30 * time.Second
 )
 
 // sparePool is the engine's spares (Workers 0). Its fields are guarded by the engine's mu.
@@ -39,6 +43,8 @@ type sparePool struct {
 	starting int           // spare starts in flight (of spares taken meanwhile too)
 	used     bool          // a NewNamespace was made: the adaptive pool starts
 	lastTake time.Time     // the latest NewNamespace
+	failures int           // spare starts that failed in a row
+	retryAt  time.Time     // after a failure, no spare starts before then
 	hits     uint64        // NewNamespace calls that took a spare whose worker had started
 	misses   uint64        // those that found none, or one still starting
 	wake     chan struct{} // the keeper looks again (1-buffered)
@@ -119,6 +125,36 @@ func (p *sparePool) up() int {
 	return n
 }
 
+// started settles the end of spare s's start: it is up, or it failed and is dropped from
+// the pool, and the next starts wait (retryAt). It reports whether the caller is to close
+// s (failed, and not taken meanwhile).
+func (p *sparePool) started(s *workerSlot) (drop bool) {
+	s.mu.Lock()
+	up := s.started != nil || s.cur != nil
+	s.mu.Unlock()
+	e := s.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	p.starting--
+	if up {
+		p.failures = 0
+	} else if !e.closed {
+		p.failures++
+		p.retryAt = time.Now().Add(min(retryFirst<<min(p.failures-1, 5), retryMost))
+	}
+	for i, en := range p.spares {
+		if en.slot == s {
+			if up {
+				en.ready = true
+				return false
+			}
+			p.spares = append(p.spares[:i], p.spares[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
 // has reports whether s is one of the pool's spares. The caller holds the engine's mu.
 func (p *sparePool) has(s *workerSlot) bool {
 	for _, e := range p.spares {
@@ -172,6 +208,9 @@ func (e *Isolated) spareKeeper() {
 		if wait := refillDelay - now.Sub(p.lastTake); wait > 0 && p.up() > 0 {
 			next, want = wait, min(want, len(p.spares)) // (trims, starts nothing yet)
 		}
+		if wait := p.retryAt.Sub(now); wait > 0 {
+			next, want = min(next, wait), min(want, len(p.spares))
+		}
 		for len(p.spares) < want && p.starting < p.parallel {
 			s := &workerSlot{e: e, token: make(turn, 1), own: true, lazyDirs: true}
 			e.own[s] = struct{}{}
@@ -196,14 +235,9 @@ func (e *Isolated) spareKeeper() {
 			go func() {
 				defer p.keeping.Done()
 				<-done
-				e.mu.Lock()
-				p.starting--
-				for _, en := range p.spares {
-					if en.slot == s {
-						en.ready = true
-					}
+				if p.started(s) {
+					e.closeOwn(s)
 				}
-				e.mu.Unlock()
 				p.poke()
 			}()
 		}

@@ -18,7 +18,7 @@ import (
 type IsolatedStats struct {
 	// Namespaces is the number of open namespaces made with NewNamespace and Fork.
 	Namespaces int
-	// Workers is the number of workers serving namespaces or waiting for one (the spare),
+	// Workers is the number of workers serving namespaces or waiting for one (the spares),
 	// those still starting included; Fork copies count as workers of their own.
 	Workers int
 	// Processes is the number of this machine's processes that belong to the engine: its

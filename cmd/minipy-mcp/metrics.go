@@ -258,7 +258,7 @@ var (
 	descNamespaces = prometheus.NewDesc("minipy_namespaces",
 		"Open namespaces of the isolated engine (sessions that have run code).", nil, nil)
 	descWorkers = prometheus.NewDesc("minipy_workers",
-		"Worker processes serving namespaces or started ahead for the next one.", nil, nil)
+		"Worker processes serving namespaces or started ahead for the next ones (minipy_spares).", nil, nil)
 	descProcesses = prometheus.NewDesc("minipy_worker_processes",
 		"Processes of the isolated engine: template, guardians, workers, rollback snapshots, what the code started.",
 		nil, nil)

@@ -624,7 +624,8 @@ func TestOutcome(t *testing.T) {
 }
 
 // One hundred sessions at once, each checking its own variables and files: no error, and
-// afterwards the server's processes are back to what they were (the template, the spare).
+// afterwards the server's processes are back to what they were (the template, the spare:
+// the pool grown by the burst shrinks back once its calls are 10 s old).
 func TestServeHundredSessions(t *testing.T) {
 	const n = 100
 	s := startServer(t, "-backend", "isolated", "-max-sessions", strconv.Itoa(n))
@@ -666,7 +667,11 @@ func TestServeHundredSessions(t *testing.T) {
 	m := scrape(t, s)
 	assert.Equal(t, 0.0, gauge(m, "minipy_sessions_active"))
 	assert.Equal(t, 0.0, gauge(m, "minipy_namespaces"))
-	assert.Equal(t, 2.0, gauge(m, "minipy_workers"), "the spare and the engine's default namespace's")
+	assert.Equal(t, 1+gauge(m, "minipy_spares"), gauge(m, "minipy_workers"),
+		"the spares and the engine's default namespace's")
+	assert.LessOrEqual(t, gauge(m, "minipy_spares"), 32.0, "the adaptive pool's ceiling")
+	assert.GreaterOrEqual(t, counter(m, "minipy_spare_takes_total", "result", "hit")+
+		counter(m, "minipy_spare_takes_total", "result", "miss"), float64(n), "each session took a spare or found none")
 	assert.Equal(t, float64(3*n), counter(m, "minipy_runs_total", "outcome", "ok"))
 }
 
