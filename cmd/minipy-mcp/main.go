@@ -295,6 +295,7 @@ func (f *flags) engine() (minipy.Engine, minipy.IsolatedConfig, memoryPlan) {
 			"working directory of its own")
 		log.Printf("minipy-mcp: limits of each worker: %v", limits)
 		log.Printf("minipy-mcp: memory: %s", plan.describe(eng.(*minipy.Isolated).Stats()))
+		log.Printf("minipy-mcp: %s", describeSpares(f.spares, f.workers))
 		if cfg.Egress != nil {
 			log.Printf("minipy-mcp: the network of each worker: its egress proxy, %s (-egress-allow)", describeEgress(cfg.Egress))
 		} else {
@@ -384,4 +385,18 @@ func logIdleDeath(d minipy.IdleDeath) {
 	default:
 		log.Printf("minipy-mcp: a worker ended between runs with no snapshot: its session's variables are lost (%v)", d.How)
 	}
+}
+
+// describeSpares says what the warm pool keeps (-spares), for the log.
+func describeSpares(spares, workers int) string {
+	switch {
+	case workers > 0:
+		return "warm pool: none (-workers packs the sessions into shared workers)"
+	case spares > 0:
+		return fmt.Sprintf("warm pool: %d sandboxes started ahead for new sessions (-spares)", spares)
+	case spares < 0:
+		return "warm pool: none, each new session starts its sandbox (-spares -1)"
+	}
+	return "warm pool: as many sandboxes started ahead as sessions opened in the last 10 s, at least one once a " +
+		"session opened (-spares)"
 }

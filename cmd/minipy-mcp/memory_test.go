@@ -84,3 +84,11 @@ for _ in range(%d):
 	text, _ = run(t, b, map[string]any{"code": "y"})
 	assert.Equal(t, "[value]\n2\n", text, "the other session is untouched")
 }
+
+// The log says what the warm pool keeps.
+func TestDescribeSpares(t *testing.T) {
+	assert.Contains(t, describeSpares(0, 0), "last 10 s")
+	assert.Contains(t, describeSpares(3, 0), "3 sandboxes")
+	assert.Contains(t, describeSpares(-1, 0), "none, each new session")
+	assert.Contains(t, describeSpares(0, 2), "-workers")
+}
