@@ -131,7 +131,9 @@ status = dict(l.split(":\t", 1) for l in open("/proc/self/status").read().splitl
 		[]any{none, none, none, none, bounding, "1", "2"},
 		eacces, "open", erofs, nil, eacces, true, true,
 	}
-	for _, cfg := range []minipy.IsolatedConfig{{}, {NoTemplate: true}, {Workers: 2}, {Workers: 2, NoTemplate: true}} {
+	// (One spare, Spares 1: sampled once it is up, no sandbox is still being made.)
+	for _, cfg := range []minipy.IsolatedConfig{{Spares: 1}, {NoTemplate: true, Spares: 1}, {Workers: 2},
+		{Workers: 2, NoTemplate: true}} {
 		t.Run(fmt.Sprintf("Workers%d/NoTemplate=%v", cfg.Workers, cfg.NoTemplate), func(t *testing.T) {
 			mark := fmt.Sprintf("MINIPY_ROOT_TEST=%d.%d", os.Getpid(), time.Now().UnixNano())
 			cfg.Env = []string{mark}
@@ -160,8 +162,8 @@ status = dict(l.split(":\t", 1) for l in open("/proc/self/status").read().splitl
 				return len(procs) >= 2
 			}, 10*time.Second, 20*time.Millisecond, "every worker process is nobody on the host")
 			if cfg.Workers == 0 {
-				// The second NewNamespace started a spare: sampled while it starts, its
-				// processes hold the capabilities of the namespaces they are making.
+				// The second NewNamespace started the spare's replacement: sampled while it
+				// starts, its processes hold the capabilities of the namespaces they are making.
 				require.Eventually(t, func() bool { return minipy.SpareStarted(e) }, 60*time.Second, 10*time.Millisecond)
 				procs = processesWith(t, mark)
 			}

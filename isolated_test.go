@@ -814,7 +814,7 @@ func TestIsolatedPreload(t *testing.T) {
 func TestIsolatedNamespacesAreProcesses(t *testing.T) {
 	before := workerProcesses(t)
 	_, zombiesBefore := markerProcs(t, "-")
-	e := newIsolated(t, minipy.IsolatedConfig{})
+	e := newIsolated(t, minipy.IsolatedConfig{Spares: 1}) // (one spare: the adaptive pool grows with the calls)
 	a, b := e.NewNamespace(), e.NewNamespace()
 	run := func(ns *minipy.Namespace, code string) (*minipy.Result, error) {
 		return e.Run(context.Background(), code, &minipy.Options{Globals: ns, Timeout: 20 * time.Second})
@@ -858,7 +858,7 @@ func TestIsolatedNamespacesAreProcesses(t *testing.T) {
 	assert.Equal(t, int64(2), r.Value, "b's process lives on")
 	c := e.NewNamespace()
 	sleeper(c, base+"-c")
-	// Besides the template, the default namespace's worker, b's and c's, a spare is started
+	// Besides the template, the default namespace's worker, b's and c's, the spare started
 	// ahead for the next NewNamespace.
 	assert.Eventually(t, func() bool { return workerProcesses(t) == before+5 }, 5*time.Second, 10*time.Millisecond,
 		"the template, and the default's, b's, c's and the spare (its start may still be under way)")
