@@ -15,9 +15,9 @@ const (
 	// shrinks back to one as they age out.
 	spareWindow = 10 * time.Second
 	// spareMemory is what the adaptive pool reckons a spare holds of the memory budget:
-	// its private pages (most of a sandbox's memory is shared with the template) are
-	// 8-12 MiB with numpy loaded, with room for a larger Preload. The pool's ceiling keeps
-	// spares to a quarter of IsolatedConfig.MemoryBudget at that size.
+	// most of a sandbox's memory is shared with the template, and an idle one's PSS is
+	// ~6-7 MiB with numpy preloaded; this leaves room for a larger Preload. The pool's
+	// ceiling keeps spares to a quarter of IsolatedConfig.MemoryBudget at that size.
 	spareMemory = 48 << 20
 	// maxAdaptiveSpares bounds the adaptive pool whatever the budget.
 	maxAdaptiveSpares = 32
@@ -34,27 +34,27 @@ const (
 
 // sparePool is the engine's spares (Workers 0). Its fields are guarded by the engine's mu.
 type sparePool struct {
-	fixed    int           // IsolatedConfig.Spares: > 0 that many, < 0 none, 0 adaptive
-	ceiling  int           // adaptive's most
-	window   time.Duration // adaptive: spareWindow (tests shorten it)
-	parallel int           // starts in flight at most: the CPUs
-	spares   []*spareEntry // oldest first
-	arrivals []time.Time   // adaptive: the NewNamespace calls of the last spareWindow
-	starting int           // spare starts in flight (of spares taken meanwhile too)
-	used     bool          // a NewNamespace was made: the adaptive pool starts
-	lastTake time.Time     // the latest NewNamespace
-	failures int           // spare starts that failed in a row
-	retryAt  time.Time     // after a failure, no spare starts before then
-	hits     uint64        // NewNamespace calls that took a spare whose worker had started
-	misses   uint64        // those that found none, or one still starting
-	wake     chan struct{} // the keeper looks again (1-buffered)
-	keeping  sync.WaitGroup
-	running  bool // the keeper runs
+	fixed    int            // IsolatedConfig.Spares: > 0 that many, < 0 none, 0 adaptive
+	ceiling  int            // adaptive's most
+	window   time.Duration  // adaptive: spareWindow (tests shorten it)
+	parallel int            // starts in flight at most: the CPUs
+	spares   []*spareEntry  // oldest first
+	arrivals []time.Time    // adaptive: the NewNamespace calls of the last spareWindow
+	starting int            // spare starts in flight (of spares taken meanwhile too)
+	used     bool           // a NewNamespace was made: the adaptive pool starts
+	lastTake time.Time      // the latest NewNamespace
+	failures int            // spare starts that failed in a row
+	retryAt  time.Time      // after a failure, no spare starts before then
+	hits     uint64         // NewNamespace calls that took a spare whose worker had started
+	misses   uint64         // those that found none, or one still starting
+	wake     chan struct{}  // the keeper looks again (1-buffered)
+	keeping  sync.WaitGroup // the keeper and the goroutines it starts (Close waits for them)
+	running  bool           // the keeper runs
 }
 
 type spareEntry struct {
 	slot  *workerSlot
-	ready bool // its start has ended (its worker is up, or the start failed)
+	ready bool // its start has ended with its worker up (a failed one is dropped: started)
 }
 
 // init sets the pool up for an engine of cfg (its defaults filled in).
