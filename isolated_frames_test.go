@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -66,6 +67,44 @@ func TestIsolatedLyingFrameHeader(t *testing.T) {
 	r, err = e.Minipy("1 + 1", nil)
 	require.NoError(t, err)
 	assert.Equal(t, int64(2), r.Value)
+}
+
+// A guardian slow to read its worker's report of a new snapshot (a loaded machine: it was
+// stopped here) when the host asks it to kill the worker still keeps that snapshot: it
+// reads the report first. (It killed the worker's tree but the snapshot it knew of, an
+// older one, so the new snapshot died with the worker and the namespace was lost: compat
+// 3.12 and 3.13 under load, TestIsolatedLyingFrameHeader and TestIsolatedProtocolBrokenInSave.)
+func TestIsolatedKillRightAfterSnapshot(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{})
+	ns := e.NewNamespace()
+	opts := &minipy.Options{Globals: ns, Timeout: time.Minute}
+	r, err := e.Run(context.Background(), whereAmI, opts)
+	require.NoError(t, err)
+	guardian := 0
+	for pid, inner := range nsProcs(t, r.Value.([]any)[0].(string)) {
+		if inner == 1 {
+			guardian = pid
+		}
+	}
+	require.NotZero(t, guardian)
+	require.NoError(t, syscall.Kill(guardian, syscall.SIGSTOP))
+	resumed := make(chan struct{})
+	go func() {
+		defer close(resumed)
+		time.Sleep(500 * time.Millisecond) // (the host has asked for the kill by then)
+		syscall.Kill(guardian, syscall.SIGCONT) //nolint:errcheck // gone: the test fails below
+	}()
+	defer func() { <-resumed }()
+	_, err = e.Run(context.Background(), "kept = 1", opts) // its snapshot's report waits unread
+	require.NoError(t, err)
+	_, err = e.Run(context.Background(), "lost = 1\n"+writeProtocol(512<<20, 1), opts)
+	var lost *minipy.WorkerLostError
+	require.ErrorAs(t, err, &lost)
+	assert.ErrorIs(t, err, minipy.ErrProtocol)
+	assert.True(t, lost.RolledBack, "the snapshot of the run before: %v", err)
+	r, err = e.Run(context.Background(), "kept, 'lost' in dir()", opts)
+	require.NoError(t, err)
+	assert.Equal(t, []any{int64(1), false}, r.Value)
 }
 
 // TestIsolatedProtocolBrokenInSave: code that runs during a Namespace method (a value's

@@ -112,13 +112,13 @@ def _out_of_reach(prctl):
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _recv_fds(sock):
+def _recv_fds(sock, flags=0):
     """One message of sock and the fds it carries (SCM_RIGHTS, at most eight: a new
     tenant's five and its cgroup.procs in two v1 hierarchies)."""
     import array
     import socket
 
-    msg, anc, _, _ = sock.recvmsg(256, socket.CMSG_SPACE(8 * array.array("i").itemsize))
+    msg, anc, _, _ = sock.recvmsg(256, socket.CMSG_SPACE(8 * array.array("i").itemsize), flags)
     fds = array.array("i")
     for level, kind, data in anc:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
@@ -351,6 +351,10 @@ class _Guardian:
         if not msg:
             self.drop(line)  # the host is done with this worker (or gone)
         elif msg[:1] == C_KILL and not line.dead:
+            # The worker's reports first: a snapshot it made before the request the host
+            # kills it for may be reported but unread (this socket polls first), and the
+            # tree's kill spares only the snapshots known.
+            self.drain(line)
             kill_tree([line.worker], self.known() - {line.worker})
         elif msg[:1] == C_TAKE_OVER and line.dead and line.snap and len(fds) == 4:
             try:
@@ -364,6 +368,8 @@ class _Guardian:
             self.pair(msg[1:9])
 
     def serve(self):
+        import socket
+
         while True:
             self.reap()
             for fd, _ in _poll(self.poller):
@@ -374,7 +380,11 @@ class _Guardian:
                 if line is None or line not in self.lines:
                     continue  # dropped while handling an earlier event of this round
                 try:
-                    msg, fds = _recv_fds(sock)
+                    # (without waiting: an earlier event of this round may have read it, a
+                    # kill draining the worker's reports)
+                    msg, fds = _recv_fds(sock, socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    continue
                 except OSError:
                     msg, fds = b"", []
                 if sock is line.v:
