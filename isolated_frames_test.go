@@ -91,7 +91,9 @@ func TestIsolatedKillRightAfterSnapshot(t *testing.T) {
 	resumed := make(chan struct{})
 	go func() {
 		defer close(resumed)
-		time.Sleep(500 * time.Millisecond) // (the host has asked for the kill by then)
+		// By then the host has asked for the kill (on a machine so loaded that it has not,
+		// the guardian reads the report first anyway, and the test proves nothing).
+		time.Sleep(500 * time.Millisecond)
 		syscall.Kill(guardian, syscall.SIGCONT) //nolint:errcheck // gone: the test fails below
 	}()
 	defer func() { <-resumed }()
