@@ -178,6 +178,12 @@ type IsolatedConfig struct {
 	// which holds their mount points and, after the template's death, the working
 	// directories added to it: the code's /proc/self/mountinfo names no host path.
 	WorkSize int64
+	// WorkDirPath is where sandboxed code sees its namespace's working directory, which is
+	// also its current directory and HOME (and the home of its user in /etc/passwd): an
+	// absolute path; "" means /work. E2B's SDKs expect /home/user (minipy-mcp -e2b). It may
+	// not be "/" or lie in what the sandbox makes or binds itself: /proc, /dev, /tmp,
+	// /namespaces, /etc and the system directories (/usr, /bin, /lib...).
+	WorkDirPath string
 	// MaxTransfer caps, in bytes, what a worker may send the host in one message: a run's
 	// result (its value, output and displays), a Get's value, a Save's variables, a host
 	// function call with its arguments. It bounds what the code in a worker can make the host
@@ -289,8 +295,8 @@ type Mount struct {
 	// root's private directories but not another user's (ErrSandboxAccess).
 	Source string
 	// Target is where the worker sees it (absolute; "" means Source). It may not be "/"
-	// or lie under /proc or /dev. Under /work (the worker's working directory), its mount
-	// point is made in the engine's working directory.
+	// or lie under /proc or /dev. Under the worker's working directory (/work, or
+	// WorkDirPath), its mount point is made in the engine's working directory.
 	Target string
 	// Writable lets the code write through to Source; otherwise it is read-only.
 	Writable bool
@@ -351,6 +357,11 @@ func withDefaults(cfg IsolatedConfig) (IsolatedConfig, error) {
 			return cfg, fmt.Errorf("minipy: IsolatedConfig.Preload: %q is not a module name (such as numpy or matplotlib.pyplot)", name)
 		}
 	}
+	workDir, err := checkWorkDirPath(cfg.WorkDirPath)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.WorkDirPath = workDir
 	mounts, err := checkMounts(cfg.Mounts)
 	if err != nil {
 		return cfg, err
@@ -400,6 +411,31 @@ func checkEnv(env []string, command bool) error {
 		}
 	}
 	return nil
+}
+
+// checkWorkDirPath checks IsolatedConfig.WorkDirPath and returns it clean ("": the default).
+func checkWorkDirPath(p string) (string, error) {
+	if p == "" {
+		return worker.SandboxWorkdir, nil
+	}
+	clean := filepath.Clean(p)
+	bad := func(why string) (string, error) {
+		return "", fmt.Errorf("minipy: IsolatedConfig.WorkDirPath %q: %s", p, why)
+	}
+	switch {
+	case !filepath.IsAbs(p):
+		return bad("it must be absolute")
+	case clean == "/":
+		return bad("it cannot be the root")
+	case strings.ContainsAny(clean, "\n\r\t\x00"):
+		return bad("it may not hold line breaks, tabs or NUL bytes")
+	}
+	for _, reserved := range worker.SandboxReserved {
+		if clean == reserved || strings.HasPrefix(clean, reserved+"/") {
+			return bad("the sandbox makes or binds " + reserved + " itself")
+		}
+	}
+	return clean, nil
 }
 
 // checkMounts checks IsolatedConfig.Mounts and returns them with clean paths and targets

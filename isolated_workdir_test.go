@@ -328,3 +328,25 @@ func TestIsolatedCloseWaitsForAnotherClose(t *testing.T) {
 	assert.NoDirExists(t, dir, "the second Close returned before the directories were removed")
 	<-done
 }
+
+// IsolatedConfig.WorkDirPath moves the working directory where the code sees it (E2B's
+// /home/user): its cwd, HOME and passwd home; the host's file methods reach the same files.
+// Paths in what the sandbox makes itself are refused.
+func TestWorkDirPath(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{WorkDirPath: "/home/user/"})
+	ns := e.NewNamespace()
+	defer ns.Close()
+	require.NoError(t, ns.WriteFile("data.csv", []byte("a,b\n")))
+	assert.Equal(t, []any{"/home/user", "/home/user", "/home/user", "a,b\n", false}, valueIn(t, e, ns, `import os, pwd
+open("/home/user/out.txt", "w").write("from code")
+(os.getcwd(), os.environ["HOME"], pwd.getpwuid(os.getuid()).pw_dir, open("/home/user/data.csv").read(),
+ os.path.exists("/work"))`))
+	got, err := ns.ReadFile("out.txt")
+	require.NoError(t, err)
+	assert.Equal(t, "from code", string(got))
+
+	for _, bad := range []string{"work", "/", "/tmp/w", "/proc", "/etc/x", "/usr/local/w", "/namespaces/x", "/dev/shm/w", "/a\nb"} {
+		_, err := minipy.NewIsolated(minipy.IsolatedConfig{WorkDirPath: bad})
+		assert.Error(t, err, bad)
+	}
+}

@@ -34,6 +34,7 @@ func (e *Isolated) makeSpec() error {
 	e.spec = worker.Spec{
 		Python: cfg.Python, Command: cfg.Command, CommandShell: cfg.CommandShell,
 		Sandbox: e.sandbox, Network: cfg.Network, Env: cfg.Env, Trees: e.trees, RootDir: e.rootdir,
+		Workdir: cfg.WorkDirPath,
 		// (Unlimited, negative, is the Spec's 0: none.)
 		TmpSize: cfg.TmpSize, MemoryLimit: max(cfg.MemoryLimit, 0), FileSizeLimit: max(cfg.FileSizeLimit, 0),
 		OpenFiles: max(cfg.OpenFiles, 0), Processes: cfg.processCap(e.sandbox), CPULimit: max(cfg.CPULimit, 0),

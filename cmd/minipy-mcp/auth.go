@@ -13,6 +13,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"log"
 	"net/http"
 	"os"
 	"regexp"
@@ -175,3 +176,16 @@ func (c *challenge) Flush() {
 
 // Unwrap gives http.ResponseController the writer underneath.
 func (c *challenge) Unwrap() http.ResponseWriter { return c.ResponseWriter }
+
+// reloadTokensOnHUP reads the -tokens file again at each SIGHUP until ctx ends; a file
+// that cannot be read leaves the tokens as they were.
+func reloadTokensOnHUP(ctx context.Context, t *tokens) {
+	onHUP(ctx, func() {
+		if err := t.reload(); err != nil {
+			log.Printf("minipy-mcp: -tokens: reading it again failed, the tokens stay as they were: %v", err)
+			return
+		}
+		n, users := t.users()
+		log.Printf("minipy-mcp: -tokens: read again: %d tokens of %d users", n, users)
+	})
+}

@@ -128,6 +128,21 @@ func logEgress(ev minipy.EgressEvent) {
 // reloadEgressOnHUP reads the policy again at each SIGHUP until ctx ends, and gives it to
 // iso; a policy that does not read leaves the one in force.
 func reloadEgressOnHUP(ctx context.Context, f *egressFlags, iso *minipy.Isolated) {
+	onHUP(ctx, func() {
+		p, err := f.policy()
+		if err == nil {
+			err = iso.SetEgress(*p)
+		}
+		if err != nil {
+			log.Printf("minipy-mcp: the egress policy did not read again, the one in force stays: %v", err)
+			return
+		}
+		log.Printf("minipy-mcp: egress read again: %s", describeEgress(p))
+	})
+}
+
+// onHUP calls reload at each SIGHUP until ctx ends.
+func onHUP(ctx context.Context, reload func()) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	go func() {
@@ -137,15 +152,7 @@ func reloadEgressOnHUP(ctx context.Context, f *egressFlags, iso *minipy.Isolated
 			case <-ctx.Done():
 				return
 			case <-hup:
-				p, err := f.policy()
-				if err == nil {
-					err = iso.SetEgress(*p)
-				}
-				if err != nil {
-					log.Printf("minipy-mcp: the egress policy did not read again, the one in force stays: %v", err)
-					continue
-				}
-				log.Printf("minipy-mcp: egress read again: %s", describeEgress(p))
+				reload()
 			}
 		}
 	}()

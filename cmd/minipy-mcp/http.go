@@ -10,9 +10,6 @@ import (
 	"log"
 	"net"
 	"net/http"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -111,26 +108,6 @@ func byRevision(stateful, stateless http.Handler) http.Handler {
 func serveHTTP(ctx context.Context, server *mcp.Server, ln net.Listener, cfg httpConfig, drainTimeout time.Duration) error {
 	srv := &http.Server{Handler: httpHandler(server, cfg), ReadHeaderTimeout: 10 * time.Second}
 	log.Printf("minipy-mcp: serving MCP over HTTP at http://%s/mcp", ln.Addr())
-	if cfg.tokens != nil {
-		hup := make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
-		defer signal.Stop(hup)
-		go func() {
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-hup:
-					if err := cfg.tokens.reload(); err != nil {
-						log.Printf("minipy-mcp: -tokens: reading it again failed, the tokens stay as they were: %v", err)
-						continue
-					}
-					n, users := cfg.tokens.users()
-					log.Printf("minipy-mcp: -tokens: read again: %d tokens of %d users", n, users)
-				}
-			}
-		}()
-	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	select {

@@ -52,15 +52,24 @@
 //	                    disk, no cap)
 //	-http addr          serve Streamable HTTP on addr (host:port) instead of stdio
 //	-session-timeout d  with -http: close sessions idle this long (default 30m)
-//	-tokens file        with -http: one NAME:TOKEN per line (# comments; a user may have
-//	                    several tokens; 16 characters at least); read again on SIGHUP
+//	-tokens file        with -http or -e2b: one NAME:TOKEN per line (# comments; a user
+//	                    may have several tokens; 16 characters at least); read again on
+//	                    SIGHUP
 //	-allow-anonymous    with -http beyond loopback: serve without -tokens
-//	-max-sessions n     with -http: sessions open at once (default: the memory the server
-//	                    may use, its cgroup's limit or the machine's, / (256 MiB or
-//	                    -memory-limit when given, plus -work-size), at least 4; 0: no limit)
-//	-max-sessions-per-user n  with -http: sessions one user may hold (0: no limit but
-//	                    -max-sessions; without -tokens every client is one user)
-//	-drain-timeout d    with -http: how long SIGTERM waits for running calls (default 30s)
+//	-max-sessions n     with -http or -e2b: sessions open at once, an E2B sandbox's code
+//	                    contexts each one (default: the memory the server may use, its
+//	                    cgroup's limit or the machine's, / (256 MiB or -memory-limit when
+//	                    given, plus -work-size), at least 4; 0: no limit)
+//	-max-sessions-per-user n  with -http or -e2b: sessions one user may hold (0: no limit
+//	                    but -max-sessions; without -tokens every client is one user)
+//	-drain-timeout d    with -http or -e2b: how long SIGTERM waits for running calls
+//	                    (default 30s)
+//	-e2b addr           serve E2B's API and sandboxes on addr (host:port), beside -http or
+//	                    alone: E2B's SDKs run unchanged with E2B_API_URL and E2B_SANDBOX_URL
+//	                    set to http://addr and a -tokens token as E2B_API_KEY; needs
+//	                    -backend isolated; the sandboxes' working directory is /home/user
+//	                    (docs/e2b.md)
+//	-e2b-max-timeout d  with -e2b: the longest life a sandbox may ask for (default 1h)
 //	-upstream file      code mode: connect to the MCP servers of this mcpServers JSON file
 //	                    and give each of their tools to the code as a Python function,
 //	                    grouped by server: everything.echo(message="hi")
@@ -103,6 +112,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/minipy-go/minipy"
+	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/e2b"
 )
 
 // version is the server version reported to clients.
@@ -110,7 +120,7 @@ const version = "0.2.0"
 
 func main() {
 	f := parseFlags()
-	protocol, ln, toks := f.transport()
+	protocol, ln, e2bLn, toks := f.transport()
 	eng, cfg, plan := f.engine()
 	defer eng.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -147,11 +157,11 @@ func main() {
 	}
 	opts := &minipy.Options{Timeout: f.timeout, MaxOutput: f.maxOutput}
 	var err error
-	if f.httpAddr == "" {
+	if protocol != nil {
 		server, _ := newServerSessions(eng, opts, serverHooks{functions: fns, maxResourceSize: f.maxResource})
 		err = server.Run(ctx, &mcp.IOTransport{Reader: os.Stdin, Writer: protocol})
 	} else {
-		err = f.serve(ctx, eng, opts, fns, ln, toks, plan)
+		err = f.serve(ctx, eng, cfg, opts, fns, listeners{ln, e2bLn}, toks, plan)
 	}
 	if err != nil && !errors.Is(err, context.Canceled) {
 		log.Fatalf("minipy-mcp: %v", err)
@@ -170,6 +180,8 @@ type flags struct {
 	egress         egressFlags
 	workSize       int64
 	httpAddr       string
+	e2bAddr        string
+	e2bMaxTimeout  time.Duration
 	sessionTimeout time.Duration
 	upstreamFile   string
 	tokensFile     string
@@ -199,6 +211,9 @@ func parseFlags() *flags {
 		"the sessions opened in the last 10 s, at least one once one opened, at most 32; N: N; -1: none)")
 	flag.Int64Var(&f.workSize, "work-size", defaultWorkSize, "with -backend isolated: the `bytes` a session's working directory may hold, in a tmpfs (memory); -1: on the host's disk, no cap")
 	flag.StringVar(&f.httpAddr, "http", "", "serve the Streamable HTTP transport on `addr` (host:port) instead of stdio")
+	flag.StringVar(&f.e2bAddr, "e2b", "", "serve E2B's API and sandboxes on `addr` (host:port), beside -http or instead of it: "+
+		"E2B's SDKs run against it with E2B_API_URL and E2B_SANDBOX_URL set to http://addr (docs/e2b.md)")
+	flag.DurationVar(&f.e2bMaxTimeout, "e2b-max-timeout", e2b.DefaultMaxTimeout, "with -e2b: the longest life a sandbox may ask for (its timeout)")
 	flag.DurationVar(&f.sessionTimeout, "session-timeout", 30*time.Minute, "with -http: close a session (and free its namespace) after this long without a request")
 	flag.StringVar(&f.upstreamFile, "upstream", "", "connect to the MCP servers of this mcpServers JSON `file` and give their tools to the code as Python functions (code mode)")
 	flag.StringVar(&f.tokensFile, "tokens", "", "with -http: the clients' bearer tokens, one NAME:TOKEN per line in this `file` (read again on SIGHUP); a session belongs to the user who opened it")
@@ -218,41 +233,52 @@ func parseFlags() *flags {
 	return f
 }
 
-// transport checks the flags of the transport and opens it: over stdio, the protocol's
-// stdout (flags of -http are refused); with -http, the listener and the -tokens.
-func (f *flags) transport() (protocol *os.File, ln net.Listener, toks *tokens) {
-	if f.httpAddr == "" {
+// transport checks the flags of the transports and opens them: over stdio, the protocol's
+// stdout (flags of -http and -e2b are refused); else the listeners of -http and -e2b, and
+// the -tokens.
+func (f *flags) transport() (protocol *os.File, ln, e2bLn net.Listener, toks *tokens) {
+	if f.httpAddr == "" && f.e2bAddr == "" {
 		flag.Visit(func(fl *flag.Flag) {
 			switch fl.Name {
 			case "tokens", "allow-anonymous", "max-sessions", "max-sessions-per-user", "drain-timeout", "session-timeout",
-				"state-dir", "state-ttl", "state-idle", "state-key-file":
-				log.Fatalf("minipy-mcp: -%s applies to -http; over stdio the client that started the server is its only user", fl.Name)
+				"state-dir", "state-ttl", "state-idle", "state-key-file", "e2b-max-timeout":
+				log.Fatalf("minipy-mcp: -%s applies to -http and -e2b; over stdio the client that started the server is "+
+					"its only user", fl.Name)
 			}
 		})
 		var err error
 		if protocol, err = takeStdout(); err != nil {
 			log.Fatalf("minipy-mcp: %v", err)
 		}
-	} else {
-		if f.tokensFile == "" && !f.allowAnonymous && !isLoopback(f.httpAddr) {
-			log.Fatalf("minipy-mcp: -http %s listens beyond this machine: give -tokens FILE (one NAME:TOKEN per "+
-				"line; clients send Authorization: Bearer TOKEN), or -allow-anonymous to let anyone who reaches it run code",
-				f.httpAddr)
-		}
-		if f.tokensFile != "" {
-			var err error
-			if toks, err = loadTokens(f.tokensFile); err != nil {
-				log.Fatalf("minipy-mcp: -tokens: %v", err)
-			}
-			n, users := toks.users()
-			log.Printf("minipy-mcp: -tokens: %d tokens of %d users", n, users)
-		}
-		var err error
-		if ln, err = net.Listen("tcp", f.httpAddr); err != nil {
-			log.Fatalf("minipy-mcp: %v", err)
-		}
+		return protocol, nil, nil, nil
 	}
-	return protocol, ln, toks
+	if f.tokensFile != "" {
+		var err error
+		if toks, err = loadTokens(f.tokensFile); err != nil {
+			log.Fatalf("minipy-mcp: -tokens: %v", err)
+		}
+		n, users := toks.users()
+		log.Printf("minipy-mcp: -tokens: %d tokens of %d users", n, users)
+	}
+	return nil, f.listen("-http", f.httpAddr, "Authorization: Bearer TOKEN"),
+		f.listen("-e2b", f.e2bAddr, "their E2B_API_KEY"), toks
+}
+
+// listen opens the listener of a transport's flag (nil when it is not given), refusing an
+// address beyond loopback without -tokens unless -allow-anonymous.
+func (f *flags) listen(name, addr, clients string) net.Listener {
+	if addr == "" {
+		return nil
+	}
+	if f.tokensFile == "" && !f.allowAnonymous && !isLoopback(addr) {
+		log.Fatalf("minipy-mcp: %s %s listens beyond this machine: give -tokens FILE (one NAME:TOKEN per "+
+			"line; clients send %s), or -allow-anonymous to let anyone who reaches it run code", name, addr, clients)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		log.Fatalf("minipy-mcp: %s: %v", name, err)
+	}
+	return ln
 }
 
 // engine starts the engine of -backend with the workers' limits, the memory budget and
@@ -266,7 +292,7 @@ func (f *flags) engine() (minipy.Engine, minipy.IsolatedConfig, memoryPlan) {
 	if err != nil {
 		log.Fatalf("minipy-mcp: %v", err)
 	}
-	plan, err := f.memory.plan(f.limits.mode == "none", f.httpAddr != "", f.maxSessions, f.workers, f.workSize)
+	plan, err := f.memory.plan(f.limits.mode == "none", f.httpAddr != "" || f.e2bAddr != "", f.maxSessions, f.workers, f.workSize)
 	if err != nil {
 		log.Fatalf("minipy-mcp: %v", err)
 	}
@@ -274,6 +300,9 @@ func (f *flags) engine() (minipy.Engine, minipy.IsolatedConfig, memoryPlan) {
 		log.Fatalf("minipy-mcp: -spares applies to a worker per session (-workers 0)")
 	}
 	cfg := minipy.IsolatedConfig{Workers: f.workers, Spares: f.spares, WorkSize: f.workSize, OnIdleDeath: logIdleDeath}
+	if f.e2bAddr != "" {
+		cfg.WorkDirPath = e2b.Home // where E2B's code and SDKs expect the sandbox's files
+	}
 	limits.apply(&cfg)
 	plan.apply(&cfg)
 	if f.egress.set() {
@@ -307,16 +336,52 @@ func (f *flags) engine() (minipy.Engine, minipy.IsolatedConfig, memoryPlan) {
 	return eng, cfg, plan
 }
 
-// serve serves the Streamable HTTP transport on ln until ctx ends, then drains: sessions
-// under the gate's caps, with metrics, and saved in -state-dir when it is given.
-func (f *flags) serve(ctx context.Context, eng minipy.Engine, opts *minipy.Options, fns []minipy.Function,
-	ln net.Listener, toks *tokens, plan memoryPlan) error {
+// listeners are the transports' listeners; nil for a transport not asked for.
+type listeners struct{ http, e2b net.Listener }
+
+// serve serves -http and -e2b on their listeners until ctx ends (or one of them fails),
+// then drains both: under one gate of sessions' caps, with the same tokens.
+func (f *flags) serve(ctx context.Context, eng minipy.Engine, icfg minipy.IsolatedConfig, opts *minipy.Options,
+	fns []minipy.Function, lns listeners, toks *tokens, plan memoryPlan) error {
 	f.maxSessions = plan.maxSessions
 	g := newGate(f.maxSessions, f.maxPerUser)
 	m := newMetrics(eng, g, "tcp")
 	g.rejected = func(reason string) { m.rejected.WithLabelValues(reason).Inc() }
 	log.Printf("minipy-mcp: sessions: %s (-max-sessions), %s per user (-max-sessions-per-user)",
 		limitText(f.maxSessions), limitText(f.maxPerUser))
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if toks != nil {
+		reloadTokensOnHUP(ctx, toks)
+	}
+	errs := make(chan error, 2)
+	n := 0
+	if lns.e2b != nil {
+		if err := checkE2B(eng, f.workers); err != nil {
+			log.Fatalf("minipy-mcp: %v", err)
+		}
+		n++
+		srv := e2b.New(f.e2bConfig(eng, toks, g, icfg))
+		go func() { errs <- serveE2B(ctx, srv, lns.e2b, f.drainTimeout) }()
+	}
+	if lns.http != nil {
+		n++
+		go func() { errs <- f.serveMCP(ctx, eng, opts, fns, lns.http, toks, g, m) }()
+	}
+	var first error
+	for range n {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+		cancel() // one ended: the other drains too
+	}
+	return first
+}
+
+// serveMCP serves the Streamable HTTP transport on ln until ctx ends, then drains:
+// sessions under the gate's caps, with metrics, and saved in -state-dir when it is given.
+func (f *flags) serveMCP(ctx context.Context, eng minipy.Engine, opts *minipy.Options, fns []minipy.Function,
+	ln net.Listener, toks *tokens, g *gate, m *metrics) error {
 	cfg := httpConfig{idle: f.sessionTimeout, tokens: toks, gate: g, metrics: m}
 	if iso, ok := eng.(*minipy.Isolated); ok {
 		cfg.ready = iso.Ready

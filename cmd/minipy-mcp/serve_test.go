@@ -65,7 +65,14 @@ var listening = regexp.MustCompile(`serving MCP over HTTP at (http://\S+)/mcp`)
 // listens. The test's end stops it (SIGTERM, then SIGKILL) if it still runs.
 func startServer(t *testing.T, args ...string) *serverProc {
 	t.Helper()
-	cmd := exec.Command(buildServer(t), append([]string{"-http", "127.0.0.1:0"}, args...)...)
+	return startServerAt(t, listening, append([]string{"-http", "127.0.0.1:0"}, args...)...)
+}
+
+// startServerAt starts the binary with args and waits until its log says where it listens
+// (the first group of listening, which becomes its base).
+func startServerAt(t *testing.T, listening *regexp.Regexp, args ...string) *serverProc {
+	t.Helper()
+	cmd := exec.Command(buildServer(t), args...)
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())

@@ -35,6 +35,7 @@ type Spec struct {
 	Mounts  []Mount
 	Trees   string // the host directory of the trees of working directories
 	RootDir string // sandboxed: the (empty) mount point of a worker's root tmpfs
+	Workdir string // sandboxed: where the code sees its working directory ("": SandboxWorkdir)
 
 	TmpSize       int64
 	MemoryLimit   int64
@@ -345,12 +346,20 @@ func (s *Spec) command(dirs Dirs) (*exec.Cmd, error) {
 	return cmd, nil
 }
 
+// workdir is where sandboxed code sees its working directory.
+func (s *Spec) workdir() string {
+	if s.Workdir == "" {
+		return SandboxWorkdir
+	}
+	return s.Workdir
+}
+
 // env is a local worker's whole environment (see IsolatedConfig.Env), home its working
 // directory on the host.
 func (s *Spec) env(home string) []string {
 	tmp := os.TempDir()
 	if s.Sandbox {
-		home, tmp = SandboxWorkdir, "/tmp"
+		home, tmp = s.workdir(), "/tmp"
 	}
 	path := "/usr/local/bin:/usr/bin:/bin"
 	if dir := filepath.Dir(s.Python); filepath.IsAbs(s.Python) && !strings.Contains(":"+path+":", ":"+dir+":") {
@@ -388,7 +397,7 @@ func (s *Spec) configFrame(dirs Dirs) []byte {
 	}
 	if s.Sandbox {
 		s.sandboxConfig(&b, dirs, workdir, tree)
-		workdir, tree = SandboxWorkdir, SandboxTree
+		workdir, tree = s.workdir(), SandboxTree
 	}
 	if !s.local() {
 		for _, kv := range s.Env {

@@ -16,9 +16,15 @@ var ErrNoSandbox = errors.New("minipy: the kernel refuses the namespaces and mou
 // root package).
 var ErrSandboxAccess = errors.New("minipy: the sandboxed workers may not reach a path they need")
 
+// SandboxReserved are the directories that a sandbox makes or binds itself (sandbox.py's
+// _SYSTEM_DIRS, its /etc, /proc, /dev, /tmp and tree), where a working directory cannot be.
+var SandboxReserved = []string{"/proc", "/dev", "/tmp", "/etc", SandboxTree,
+	"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
+
 // The sandbox of a local worker (sandbox.py's _enter_sandbox builds it from the config frame).
 const (
-	// SandboxWorkdir is where a sandboxed worker sees its namespace's working directory.
+	// SandboxWorkdir is where a sandboxed worker sees its namespace's working directory
+	// when Spec.Workdir does not say (IsolatedConfig.WorkDirPath's default).
 	SandboxWorkdir = "/work"
 	// SandboxTree is where a sandboxed worker sees its tree: the working directories of the
 	// namespaces that may share its sandbox (Fork copies; packed namespaces), by id.

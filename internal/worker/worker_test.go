@@ -524,3 +524,19 @@ func killAfterReuse(t *testing.T) bool {
 	}
 	return true
 }
+
+// SandboxReserved holds every system directory sandbox.py binds (_SYSTEM_DIRS).
+func TestSandboxReservedHoldsTheSystemDirs(t *testing.T) {
+	_, rest, ok := strings.Cut(pyrt.WorkerSource, "\n_SYSTEM_DIRS = (")
+	require.True(t, ok, "sandbox.py has no _SYSTEM_DIRS")
+	dirs, _, _ := strings.Cut(rest, ")")
+	n := 0
+	for _, d := range strings.Split(dirs, ",") {
+		d = strings.Trim(strings.TrimSpace(d), `"`)
+		if d != "" {
+			assert.Contains(t, SandboxReserved, d)
+			n++
+		}
+	}
+	assert.Greater(t, n, 5)
+}

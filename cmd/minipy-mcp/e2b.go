@@ -1,0 +1,86 @@
+package main
+
+// -e2b: E2B's API and sandboxes (internal/e2b) on an address of their own, under the
+// server's tokens, caps and drain.
+
+import (
+	"context"
+	"errors"
+	"log"
+	"net"
+	"net/http"
+	"runtime"
+	"time"
+
+	"github.com/minipy-go/minipy"
+	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/e2b"
+)
+
+// checkE2B refuses an engine whose namespaces are not sandboxes of their own: an E2B
+// sandbox's code sets its environment, its working directory, its processes, which the
+// in-process engine and packed workers (-workers) share between users.
+func checkE2B(eng minipy.Engine, workers int) error {
+	if _, ok := eng.(*minipy.Isolated); !ok {
+		return errors.New("-e2b needs -backend isolated: each E2B sandbox is a sandboxed process of its own")
+	}
+	if workers > 0 {
+		return errors.New("-e2b needs a worker process per sandbox (-workers 0): packed workers share their " +
+			"environment and working directory between sandboxes")
+	}
+	return nil
+}
+
+// e2bConfig is the E2B server's configuration from the flags.
+func (f *flags) e2bConfig(eng minipy.Engine, toks *tokens, g *gate, cfg minipy.IsolatedConfig) e2b.Config {
+	c := e2b.Config{Engine: eng, Timeout: f.timeout, MaxOutput: f.maxOutput, MaxTimeout: f.e2bMaxTimeout,
+		CPUCount: runtime.NumCPU(), Logf: log.Printf,
+		Admit: func(user string) (func(), string) {
+			if refusal := g.hold(user); refusal != "" {
+				return nil, refusal
+			}
+			return func() { g.release(user) }, ""
+		}}
+	if cfg.MemoryLimit > 0 {
+		c.MemoryMB = int(cfg.MemoryLimit >> 20)
+	}
+	if cfg.WorkSize > 0 {
+		c.DiskMB = int(cfg.WorkSize >> 20)
+	}
+	if toks != nil {
+		c.Authenticate = func(key string) (string, bool) {
+			info, err := toks.verify(context.Background(), key, nil)
+			if err != nil {
+				return "", false
+			}
+			return info.UserID, true
+		}
+	}
+	return c
+}
+
+// serveE2B serves srv on ln until ctx ends, then drains: no new sandbox, the running
+// requests (executions) get drainTimeout to finish, then every sandbox is killed.
+func serveE2B(ctx context.Context, srv *e2b.Server, ln net.Listener, drainTimeout time.Duration) error {
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	log.Printf("minipy-mcp: serving E2B's API and sandboxes at http://%s (E2B_API_URL and E2B_SANDBOX_URL)", ln.Addr())
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	select {
+	case err := <-served:
+		srv.Close()
+		return err
+	case <-ctx.Done():
+	}
+	srv.Drain()
+	drainCtx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	defer cancel()
+	if err := hs.Shutdown(drainCtx); err != nil {
+		log.Printf("minipy-mcp: -drain-timeout %v passed with E2B requests running: they are stopped", drainTimeout)
+		hs.Close() //nolint:errcheck // what Shutdown did not end
+	}
+	srv.Close()
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,313 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The E2B front (-e2b) is tested with E2B's own SDK (testdata/e2bclient, installed by
+// `make deps`) and, for what a hostile client would try, with plain HTTP: the real binary,
+// the isolated engine, over real TCP.
+
+var servingE2B = regexp.MustCompile(`serving E2B's API and sandboxes at (http://\S+) `)
+
+const (
+	aliceKey = "alice-key-0123456789abcdef"
+	bobKey   = "bob-key-0123456789abcdef00"
+)
+
+// startE2B starts minipy-mcp serving E2B alone, with the tokens of alice and bob (in the
+// file e2bTokens(s)).
+func startE2B(t *testing.T, args ...string) *serverProc {
+	t.Helper()
+	toks := filepath.Join(t.TempDir(), "tokens")
+	require.NoError(t, os.WriteFile(toks, []byte("alice:"+aliceKey+"\nbob:"+bobKey+"\n"), 0o600))
+	return startServerAt(t, servingE2B, append([]string{"-backend", "isolated", "-e2b", "127.0.0.1:0", "-tokens", toks},
+		args...)...)
+}
+
+// The code interpreter SDK, unmodified, runs its README's examples and more: state,
+// streaming, errors, a figure, environment variables, files both ways, contexts, two
+// sandboxes apart, list, info, connect, kill, a wrong key.
+func TestE2BWithSDK(t *testing.T) {
+	dir, err := filepath.Abs(filepath.Join("testdata", "e2bclient"))
+	require.NoError(t, err)
+	_, err = os.Stat(filepath.Join(dir, "node_modules", "@e2b", "code-interpreter"))
+	require.NoError(t, err, "E2B's SDK is not installed: run `make deps` (npm ci in %s)", dir)
+	node, err := exec.LookPath("node")
+	require.NoError(t, err, "node is needed: make deps installs it")
+	s := startE2B(t)
+
+	cmd := exec.Command(node, "client.mjs")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "E2B_API_URL="+s.base, "E2B_SANDBOX_URL="+s.base, "E2B_API_KEY="+aliceKey)
+	out, err := cmd.Output()
+	var exitErr *exec.ExitError
+	if errors.As(err, &exitErr) {
+		t.Fatalf("the E2B client failed: %v\n%s\nserver:\n%s", err, exitErr.Stderr, s.log)
+	}
+	require.NoError(t, err)
+	var got map[string]any
+	require.NoError(t, json.Unmarshal(out, &got), "%s", out)
+	id := got["id"]
+	want := map[string]any{
+		"state": "2", "stdout": "tick 0\ntick 1\ntick 2\n", "stderr": "warn\n",
+		"error": map[string]any{"name": "ZeroDivisionError", "value": "division by zero",
+			"traceback": got["error"].(map[string]any)["traceback"]},
+		"plot": []any{map[string]any{"formats": []any{"png"}, "main": false, "head": "89504e47"}},
+		"html": []any{"<b>bold</b>"},
+		"env":  "hi", "runEnv": "yes", "runEnvAfter": "gone",
+		"readByCode": `a,b\n1,2\n`, "cwd": "/home/user", "download": "from python", "missingFile": "FileNotFoundError",
+		"ctxOwn": "5", "ctxApart": "False", "contexts": 2.0, "ctxRestarted": "False", "contextsAfter": 1.0,
+		"apart": "False", "listed": []any{id},
+		"info":      map[string]any{"state": "running", "metadata": map[string]any{"purpose": "e2b-test"}, "template": "code-interpreter-v1"},
+		"connected": "2", "killed": true, "runningAfterKill": false, "afterKill": "TimeoutError",
+		"wrongKey": "AuthenticationError",
+	}
+	for k, v := range want {
+		assert.Equal(t, v, got[k], k)
+	}
+	assert.Contains(t, got["streamed"], "out:tick 0")
+	assert.Contains(t, got["streamed"], "err:warn")
+	assert.Contains(t, got["error"].(map[string]any)["traceback"], "return 1/0")
+	assert.Eventually(t, func() bool { return strings.Count(s.log.String(), "ended: killed through the API") == 2 },
+		5*time.Second, 10*time.Millisecond, "%s", s.log)
+}
+
+// e2bClient speaks E2B's HTTP as a user with key.
+type e2bClient struct {
+	t    *testing.T
+	base string
+	key  string
+}
+
+type e2bSandbox struct {
+	SandboxID       string `json:"sandboxID"`
+	EnvdAccessToken string `json:"envdAccessToken"`
+}
+
+// api calls the API; the body is JSON.
+func (c *e2bClient) api(method, path string, body any) (int, []byte) {
+	c.t.Helper()
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		require.NoError(c.t, err)
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, c.base+path, r)
+	require.NoError(c.t, err)
+	req.Header.Set("X-API-KEY", c.key)
+	return c.do(req)
+}
+
+// sandbox calls a port of sb with token (its own: sb.EnvdAccessToken).
+func (c *e2bClient) sandbox(sb e2bSandbox, token string, port int, method, path string, body io.Reader) (int, []byte) {
+	c.t.Helper()
+	req, err := http.NewRequest(method, c.base+path, body)
+	require.NoError(c.t, err)
+	req.Header.Set("E2b-Sandbox-Id", sb.SandboxID)
+	req.Header.Set("E2b-Sandbox-Port", fmt.Sprint(port))
+	if token != "" {
+		req.Header.Set("X-Access-Token", token)
+	}
+	return c.do(req)
+}
+
+func (c *e2bClient) do(req *http.Request) (int, []byte) {
+	c.t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(c.t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(c.t, err)
+	return resp.StatusCode, b
+}
+
+func (c *e2bClient) create(body map[string]any) e2bSandbox {
+	c.t.Helper()
+	code, b := c.api("POST", "/v2/sandboxes", body)
+	require.Equal(c.t, http.StatusCreated, code, "%s", b)
+	var sb e2bSandbox
+	require.NoError(c.t, json.Unmarshal(b, &sb))
+	return sb
+}
+
+// execute runs code in sb's default context and returns the NDJSON messages.
+func (c *e2bClient) execute(sb e2bSandbox, code string) []map[string]any {
+	c.t.Helper()
+	body, err := json.Marshal(map[string]any{"code": code})
+	require.NoError(c.t, err)
+	status, out := c.sandbox(sb, sb.EnvdAccessToken, 49999, "POST", "/execute", bytes.NewReader(body))
+	require.Equal(c.t, http.StatusOK, status, "%s", out)
+	var msgs []map[string]any
+	lines := bufio.NewScanner(bytes.NewReader(out))
+	for lines.Scan() {
+		var m map[string]any
+		require.NoError(c.t, json.Unmarshal(lines.Bytes(), &m), "%s", lines.Bytes())
+		msgs = append(msgs, m)
+	}
+	return msgs
+}
+
+// Users are apart: another user's sandbox is not found through the API, and a sandbox's
+// ports answer only its own access token.
+func TestE2BUsersApart(t *testing.T) {
+	s := startE2B(t)
+	alice, bob := &e2bClient{t, s.base, aliceKey}, &e2bClient{t, s.base, bobKey}
+	a := alice.create(nil)
+	b := bob.create(nil)
+	for _, call := range []struct{ method, path string }{
+		{"GET", "/sandboxes/" + a.SandboxID}, {"DELETE", "/sandboxes/" + a.SandboxID},
+		{"POST", "/sandboxes/" + a.SandboxID + "/timeout"}, {"POST", "/v2/sandboxes/" + a.SandboxID + "/connect"},
+	} {
+		code, body := bob.api(call.method, call.path, map[string]any{"timeout": 30})
+		assert.Equal(t, http.StatusNotFound, code, "%s %s: %s", call.method, call.path, body)
+	}
+	code, body := bob.api("GET", "/v2/sandboxes", nil)
+	require.Equal(t, http.StatusOK, code)
+	assert.NotContains(t, string(body), a.SandboxID)
+	assert.Contains(t, string(body), b.SandboxID)
+	for _, token := range []string{"", b.EnvdAccessToken, aliceKey} {
+		code, body := bob.sandbox(a, token, 49999, "POST", "/execute", strings.NewReader(`{"code": "1"}`))
+		assert.Equal(t, http.StatusUnauthorized, code, "token %q: %s", token, body)
+		code, _ = bob.sandbox(a, token, 49983, "GET", "/files?path=x", nil)
+		assert.Equal(t, http.StatusUnauthorized, code, "token %q", token)
+	}
+	code, _ = (&e2bClient{t, s.base, "not-a-key-of-the-server"}).api("GET", "/v2/sandboxes", nil)
+	assert.Equal(t, http.StatusUnauthorized, code)
+	// Alice's sandbox still answers her.
+	msgs := alice.execute(a, "6*7")
+	assert.Equal(t, "42", msgs[len(msgs)-1]["text"], "%v", msgs)
+}
+
+// The files API reaches the sandbox's working directory only: paths out of it are refused,
+// and a link the code made there is not followed out of it by the host.
+func TestE2BFilesStayInside(t *testing.T) {
+	s := startE2B(t)
+	alice := &e2bClient{t, s.base, aliceKey}
+	sb := alice.create(nil)
+	for _, p := range []string{"/etc/passwd", "/home/user/../../etc/passwd", "../x", "/home/user", "/proc/self/environ"} {
+		code, body := alice.sandbox(sb, sb.EnvdAccessToken, 49983, "POST", "/files?path="+p, strings.NewReader("x"))
+		assert.Equal(t, http.StatusBadRequest, code, "upload to %s: %s", p, body)
+		code, body = alice.sandbox(sb, sb.EnvdAccessToken, 49983, "GET", "/files?path="+p, nil)
+		assert.Equal(t, http.StatusBadRequest, code, "download of %s: %s", p, body)
+	}
+	msgs := alice.execute(sb, "import os\nos.symlink('/etc/hostname', 'link')\nos.symlink('/proc/1/environ', 'env')")
+	require.NotContains(t, msgs[len(msgs)-1]["type"], "error", "%v", msgs)
+	for _, name := range []string{"link", "env"} {
+		code, body := alice.sandbox(sb, sb.EnvdAccessToken, 49983, "GET", "/files?path=/home/user/"+name, nil)
+		assert.NotEqual(t, http.StatusOK, code, "%s was followed: %q", name, body)
+	}
+}
+
+// A sandbox's time ends: it is killed, as E2B's are, and its ports answer 502.
+func TestE2BSandboxTimeout(t *testing.T) {
+	s := startE2B(t)
+	alice := &e2bClient{t, s.base, aliceKey}
+	sb := alice.create(map[string]any{"timeout": 1})
+	code, _ := alice.sandbox(sb, sb.EnvdAccessToken, 49983, "GET", "/health", nil)
+	assert.Equal(t, http.StatusNoContent, code)
+	assert.Eventually(t, func() bool {
+		code, _ := alice.sandbox(sb, sb.EnvdAccessToken, 49983, "GET", "/health", nil)
+		return code == http.StatusBadGateway
+	}, 10*time.Second, 50*time.Millisecond)
+	code, _ = alice.api("GET", "/sandboxes/"+sb.SandboxID, nil)
+	assert.Equal(t, http.StatusNotFound, code)
+	assert.Eventually(t, func() bool { return strings.Contains(s.log.String(), "ended: its time ended") },
+		5*time.Second, 10*time.Millisecond)
+	for _, timeout := range []int{0, -1, 3601} {
+		code, body := alice.api("POST", "/v2/sandboxes", map[string]any{"timeout": timeout})
+		assert.Equal(t, http.StatusBadRequest, code, "timeout %d: %s", timeout, body)
+	}
+}
+
+// A kill stops the run in progress: its stream ends at once with the error.
+func TestE2BKillDuringRun(t *testing.T) {
+	s := startE2B(t)
+	alice := &e2bClient{t, s.base, aliceKey}
+	sb := alice.create(nil)
+	done := make(chan []map[string]any, 1)
+	go func() { done <- alice.execute(sb, "import time\nprint('started', flush=True)\ntime.sleep(60)") }()
+	time.Sleep(500 * time.Millisecond)
+	start := time.Now()
+	code, body := alice.api("DELETE", "/sandboxes/"+sb.SandboxID, nil)
+	require.Equal(t, http.StatusNoContent, code, "%s", body)
+	select {
+	case msgs := <-done:
+		assert.Less(t, time.Since(start), 20*time.Second)
+		assert.Equal(t, "SandboxKilled", msgs[len(msgs)-1]["name"], "%v", msgs)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the run went on after its sandbox was killed")
+	}
+}
+
+// The server's caps count sandboxes and contexts: past them, 429 with the reason.
+func TestE2BCaps(t *testing.T) {
+	s := startE2B(t, "-max-sessions-per-user", "2")
+	alice := &e2bClient{t, s.base, aliceKey}
+	sb := alice.create(nil)
+	code, body := alice.sandbox(sb, sb.EnvdAccessToken, 49999, "POST", "/contexts", strings.NewReader(`{}`))
+	require.Equal(t, http.StatusOK, code, "%s", body)
+	code, body = alice.api("POST", "/v2/sandboxes", nil)
+	assert.Equal(t, http.StatusTooManyRequests, code, "%s", body)
+	assert.Contains(t, string(body), "-max-sessions-per-user")
+	bob := &e2bClient{t, s.base, bobKey}
+	bob.create(nil) // the cap is per user
+	code, _ = alice.api("DELETE", "/sandboxes/"+sb.SandboxID, nil)
+	require.Equal(t, http.StatusNoContent, code)
+	alice.create(nil) // its places came back
+}
+
+// SIGHUP reads the tokens again (serving E2B alone: nothing else catches it).
+func TestE2BTokensReload(t *testing.T) {
+	s := startE2B(t)
+	toks := s.cmd.Args[slices.Index(s.cmd.Args, "-tokens")+1]
+	carol := &e2bClient{t, s.base, "carol-key-0123456789abcdef"}
+	code, _ := carol.api("GET", "/v2/sandboxes", nil)
+	require.Equal(t, http.StatusUnauthorized, code)
+	require.NoError(t, os.WriteFile(toks, []byte("carol:carol-key-0123456789abcdef\n"), 0o600))
+	require.NoError(t, s.cmd.Process.Signal(syscall.SIGHUP))
+	assert.Eventually(t, func() bool {
+		code, _ := carol.api("GET", "/v2/sandboxes", nil)
+		return code == http.StatusOK
+	}, 10*time.Second, 20*time.Millisecond, "%s", s.log)
+	code, _ = (&e2bClient{t, s.base, aliceKey}).api("GET", "/v2/sandboxes", nil)
+	assert.Equal(t, http.StatusUnauthorized, code, "a token the file dropped")
+}
+
+// SIGTERM drains: the running execution finishes and streams its end; then the server ends.
+func TestE2BDrain(t *testing.T) {
+	s := startE2B(t)
+	alice := &e2bClient{t, s.base, aliceKey}
+	sb := alice.create(nil)
+	done := make(chan []map[string]any, 1)
+	go func() { done <- alice.execute(sb, "import time\ntime.sleep(2)\nprint('finished')") }()
+	time.Sleep(500 * time.Millisecond)
+	require.NoError(t, s.cmd.Process.Signal(syscall.SIGTERM))
+	msgs := <-done
+	assert.Equal(t, "finished\n", msgs[len(msgs)-1]["text"], "%v", msgs)
+	select {
+	case <-s.done:
+		assert.NoError(t, s.err, "%s", s.log)
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the server did not end after its drain:\n%s", s.log)
+	}
+}

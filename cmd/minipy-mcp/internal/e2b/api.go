@@ -1,0 +1,308 @@
+package e2b
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// routes sets up the API's and the sandbox ports' handlers.
+func (s *Server) routes() {
+	s.api = http.NewServeMux()
+	for _, prefix := range []string{"", "/v2"} {
+		s.api.HandleFunc("POST "+prefix+"/sandboxes", s.authed(s.create))
+		s.api.HandleFunc("GET "+prefix+"/sandboxes", s.authed(s.list))
+		s.api.HandleFunc("POST "+prefix+"/sandboxes/{id}/connect", s.authed(s.owned(s.connect)))
+	}
+	s.api.HandleFunc("GET /sandboxes/{id}", s.authed(s.owned(s.info)))
+	s.api.HandleFunc("DELETE /sandboxes/{id}", s.authed(s.owned(s.remove)))
+	s.api.HandleFunc("POST /sandboxes/{id}/timeout", s.authed(s.owned(s.timeout)))
+	s.api.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, r.Method+" "+r.URL.Path+" is not part of what minipy serves of E2B's API "+
+			"(docs/e2b.md lists what is)")
+	})
+	s.interpreterRoutes()
+	s.envdRoutes()
+}
+
+type userKey struct{}
+
+// authed answers 401 to an API call without a valid API key, and gives next the key's user.
+func (s *Server) authed(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		user := ""
+		if s.cfg.Authenticate != nil {
+			var ok bool
+			if user, ok = s.cfg.Authenticate(r.Header.Get("X-API-KEY")); !ok {
+				writeError(w, http.StatusUnauthorized, "Invalid API key: give one of the server's -tokens (E2B_API_KEY)")
+				return
+			}
+		}
+		next(w, r.WithContext(context.WithValue(r.Context(), userKey{}, user)))
+	}
+}
+
+func userOf(r *http.Request) string { return r.Context().Value(userKey{}).(string) }
+
+// owned finds the sandbox {id} of the caller's: another user's is as missing as a killed one.
+func (s *Server) owned(next func(http.ResponseWriter, *http.Request, *sandbox)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		sb := s.lookup(r.PathValue("id"))
+		if sb == nil || sb.user != userOf(r) {
+			writeError(w, http.StatusNotFound, "sandbox "+r.PathValue("id")+" not found")
+			return
+		}
+		next(w, r, sb)
+	}
+}
+
+// createRequest is the API's body of a new sandbox (E2B's NewSandbox).
+type createRequest struct {
+	TemplateID   string            `json:"templateID"`
+	Timeout      *int              `json:"timeout"` // seconds
+	Metadata     map[string]string `json:"metadata"`
+	EnvVars      map[string]string `json:"envVars"`
+	AutoPause    *bool             `json:"autoPause"`
+	VolumeMounts []any             `json:"volumeMounts"`
+	MCP          any               `json:"mcp"`
+}
+
+// sandboxBody is the API's answer for a sandbox created or connected to (E2B's Sandbox).
+type sandboxBody struct {
+	TemplateID         string  `json:"templateID"`
+	SandboxID          string  `json:"sandboxID"`
+	ClientID           string  `json:"clientID"`
+	EnvdVersion        string  `json:"envdVersion"`
+	EnvdAccessToken    string  `json:"envdAccessToken"`
+	TrafficAccessToken string  `json:"trafficAccessToken"`
+	Domain             *string `json:"domain"`
+}
+
+// clientID is E2B's former field for the machine of a sandbox.
+const clientID = "minipy"
+
+func (sb *sandbox) body() sandboxBody {
+	return sandboxBody{TemplateID: sb.template, SandboxID: sb.id, ClientID: clientID, EnvdVersion: EnvdVersion,
+		EnvdAccessToken: sb.token, TrafficAccessToken: sb.token}
+}
+
+func (s *Server) create(w http.ResponseWriter, r *http.Request) {
+	var req createRequest
+	if !readJSON(w, r, 1<<20, &req) {
+		return
+	}
+	template, life, why := s.checkCreate(&req)
+	if why != "" {
+		writeError(w, http.StatusBadRequest, why)
+		return
+	}
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		writeError(w, http.StatusServiceUnavailable, refusedClosed)
+		return
+	}
+	sb, code, why := s.newSandbox(userOf(r), template, &req, life)
+	if sb == nil {
+		writeError(w, code, why)
+		return
+	}
+	writeJSON(w, http.StatusCreated, sb.body())
+}
+
+// checkCreate checks a new sandbox's request: its template and life, or why it is refused.
+func (s *Server) checkCreate(req *createRequest) (template string, life time.Duration, why string) {
+	template = req.TemplateID
+	if template == "" {
+		template = Templates[0]
+	}
+	if !slices.Contains(Templates, template) {
+		return "", 0, fmt.Sprintf("template %q: minipy serves the templates %s, each its engine's Python "+
+			"(what it can import is the server's configuration)", template, strings.Join(Templates, ", "))
+	}
+	switch {
+	case len(req.VolumeMounts) > 0:
+		return "", 0, "volumes are not served by minipy: a sandbox's files live in its working directory (docs/e2b.md)"
+	case req.MCP != nil:
+		return "", 0, "an MCP gateway in the sandbox is not served by minipy: minipy-mcp gives MCP servers' tools to " +
+			"the code with -upstream (docs/e2b.md)"
+	case req.AutoPause != nil && *req.AutoPause:
+		return "", 0, "pausing is not served yet: a sandbox is killed when its time ends (docs/e2b.md)"
+	}
+	life, why = s.life(req.Timeout)
+	return template, life, why
+}
+
+// life is a sandbox's life from a request's timeout in seconds (nil: the default).
+func (s *Server) life(seconds *int) (time.Duration, string) {
+	if seconds == nil {
+		return s.cfg.DefaultTimeout, ""
+	}
+	life := time.Duration(*seconds) * time.Second
+	if *seconds <= 0 || life > s.cfg.MaxTimeout {
+		return 0, fmt.Sprintf("timeout %d s: a sandbox lives from 1 s to %v (-e2b-max-timeout)", *seconds,
+			s.cfg.MaxTimeout)
+	}
+	return life, ""
+}
+
+// listedSandbox is a sandbox as the API lists and describes it (E2B's ListedSandbox and
+// SandboxDetail).
+type listedSandbox struct {
+	TemplateID      string            `json:"templateID"`
+	SandboxID       string            `json:"sandboxID"`
+	ClientID        string            `json:"clientID"`
+	StartedAt       time.Time         `json:"startedAt"`
+	EndAt           time.Time         `json:"endAt"`
+	CPUCount        int               `json:"cpuCount"`
+	MemoryMB        int               `json:"memoryMB"`
+	DiskSizeMB      int               `json:"diskSizeMB"`
+	Metadata        map[string]string `json:"metadata"`
+	State           string            `json:"state"`
+	EnvdVersion     string            `json:"envdVersion"`
+	EnvdAccessToken string            `json:"envdAccessToken,omitempty"`
+	VolumeMounts    []any             `json:"volumeMounts"`
+}
+
+func (s *Server) listed(sb *sandbox) listedSandbox {
+	sb.mu.Lock()
+	end := sb.end
+	sb.mu.Unlock()
+	return listedSandbox{TemplateID: sb.template, SandboxID: sb.id, ClientID: clientID, StartedAt: sb.started.UTC(),
+		EndAt: end.UTC(), CPUCount: s.cfg.CPUCount, MemoryMB: s.cfg.MemoryMB, DiskSizeMB: s.cfg.DiskMB,
+		Metadata: sb.metadata, State: "running", EnvdVersion: EnvdVersion, VolumeMounts: []any{}}
+}
+
+func (s *Server) info(w http.ResponseWriter, r *http.Request, sb *sandbox) {
+	l := s.listed(sb)
+	l.EnvdAccessToken = sb.token
+	writeJSON(w, http.StatusOK, l)
+}
+
+func (s *Server) remove(w http.ResponseWriter, r *http.Request, sb *sandbox) {
+	if !s.kill(sb, "killed through the API") {
+		writeError(w, http.StatusNotFound, "sandbox "+sb.id+" not found")
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) timeout(w http.ResponseWriter, r *http.Request, sb *sandbox) {
+	life, ok := s.readLife(w, r, true)
+	if !ok {
+		return
+	}
+	sb.setLife(life)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// connect answers for a running sandbox (another process's Sandbox.connect), making it
+// live at least timeout from now when one is given.
+func (s *Server) connect(w http.ResponseWriter, r *http.Request, sb *sandbox) {
+	life, ok := s.readLife(w, r, false)
+	if !ok {
+		return
+	}
+	if life > 0 {
+		sb.mu.Lock()
+		longer := time.Now().Add(life).After(sb.end)
+		sb.mu.Unlock()
+		if longer {
+			sb.setLife(life)
+		}
+	}
+	writeJSON(w, http.StatusOK, sb.body())
+}
+
+// readLife reads a body's timeout (seconds) as a sandbox's life (0 when it has none and
+// need is false), answering 400 itself when it cannot.
+func (s *Server) readLife(w http.ResponseWriter, r *http.Request, need bool) (time.Duration, bool) {
+	var req struct {
+		Timeout *int `json:"timeout"`
+	}
+	if !readJSON(w, r, 1<<16, &req) {
+		return 0, false
+	}
+	if req.Timeout == nil {
+		if need {
+			writeError(w, http.StatusBadRequest, "timeout (seconds) is required")
+		}
+		return 0, !need
+	}
+	life, why := s.life(req.Timeout)
+	if why != "" {
+		writeError(w, http.StatusBadRequest, why)
+		return 0, false
+	}
+	return life, true
+}
+
+// list lists the caller's sandboxes, oldest first, filtered by the query's metadata (URL
+// encoded key=value pairs) and state, a page of limit (at most 100) after nextToken.
+func (s *Server) list(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	want, err := url.ParseQuery(q.Get("metadata"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "metadata: "+err.Error())
+		return
+	}
+	limit := 100
+	if n, err := strconv.Atoi(q.Get("limit")); err == nil && n > 0 && n < limit {
+		limit = n
+	}
+	states := strings.Split(q.Get("state"), ",")
+	all := s.userSandboxes(userOf(r))
+	out := []listedSandbox{}
+	after := q.Get("nextToken")
+	for _, sb := range all {
+		if after != "" {
+			if sb.id == after {
+				after = ""
+			}
+			continue
+		}
+		if !matches(sb.metadata, want) || (q.Get("state") != "" && !slices.Contains(states, "running")) {
+			continue
+		}
+		if len(out) == limit {
+			w.Header().Set("X-Next-Token", out[len(out)-1].SandboxID)
+			break
+		}
+		out = append(out, s.listed(sb))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func matches(metadata map[string]string, want url.Values) bool {
+	for k := range want {
+		if metadata[k] != want.Get(k) {
+			return false
+		}
+	}
+	return true
+}
+
+// userSandboxes are user's sandboxes, oldest first.
+func (s *Server) userSandboxes(user string) []*sandbox {
+	s.mu.Lock()
+	var all []*sandbox
+	for _, sb := range s.sandboxes {
+		if sb.user == user {
+			all = append(all, sb)
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(all, func(a, b *sandbox) int {
+		if c := a.started.Compare(b.started); c != 0 {
+			return c
+		}
+		return strings.Compare(a.id, b.id)
+	})
+	return all
+}

@@ -1,0 +1,150 @@
+package e2b
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/minipy-go/minipy"
+	"github.com/minipy-go/minipy/internal/opcount"
+)
+
+// BenchmarkCreateToFirstResult times what E2B's users time as a cold start: POST
+// /v2/sandboxes, then the first /execute ("1+1") to its result, over HTTP, with the isolated
+// engine (numpy preloaded), sessions arriving 300 ms apart. "pool" has the engine's
+// default warm pool, "no-pool" starts each sandbox on the caller's path (Spares -1). The
+// floor is a bare `python3 -c pass` of the same Python in the same run; the counts are
+// over the whole process tree (opcount), the sandbox's kill left out. The anchors' cold
+// starts (ComputeSDK's medians: declaw 42 ms, Daytona 186 ms, E2B 491 ms) are in
+// docs/benchmarks.md beside the numbers.
+func BenchmarkCreateToFirstResult(b *testing.B) {
+	for _, c := range []struct {
+		name   string
+		spares int
+	}{{"pool", 0}, {"no-pool", -1}} {
+		b.Run(c.name, func(b *testing.B) {
+			// Counting from before the engine starts: its template's forks are counted too.
+			m, err := opcount.Start()
+			if err != nil {
+				b.Logf("no counts: %v", err)
+			} else {
+				defer m.Close()
+			}
+			eng, err := minipy.NewIsolated(minipy.IsolatedConfig{Spares: c.spares, WorkDirPath: Home,
+				Preload: []string{"numpy"}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer eng.Close()
+			s := New(Config{Engine: eng})
+			srv := httptest.NewServer(s)
+			defer srv.Close()
+			defer s.Close()
+			createAndRun(b, srv.URL) // the template's start, and the pool's first spare
+			time.Sleep(300 * time.Millisecond)
+			var took []time.Duration
+			var counts opcount.Counts
+			b.ResetTimer()
+			for range b.N {
+				var before opcount.Counts
+				if m != nil {
+					before = m.Read()
+				}
+				start := time.Now()
+				kill := createAndRun(b, srv.URL)
+				took = append(took, time.Since(start))
+				if m != nil {
+					counts = counts.Add(m.Since(before))
+				}
+				kill()
+				time.Sleep(300 * time.Millisecond)
+			}
+			b.StopTimer()
+			reportCreate(b, m, took, pythonFloor(b, eng), counts.Per(b.N))
+		})
+	}
+}
+
+// createAndRun creates a sandbox and runs 1+1 in it, and returns its kill.
+func createAndRun(b *testing.B, base string) (kill func()) {
+	resp, err := http.Post(base+"/v2/sandboxes", "application/json", strings.NewReader(`{"templateID": "code-interpreter-v1"}`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sb sandboxBody
+	err = json.NewDecoder(resp.Body).Decode(&sb)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusCreated {
+		b.Fatalf("create: %d %v", resp.StatusCode, err)
+	}
+	req, _ := http.NewRequest("POST", base+"/execute", strings.NewReader(`{"code": "1+1"}`))
+	req.Header.Set("E2b-Sandbox-Id", sb.SandboxID)
+	req.Header.Set("E2b-Sandbox-Port", "49999")
+	req.Header.Set("X-Access-Token", sb.EnvdAccessToken)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !bytes.Contains(out, []byte(`"text":"2"`)) {
+		b.Fatalf("execute: %s", out)
+	}
+	return func() {
+		req, _ := http.NewRequest("DELETE", base+"/sandboxes/"+sb.SandboxID, nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}
+}
+
+// pythonFloor times five bare starts of the workers' python (sys.executable): -c pass.
+func pythonFloor(b *testing.B, eng *minipy.Isolated) []time.Duration {
+	r, err := eng.Minipy("import sys; sys.executable", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var floor []time.Duration
+	for range 5 {
+		start := time.Now()
+		if err := exec.Command(r.Value.(string), "-c", "pass").Run(); err != nil {
+			b.Fatal(err)
+		}
+		floor = append(floor, time.Since(start))
+	}
+	return floor
+}
+
+func median(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func reportCreate(b *testing.B, m *opcount.Meter, took, floor []time.Duration, per opcount.PerOp) {
+	b.ReportMetric(float64(median(took).Microseconds())/1e3, "ms-median")
+	b.ReportMetric(float64(median(floor).Microseconds())/1e3, "ms-floor")
+	b.ReportMetric(float64(median(took))/float64(median(floor)), "x-floor")
+	if m == nil {
+		return
+	}
+	for _, c := range []struct {
+		ev   opcount.Event
+		name string
+		v    float64
+	}{
+		{opcount.ContextSwitches, "cs", per.ContextSwitches}, {opcount.PageFaults, "faults", per.PageFaults},
+		{opcount.Syscalls, "syscalls", per.Syscalls}, {opcount.Forks, "forks", per.Forks},
+	} {
+		if m.Counting(c.ev) {
+			b.ReportMetric(c.v, c.name+"/op")
+		}
+	}
+}

@@ -1,0 +1,227 @@
+package e2b
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/minipy-go/minipy"
+)
+
+// The parts of the E2B front that need no engine; cmd/minipy-mcp's e2b_test.go runs the
+// whole of it with E2B's SDK and the isolated engine.
+
+func TestResultMessage(t *testing.T) {
+	png := []byte("\x89PNG\r\n\x1a\nrest")
+	msg := resultMessage(map[string][]byte{
+		"text/plain": []byte("'quoted'"), "image/png": png, "application/json": []byte(`{"a": [1, 2]}`),
+		"text/html": []byte("<b>x</b>"), "application/vnd.custom+json": []byte("{}"), "image/gif": []byte("GIF89a"),
+	}, true)
+	b, err := json.Marshal(msg)
+	require.NoError(t, err)
+	var got map[string]any
+	require.NoError(t, json.Unmarshal(b, &got))
+	assert.Equal(t, map[string]any{
+		"type": "result", "is_main_result": true,
+		"text":                        "quoted", // E2B's server takes a string's quotes off
+		"png":                         "iVBORw0KGgpyZXN0",
+		"json":                        map[string]any{"a": []any{1.0, 2.0}},
+		"html":                        "<b>x</b>",
+		"application/vnd.custom+json": "e30=", // not a known key: under its MIME type, as bytes
+		"image/gif":                   "R0lGODlh",
+	}, got)
+	assert.Equal(t, "'", resultMessage(map[string][]byte{"text/plain": []byte("'")}, false)["text"])
+}
+
+func TestResults(t *testing.T) {
+	res := &minipy.Result{HasValue: true, Repr: "42", Displays: []minipy.Display{
+		{Data: map[string][]byte{"text/plain": []byte("<Figure>"), "image/png": []byte("p")}},
+	}}
+	got := results(res)
+	require.Len(t, got, 2)
+	assert.Equal(t, false, got[0]["is_main_result"])
+	assert.Equal(t, map[string]any{"type": "result", "is_main_result": true, "text": "42"}, got[1])
+	// A value with a rich form is its own display: no second main result.
+	res.Displays = append(res.Displays, minipy.Display{Value: true, Data: map[string][]byte{"text/plain": []byte("df")}})
+	got = results(res)
+	require.Len(t, got, 2)
+	assert.Equal(t, true, got[1]["is_main_result"])
+}
+
+// recorder keeps a stream's messages.
+func streamed(t *testing.T, w *httptest.ResponseRecorder) []map[string]any {
+	var msgs []map[string]any
+	for _, line := range strings.Split(strings.TrimSuffix(w.Body.String(), "\n"), "\n") {
+		if line == "" {
+			continue
+		}
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &m))
+		msgs = append(msgs, m)
+	}
+	return msgs
+}
+
+func TestStreamWriterSendsLines(t *testing.T) {
+	w := httptest.NewRecorder()
+	sw := (&stream{w: w}).writer("stdout")
+	for _, piece := range []string{"tick", " ", "0", "\n", "tick 1\nhalf", " a line", "\rbar"} {
+		sw.Write([]byte(piece)) //nolint:errcheck // never fails
+	}
+	sw.flush()
+	var texts []string
+	for _, m := range streamed(t, w) {
+		assert.Equal(t, "stdout", m["type"])
+		texts = append(texts, m["text"].(string))
+	}
+	assert.Equal(t, []string{"tick 0\n", "tick 1\n", "half a line\r", "bar"}, texts)
+
+	// A line longer than maxPending goes in pieces, none of them inside a character.
+	w = httptest.NewRecorder()
+	sw = (&stream{w: w}).writer("stderr")
+	long := strings.Repeat("é", maxPending) // two bytes each
+	for i := 0; i < len(long); i += 999 {
+		sw.Write([]byte(long[i:min(i+999, len(long))])) //nolint:errcheck // never fails
+	}
+	sw.flush()
+	var all strings.Builder
+	for _, m := range streamed(t, w) {
+		text := m["text"].(string)
+		assert.NotContains(t, text, "\uFFFD", "a character was cut")
+		all.WriteString(text)
+	}
+	assert.Equal(t, long, all.String())
+}
+
+func TestWorkPath(t *testing.T) {
+	for in, want := range map[string]string{
+		"/home/user/a.csv": "a.csv", "a.csv": "a.csv", "/home/user/d/../b": "b", "d/e": "d/e", "/home/user": "",
+		"/home/user/": "",
+	} {
+		got, ok := workPath(in)
+		assert.True(t, ok, in)
+		assert.Equal(t, want, got, in)
+	}
+	for _, in := range []string{"/etc/passwd", "../x", "/home/user/../x", "/home/userx", "/", "/tmp/a"} {
+		_, ok := workPath(in)
+		assert.False(t, ok, in)
+	}
+}
+
+func TestHostSandbox(t *testing.T) {
+	for host, want := range map[string][2]string{
+		"49999-abc.sandbox.example.com": {"abc", "49999"},
+		"49983-abc.example.com:443":     {"abc", "49983"},
+		"example.com":                   {"", ""},
+		"api.example.com":               {"", ""},
+		"localhost:8080":                {"", ""},
+		"x-abc.example.com":             {"", ""},
+	} {
+		id, port := hostSandbox(host)
+		assert.Equal(t, want, [2]string{id, port}, host)
+	}
+}
+
+// newTestServer has one sandbox of alice's, with no namespace (the calls tested need
+// none).
+func newTestServer() (*Server, *sandbox) {
+	s := New(Config{Authenticate: func(key string) (string, bool) {
+		user, ok := map[string]string{"ka": "alice", "kb": "bob"}[key]
+		return user, ok
+	}})
+	sb := &sandbox{id: "sb1", token: "tok", user: "alice", template: Templates[0], metadata: map[string]string{"k": "v"},
+		started: time.Now(), end: time.Now().Add(time.Minute), timer: time.NewTimer(time.Hour)}
+	s.sandboxes[sb.id] = sb
+	return s, sb
+}
+
+func TestRouting(t *testing.T) {
+	s, _ := newTestServer()
+	call := func(host string, headers map[string]string) int {
+		r := httptest.NewRequest("GET", "/health", nil)
+		r.Host = host
+		for k, v := range headers {
+			r.Header.Set(k, v)
+		}
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, r)
+		return w.Code
+	}
+	assert.Equal(t, http.StatusNoContent, call("x", map[string]string{"E2b-Sandbox-Id": "sb1", "E2b-Sandbox-Port": "49983",
+		"X-Access-Token": "tok"}))
+	assert.Equal(t, http.StatusNoContent, call("49983-sb1.sandboxes.example.com", map[string]string{"X-Access-Token": "tok"}))
+	assert.Equal(t, http.StatusUnauthorized, call("49983-sb1.example.com", nil))
+	assert.Equal(t, http.StatusUnauthorized, call("49983-sb1.example.com", map[string]string{"X-Access-Token": "tok2"}))
+	assert.Equal(t, http.StatusBadGateway, call("49983-nope.example.com", map[string]string{"X-Access-Token": "tok"}))
+	assert.Equal(t, http.StatusBadGateway, call("8080-sb1.example.com", map[string]string{"X-Access-Token": "tok"}))
+	assert.Equal(t, http.StatusOK, call("49999-sb1.example.com", map[string]string{"E2B-Traffic-Access-Token": "tok"}))
+	assert.Equal(t, http.StatusNotFound, call("api.example.com", nil), "the API has no /health")
+}
+
+func TestCheckCreate(t *testing.T) {
+	s, _ := newTestServer()
+	seconds := func(n int) *int { return &n }
+	yes := true
+	for name, req := range map[string]createRequest{
+		"template": {TemplateID: "my-template"},
+		"volumes":  {VolumeMounts: []any{map[string]any{"name": "v", "path": "/data"}}},
+		"mcp":      {MCP: map[string]any{}},
+		"pause":    {AutoPause: &yes},
+		"zero":     {Timeout: seconds(0)},
+		"too long": {Timeout: seconds(3601)},
+	} {
+		_, _, why := s.checkCreate(&req)
+		assert.NotEmpty(t, why, name)
+	}
+	template, life, why := s.checkCreate(&createRequest{})
+	assert.Empty(t, why)
+	assert.Equal(t, "code-interpreter-v1", template)
+	assert.Equal(t, DefaultSandboxTimeout, life)
+	template, life, why = s.checkCreate(&createRequest{TemplateID: "base", Timeout: seconds(3600)})
+	assert.Empty(t, why)
+	assert.Equal(t, "base", template)
+	assert.Equal(t, time.Hour, life)
+}
+
+func TestList(t *testing.T) {
+	s, _ := newTestServer()
+	for i, user := range []string{"alice", "alice", "bob", "alice"} {
+		id := string(rune('a' + i))
+		s.sandboxes[id] = &sandbox{id: id, user: user, metadata: map[string]string{"n": id},
+			started: time.Unix(int64(i), 0), end: time.Now(), timer: time.NewTimer(time.Hour)}
+	}
+	list := func(key, query string) ([]string, string) {
+		r := httptest.NewRequest("GET", "/v2/sandboxes?"+query, nil)
+		r.Header.Set("X-API-KEY", key)
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, r)
+		require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+		var got []listedSandbox
+		require.NoError(t, json.Unmarshal(w.Body.Bytes(), &got))
+		ids := []string{}
+		for _, l := range got {
+			ids = append(ids, l.SandboxID)
+		}
+		return ids, w.Header().Get("X-Next-Token")
+	}
+	ids, next := list("ka", "")
+	assert.Equal(t, []string{"a", "b", "d", "sb1"}, ids)
+	assert.Empty(t, next)
+	ids, next = list("ka", "limit=2")
+	assert.Equal(t, []string{"a", "b"}, ids)
+	ids, next = list("ka", "limit=2&nextToken="+next)
+	assert.Equal(t, []string{"d", "sb1"}, ids)
+	assert.Empty(t, next)
+	ids, _ = list("ka", "metadata=n%3Db")
+	assert.Equal(t, []string{"b"}, ids)
+	ids, _ = list("ka", "state=paused")
+	assert.Empty(t, ids)
+	ids, _ = list("kb", "")
+	assert.Equal(t, []string{"c"}, ids)
+}

@@ -1,0 +1,163 @@
+package e2b
+
+import (
+	"errors"
+	"io"
+	"io/fs"
+	"mime"
+	"net/http"
+	"path"
+	"strings"
+	"syscall"
+
+	"github.com/minipy-go/minipy"
+)
+
+// envd (port 49983), the sandbox's daemon: its health, and its files' upload and download,
+// in the sandbox's working directory (the default context's), which E2B's paths name as
+// /home/user.
+
+// Home is the directory that E2B's SDKs name a sandbox's working directory by: paths in it,
+// or relative ones, reach the sandbox's working directory.
+const Home = "/home/user"
+
+func (s *Server) envdRoutes() {
+	s.envd = http.NewServeMux()
+	s.envd.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	})
+	s.envd.HandleFunc("GET /files", s.download)
+	s.envd.HandleFunc("POST /files", s.upload)
+	s.envd.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotImplemented, r.Method+" "+r.URL.Path+": envd's process and filesystem "+
+			"services are not served yet (docs/e2b.md)")
+	})
+}
+
+// workPath is an E2B path as a name in the working directory: Home and what is under it,
+// or a relative path. Elsewhere is refused: the sandbox's other files are its own.
+func workPath(p string) (string, bool) {
+	if !strings.HasPrefix(p, "/") {
+		p = path.Join(Home, p)
+	}
+	p = path.Clean(p)
+	if p == Home {
+		return "", true
+	}
+	rest, ok := strings.CutPrefix(p, Home+"/")
+	return rest, ok
+}
+
+func (s *Server) download(w http.ResponseWriter, r *http.Request) {
+	name, ok := workPath(r.URL.Query().Get("path"))
+	if !ok || name == "" {
+		writeError(w, http.StatusBadRequest, "path "+r.URL.Query().Get("path")+": minipy reaches the files of "+Home+
+			" (the sandbox's working directory) only")
+		return
+	}
+	ns := sandboxOf(r).namespace()
+	if ns == nil {
+		writeError(w, http.StatusBadGateway, "the sandbox is not running")
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	out := &firstWrite{w: w}
+	if _, err := ns.ReadFileTo(name, out); err != nil && !out.wrote {
+		fileError(w, err) // (after the first byte, an error is the client's going away)
+	}
+}
+
+// firstWrite lets a download answer an error until its first byte.
+type firstWrite struct {
+	w     http.ResponseWriter
+	wrote bool
+}
+
+func (f *firstWrite) Write(p []byte) (int, error) {
+	f.wrote = true
+	return f.w.Write(p)
+}
+
+// fileError answers a file method's error with envd's status for it.
+func fileError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		writeError(w, http.StatusNotFound, err.Error())
+	case errors.Is(err, minipy.ErrBadPath), errors.Is(err, fs.ErrInvalid):
+		writeError(w, http.StatusBadRequest, err.Error())
+	case errors.Is(err, syscall.ENOSPC):
+		writeError(w, http.StatusInsufficientStorage, err.Error())
+	case errors.Is(err, minipy.ErrNamespaceClosed):
+		writeError(w, http.StatusBadGateway, "the sandbox is not running")
+	default:
+		writeError(w, http.StatusInternalServerError, err.Error())
+	}
+}
+
+// entryInfo is envd's description of a file written.
+type entryInfo struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+	Path string `json:"path"`
+}
+
+// upload writes the files of a request: a multipart form's "file" parts (each named by the
+// path parameter, else by its file name), or an octet-stream body to the path parameter.
+func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
+	ns := sandboxOf(r).namespace()
+	if ns == nil {
+		writeError(w, http.StatusBadGateway, "the sandbox is not running")
+		return
+	}
+	param := r.URL.Query().Get("path")
+	if media, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); media != "multipart/form-data" {
+		if e, ok := s.writeFile(w, ns, param, r.Body); ok {
+			writeJSON(w, http.StatusOK, []entryInfo{e})
+		}
+		return
+	}
+	parts, err := r.MultipartReader()
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "the upload's form: "+err.Error())
+		return
+	}
+	written := []entryInfo{}
+	for {
+		part, err := parts.NextPart()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "the upload's form: "+err.Error())
+			return
+		}
+		if part.FormName() != "file" {
+			continue
+		}
+		target := param
+		if target == "" {
+			target = part.FileName()
+		}
+		e, ok := s.writeFile(w, ns, target, part)
+		if !ok {
+			return
+		}
+		written = append(written, e)
+	}
+	writeJSON(w, http.StatusOK, written)
+}
+
+// writeFile writes one uploaded file, answering the error itself when it fails.
+func (s *Server) writeFile(w http.ResponseWriter, ns *minipy.Namespace, target string, body io.Reader) (entryInfo, bool) {
+	name, ok := workPath(target)
+	if !ok || name == "" {
+		writeError(w, http.StatusBadRequest, "path "+target+": minipy writes files under "+Home+
+			" (the sandbox's working directory) only")
+		return entryInfo{}, false
+	}
+	if _, err := ns.WriteFileFrom(name, body); err != nil {
+		fileError(w, err)
+		return entryInfo{}, false
+	}
+	return entryInfo{Name: path.Base(name), Type: "file", Path: path.Join(Home, name)}, true
+}

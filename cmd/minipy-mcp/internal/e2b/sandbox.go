@@ -1,0 +1,207 @@
+package e2b
+
+import (
+	"context"
+	"crypto/rand"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/minipy-go/minipy"
+)
+
+// sandbox is a running E2B sandbox: its code contexts, each a namespace, the first the
+// default one, and its life's end.
+type sandbox struct {
+	id, token, user, template string
+	metadata, envs            map[string]string
+	started                   time.Time
+
+	ctx    context.Context // ends when the sandbox is killed, and the runs in it with it
+	cancel context.CancelFunc
+
+	mu       sync.Mutex
+	end      time.Time
+	timer    *time.Timer
+	contexts []*codeContext // [0] is the default context
+	dead     bool
+}
+
+// codeContext is one of a sandbox's code contexts (E2B's Jupyter kernels): a namespace.
+type codeContext struct {
+	id, language, cwd string
+
+	mu      sync.Mutex                       // held by a run, and by a restart, which replaces ns
+	ns      atomic.Pointer[minipy.Namespace] // (files reach it during a run)
+	release func()
+	count   int // executions so far (Jupyter's execution_count)
+}
+
+type sandboxKey struct{}
+
+func withSandbox(ctx context.Context, sb *sandbox) context.Context {
+	return context.WithValue(ctx, sandboxKey{}, sb)
+}
+
+func sandboxOf(r *http.Request) *sandbox { return r.Context().Value(sandboxKey{}).(*sandbox) }
+
+// authorized reports whether r carries the sandbox's access token: envd's header, or the
+// one the code interpreter's client sends.
+func (sb *sandbox) authorized(r *http.Request) bool {
+	return sameSecret(r.Header.Get("X-Access-Token"), sb.token) ||
+		sameSecret(r.Header.Get("E2B-Traffic-Access-Token"), sb.token)
+}
+
+// newSandbox starts a sandbox for user, with its default context; the caller has checked
+// the request.
+func (s *Server) newSandbox(user, template string, req *createRequest, life time.Duration) (*sandbox, int, string) {
+	now := time.Now()
+	sb := &sandbox{id: randomID(), token: rand.Text(), user: user, template: template, metadata: req.Metadata,
+		envs: req.EnvVars, started: now, end: now.Add(life)}
+	if sb.metadata == nil {
+		sb.metadata = map[string]string{}
+	}
+	sb.ctx, sb.cancel = context.WithCancel(context.Background())
+	cc, code, msg := s.newContext(sb, "python", "")
+	if cc == nil {
+		sb.cancel()
+		return nil, code, msg
+	}
+	sb.contexts = []*codeContext{cc}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		sb.cancel()
+		cc.close()
+		return nil, http.StatusServiceUnavailable, refusedClosed
+	}
+	s.sandboxes[sb.id] = sb
+	sb.timer = time.AfterFunc(life, func() { s.kill(sb, "its time ended") })
+	s.mu.Unlock()
+	s.logf("minipy-mcp: E2B sandbox %s of user %q created (template %s, %v)", sb.id, user, template, life)
+	return sb, 0, ""
+}
+
+const refusedClosed = "minipy-mcp is shutting down and starts no new sandbox; retry in a moment (on another replica, behind a load balancer)"
+
+// newContext makes a code context of sb: a namespace under the server's caps, with the
+// sandbox's environment variables, in cwd if given. It returns nil, an HTTP status and why
+// when it cannot.
+func (s *Server) newContext(sb *sandbox, language, cwd string) (*codeContext, int, string) {
+	release := func() {}
+	if s.cfg.Admit != nil {
+		var refusal string
+		if release, refusal = s.cfg.Admit(sb.user); refusal != "" {
+			return nil, http.StatusTooManyRequests, refusal
+		}
+	}
+	cc := &codeContext{id: randomID(), language: language, release: release}
+	cc.ns.Store(s.cfg.Engine.NewNamespace())
+	var err error
+	if cc.cwd, err = s.setUp(sb.ctx, cc.ns.Load(), sb.envs, cwd); err != nil {
+		cc.close()
+		return nil, http.StatusInternalServerError, "the sandbox did not start: " + err.Error()
+	}
+	return cc, 0, ""
+}
+
+// setUp gives a new namespace the sandbox's environment variables and its working
+// directory, and returns that directory. Without either to set, it runs nothing: the
+// namespace starts in Home (IsolatedConfig.WorkDirPath, which minipy-mcp -e2b sets), and
+// a run would cost its first execution the rollback snapshot of this one (~10 ms: a run's
+// first after a snapshot copies the pages it writes).
+func (s *Server) setUp(ctx context.Context, ns *minipy.Namespace, envs map[string]string, cwd string) (string, error) {
+	if len(envs) == 0 && cwd == "" {
+		return Home, nil
+	}
+	env := make(map[string]any, len(envs))
+	for k, v := range envs {
+		env[k] = v
+	}
+	if err := ns.Set("_e2b_setup", map[string]any{"env": env, "cwd": cwd}); err != nil {
+		return "", err
+	}
+	res, err := s.cfg.Engine.Run(ctx, setUpCode, &minipy.Options{Globals: ns, Timeout: time.Minute})
+	if err != nil {
+		return "", err
+	}
+	dir, _ := res.Value.(string)
+	return dir, nil
+}
+
+// setUpCode is the setup's run: it leaves no name behind.
+const setUpCode = `import os as _e2b_os
+_e2b_os.environ.update(_e2b_setup["env"])
+if _e2b_setup["cwd"]:
+    _e2b_os.chdir(_e2b_setup["cwd"])
+del _e2b_setup, _e2b_os
+__import__("os").getcwd()`
+
+// close closes the context's namespace, after the run in progress (which the sandbox's
+// end has stopped, if that is why), and gives its place back.
+func (cc *codeContext) close() {
+	cc.mu.Lock()
+	cc.ns.Load().Close() //nolint:errcheck // closing a namespace does not fail
+	cc.mu.Unlock()
+	cc.release()
+}
+
+// kill ends sb, if it still runs: its runs stop, its namespaces close, their places free.
+func (s *Server) kill(sb *sandbox, why string) bool {
+	s.mu.Lock()
+	if s.sandboxes[sb.id] == sb {
+		delete(s.sandboxes, sb.id)
+	}
+	s.mu.Unlock()
+	sb.mu.Lock()
+	if sb.dead {
+		sb.mu.Unlock()
+		return false
+	}
+	sb.dead = true
+	if sb.timer != nil {
+		sb.timer.Stop()
+	}
+	contexts := sb.contexts
+	sb.contexts = nil
+	sb.mu.Unlock()
+	sb.cancel()
+	for _, cc := range contexts {
+		cc.close()
+	}
+	s.logf("minipy-mcp: E2B sandbox %s of user %q ended: %s", sb.id, sb.user, why)
+	return true
+}
+
+// setLife makes sb end life from now (the API's timeout call).
+func (sb *sandbox) setLife(life time.Duration) {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if sb.dead {
+		return
+	}
+	sb.end = time.Now().Add(life)
+	sb.timer.Reset(life)
+}
+
+// namespace is the namespace of sb's default context, whose working directory the files
+// API reaches; nil once sb is killed.
+func (sb *sandbox) namespace() *minipy.Namespace {
+	if cc := sb.context(""); cc != nil {
+		return cc.ns.Load()
+	}
+	return nil
+}
+
+// context returns sb's code context id ("": the default one), or nil.
+func (sb *sandbox) context(id string) *codeContext {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	for _, cc := range sb.contexts {
+		if cc.id == id || id == "" {
+			return cc
+		}
+	}
+	return nil
+}

@@ -1,0 +1,239 @@
+// Package e2b serves E2B's protocols over minipy, so that E2B's SDKs run unchanged against
+// it: the API that creates, lists, connects to and kills sandboxes; in each sandbox the code
+// interpreter (/execute, streaming NDJSON, and /contexts); and of envd, the sandbox's daemon,
+// /health and /files. A sandbox is a minipy namespace (with the isolated engine, a
+// sandboxed process of its own), and each further code context one more.
+//
+// One address serves all of it. E2B's SDKs send the API calls to E2B_API_URL and every
+// sandbox call to E2B_SANDBOX_URL, naming the sandbox and its port in the headers
+// E2b-Sandbox-Id and E2b-Sandbox-Port (49983 envd, 49999 the code interpreter); with both
+// set to this server's URL, the headers route the calls. A request without them whose Host
+// is E2B's "PORT-ID.domain" is routed by its Host (a wildcard name and certificate in front,
+// for setups that set E2B_DOMAIN).
+//
+// Who may do what: an API call carries an API key (X-API-KEY), which Config.Authenticate
+// turns into a user; a sandbox belongs to the user who created it, and other users' calls
+// find no such sandbox. A sandbox's own traffic carries its access token, returned by the
+// create call (X-Access-Token or E2B-Traffic-Access-Token): nothing else reaches it.
+package e2b
+
+import (
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/minipy-go/minipy"
+)
+
+// The ports of a sandbox that E2B's SDKs address (E2b-Sandbox-Port).
+const (
+	EnvdPort        = 49983
+	InterpreterPort = 49999
+)
+
+// EnvdVersion is the envd version a sandbox reports: the SDKs choose their requests by it
+// (0.4.0 and later: a file's user is optional).
+const EnvdVersion = "0.4.0"
+
+// Templates are the template names a sandbox may be created from: the defaults of E2B's
+// code interpreter SDK and of its base SDK. Each is the engine's Python, as configured.
+var Templates = []string{"code-interpreter-v1", "base"}
+
+// The defaults of Config.
+const (
+	DefaultSandboxTimeout = 5 * time.Minute // E2B's
+	DefaultMaxTimeout     = time.Hour       // E2B's Hobby tier
+	DefaultMaxContexts    = 8
+)
+
+// Config is what a Server serves with.
+type Config struct {
+	// Engine runs the sandboxes' code: each sandbox and each code context is a namespace of
+	// it.
+	Engine minipy.Engine
+	// Timeout bounds one execution (0: minipy.MaxToolTimeout): E2B's client waits as
+	// long as it likes (60 s by default), and cancelling the request stops the run.
+	Timeout time.Duration
+	// MaxOutput caps each of an execution's stdout and stderr, in characters (0:
+	// minipy.DefaultMaxOutput); the live stream carries all of it up to the cap.
+	MaxOutput int
+	// Authenticate returns the user an API key belongs to. Nil accepts every key, all as
+	// one user.
+	Authenticate func(key string) (user string, ok bool)
+	// Admit reserves the place of a namespace of user under the server's caps: it returns
+	// the function that gives it back, or why not (the client gets 429 with the reason).
+	// Nil admits everything.
+	Admit func(user string) (release func(), refusal string)
+	// DefaultTimeout is a sandbox's life when its creator gives none (0:
+	// DefaultSandboxTimeout); MaxTimeout the most it may ask for (0: DefaultMaxTimeout).
+	// A sandbox is killed when its time ends, as E2B's are.
+	DefaultTimeout, MaxTimeout time.Duration
+	// MaxContexts caps the code contexts of one sandbox, its default one included (0:
+	// DefaultMaxContexts): each is a namespace.
+	MaxContexts int
+	// CPUCount, MemoryMB and DiskMB are what a sandbox's info reports.
+	CPUCount, MemoryMB, DiskMB int
+	// Logf, if set, logs sandboxes created and ended.
+	Logf func(format string, args ...any)
+}
+
+// Server serves E2B's API and its sandboxes. Its methods are safe from any goroutine.
+type Server struct {
+	cfg Config
+
+	mu        sync.Mutex
+	sandboxes map[string]*sandbox
+	closed    bool // no new sandbox: draining or closed
+
+	api, interpreter, envd *http.ServeMux
+}
+
+// New returns a server of cfg's sandboxes.
+func New(cfg Config) *Server {
+	if cfg.DefaultTimeout <= 0 {
+		cfg.DefaultTimeout = DefaultSandboxTimeout
+	}
+	if cfg.MaxTimeout <= 0 {
+		cfg.MaxTimeout = DefaultMaxTimeout
+	}
+	if cfg.MaxContexts <= 0 {
+		cfg.MaxContexts = DefaultMaxContexts
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = minipy.MaxToolTimeout
+	}
+	s := &Server{cfg: cfg, sandboxes: map[string]*sandbox{}}
+	s.routes()
+	return s
+}
+
+func (s *Server) logf(format string, args ...any) {
+	if s.cfg.Logf != nil {
+		s.cfg.Logf(format, args...)
+	}
+}
+
+// ServeHTTP routes a request: to a sandbox's port when it names a sandbox, else to the API.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	id, port := r.Header.Get("E2b-Sandbox-Id"), r.Header.Get("E2b-Sandbox-Port")
+	if id == "" {
+		id, port = hostSandbox(r.Host)
+	}
+	if id == "" {
+		s.api.ServeHTTP(w, r)
+		return
+	}
+	sb := s.lookup(id)
+	if sb == nil {
+		// E2B's proxy answers 502 for a sandbox that is not running: the SDKs read it as
+		// "the sandbox timed out" (and isRunning as false).
+		writeError(w, http.StatusBadGateway, "the sandbox "+id+" is not running (it was killed, or its time ended)")
+		return
+	}
+	if !sb.authorized(r) {
+		writeError(w, http.StatusUnauthorized, "a sandbox's requests need its access token (X-Access-Token)")
+		return
+	}
+	r = r.WithContext(withSandbox(r.Context(), sb))
+	switch port {
+	case strconv.Itoa(InterpreterPort):
+		s.interpreter.ServeHTTP(w, r)
+	case strconv.Itoa(EnvdPort):
+		s.envd.ServeHTTP(w, r)
+	default:
+		writeError(w, http.StatusBadGateway, "port "+port+" of the sandbox serves nothing: minipy serves envd ("+
+			strconv.Itoa(EnvdPort)+") and the code interpreter ("+strconv.Itoa(InterpreterPort)+")")
+	}
+}
+
+// hostSandbox reads E2B's sandbox host name, PORT-ID.domain.
+func hostSandbox(host string) (id, port string) {
+	label, _, ok := strings.Cut(host, ".")
+	if !ok {
+		return "", ""
+	}
+	port, id, ok = strings.Cut(label, "-")
+	if !ok || id == "" {
+		return "", ""
+	}
+	if _, err := strconv.Atoi(port); err != nil {
+		return "", ""
+	}
+	return id, port
+}
+
+func (s *Server) lookup(id string) *sandbox {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sandboxes[id]
+}
+
+// Drain refuses new sandboxes from now on (503); the running ones go on until Close.
+func (s *Server) Drain() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+}
+
+// Close kills every sandbox and refuses new ones.
+func (s *Server) Close() {
+	s.mu.Lock()
+	s.closed = true
+	all := make([]*sandbox, 0, len(s.sandboxes))
+	for _, sb := range s.sandboxes {
+		all = append(all, sb)
+	}
+	s.mu.Unlock()
+	for _, sb := range all {
+		s.kill(sb, "the server closed")
+	}
+}
+
+// Sandboxes is the number of running sandboxes.
+func (s *Server) Sandboxes() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.sandboxes)
+}
+
+// apiError is the body of an error answer, as E2B's API sends it.
+type apiError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+func writeError(w http.ResponseWriter, code int, message string) {
+	writeJSON(w, code, apiError{Code: code, Message: message})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(v) //nolint:errcheck // the client went away
+}
+
+// readJSON decodes a request's JSON body (at most limit bytes; an empty body is v's zero
+// value), answering 400 itself when it cannot.
+func readJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) bool {
+	err := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit)).Decode(v)
+	if err == nil || errors.Is(err, io.EOF) {
+		return true
+	}
+	writeError(w, http.StatusBadRequest, "the request's body is not the JSON expected: "+err.Error())
+	return false
+}
+
+// randomID is 20 characters of [a-z2-7] (100 bits) from crypto/rand, E2B's length.
+func randomID() string { return strings.ToLower(rand.Text()[:20]) }
+
+// sameSecret compares a secret in constant time.
+func sameSecret(got, want string) bool {
+	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+}
