@@ -28,6 +28,9 @@ type FileInfo struct {
 	ModTime time.Time
 	// IsDir reports a directory.
 	IsDir bool
+	// Mode is its type and permission bits, as os.Lstat gives them (fs.ModeSymlink for a
+	// symbolic link, which is never followed).
+	Mode fs.FileMode
 }
 
 // Hidden reports a file that Result.Files and minipy-mcp's resources leave out: one with a
@@ -432,7 +435,36 @@ func (r *workRoot) list(dir string) ([]FileInfo, error) {
 
 func fileInfo(name string, st *syscall.Stat_t) FileInfo {
 	return FileInfo{Name: name, Size: st.Size, ModTime: time.Unix(st.Mtim.Unix()),
-		IsDir: st.Mode&syscall.S_IFMT == syscall.S_IFDIR}
+		IsDir: st.Mode&syscall.S_IFMT == syscall.S_IFDIR, Mode: fileMode(st.Mode)}
+}
+
+// fileMode is a stat mode as an fs.FileMode (what os.Lstat makes of it).
+func fileMode(m uint32) fs.FileMode {
+	mode := fs.FileMode(m & 0o777)
+	switch m & syscall.S_IFMT {
+	case syscall.S_IFDIR:
+		mode |= fs.ModeDir
+	case syscall.S_IFLNK:
+		mode |= fs.ModeSymlink
+	case syscall.S_IFIFO:
+		mode |= fs.ModeNamedPipe
+	case syscall.S_IFSOCK:
+		mode |= fs.ModeSocket
+	case syscall.S_IFCHR:
+		mode |= fs.ModeDevice | fs.ModeCharDevice
+	case syscall.S_IFBLK:
+		mode |= fs.ModeDevice
+	}
+	if m&syscall.S_ISUID != 0 {
+		mode |= fs.ModeSetuid
+	}
+	if m&syscall.S_ISGID != 0 {
+		mode |= fs.ModeSetgid
+	}
+	if m&syscall.S_ISVTX != 0 {
+		mode |= fs.ModeSticky
+	}
+	return mode
 }
 
 // openat2 and its flags (linux/openat2.h), which the syscall package lacks (and the core

@@ -58,9 +58,10 @@ func (f *flags) e2bConfig(eng minipy.Engine, toks *tokens, g *gate, cfg minipy.I
 	return c
 }
 
-// serveE2B serves srv on ln until ctx ends, then drains: no new sandbox, the running
-// requests (executions) get drainTimeout to finish, then every sandbox is killed.
-func serveE2B(ctx context.Context, srv *e2b.Server, ln net.Listener, drainTimeout time.Duration) error {
+// serveE2B serves srv on ln until ctx ends, then drains: no new sandbox (nor session of
+// g's), the running requests (executions) get drainTimeout to finish, then every sandbox
+// is killed.
+func serveE2B(ctx context.Context, srv *e2b.Server, g *gate, ln net.Listener, drainTimeout time.Duration) error {
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
 	log.Printf("minipy-mcp: serving E2B's API and sandboxes at http://%s (E2B_API_URL and E2B_SANDBOX_URL)", ln.Addr())
 	served := make(chan error, 1)
@@ -74,6 +75,7 @@ func serveE2B(ctx context.Context, srv *e2b.Server, ln net.Listener, drainTimeou
 	srv.Drain()
 	drainCtx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()
+	g.drain(drainCtx) // (/readyz says so; the MCP side's calls, if any, are its own drain's)
 	if err := hs.Shutdown(drainCtx); err != nil {
 		log.Printf("minipy-mcp: -drain-timeout %v passed with E2B requests running: they are stopped", drainTimeout)
 		hs.Close() //nolint:errcheck // what Shutdown did not end

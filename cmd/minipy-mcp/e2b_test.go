@@ -76,7 +76,13 @@ func TestE2BWithSDK(t *testing.T) {
 		"env":  "hi", "runEnv": "yes", "runEnvAfter": "gone",
 		"readByCode": `a,b\n1,2\n`, "cwd": "/home/user", "download": "from python", "missingFile": "FileNotFoundError",
 		"ctxOwn": "5", "ctxApart": "False", "contexts": 2.0, "ctxRestarted": "False", "contextsAfter": 1.0,
-		"apart": "False", "listed": []any{id},
+		"apart": "False", "sandboxes": []any{id},
+		"madeDir": true, "madeAgain": false,
+		"listed":   []any{"dir:/home/user/reports/2026", "file:/home/user/reports/final.txt"},
+		"deep":     3.0,
+		"fileInfo": map[string]any{"name": "final.txt", "type": "file", "size": 7.0},
+		"exists":   []any{true, false}, "byCode": "quarter", "existsAfterRemove": false,
+		"outside":   "InvalidArgumentError",
 		"info":      map[string]any{"state": "running", "metadata": map[string]any{"purpose": "e2b-test"}, "template": "code-interpreter-v1"},
 		"connected": "2", "killed": true, "runningAfterKill": false, "afterKill": "TimeoutError",
 		"wrongKey": "AuthenticationError",
@@ -193,6 +199,16 @@ func TestE2BUsersApart(t *testing.T) {
 	}
 	code, _ = (&e2bClient{t, s.base, "not-a-key-of-the-server"}).api("GET", "/v2/sandboxes", nil)
 	assert.Equal(t, http.StatusUnauthorized, code)
+	// The server's own endpoints, beside E2B's API, without a key.
+	nobody := &e2bClient{t, s.base, ""}
+	for _, p := range []string{"/healthz", "/readyz"} {
+		code, body := nobody.api("GET", p, nil)
+		assert.Equal(t, http.StatusOK, code, "%s: %s", p, body)
+	}
+	code, body = nobody.api("GET", "/metrics", nil)
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, string(body), "minipy_e2b_sandboxes 2\n")
+	assert.Contains(t, string(body), "minipy_e2b_sandboxes_created_total 2\n")
 	// Alice's sandbox still answers her.
 	msgs := alice.execute(a, "6*7")
 	assert.Equal(t, "42", msgs[len(msgs)-1]["text"], "%v", msgs)
@@ -216,6 +232,27 @@ func TestE2BFilesStayInside(t *testing.T) {
 		code, body := alice.sandbox(sb, sb.EnvdAccessToken, 49983, "GET", "/files?path=/home/user/"+name, nil)
 		assert.NotEqual(t, http.StatusOK, code, "%s was followed: %q", name, body)
 	}
+	// The filesystem service (connect, JSON): the same bounds, and links listed, not followed.
+	rpc := func(method, body string) (int, string) {
+		req, err := http.NewRequest("POST", s.base+"/filesystem.Filesystem/"+method, strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("E2b-Sandbox-Id", sb.SandboxID)
+		req.Header.Set("E2b-Sandbox-Port", "49983")
+		req.Header.Set("X-Access-Token", sb.EnvdAccessToken)
+		code, out := alice.do(req)
+		return code, string(out)
+	}
+	for _, call := range [][2]string{{"ListDir", `{"path": "/etc"}`}, {"ListDir", `{"path": "/home/user/.."}`},
+		{"Remove", `{"path": "/home/user/../user"}`}, {"Move", `{"source": "link", "destination": "/tmp/x"}`},
+		{"MakeDir", `{"path": "/home/user/link/x"}`}, {"Stat", `{"path": "/home/user/link/hostname"}`}} {
+		code, body := rpc(call[0], call[1])
+		assert.NotEqual(t, http.StatusOK, code, "%s %s: %s", call[0], call[1], body)
+	}
+	code, body := rpc("ListDir", `{"path": "/home/user", "depth": 5}`)
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, `"path":"/home/user/link"`)
+	assert.NotContains(t, body, "hostname", "a link was followed")
 }
 
 // A sandbox's time ends: it is killed, as E2B's are, and its ports answer 502.

@@ -55,8 +55,15 @@ func httpHandler(server *mcp.Server, cfg httpConfig) http.Handler {
 		}
 		endpoint = requireTokens(cfg.tokens, endpoint, unauthed)
 	}
-	mux := http.NewServeMux()
+	mux := opsHandler(cfg)
 	mux.Handle("/", endpoint)
+	return mux
+}
+
+// opsHandler serves /healthz, /readyz and /metrics (when cfg has metrics), without a token:
+// they tell nothing of a session.
+func opsHandler(cfg httpConfig) *http.ServeMux {
+	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok") // serving: while the process answers, even as it drains
 	})

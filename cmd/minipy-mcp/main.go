@@ -361,8 +361,15 @@ func (f *flags) serve(ctx context.Context, eng minipy.Engine, icfg minipy.Isolat
 			log.Fatalf("minipy-mcp: %v", err)
 		}
 		n++
-		srv := e2b.New(f.e2bConfig(eng, toks, g, icfg))
-		go func() { errs <- serveE2B(ctx, srv, lns.e2b, f.drainTimeout) }()
+		ecfg := f.e2bConfig(eng, toks, g, icfg)
+		ops := httpConfig{gate: g, metrics: m}
+		if iso, ok := eng.(*minipy.Isolated); ok {
+			ops.ready = iso.Ready
+		}
+		ecfg.Ops = opsHandler(ops)
+		srv := e2b.New(ecfg)
+		m.countE2B(srv)
+		go func() { errs <- serveE2B(ctx, srv, g, lns.e2b, f.drainTimeout) }()
 	}
 	if lns.http != nil {
 		n++

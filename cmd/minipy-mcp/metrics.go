@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/minipy-go/minipy"
+	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/e2b"
 )
 
 // mcpDurationBuckets are the bucket boundaries (seconds) the OTel MCP conventions give for
@@ -138,6 +139,30 @@ func newMetrics(eng minipy.Engine, g *gate, transport string) *metrics {
 }
 
 // observeRun counts a run of the minipy tool.
+// countE2B adds the E2B server's counts to the metrics.
+func (m *metrics) countE2B(srv *e2b.Server) {
+	for _, c := range []struct {
+		name, help string
+		get        func(e2b.Stats) int
+		gauge      bool
+	}{
+		{"minipy_e2b_sandboxes", "E2B sandboxes running.", func(s e2b.Stats) int { return s.Running }, true},
+		{"minipy_e2b_sandboxes_created_total", "E2B sandboxes created.", func(s e2b.Stats) int { return s.Created }, false},
+		{"minipy_e2b_sandboxes_expired_total", "E2B sandboxes killed when their time ended.",
+			func(s e2b.Stats) int { return s.Expired }, false},
+		{"minipy_e2b_sandboxes_killed_total", "E2B sandboxes killed through the API.",
+			func(s e2b.Stats) int { return s.Killed }, false},
+		{"minipy_e2b_executions_total", "E2B executions (runCode).", func(s e2b.Stats) int { return s.Executed }, false},
+	} {
+		value := func() float64 { return float64(c.get(srv.Stats())) }
+		if c.gauge {
+			m.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: c.name, Help: c.help}, value))
+		} else {
+			m.registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: c.name, Help: c.help}, value))
+		}
+	}
+}
+
 func (m *metrics) observeRun(res minipy.ToolResult) {
 	if m == nil {
 		return

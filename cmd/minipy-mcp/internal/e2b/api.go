@@ -23,6 +23,11 @@ func (s *Server) routes() {
 	s.api.HandleFunc("DELETE /sandboxes/{id}", s.authed(s.owned(s.remove)))
 	s.api.HandleFunc("POST /sandboxes/{id}/timeout", s.authed(s.owned(s.timeout)))
 	s.api.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.Ops != nil && r.Method == http.MethodGet && (r.URL.Path == "/healthz" || r.URL.Path == "/readyz" ||
+			r.URL.Path == "/metrics") {
+			s.cfg.Ops.ServeHTTP(w, r)
+			return
+		}
 		writeError(w, http.StatusNotFound, r.Method+" "+r.URL.Path+" is not part of what minipy serves of E2B's API "+
 			"(docs/e2b.md lists what is)")
 	})
@@ -190,6 +195,7 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request, sb *sandbox) {
 		writeError(w, http.StatusNotFound, "sandbox "+sb.id+" not found")
 		return
 	}
+	s.count(&s.stats.Killed)
 	w.WriteHeader(http.StatusNoContent)
 }
 

@@ -28,9 +28,10 @@ func (s *Server) envdRoutes() {
 	})
 	s.envd.HandleFunc("GET /files", s.download)
 	s.envd.HandleFunc("POST /files", s.upload)
+	s.filesystemRoutes()
 	s.envd.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotImplemented, r.Method+" "+r.URL.Path+": envd's process and filesystem "+
-			"services are not served yet (docs/e2b.md)")
+		writeError(w, http.StatusNotImplemented, r.Method+" "+r.URL.Path+": envd's process service (commands) "+
+			"is not served yet (docs/e2b.md)")
 	})
 }
 

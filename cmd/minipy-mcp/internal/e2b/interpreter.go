@@ -67,6 +67,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	ctx, stop := context.WithCancel(r.Context())
 	defer stop()
 	defer context.AfterFunc(sb.ctx, stop)()
+	s.count(&s.stats.Executed)
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
 	cc.count++

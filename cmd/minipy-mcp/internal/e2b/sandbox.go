@@ -77,7 +77,12 @@ func (s *Server) newSandbox(user, template string, req *createRequest, life time
 		return nil, http.StatusServiceUnavailable, refusedClosed
 	}
 	s.sandboxes[sb.id] = sb
-	sb.timer = time.AfterFunc(life, func() { s.kill(sb, "its time ended") })
+	s.stats.Created++
+	sb.timer = time.AfterFunc(life, func() {
+		if s.kill(sb, "its time ended") {
+			s.count(&s.stats.Expired)
+		}
+	})
 	s.mu.Unlock()
 	s.logf("minipy-mcp: E2B sandbox %s of user %q created (template %s, %v)", sb.id, user, template, life)
 	return sb, 0, ""

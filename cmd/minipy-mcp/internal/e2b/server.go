@@ -82,6 +82,9 @@ type Config struct {
 	CPUCount, MemoryMB, DiskMB int
 	// Logf, if set, logs sandboxes created and ended.
 	Logf func(format string, args ...any)
+	// Ops, if set, serves the API's paths that E2B's API does not have: the server's
+	// /healthz, /readyz and /metrics.
+	Ops http.Handler
 }
 
 // Server serves E2B's API and its sandboxes. Its methods are safe from any goroutine.
@@ -91,6 +94,7 @@ type Server struct {
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
 	closed    bool // no new sandbox: draining or closed
+	stats     Stats
 
 	api, interpreter, envd *http.ServeMux
 }
@@ -196,11 +200,29 @@ func (s *Server) Close() {
 	}
 }
 
-// Sandboxes is the number of running sandboxes.
-func (s *Server) Sandboxes() int {
+// Stats are a server's counts of sandboxes, for its metrics.
+type Stats struct {
+	Running  int // sandboxes running now
+	Created  int // sandboxes created so far
+	Expired  int // killed when their time ended
+	Killed   int // killed through the API
+	Executed int // executions (runCode) so far
+}
+
+// Stats returns the server's counts.
+func (s *Server) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.sandboxes)
+	st := s.stats
+	st.Running = len(s.sandboxes)
+	return st
+}
+
+// count adds to one of the counts.
+func (s *Server) count(field *int) {
+	s.mu.Lock()
+	*field++
+	s.mu.Unlock()
 }
 
 // apiError is the body of an error answer, as E2B's API sends it.

@@ -51,6 +51,25 @@ try {
   out.missingFile = e.constructor.name
 }
 
+// The filesystem service: list, makeDir, rename, exists, getInfo, remove.
+out.madeDir = await sbx.files.makeDir('/home/user/reports/2026')
+out.madeAgain = await sbx.files.makeDir('reports/2026')
+await sbx.files.write('/home/user/reports/2026/q4.txt', 'quarter')
+await sbx.files.rename('/home/user/reports/2026/q4.txt', '/home/user/reports/final.txt')
+out.listed = (await sbx.files.list('/home/user/reports')).map((e) => `${e.type}:${e.path}`)
+out.deep = (await sbx.files.list('/home/user', { depth: 3 })).filter((e) => e.path.startsWith('/home/user/reports')).length
+const info = await sbx.files.getInfo('reports/final.txt')
+out.fileInfo = { name: info.name, type: info.type, size: info.size }
+out.exists = [await sbx.files.exists('/home/user/reports/final.txt'), await sbx.files.exists('/home/user/nope')]
+out.byCode = (await sbx.runCode('open("reports/final.txt").read()')).text
+await sbx.files.remove('/home/user/reports')
+out.existsAfterRemove = await sbx.files.exists('/home/user/reports')
+try {
+  await sbx.files.list('/etc')
+} catch (e) {
+  out.outside = e.constructor.name
+}
+
 // Contexts: each its own variables.
 const ctx = await sbx.createCodeContext()
 await sbx.runCode('y = 5', { context: ctx })
@@ -65,9 +84,9 @@ out.contextsAfter = (await sbx.listCodeContexts()).length
 // Two sandboxes apart; listing by metadata; info; connecting from elsewhere.
 const other = await Sandbox.create()
 out.apart = (await other.runCode('"x" in dir()')).text
-out.listed = (await Sandbox.list({ query: { metadata: { purpose: 'e2b-test' } } }).nextItems()).map((s) => s.sandboxId)
-const info = await sbx.getInfo()
-out.info = { state: info.state, metadata: info.metadata, template: info.templateId }
+out.sandboxes = (await Sandbox.list({ query: { metadata: { purpose: 'e2b-test' } } }).nextItems()).map((s) => s.sandboxId)
+const sbxInfo = await sbx.getInfo()
+out.info = { state: sbxInfo.state, metadata: sbxInfo.metadata, template: sbxInfo.templateId }
 const again = await Sandbox.connect(sbx.sandboxId)
 out.connected = (await again.runCode('x')).text
 await sbx.setTimeout(60_000)
