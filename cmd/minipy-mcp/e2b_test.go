@@ -86,6 +86,8 @@ func TestE2BWithSDK(t *testing.T) {
 		"info":      map[string]any{"state": "running", "metadata": map[string]any{"purpose": "e2b-test"}, "template": "code-interpreter-v1"},
 		"connected": "2", "killed": true, "runningAfterKill": false, "afterKill": "TimeoutError",
 		"wrongKey": "AuthenticationError",
+		"paused":   true, "pausedAgain": false, "pausedState": "paused", "whilePaused": "TimeoutError",
+		"resumed": "hi you 6 saved", "resumedState": "running",
 	}
 	for k, v := range want {
 		assert.Equal(t, v, got[k], k)
@@ -93,7 +95,7 @@ func TestE2BWithSDK(t *testing.T) {
 	assert.Contains(t, got["streamed"], "out:tick 0")
 	assert.Contains(t, got["streamed"], "err:warn")
 	assert.Contains(t, got["error"].(map[string]any)["traceback"], "return 1/0")
-	assert.Eventually(t, func() bool { return strings.Count(s.log.String(), "ended: killed through the API") == 2 },
+	assert.Eventually(t, func() bool { return strings.Count(s.log.String(), "ended: killed through the API") == 3 },
 		5*time.Second, 10*time.Millisecond, "%s", s.log)
 }
 

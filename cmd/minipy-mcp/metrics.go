@@ -147,6 +147,8 @@ func (m *metrics) countE2B(srv *e2b.Server) {
 		gauge      bool
 	}{
 		{"minipy_e2b_sandboxes", "E2B sandboxes running.", func(s e2b.Stats) int { return s.Running }, true},
+		{"minipy_e2b_sandboxes_paused", "E2B sandboxes paused (held in the server's memory).",
+			func(s e2b.Stats) int { return s.Paused }, true},
 		{"minipy_e2b_sandboxes_created_total", "E2B sandboxes created.", func(s e2b.Stats) int { return s.Created }, false},
 		{"minipy_e2b_sandboxes_expired_total", "E2B sandboxes killed when their time ended.",
 			func(s e2b.Stats) int { return s.Expired }, false},

@@ -22,6 +22,8 @@ func (s *Server) routes() {
 	s.api.HandleFunc("GET /sandboxes/{id}", s.authed(s.owned(s.info)))
 	s.api.HandleFunc("DELETE /sandboxes/{id}", s.authed(s.owned(s.remove)))
 	s.api.HandleFunc("POST /sandboxes/{id}/timeout", s.authed(s.owned(s.timeout)))
+	s.api.HandleFunc("POST /sandboxes/{id}/pause", s.authed(s.owned(s.pauseRequest)))
+	s.api.HandleFunc("POST /sandboxes/{id}/resume", s.authed(s.owned(s.connect))) // (E2B's former resume)
 	s.api.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if s.cfg.Ops != nil && r.Method == http.MethodGet && (r.URL.Path == "/healthz" || r.URL.Path == "/readyz" ||
 			r.URL.Path == "/metrics") {
@@ -68,13 +70,16 @@ func (s *Server) owned(next func(http.ResponseWriter, *http.Request, *sandbox)) 
 
 // createRequest is the API's body of a new sandbox (E2B's NewSandbox).
 type createRequest struct {
-	TemplateID   string            `json:"templateID"`
-	Timeout      *int              `json:"timeout"` // seconds
-	Metadata     map[string]string `json:"metadata"`
-	EnvVars      map[string]string `json:"envVars"`
-	AutoPause    *bool             `json:"autoPause"`
-	VolumeMounts []any             `json:"volumeMounts"`
-	MCP          any               `json:"mcp"`
+	TemplateID string            `json:"templateID"`
+	Timeout    *int              `json:"timeout"` // seconds
+	Metadata   map[string]string `json:"metadata"`
+	EnvVars    map[string]string `json:"envVars"`
+	AutoPause  *bool             `json:"autoPause"`
+	AutoResume *struct {
+		Enabled bool `json:"enabled"`
+	} `json:"autoResume"`
+	VolumeMounts []any `json:"volumeMounts"`
+	MCP          any   `json:"mcp"`
 }
 
 // sandboxBody is the API's answer for a sandbox created or connected to (E2B's Sandbox).
@@ -137,8 +142,8 @@ func (s *Server) checkCreate(req *createRequest) (template string, life time.Dur
 	case req.MCP != nil:
 		return "", 0, "an MCP gateway in the sandbox is not served by minipy: minipy-mcp gives MCP servers' tools to " +
 			"the code with -upstream (docs/e2b.md)"
-	case req.AutoPause != nil && *req.AutoPause:
-		return "", 0, "pausing is not served yet: a sandbox is killed when its time ends (docs/e2b.md)"
+	case req.AutoResume != nil && req.AutoResume.Enabled:
+		return "", 0, "autoResume is not served: resume a paused sandbox with Sandbox.connect (docs/e2b.md)"
 	}
 	life, why = s.life(req.Timeout)
 	return template, life, why
@@ -181,7 +186,17 @@ func (s *Server) listed(sb *sandbox) listedSandbox {
 	sb.mu.Unlock()
 	return listedSandbox{TemplateID: sb.template, SandboxID: sb.id, ClientID: clientID, StartedAt: sb.started.UTC(),
 		EndAt: end.UTC(), CPUCount: s.cfg.CPUCount, MemoryMB: s.cfg.MemoryMB, DiskSizeMB: s.cfg.DiskMB,
-		Metadata: sb.metadata, State: "running", EnvdVersion: EnvdVersion, VolumeMounts: []any{}}
+		Metadata: sb.metadata, State: sb.listedState(), EnvdVersion: EnvdVersion, VolumeMounts: []any{}}
+}
+
+// listedState is sb's state as E2B lists it: a sandbox being paused or resumed is running.
+func (sb *sandbox) listedState() string {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if sb.state == statePaused {
+		return statePaused
+	}
+	return stateRunning
 }
 
 func (s *Server) info(w http.ResponseWriter, r *http.Request, sb *sandbox) {
@@ -208,11 +223,23 @@ func (s *Server) timeout(w http.ResponseWriter, r *http.Request, sb *sandbox) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// connect answers for a running sandbox (another process's Sandbox.connect), making it
-// live at least timeout from now when one is given.
+// connect answers for a sandbox (another process's Sandbox.connect): a paused one is
+// resumed (201), to live timeout from now (the default when none is given); a running one
+// (200) lives at least timeout from now when one is given.
 func (s *Server) connect(w http.ResponseWriter, r *http.Request, sb *sandbox) {
 	life, ok := s.readLife(w, r, false)
 	if !ok {
+		return
+	}
+	if sb.listedState() == statePaused {
+		if life == 0 {
+			life = s.cfg.DefaultTimeout
+		}
+		if code, why := s.resume(sb, life); code != 0 {
+			writeError(w, code, why)
+			return
+		}
+		writeJSON(w, http.StatusCreated, sb.body())
 		return
 	}
 	if life > 0 {
@@ -273,7 +300,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 			}
 			continue
 		}
-		if !matches(sb.metadata, want) || (q.Get("state") != "" && !slices.Contains(states, "running")) {
+		if !matches(sb.metadata, want) || (q.Get("state") != "" && !slices.Contains(states, sb.listedState())) {
 			continue
 		}
 		if len(out) == limit {

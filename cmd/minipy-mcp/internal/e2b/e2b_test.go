@@ -136,7 +136,7 @@ func newTestServer() (*Server, *sandbox) {
 		return user, ok
 	}})
 	sb := &sandbox{id: "sb1", token: "tok", user: "alice", template: Templates[0], metadata: map[string]string{"k": "v"},
-		started: time.Now(), end: time.Now().Add(time.Minute), timer: time.NewTimer(time.Hour)}
+		started: time.Now(), end: time.Now().Add(time.Minute), timer: time.NewTimer(time.Hour), state: stateRunning}
 	s.sandboxes[sb.id] = sb
 	return s, sb
 }
@@ -167,12 +167,15 @@ func TestRouting(t *testing.T) {
 func TestCheckCreate(t *testing.T) {
 	s, _ := newTestServer()
 	seconds := func(n int) *int { return &n }
-	yes := true
+	resume := createRequest{}
+	resume.AutoResume = &struct {
+		Enabled bool `json:"enabled"`
+	}{true}
 	for name, req := range map[string]createRequest{
 		"template": {TemplateID: "my-template"},
 		"volumes":  {VolumeMounts: []any{map[string]any{"name": "v", "path": "/data"}}},
 		"mcp":      {MCP: map[string]any{}},
-		"pause":    {AutoPause: &yes},
+		"resume":   resume,
 		"zero":     {Timeout: seconds(0)},
 		"too long": {Timeout: seconds(3601)},
 	} {
@@ -194,7 +197,7 @@ func TestList(t *testing.T) {
 	for i, user := range []string{"alice", "alice", "bob", "alice"} {
 		id := string(rune('a' + i))
 		s.sandboxes[id] = &sandbox{id: id, user: user, metadata: map[string]string{"n": id},
-			started: time.Unix(int64(i), 0), end: time.Now(), timer: time.NewTimer(time.Hour)}
+			started: time.Unix(int64(i), 0), end: time.Now(), timer: time.NewTimer(time.Hour), state: stateRunning}
 	}
 	list := func(key, query string) ([]string, string) {
 		r := httptest.NewRequest("GET", "/v2/sandboxes?"+query, nil)
@@ -222,6 +225,11 @@ func TestList(t *testing.T) {
 	assert.Equal(t, []string{"b"}, ids)
 	ids, _ = list("ka", "state=paused")
 	assert.Empty(t, ids)
+	s.sandboxes["b"].state = statePaused
+	ids, _ = list("ka", "state=paused")
+	assert.Equal(t, []string{"b"}, ids)
+	ids, _ = list("ka", "state=running,paused")
+	assert.Len(t, ids, 4)
 	ids, _ = list("kb", "")
 	assert.Equal(t, []string{"c"}, ids)
 }

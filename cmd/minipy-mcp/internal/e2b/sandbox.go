@@ -21,11 +21,15 @@ type sandbox struct {
 	ctx    context.Context // ends when the sandbox is killed, and the runs in it with it
 	cancel context.CancelFunc
 
-	mu       sync.Mutex
-	end      time.Time
-	timer    *time.Timer
-	contexts []*codeContext // [0] is the default context
-	dead     bool
+	mu          sync.Mutex
+	end         time.Time
+	timer       *time.Timer
+	contexts    []*codeContext // [0] is the default context; none while paused
+	dead        bool
+	state       string          // stateRunning, statePaused, stateChanging
+	autoPause   bool            // its time's end pauses it (E2B's lifecycle onTimeout: pause)
+	paused      []pausedContext // while paused
+	pausedBytes int64
 }
 
 // codeContext is one of a sandbox's code contexts (E2B's Jupyter kernels): a namespace.
@@ -58,7 +62,8 @@ func (sb *sandbox) authorized(r *http.Request) bool {
 func (s *Server) newSandbox(user, template string, req *createRequest, life time.Duration) (*sandbox, int, string) {
 	now := time.Now()
 	sb := &sandbox{id: randomID(), token: rand.Text(), user: user, template: template, metadata: req.Metadata,
-		envs: req.EnvVars, started: now, end: now.Add(life)}
+		envs: req.EnvVars, started: now, end: now.Add(life), state: stateRunning,
+		autoPause: req.AutoPause != nil && *req.AutoPause}
 	if sb.metadata == nil {
 		sb.metadata = map[string]string{}
 	}
@@ -78,11 +83,7 @@ func (s *Server) newSandbox(user, template string, req *createRequest, life time
 	}
 	s.sandboxes[sb.id] = sb
 	s.stats.Created++
-	sb.timer = time.AfterFunc(life, func() {
-		if s.kill(sb, "its time ended") {
-			s.count(&s.stats.Expired)
-		}
-	})
+	sb.timer = time.AfterFunc(life, func() { s.expired(sb) })
 	s.mu.Unlock()
 	s.logf("minipy-mcp: E2B sandbox %s of user %q created (template %s, %v)", sb.id, user, template, life)
 	return sb, 0, ""
@@ -169,7 +170,8 @@ func (s *Server) kill(sb *sandbox, why string) bool {
 		sb.timer.Stop()
 	}
 	contexts := sb.contexts
-	sb.contexts = nil
+	sb.contexts, sb.paused = nil, nil
+	s.releasePaused(sb.pausedBytes)
 	sb.mu.Unlock()
 	sb.cancel()
 	for _, cc := range contexts {
@@ -179,11 +181,11 @@ func (s *Server) kill(sb *sandbox, why string) bool {
 	return true
 }
 
-// setLife makes sb end life from now (the API's timeout call).
+// setLife makes sb end life from now (the API's timeout call), if it runs.
 func (sb *sandbox) setLife(life time.Duration) {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
-	if sb.dead {
+	if sb.dead || sb.state != stateRunning {
 		return
 	}
 	sb.end = time.Now().Add(life)

@@ -78,6 +78,11 @@ type Config struct {
 	// MaxContexts caps the code contexts of one sandbox, its default one included (0:
 	// DefaultMaxContexts): each is a namespace.
 	MaxContexts int
+	// MaxPausedBytes caps what the paused sandboxes hold, all together, in the server's
+	// memory (0: DefaultMaxPausedBytes); past it a pause is refused (507). A paused sandbox
+	// is kept PausedTTL (0: DefaultPausedTTL), then forgotten.
+	MaxPausedBytes int64
+	PausedTTL      time.Duration
 	// CPUCount, MemoryMB and DiskMB are what a sandbox's info reports.
 	CPUCount, MemoryMB, DiskMB int
 	// Logf, if set, logs sandboxes created and ended.
@@ -91,10 +96,12 @@ type Config struct {
 type Server struct {
 	cfg Config
 
-	mu        sync.Mutex
+	mu        sync.Mutex // taken after a sandbox's, never before
 	sandboxes map[string]*sandbox
 	closed    bool // no new sandbox: draining or closed
 	stats     Stats
+	// pausedBytes is what the paused sandboxes hold (within Config.MaxPausedBytes).
+	pausedBytes int64
 
 	api, interpreter, envd *http.ServeMux
 }
@@ -112,6 +119,12 @@ func New(cfg Config) *Server {
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = minipy.MaxToolTimeout
+	}
+	if cfg.MaxPausedBytes <= 0 {
+		cfg.MaxPausedBytes = DefaultMaxPausedBytes
+	}
+	if cfg.PausedTTL <= 0 {
+		cfg.PausedTTL = DefaultPausedTTL
 	}
 	s := &Server{cfg: cfg, sandboxes: map[string]*sandbox{}}
 	s.routes()
@@ -135,7 +148,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sb := s.lookup(id)
-	if sb == nil {
+	if sb == nil || !sb.running() {
 		// E2B's proxy answers 502 for a sandbox that is not running: the SDKs read it as
 		// "the sandbox timed out" (and isRunning as false).
 		writeError(w, http.StatusBadGateway, "the sandbox "+id+" is not running (it was killed, or its time ended)")
@@ -203,6 +216,7 @@ func (s *Server) Close() {
 // Stats are a server's counts of sandboxes, for its metrics.
 type Stats struct {
 	Running  int // sandboxes running now
+	Paused   int // sandboxes paused now
 	Created  int // sandboxes created so far
 	Expired  int // killed when their time ended
 	Killed   int // killed through the API
@@ -212,9 +226,19 @@ type Stats struct {
 // Stats returns the server's counts.
 func (s *Server) Stats() Stats {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	st := s.stats
-	st.Running = len(s.sandboxes)
+	all := make([]*sandbox, 0, len(s.sandboxes))
+	for _, sb := range s.sandboxes {
+		all = append(all, sb)
+	}
+	s.mu.Unlock()
+	for _, sb := range all { // (a sandbox's lock is never taken under the server's)
+		if sb.listedState() == statePaused {
+			st.Paused++
+		} else {
+			st.Running++
+		}
+	}
 	return st
 }
 

@@ -100,6 +100,22 @@ try {
   out.afterKill = e.constructor.name
 }
 
+// Pause and resume (connect): the variables, functions and files come back.
+const p = await Sandbox.create()
+await p.runCode('def greet(n):\n    return "hi " + n\nkept = [1, 2, 3]\nwith open("note.txt", "w") as f:\n    f.write("saved")')
+out.paused = await p.pause()
+out.pausedAgain = await p.pause()
+out.pausedState = (await Sandbox.getInfo(p.sandboxId)).state
+try {
+  await p.runCode('1')
+} catch (e) {
+  out.whilePaused = e.constructor.name
+}
+const resumed = await Sandbox.connect(p.sandboxId)
+out.resumed = (await resumed.runCode('greet("you") + " " + str(sum(kept)) + " " + open("note.txt").read()')).text
+out.resumedState = (await resumed.getInfo()).state
+await resumed.kill()
+
 // A wrong API key.
 try {
   await Sandbox.create({ apiKey: 'not-a-token-of-the-server' })

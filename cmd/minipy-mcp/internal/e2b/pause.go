@@ -1,0 +1,213 @@
+package e2b
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// Pausing: a paused sandbox is each of its code contexts saved (minipy's Namespace.Save:
+// variables, functions, classes, the working directory's files) and its processes ended,
+// kept by the server; connect resumes it, each context restored into a fresh namespace. It
+// keeps what a notebook's state is, not what E2B's memory snapshot keeps besides (threads,
+// processes the code left running, open files and sockets: SaveInfo's skipped values).
+// Paused sandboxes live in the server's memory, within Config.MaxPausedBytes, for
+// Config.PausedTTL; the server's end forgets them.
+
+// The defaults of Config's pausing.
+const (
+	DefaultMaxPausedBytes = 1 << 30
+	DefaultPausedTTL      = 24 * time.Hour
+)
+
+// The states of a sandbox (E2B's, in list and info; and the steps between).
+const (
+	stateRunning  = "running"
+	statePaused   = "paused"
+	stateChanging = "changing" // pausing or resuming: neither answers
+)
+
+// pausedContext is a code context as its pause saved it.
+type pausedContext struct {
+	id, language, cwd string
+	count             int
+	saved             []byte
+}
+
+// pauseRequest pauses sb through the API: 409 if it is paused already.
+func (s *Server) pauseRequest(w http.ResponseWriter, r *http.Request, sb *sandbox) {
+	code, why := s.pause(sb)
+	if code != 0 {
+		writeError(w, code, why)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// pause saves each of sb's contexts and closes them, after their runs in progress; a
+// failed save leaves sb running. It returns an HTTP status and why when it cannot.
+func (s *Server) pause(sb *sandbox) (int, string) {
+	sb.mu.Lock()
+	if sb.state != stateRunning {
+		state := sb.state
+		sb.mu.Unlock()
+		if state == statePaused {
+			return http.StatusConflict, "sandbox " + sb.id + " is paused already"
+		}
+		return http.StatusConflict, "sandbox " + sb.id + " is being paused or resumed"
+	}
+	sb.state = stateChanging
+	contexts := sb.contexts
+	sb.timer.Stop()
+	sb.mu.Unlock()
+	paused, size, err := saveContexts(contexts)
+	if err == nil && !s.reservePaused(size) {
+		err = fmt.Errorf("the server holds its limit of %d bytes of paused sandboxes", s.cfg.MaxPausedBytes)
+	}
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if err != nil || sb.dead {
+		sb.state = stateRunning
+		if !sb.dead {
+			sb.timer.Reset(time.Until(sb.end))
+		}
+		if err == nil { // killed meanwhile: its kill closed the contexts
+			s.releasePaused(size)
+			return http.StatusNotFound, "sandbox " + sb.id + " was killed"
+		}
+		return http.StatusInsufficientStorage, "the sandbox could not be paused: " + err.Error()
+	}
+	for _, cc := range contexts {
+		cc.close()
+	}
+	sb.contexts, sb.paused, sb.pausedBytes, sb.state = nil, paused, size, statePaused
+	sb.end = time.Now().Add(s.cfg.PausedTTL)
+	sb.timer.Reset(s.cfg.PausedTTL)
+	s.logf("minipy-mcp: E2B sandbox %s of user %q paused (%d bytes)", sb.id, sb.user, size)
+	return 0, ""
+}
+
+// saveContexts saves each context, after its run in progress.
+func saveContexts(contexts []*codeContext) ([]pausedContext, int64, error) {
+	var out []pausedContext
+	var size int64
+	for _, cc := range contexts {
+		cc.mu.Lock()
+		var b bytes.Buffer
+		_, err := cc.ns.Load().Save(&b)
+		count := cc.count
+		cc.mu.Unlock()
+		if err != nil {
+			return nil, 0, err
+		}
+		out = append(out, pausedContext{id: cc.id, language: cc.language, cwd: cc.cwd, count: count, saved: b.Bytes()})
+		size += int64(b.Len())
+	}
+	return out, size, nil
+}
+
+// reservePaused counts size more bytes of paused sandboxes, if they fit.
+func (s *Server) reservePaused(size int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pausedBytes+size > s.cfg.MaxPausedBytes {
+		return false
+	}
+	s.pausedBytes += size
+	return true
+}
+
+func (s *Server) releasePaused(size int64) {
+	s.mu.Lock()
+	s.pausedBytes -= size
+	s.mu.Unlock()
+}
+
+// resume restores a paused sb's contexts into fresh namespaces (under the caps) and
+// makes it live life from now. It returns an HTTP status and why when it cannot; sb stays
+// paused then.
+func (s *Server) resume(sb *sandbox, life time.Duration) (int, string) {
+	sb.mu.Lock()
+	if sb.state != statePaused {
+		sb.mu.Unlock()
+		return http.StatusConflict, "sandbox " + sb.id + " is being paused or resumed"
+	}
+	sb.state = stateChanging
+	paused := sb.paused
+	sb.mu.Unlock()
+	contexts, code, why := s.restoreContexts(sb, paused)
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if contexts == nil || sb.dead {
+		sb.state = statePaused
+		for _, cc := range contexts {
+			cc.close()
+		}
+		if code == 0 {
+			return http.StatusNotFound, "sandbox " + sb.id + " was killed"
+		}
+		return code, why
+	}
+	s.releasePaused(sb.pausedBytes)
+	sb.contexts, sb.paused, sb.pausedBytes, sb.state = contexts, nil, 0, stateRunning
+	sb.end = time.Now().Add(life)
+	sb.timer.Reset(life)
+	s.logf("minipy-mcp: E2B sandbox %s of user %q resumed", sb.id, sb.user)
+	return 0, ""
+}
+
+// restoreContexts makes a namespace for each paused context and restores it there.
+func (s *Server) restoreContexts(sb *sandbox, paused []pausedContext) ([]*codeContext, int, string) {
+	var out []*codeContext
+	fail := func(code int, why string) ([]*codeContext, int, string) {
+		for _, cc := range out {
+			cc.close()
+		}
+		return nil, code, why
+	}
+	for _, p := range paused {
+		cc, code, why := s.newContext(sb, p.language, "")
+		if cc == nil {
+			return fail(code, why)
+		}
+		out = append(out, cc)
+		cc.id, cc.count = p.id, p.count
+		if err := cc.ns.Load().Restore(bytes.NewReader(p.saved)); err != nil {
+			return fail(http.StatusInternalServerError, "the sandbox could not be resumed: "+err.Error())
+		}
+		if p.cwd != Home {
+			if _, err := s.setUp(context.Background(), cc.ns.Load(), nil, p.cwd); err != nil {
+				return fail(http.StatusInternalServerError, "the sandbox could not be resumed: "+err.Error())
+			}
+			cc.cwd = p.cwd
+		}
+	}
+	return out, 0, ""
+}
+
+// expired is a sandbox's time ending: a pause if it asked for one (autoPause), else, or
+// when the pause fails or it is paused already, its kill.
+func (s *Server) expired(sb *sandbox) {
+	sb.mu.Lock()
+	pause := sb.autoPause && sb.state == stateRunning
+	sb.mu.Unlock()
+	if pause {
+		code, why := s.pause(sb)
+		if code == 0 {
+			return
+		}
+		s.logf("minipy-mcp: E2B sandbox %s: its time ended and its pause failed (%s)", sb.id, why)
+	}
+	if s.kill(sb, "its time ended") {
+		s.count(&s.stats.Expired)
+	}
+}
+
+// running reports whether sb runs (not paused, nor being paused or resumed).
+func (sb *sandbox) running() bool {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	return sb.state == stateRunning
+}
