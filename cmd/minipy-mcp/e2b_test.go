@@ -47,25 +47,8 @@ func startE2B(t *testing.T, args ...string) *serverProc {
 // streaming, errors, a figure, environment variables, files both ways, contexts, two
 // sandboxes apart, list, info, connect, kill, a wrong key.
 func TestE2BWithSDK(t *testing.T) {
-	dir, err := filepath.Abs(filepath.Join("testdata", "e2bclient"))
-	require.NoError(t, err)
-	_, err = os.Stat(filepath.Join(dir, "node_modules", "@e2b", "code-interpreter"))
-	require.NoError(t, err, "E2B's SDK is not installed: run `make deps` (npm ci in %s)", dir)
-	node, err := exec.LookPath("node")
-	require.NoError(t, err, "node is needed: make deps installs it")
 	s := startE2B(t)
-
-	cmd := exec.Command(node, "client.mjs")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "E2B_API_URL="+s.base, "E2B_SANDBOX_URL="+s.base, "E2B_API_KEY="+aliceKey)
-	out, err := cmd.Output()
-	var exitErr *exec.ExitError
-	if errors.As(err, &exitErr) {
-		t.Fatalf("the E2B client failed: %v\n%s\nserver:\n%s", err, exitErr.Stderr, s.log)
-	}
-	require.NoError(t, err)
-	var got map[string]any
-	require.NoError(t, json.Unmarshal(out, &got), "%s", out)
+	got := runE2BScript(t, s, "client.mjs")
 	id := got["id"]
 	want := map[string]any{
 		"state": "2", "stdout": "tick 0\ntick 1\ntick 2\n", "stderr": "warn\n",
@@ -97,6 +80,46 @@ func TestE2BWithSDK(t *testing.T) {
 	assert.Contains(t, got["error"].(map[string]any)["traceback"], "return 1/0")
 	assert.Eventually(t, func() bool { return strings.Count(s.log.String(), "ended: killed through the API") == 3 },
 		5*time.Second, 10*time.Millisecond, "%s", s.log)
+}
+
+// runE2BScript runs a script of testdata/e2bclient against s as alice, and returns the
+// JSON object it prints.
+func runE2BScript(t *testing.T, s *serverProc, script string) map[string]any {
+	t.Helper()
+	dir, err := filepath.Abs(filepath.Join("testdata", "e2bclient"))
+	require.NoError(t, err)
+	_, err = os.Stat(filepath.Join(dir, "node_modules", "@e2b", "code-interpreter"))
+	require.NoError(t, err, "E2B's SDK is not installed: run `make deps` (npm ci in %s)", dir)
+	node, err := exec.LookPath("node")
+	require.NoError(t, err, "node is needed: make deps installs it")
+	cmd := exec.Command(node, script)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "E2B_API_URL="+s.base, "E2B_SANDBOX_URL="+s.base, "E2B_API_KEY="+aliceKey)
+	out, err := cmd.Output()
+	var exitErr *exec.ExitError
+	if errors.As(err, &exitErr) {
+		t.Fatalf("the E2B client failed: %v\n%s\nserver:\n%s", err, exitErr.Stderr, s.log)
+	}
+	require.NoError(t, err)
+	var got map[string]any
+	require.NoError(t, json.Unmarshal(out, &got), "%s", out)
+	return got
+}
+
+// E2B's base SDK: its default template, files several at once, as bytes and as a stream;
+// commands are refused for now.
+func TestE2BBaseSDK(t *testing.T) {
+	s := startE2B(t)
+	got := runE2BScript(t, s, "base.mjs")
+	want := map[string]any{
+		"template": "base", "running": true, "written": []any{"/home/user/in/a.txt", "/home/user/in/b.bin"},
+		"bytes": []any{0.0, 1.0, 2.0, 255.0}, "streamed": "alpha", "listed": []any{"a.txt", "b.bin"},
+		"killed": true, "runningAfter": false,
+	}
+	for k, v := range want {
+		assert.Equal(t, v, got[k], k)
+	}
+	assert.NotEmpty(t, got["commands"], "commands.run did not fail")
 }
 
 // e2bClient speaks E2B's HTTP as a user with key.

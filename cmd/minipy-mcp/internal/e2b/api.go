@@ -145,8 +145,21 @@ func (s *Server) checkCreate(req *createRequest) (template string, life time.Dur
 	case req.AutoResume != nil && req.AutoResume.Enabled:
 		return "", 0, "autoResume is not served: resume a paused sandbox with Sandbox.connect (docs/e2b.md)"
 	}
+	if why := checkEnvs(req.EnvVars); why != "" {
+		return "", 0, why
+	}
 	life, why = s.life(req.Timeout)
 	return template, life, why
+}
+
+// checkEnvs refuses environment variables that no process environment can hold.
+func checkEnvs(envs map[string]string) string {
+	for k, v := range envs {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return fmt.Sprintf("environment variable %q: a name is not empty and holds no '=' nor NUL, a value no NUL", k)
+		}
+	}
+	return ""
 }
 
 // life is a sandbox's life from a request's timeout in seconds (nil: the default).

@@ -136,7 +136,8 @@ func newTestServer() (*Server, *sandbox) {
 		return user, ok
 	}})
 	sb := &sandbox{id: "sb1", token: "tok", user: "alice", template: Templates[0], metadata: map[string]string{"k": "v"},
-		started: time.Now(), end: time.Now().Add(time.Minute), timer: time.NewTimer(time.Hour), state: stateRunning}
+		started: time.Now(), end: time.Now().Add(time.Minute), timer: time.NewTimer(time.Hour), state: stateRunning,
+		inflight: make(chan struct{}, maxInflight)}
 	s.sandboxes[sb.id] = sb
 	return s, sb
 }
@@ -162,6 +163,14 @@ func TestRouting(t *testing.T) {
 	assert.Equal(t, http.StatusBadGateway, call("8080-sb1.example.com", map[string]string{"X-Access-Token": "tok"}))
 	assert.Equal(t, http.StatusOK, call("49999-sb1.example.com", map[string]string{"E2B-Traffic-Access-Token": "tok"}))
 	assert.Equal(t, http.StatusNotFound, call("api.example.com", nil), "the API has no /health")
+	// Past maxInflight requests in progress on a sandbox, the next is refused.
+	sb := s.sandboxes["sb1"]
+	for range maxInflight {
+		sb.inflight <- struct{}{}
+	}
+	assert.Equal(t, http.StatusTooManyRequests, call("49983-sb1.example.com", map[string]string{"X-Access-Token": "tok"}))
+	<-sb.inflight
+	assert.Equal(t, http.StatusNoContent, call("49983-sb1.example.com", map[string]string{"X-Access-Token": "tok"}))
 }
 
 func TestCheckCreate(t *testing.T) {
@@ -178,6 +187,9 @@ func TestCheckCreate(t *testing.T) {
 		"resume":   resume,
 		"zero":     {Timeout: seconds(0)},
 		"too long": {Timeout: seconds(3601)},
+		"env name": {EnvVars: map[string]string{"A=B": "x"}},
+		"env NUL":  {EnvVars: map[string]string{"A": "x\x00y"}},
+		"env none": {EnvVars: map[string]string{"": "x"}},
 	} {
 		_, _, why := s.checkCreate(&req)
 		assert.NotEmpty(t, why, name)

@@ -137,7 +137,10 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		}
 		target := param
 		if target == "" {
-			target = part.FileName()
+			// The part's file name is its path (E2B's SDKs write several files so); Go's
+			// FileName keeps only its last element: the header's own, which workPath checks.
+			_, disposition, _ := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
+			target = disposition["filename"]
 		}
 		e, ok := s.writeFile(w, ns, target, part)
 		if !ok {

@@ -58,6 +58,10 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	if !readJSON(w, r, maxCode, &req) || !checkLanguage(w, req.Language) {
 		return
 	}
+	if why := checkEnvs(req.EnvVars); why != "" {
+		writeError(w, http.StatusBadRequest, why)
+		return
+	}
 	sb := sandboxOf(r)
 	cc := sb.context(req.ContextID)
 	if cc == nil {

@@ -20,6 +20,10 @@ type sandbox struct {
 
 	ctx    context.Context // ends when the sandbox is killed, and the runs in it with it
 	cancel context.CancelFunc
+	// inflight holds a token per request in progress on the sandbox's ports: at most
+	// maxInflight, so that a client cannot make the host hold more requests (their bodies:
+	// code up to maxCode each, waiting for a context's run) than that.
+	inflight chan struct{}
 
 	mu          sync.Mutex
 	end         time.Time
@@ -42,6 +46,9 @@ type codeContext struct {
 	count   int // executions so far (Jupyter's execution_count)
 }
 
+// maxInflight caps the requests in progress on one sandbox's ports.
+const maxInflight = 16
+
 type sandboxKey struct{}
 
 func withSandbox(ctx context.Context, sb *sandbox) context.Context {
@@ -62,7 +69,7 @@ func (sb *sandbox) authorized(r *http.Request) bool {
 func (s *Server) newSandbox(user, template string, req *createRequest, life time.Duration) (*sandbox, int, string) {
 	now := time.Now()
 	sb := &sandbox{id: randomID(), token: rand.Text(), user: user, template: template, metadata: req.Metadata,
-		envs: req.EnvVars, started: now, end: now.Add(life), state: stateRunning,
+		envs: req.EnvVars, started: now, end: now.Add(life), state: stateRunning, inflight: make(chan struct{}, maxInflight),
 		autoPause: req.AutoPause != nil && *req.AutoPause}
 	if sb.metadata == nil {
 		sb.metadata = map[string]string{}

@@ -22,6 +22,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -156,6 +157,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if !sb.authorized(r) {
 		writeError(w, http.StatusUnauthorized, "a sandbox's requests need its access token (X-Access-Token)")
+		return
+	}
+	select {
+	case sb.inflight <- struct{}{}:
+		defer func() { <-sb.inflight }()
+	default:
+		writeError(w, http.StatusTooManyRequests, fmt.Sprintf("the sandbox has %d requests in progress, its most; "+
+			"wait for one to end", maxInflight))
 		return
 	}
 	r = r.WithContext(withSandbox(r.Context(), sb))
