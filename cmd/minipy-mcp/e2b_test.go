@@ -373,3 +373,24 @@ func TestE2BDrain(t *testing.T) {
 		t.Fatalf("the server did not end after its drain:\n%s", s.log)
 	}
 }
+
+// -e2b's flags: beyond loopback it needs tokens; its sandboxes need a worker process each;
+// MCP's session flags do not apply to it alone.
+func TestE2BFlags(t *testing.T) {
+	bin := buildServer(t)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-e2b", "0.0.0.0:0"}, "give -tokens FILE"},
+		{[]string{"-e2b", "127.0.0.1:0", "-backend", "inprocess"}, "-e2b needs -backend isolated"},
+		{[]string{"-e2b", "127.0.0.1:0", "-backend", "isolated", "-workers", "1"}, "a worker process per sandbox"},
+		{[]string{"-e2b", "127.0.0.1:0", "-state-dir", t.TempDir()}, "-state-dir applies to MCP sessions"},
+		{[]string{"-http", "127.0.0.1:0", "-e2b-max-timeout", "2h"}, "-e2b-max-timeout applies to -e2b"},
+		{[]string{"-e2b-max-timeout", "2h"}, "-e2b-max-timeout applies to -http and -e2b"},
+	} {
+		out, err := exec.Command(bin, c.args...).CombinedOutput()
+		require.Error(t, err, "%v", c.args)
+		assert.Contains(t, string(out), c.want, "%v", c.args)
+	}
+}

@@ -252,6 +252,22 @@ func (f *flags) transport() (protocol *os.File, ln, e2bLn net.Listener, toks *to
 		}
 		return protocol, nil, nil, nil
 	}
+	if f.httpAddr == "" {
+		flag.Visit(func(fl *flag.Flag) {
+			switch fl.Name {
+			case "session-timeout", "state-dir", "state-ttl", "state-idle", "state-key-file", "upstream":
+				log.Fatalf("minipy-mcp: -%s applies to MCP sessions (-http); -e2b's sandboxes have their own "+
+					"timeouts and pause (docs/e2b.md)", fl.Name)
+			}
+		})
+	}
+	if f.e2bAddr == "" {
+		flag.Visit(func(fl *flag.Flag) {
+			if fl.Name == "e2b-max-timeout" {
+				log.Fatalf("minipy-mcp: -e2b-max-timeout applies to -e2b")
+			}
+		})
+	}
 	if f.tokensFile != "" {
 		var err error
 		if toks, err = loadTokens(f.tokensFile); err != nil {
