@@ -129,6 +129,12 @@ func (s *Server) releasePaused(size int64) {
 // makes it live life from now. It returns an HTTP status and why when it cannot; sb stays
 // paused then.
 func (s *Server) resume(sb *sandbox, life time.Duration) (int, string) {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return http.StatusServiceUnavailable, refusedClosed
+	}
 	sb.mu.Lock()
 	if sb.state != statePaused {
 		sb.mu.Unlock()
