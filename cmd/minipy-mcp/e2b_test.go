@@ -106,20 +106,25 @@ func runE2BScript(t *testing.T, s *serverProc, script string) map[string]any {
 	return got
 }
 
-// E2B's base SDK: its default template, files several at once, as bytes and as a stream;
-// commands are refused for now.
+// E2B's base SDK: its default template, files several at once, gzipped, as bytes and as a
+// stream; commands: output, streaming, exit codes, environment, working directory, stdin,
+// background commands listed and killed.
 func TestE2BBaseSDK(t *testing.T) {
 	s := startE2B(t)
 	got := runE2BScript(t, s, "base.mjs")
 	want := map[string]any{
 		"template": "base", "running": true, "written": []any{"/home/user/in/a.txt", "/home/user/in/b.bin"},
-		"bytes": []any{0.0, 1.0, 2.0, 255.0}, "streamed": "alpha", "listed": []any{"a.txt", "b.bin"},
-		"killed": true, "runningAfter": false,
+		"gzipped": "compressed on the wire", "bytes": []any{0.0, 1.0, 2.0, 255.0}, "streamed": "alpha",
+		"listed": []any{"a.txt", "b.bin"}, "killed": true, "runningAfter": false,
+		"run":    map[string]any{"stdout": "hi me from /home/user\nalpha", "stderr": "warn\n", "exitCode": 0.0},
+		"ticks":  "tick 1\ntick 2\ntick 3\n",
+		"failed": map[string]any{"kind": "CommandExitError", "exitCode": 7.0, "stdout": "partial\n"},
+		"cwd":    "/home/user/in\n", "stdin": "echoed back\n", "listedCommands": true, "killedCommand": true,
+		"sleeperEnd": "CommandExitError",
 	}
 	for k, v := range want {
 		assert.Equal(t, v, got[k], k)
 	}
-	assert.NotEmpty(t, got["commands"], "commands.run did not fail")
 }
 
 // e2bClient speaks E2B's HTTP as a user with key.
@@ -392,5 +397,19 @@ func TestE2BFlags(t *testing.T) {
 		out, err := exec.Command(bin, c.args...).CombinedOutput()
 		require.Error(t, err, "%v", c.args)
 		assert.Contains(t, string(out), c.want, "%v", c.args)
+	}
+}
+
+// A hostile command: it cannot kill the sandbox's pid 1 (the guardian) nor read its memory
+// or descriptors; a sandbox runs at most 16 commands; another sandbox's token reaches none.
+func TestE2BCommandsHostile(t *testing.T) {
+	s := startE2B(t)
+	got := runE2BScript(t, s, "hostile.mjs")
+	want := map[string]any{
+		"tries": "pid 1 alive\nmem refused\nfds refused\n", "stillThere": "42", "seventeenth": "RateLimitError",
+		"afterKills": "room again\n", "forged": "AuthenticationError",
+	}
+	for k, v := range want {
+		assert.Equal(t, v, got[k], k)
 	}
 }

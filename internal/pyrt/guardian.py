@@ -68,7 +68,7 @@ def _become_guardian(cfg, runtime):
         os.close(KICK_FD)  # the worker's
     if control:
         v_w.close()
-        _guard_lines(pid, v_g, wake_r)
+        _guard_lines(pid, v_g, wake_r, cfg)
     poller = select.poll()
     poller.register(wake_r, select.POLLIN)
     poller.register(0, 0)  # only POLLHUP/POLLERR: the host closed its end
@@ -147,7 +147,7 @@ class _Line:
         self.worker, self.ctl, self.v, self.snap, self.gen, self.dead = worker, ctl, v, 0, 0, False
 
 
-def _guard_lines(worker, v, wake_r):
+def _guard_lines(worker, v, wake_r, cfg):
     """The guardian of local workers, each with its own control socket from the host
     (docs/protocol.md, "Rollback" and "Fork"). A worker tells it each snapshot's pid and
     number (b"S" u32 u32 u8, the last: the snapshot it replaces had died) over its v; over its control socket the host sends b"K" (kill the worker,
@@ -159,19 +159,23 @@ def _guard_lines(worker, v, wake_r):
     u64 token with five fds (the copy's four pipes and its control socket); the guardian pairs
     them by token and hands the copy its pipes. The host closing a worker's control socket
     ends that worker (and its snapshot); a worker that ends without a snapshot ends its
-    line. When no worker is left, the guardian ends it all as the plain guardian does."""
-    _Guardian(worker, v, wake_r).serve()
+    line. When no worker is left, the guardian ends it all as the plain guardian does. The
+    host's b"P" starts a command (start_command), b"G" signals one; the guardian reports
+    each one's end (b"Q")."""
+    _Guardian(worker, v, wake_r, cfg).serve()
 
 
 class _Guardian:
     """_guard_lines' state: the lines, the sockets it polls, and the halves of Fork copies
     waiting to be paired."""
 
-    def __init__(self, worker, v, wake_r):
+    def __init__(self, worker, v, wake_r, cfg):
         import select
         import socket
 
         self.me = os.getpid()
+        self.cfg = cfg
+        self.procs = {}  # a command's pid -> the line whose host started it
         self.lines = []
         self.by_fd = {}  # fd -> (socket, its line)
         self.from_host = {}  # fork token -> the copy's fds, from the host
@@ -203,10 +207,16 @@ class _Guardian:
         """The pids of every line's worker and snapshot, and of the copies not paired yet."""
         pids = {p for line in self.lines for p in (line.worker, line.snap) if p}
         pids.update(p for p, _ in self.from_copy.values())
+        pids.update(self.procs)  # commands outlive a worker's death: they are the sandbox's
         return pids
 
     def drop(self, line):
         self.lines.remove(line)
+        mine = [p for p, l in self.procs.items() if l is line]
+        for p in mine:
+            del self.procs[p]
+        if mine:
+            kill_tree(mine, self.known(), self.me)
         # The worker may have ended already (the host closed its stdin too), its orphans
         # the guardian's children now: whatever is no line's worker or snapshot goes too.
         kill_tree([p for p in (line.worker, line.snap) if p], self.known(), self.me)
@@ -296,6 +306,13 @@ class _Guardian:
                 if pid == got:
                     del self.from_copy[token]
                     cv.close()
+            line = self.procs.pop(got, None)
+            if line is not None:
+                try:
+                    line.ctl.send(C_EXITED + struct.pack("<Ii", got, st))
+                except OSError:
+                    pass
+                continue
             for line in list(self.lines):
                 if got == line.snap:
                     line.snap = 0
@@ -362,10 +379,56 @@ class _Guardian:
                 line.worker, line.snap, line.dead = line.snap, 0, False
             except OSError:
                 self.drop(line)
+        elif msg[:1] == C_START and len(msg) == 9 and len(fds) == 4:
+            self.start_command(line, msg[1:9], fds)
+        elif msg[:1] == C_SIGNAL and len(msg) == 6:
+            pid = int.from_bytes(msg[1:5], "little")
+            if pid in self.procs:  # its own command's, never another process
+                try:
+                    os.killpg(pid, msg[5])
+                except OSError:
+                    try:
+                        os.kill(pid, msg[5])
+                    except OSError:
+                        pass
         elif msg[:1] == C_FORK and len(msg) == 9 and len(fds) == 5:
             self.from_host[msg[1:9]] = fds[:]
             del fds[:]
             self.pair(msg[1:9])
+
+    def start_command(self, line, token, fds):
+        """Starts a command (C_START) for line's host: a child of the guardian, in a process
+        group of its own, with fds (stdin, stdout, stderr) as 0, 1, 2 and nothing else open, the
+        worker's limits and signals at their defaults, the sandbox's environment plus the
+        spec's; it answers the pid, or 0 and why."""
+        pid, why = 0, b""
+        try:
+            spec = b""
+            while True:
+                chunk = os.read(fds[3], 65536)
+                if not chunk:
+                    break
+                spec += chunk
+            fields = [os.fsdecode(f) for f in spec.split(b"\0")]
+            cwd, nargs = fields[0], int(fields[1])
+            args, env = fields[2:2 + nargs], dict(os.environ)
+            env.update(kv.split("=", 1) for kv in fields[2 + nargs:] if "=" in kv)
+            if not args:
+                raise ValueError("no command")
+            pid = os.fork()
+            if pid == 0:
+                _exec_command(self.cfg, fds, cwd, args, env)
+            try:  # (the child does it too: whichever runs first, the group is there before the answer)
+                os.setpgid(pid, pid)
+            except OSError:
+                pass  # it has exec'd already, or ended
+            self.procs[pid] = line
+        except Exception as exc:
+            why = ("%s: %s" % (type(exc).__name__, exc)).encode("utf-8", "replace")
+        try:
+            line.ctl.send(C_START + token + struct.pack("<I", pid) + why[:200])
+        except OSError:
+            pass
 
     def serve(self):
         import socket
@@ -393,3 +456,34 @@ class _Guardian:
                     self.from_host_ctl(line, msg, fds)
                 for f in fds:
                     os.close(f)
+
+
+def _exec_command(cfg, fds, cwd, args, env):
+    """A command's child (C_START): never returns."""
+    try:
+        os.setpgid(0, 0)
+        for i in range(3):
+            os.dup2(fds[i], i)
+        os.closerange(3, 1 << 20)
+        for sig in (_signal.SIGINT, _signal.SIGPIPE, _signal.SIGXFSZ, _signal.SIGCHLD):
+            _signal.signal(sig, _signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        if cwd:
+            os.chdir(cwd)
+        _set_limits(cfg)
+        cpu = int(cfg.get("cpu_seconds", 0) or 0)
+        if cpu:
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
+        try:
+            with open("/proc/self/oom_score_adj", "w") as f:
+                f.write("1000")  # the OOM killer's first pick, as the worker is, not the guardian
+        except OSError:
+            pass
+        os.execvpe(args[0], args, env)
+    except BaseException as exc:
+        try:
+            os.write(2, ("minipy: the command %r did not start: %s\n" % (args[0], exc)).encode("utf-8", "replace"))
+        finally:
+            os._exit(127)

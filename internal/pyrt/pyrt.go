@@ -154,6 +154,17 @@ const (
 	// IsolatedConfig.Egress): the fd of a socket listening on 127.0.0.1:EgressPort in the
 	// sandbox's network namespace, which the host serves its egress proxy on.
 	ControlListen = 'L'
+	// ControlStart (host -> guardian): u64 token; 4 fds: a command's stdin, stdout and
+	// stderr, and a pipe holding its spec (the directory, the count of arguments, the
+	// arguments, then the environment's KEY=VALUE entries, NUL-separated; the host has
+	// written it whole and closed its end). The guardian starts the command as its child,
+	// in a session of its own, under the worker's limits, and answers ControlStart, the
+	// token and the u32 pid (0 when it could not start: then the reason follows).
+	ControlStart = 'P'
+	// ControlExited (guardian -> host): u32 pid, i32 wait status: a command ended.
+	ControlExited = 'Q'
+	// ControlSignal (host -> guardian): u32 pid, u8 signal: for a command's process group.
+	ControlSignal = 'G'
 )
 
 // EgressPort is where a sandbox with an egress policy finds its proxy: 127.0.0.1 in its own
@@ -226,6 +237,7 @@ func prelude() string {
 			"%s, %s, %s, %s, %s, %s, %s, %s, %s",
 			b(ControlDied), b(ControlKill), b(ControlTakeOver), b(ControlFork), b(ControlNew), b(ControlMount),
 			b(ControlRefused), b(ControlListen), b(ControlSnapshotDied)),
+		fmt.Sprintf("C_START, C_EXITED, C_SIGNAL = %s, %s, %s", b(ControlStart), b(ControlExited), b(ControlSignal)),
 		fmt.Sprintf("EGRESS_PORT = %d", EgressPort),
 	}
 	return strings.Join(defs, "; ")

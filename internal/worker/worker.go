@@ -572,6 +572,7 @@ type ctlLine struct {
 	released atomic.Bool
 	detached atomic.Bool   // released while other lines lived: the guardian ends it
 	done     chan struct{} // closed when the control socket has ended
+	cmds     commands      // the commands started on it (commands.go)
 }
 
 // release gives up the line; it reports whether other lines of its guardian live on (then
@@ -600,12 +601,16 @@ func (l *ctlLine) watch(w *Worker) {
 	ctl := w.ctl
 	go func() {
 		defer close(l.done)
-		buf := make([]byte, 16)
+		defer l.cmds.lost()
+		buf := make([]byte, 256)
 		oob := make([]byte, syscall.CmsgSpace(4))
 		for {
 			n, oobn, _, _, err := ctl.ReadMsgUnix(buf, oob)
 			if err != nil {
 				return
+			}
+			if l.cmds.report(buf[:n]) {
+				continue
 			}
 			if fds := socketFDs(oob[:oobn]); n == 1 && buf[0] == pyrt.ControlListen && len(fds) == 1 {
 				g := l.guardian

@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"compress/gzip"
 	"errors"
 	"io"
 	"io/fs"
@@ -29,9 +30,10 @@ func (s *Server) envdRoutes() {
 	s.envd.HandleFunc("GET /files", s.download)
 	s.envd.HandleFunc("POST /files", s.upload)
 	s.filesystemRoutes()
+	s.processRoutes()
 	s.envd.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotImplemented, r.Method+" "+r.URL.Path+": envd's process service (commands) "+
-			"is not served yet (docs/e2b.md)")
+		writeError(w, http.StatusNotFound, r.Method+" "+r.URL.Path+" is not part of what minipy serves of envd "+
+			"(docs/e2b.md lists what is)")
 	})
 }
 
@@ -112,7 +114,22 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 	}
 	param := r.URL.Query().Get("path")
 	if media, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); media != "multipart/form-data" {
-		if e, ok := s.writeFile(w, ns, param, r.Body); ok {
+		body := io.Reader(r.Body)
+		switch r.Header.Get("Content-Encoding") {
+		case "", "identity":
+		case "gzip": // (a bomb fills the working directory's tmpfs, WorkSize, and no more)
+			z, err := gzip.NewReader(r.Body)
+			if err != nil {
+				writeError(w, http.StatusBadRequest, "the upload's gzip: "+err.Error())
+				return
+			}
+			body = z
+		default:
+			writeError(w, http.StatusUnsupportedMediaType, "Content-Encoding "+r.Header.Get("Content-Encoding")+
+				": gzip or none")
+			return
+		}
+		if e, ok := s.writeFile(w, ns, param, body); ok {
 			writeJSON(w, http.StatusOK, []entryInfo{e})
 		}
 		return

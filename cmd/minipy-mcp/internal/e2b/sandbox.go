@@ -20,10 +20,12 @@ type sandbox struct {
 
 	ctx    context.Context // ends when the sandbox is killed, and the runs in it with it
 	cancel context.CancelFunc
-	// inflight holds a token per request in progress on the sandbox's ports: at most
-	// maxInflight, so that a client cannot make the host hold more requests (their bodies:
-	// code up to maxCode each, waiting for a context's run) than that.
+	// inflight holds a token per request in progress on the sandbox's ports (but commands'
+	// streams, which maxCommands bounds): at most maxInflight, so that a client cannot make
+	// the host hold more requests (their bodies: code up to maxCode each, waiting for a
+	// context's run) than that.
 	inflight chan struct{}
+	cmds     commands // its commands running (process.go)
 
 	mu          sync.Mutex
 	end         time.Time

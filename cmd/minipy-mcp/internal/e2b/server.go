@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/minipy-go/minipy"
+	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/e2b/envd/proto/process/processconnect"
 )
 
 // The ports of a sandbox that E2B's SDKs address (E2b-Sandbox-Port).
@@ -40,8 +41,9 @@ const (
 )
 
 // EnvdVersion is the envd version a sandbox reports: the SDKs choose their requests by it
-// (0.4.0 and later: a file's user is optional).
-const EnvdVersion = "0.4.0"
+// (0.4.0: a file's user is optional; 0.5.2: a command's stdin can be closed; 0.5.7:
+// uploads may be a plain, or gzipped, body). 0.6.2's file metadata is not served.
+const EnvdVersion = "0.5.7"
 
 // Templates are the template names a sandbox may be created from: the defaults of E2B's
 // code interpreter SDK and of its base SDK. Each is the engine's Python, as configured.
@@ -159,13 +161,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, "a sandbox's requests need its access token (X-Access-Token)")
 		return
 	}
-	select {
-	case sb.inflight <- struct{}{}:
-		defer func() { <-sb.inflight }()
-	default:
-		writeError(w, http.StatusTooManyRequests, fmt.Sprintf("the sandbox has %d requests in progress, its most; "+
-			"wait for one to end", maxInflight))
-		return
+	if r.URL.Path != processconnect.ProcessStartProcedure { // (a command's stream: maxCommands bounds them)
+		select {
+		case sb.inflight <- struct{}{}:
+			defer func() { <-sb.inflight }()
+		default:
+			writeError(w, http.StatusTooManyRequests, fmt.Sprintf("the sandbox has %d requests in progress, its most; "+
+				"wait for one to end", maxInflight))
+			return
+		}
 	}
 	r = r.WithContext(withSandbox(r.Context(), sb))
 	switch port {

@@ -1,6 +1,6 @@
 // E2B's base SDK (the `e2b` package), unmodified, against minipy-mcp -e2b: a sandbox of
 // its default template, files in and out (several at once, bytes, a stream), listing,
-// and commands, which minipy does not serve yet. Prints what it saw as one JSON object.
+// and commands. Prints what it saw as one JSON object.
 import { Sandbox } from 'e2b'
 
 const out = {}
@@ -11,18 +11,40 @@ const written = await sbx.files.write([
   { path: '/home/user/in/a.txt', data: 'alpha' },
   { path: '/home/user/in/b.bin', data: new Uint8Array([0, 1, 2, 255]) },
 ])
-out.written = written.map((w) => w.path).sort()
+await sbx.files.write('/home/user/in/zipped.txt', 'compressed on the wire', { gzip: true })
+out.gzipped = await sbx.files.read('/home/user/in/zipped.txt')
 out.bytes = Array.from(await sbx.files.read('/home/user/in/b.bin', { format: 'bytes' }))
 const stream = await sbx.files.read('/home/user/in/a.txt', { format: 'stream' })
 let streamed = ''
 for await (const chunk of stream) streamed += Buffer.from(chunk).toString()
 out.streamed = streamed
-out.listed = (await sbx.files.list('/home/user/in')).map((e) => e.name)
+out.listed = (await sbx.files.list('/home/user/in')).map((e) => e.name).filter((n) => n !== 'zipped.txt')
+// Commands: output, streaming, exit codes, environment, working directory, stdin, the
+// files the code sees, background commands listed and killed.
+const ran = await sbx.commands.run('echo "hi $WHO from $(pwd)"; echo warn >&2; cat in/a.txt', { envs: { WHO: 'me' } })
+out.run = { stdout: ran.stdout, stderr: ran.stderr, exitCode: ran.exitCode }
+const chunks = []
+await sbx.commands.run('for i in 1 2 3; do echo tick $i; done', { onStdout: (d) => chunks.push(d) })
+out.ticks = chunks.join('')
 try {
-  await sbx.commands.run('echo hi')
+  await sbx.commands.run('echo partial; exit 7')
 } catch (e) {
-  out.commands = e.constructor.name
+  out.failed = { kind: e.constructor.name, exitCode: e.exitCode, stdout: e.stdout }
 }
+out.cwd = (await sbx.commands.run('pwd', { cwd: '/home/user/in' })).stdout
+const bg = await sbx.commands.run('cat', { background: true, stdin: true })
+await sbx.commands.sendStdin(bg.pid, 'echoed back\n')
+await sbx.commands.closeStdin(bg.pid)
+out.stdin = (await bg.wait()).stdout
+const sleeper = await sbx.commands.run('sleep 60', { background: true })
+out.listedCommands = (await sbx.commands.list()).map((p) => p.pid).includes(sleeper.pid)
+out.killedCommand = await sbx.commands.kill(sleeper.pid)
+try {
+  await sleeper.wait()
+} catch (e) {
+  out.sleeperEnd = e.constructor.name
+}
+out.written = written.map((w) => w.path).sort()
 out.killed = await sbx.kill()
 out.runningAfter = await sbx.isRunning()
 console.log(JSON.stringify(out))

@@ -1,0 +1,314 @@
+package e2b
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/minipy-go/minipy"
+	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/e2b/envd/proto/process"
+	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/e2b/envd/proto/process/processconnect"
+)
+
+// envd's process service (E2B's process.proto over connect-go): commands.run and the rest.
+// A command is minipy's Namespace.Start in the sandbox's default context: a process of the
+// sandbox, started by its guardian beside the code, under the sandbox's limits, with the
+// sandbox's environment variables and the request's. Its output streams as it comes.
+
+type processService struct {
+	processconnect.UnimplementedProcessHandler // Connect, Update, StreamInput: not served
+}
+
+func (s *Server) processRoutes() {
+	p, h := processconnect.NewProcessHandler(processService{})
+	s.envd.Handle(p, h)
+}
+
+// maxCommands caps the commands running at once in one sandbox (each holds three pipes
+// in the host).
+const maxCommands = 16
+
+// keepalive is how often a command's stream says it is alive while it is quiet (E2B's
+// SDK asks for 50 s in Keepalive-Ping-Interval).
+const keepalive = 50 * time.Second
+
+// command is a command running in a sandbox.
+type command struct {
+	proc   *minipy.Process
+	config *process.ProcessConfig
+	tag    *string
+	stdin  sync.Mutex // its writes, and its close
+	closed bool
+}
+
+// commands are a sandbox's commands, by pid.
+type commands struct {
+	mu   sync.Mutex
+	byID map[uint32]*command
+}
+
+func (c *commands) add(pid uint32, cmd *command) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.byID) >= maxCommands {
+		return false
+	}
+	if c.byID == nil {
+		c.byID = map[uint32]*command{}
+	}
+	c.byID[pid] = cmd
+	return true
+}
+
+func (c *commands) remove(pid uint32) {
+	c.mu.Lock()
+	delete(c.byID, pid)
+	c.mu.Unlock()
+}
+
+// find is the command a selector names: by pid, or by tag.
+func (c *commands) find(sel *process.ProcessSelector) (uint32, *command) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if pid, ok := sel.GetSelector().(*process.ProcessSelector_Pid); ok {
+		return pid.Pid, c.byID[pid.Pid]
+	}
+	for pid, cmd := range c.byID {
+		if cmd.tag != nil && *cmd.tag == sel.GetTag() {
+			return pid, cmd
+		}
+	}
+	return 0, nil
+}
+
+var errNotRunning = errors.New("the sandbox is not running")
+
+func sandboxFrom(ctx context.Context) *sandbox { return ctx.Value(sandboxKey{}).(*sandbox) }
+
+// Start starts a command and streams its events: its pid, its output, its end.
+func (processService) Start(ctx context.Context, req *connect.Request[process.StartRequest], stream *connect.ServerStream[process.StartResponse]) error {
+	if req.Msg.Pty != nil {
+		return connect.NewError(connect.CodeUnimplemented, errors.New("minipy's sandboxes have no PTY: run the command without one"))
+	}
+	sb := sandboxFrom(ctx)
+	cmd, pid, err := startCommand(sb, req.Msg)
+	if err != nil {
+		return err
+	}
+	defer sb.cmds.remove(pid)
+	send := func(ev *process.ProcessEvent) error { return stream.Send(&process.StartResponse{Event: ev}) }
+	if err := send(&process.ProcessEvent{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: pid}}}); err != nil {
+		cmd.proc.Signal(syscall.SIGKILL) //nolint:errcheck // its client is gone
+		cmd.proc.Stdout.Close()
+		cmd.proc.Stderr.Close()
+		return err
+	}
+	return streamCommand(ctx, cmd, send)
+}
+
+// startCommand starts what req asks for in sb's default context.
+func startCommand(sb *sandbox, req *process.StartRequest) (*command, uint32, error) {
+	ns := sb.namespace()
+	if ns == nil {
+		return nil, 0, connect.NewError(connect.CodeUnavailable, errNotRunning)
+	}
+	cfg := req.GetProcess()
+	env := make([]string, 0, len(sb.envs)+len(cfg.GetEnvs()))
+	for _, envs := range []map[string]string{sb.envs, cfg.GetEnvs()} {
+		for k, v := range envs {
+			env = append(env, k+"="+v)
+		}
+	}
+	if why := checkEnvs(cfg.GetEnvs()); why != "" {
+		return nil, 0, connect.NewError(connect.CodeInvalidArgument, errors.New(why))
+	}
+	mc := minipy.Command{Args: append([]string{cfg.GetCmd()}, cfg.GetArgs()...), Dir: cfg.GetCwd(), Env: env}
+	proc, err := ns.Start(mc)
+	if errors.Is(err, minipy.ErrNamespaceClosed) || errors.Is(err, minipy.ErrCommandLost) {
+		return nil, 0, connect.NewError(connect.CodeUnavailable, err)
+	}
+	if err != nil {
+		return nil, 0, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	cmd := &command{proc: proc, config: cfg, tag: req.Tag}
+	if !req.GetStdin() {
+		cmd.closeStdin()
+	}
+	pid := uint32(proc.Pid)
+	if !sb.cmds.add(pid, cmd) {
+		proc.Signal(syscall.SIGKILL) //nolint:errcheck // refused
+		proc.Stdin.Close()
+		return nil, 0, connect.NewError(connect.CodeResourceExhausted,
+			fmt.Errorf("the sandbox runs %d commands, its most; wait for one to end", maxCommands))
+	}
+	return cmd, pid, nil
+}
+
+func (c *command) closeStdin() {
+	c.stdin.Lock()
+	defer c.stdin.Unlock()
+	if !c.closed {
+		c.closed = true
+		c.proc.Stdin.Close()
+	}
+}
+
+// streamCommand sends cmd's output as it comes, a keepalive while it is quiet, then its
+// end; the client going away kills it.
+func streamCommand(ctx context.Context, cmd *command, send func(*process.ProcessEvent) error) error {
+	events := make(chan *process.ProcessEvent, 16)
+	done := make(chan struct{}) // the relay has returned: the readers stop
+	defer close(done)
+	var readers sync.WaitGroup
+	for _, r := range []struct {
+		from io.Reader
+		wrap func([]byte) *process.ProcessEvent_DataEvent
+	}{
+		{cmd.proc.Stdout, func(b []byte) *process.ProcessEvent_DataEvent {
+			return &process.ProcessEvent_DataEvent{Output: &process.ProcessEvent_DataEvent_Stdout{Stdout: b}}
+		}},
+		{cmd.proc.Stderr, func(b []byte) *process.ProcessEvent_DataEvent {
+			return &process.ProcessEvent_DataEvent{Output: &process.ProcessEvent_DataEvent_Stderr{Stderr: b}}
+		}},
+	} {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := r.from.Read(buf)
+				if n > 0 {
+					select {
+					case events <- &process.ProcessEvent{Event: &process.ProcessEvent_Data{Data: r.wrap(append([]byte(nil), buf[:n]...))}}:
+					case <-done:
+						return
+					}
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	go func() {
+		readers.Wait()
+		close(events)
+	}()
+	return relayEvents(ctx, cmd, events, send)
+}
+
+// relayEvents sends events, then cmd's end.
+func relayEvents(ctx context.Context, cmd *command, events <-chan *process.ProcessEvent, send func(*process.ProcessEvent) error) error {
+	tick := time.NewTicker(keepalive)
+	defer tick.Stop()
+	defer cmd.proc.Stdout.Close()
+	defer cmd.proc.Stderr.Close()
+	for {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				return send(endEvent(cmd.proc.Wait()))
+			}
+			if err := send(ev); err != nil {
+				cmd.proc.Signal(syscall.SIGKILL) //nolint:errcheck // its client is gone
+				return err
+			}
+		case <-tick.C:
+			send(&process.ProcessEvent{Event: &process.ProcessEvent_Keepalive{Keepalive: &process.ProcessEvent_KeepAlive{}}}) //nolint:errcheck // the next send says
+		case <-ctx.Done():
+			cmd.proc.Signal(syscall.SIGKILL) //nolint:errcheck // its client is gone
+			return ctx.Err()
+		}
+	}
+}
+
+// endEvent is a command's end as envd reports it (Go's ProcessState.String for status).
+func endEvent(st syscall.WaitStatus, err error) *process.ProcessEvent {
+	end := &process.ProcessEvent_EndEvent{}
+	switch {
+	case err != nil:
+		end.ExitCode, end.Status = -1, "lost"
+		why := err.Error()
+		end.Error = &why
+	case st.Signaled():
+		end.ExitCode, end.Status = -1, "signal: "+st.Signal().String()
+	default:
+		end.ExitCode, end.Exited, end.Status = int32(st.ExitStatus()), true, fmt.Sprintf("exit status %d", st.ExitStatus())
+	}
+	return &process.ProcessEvent{Event: &process.ProcessEvent_End{End: end}}
+}
+
+// List lists the sandbox's running commands.
+func (processService) List(ctx context.Context, _ *connect.Request[process.ListRequest]) (*connect.Response[process.ListResponse], error) {
+	sb := sandboxFrom(ctx)
+	sb.cmds.mu.Lock()
+	out := &process.ListResponse{}
+	for pid, cmd := range sb.cmds.byID {
+		out.Processes = append(out.Processes, &process.ProcessInfo{Config: cmd.config, Pid: pid, Tag: cmd.tag})
+	}
+	sb.cmds.mu.Unlock()
+	sort.Slice(out.Processes, func(i, j int) bool { return out.Processes[i].Pid < out.Processes[j].Pid })
+	return connect.NewResponse(out), nil
+}
+
+// selected is the command a request names, or NotFound.
+func selected(ctx context.Context, sel *process.ProcessSelector) (*command, error) {
+	if _, cmd := sandboxFrom(ctx).cmds.find(sel); cmd != nil {
+		return cmd, nil
+	}
+	return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no running command %s", strings.TrimSpace(sel.String())))
+}
+
+// SendSignal sends SIGTERM or SIGKILL to a command's process group.
+func (processService) SendSignal(ctx context.Context, req *connect.Request[process.SendSignalRequest]) (*connect.Response[process.SendSignalResponse], error) {
+	cmd, err := selected(ctx, req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	sig := syscall.SIGKILL
+	if req.Msg.GetSignal() == process.Signal_SIGNAL_SIGTERM {
+		sig = syscall.SIGTERM
+	}
+	if err := cmd.proc.Signal(sig); err != nil {
+		return nil, connect.NewError(connect.CodeUnavailable, err)
+	}
+	return connect.NewResponse(&process.SendSignalResponse{}), nil
+}
+
+// SendInput writes to a command's stdin.
+func (processService) SendInput(ctx context.Context, req *connect.Request[process.SendInputRequest]) (*connect.Response[process.SendInputResponse], error) {
+	cmd, err := selected(ctx, req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	if req.Msg.GetInput().GetPty() != nil {
+		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("minipy's sandboxes have no PTY"))
+	}
+	cmd.stdin.Lock()
+	defer cmd.stdin.Unlock()
+	if cmd.closed {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("the command's stdin is closed"))
+	}
+	if _, err := cmd.proc.Stdin.Write(req.Msg.GetInput().GetStdin()); err != nil {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, err)
+	}
+	return connect.NewResponse(&process.SendInputResponse{}), nil
+}
+
+// CloseStdin gives a command's stdin its end.
+func (processService) CloseStdin(ctx context.Context, req *connect.Request[process.CloseStdinRequest]) (*connect.Response[process.CloseStdinResponse], error) {
+	cmd, err := selected(ctx, req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	cmd.closeStdin()
+	return connect.NewResponse(&process.CloseStdinResponse{}), nil
+}

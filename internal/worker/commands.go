@@ -1,0 +1,193 @@
+package worker
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/minipy-go/minipy/internal/pyrt"
+)
+
+// Commands: processes a local worker's guardian starts in the worker's sandbox for the
+// host (pyrt.ControlStart), beside the worker, under its limits; the guardian reports each
+// one's end (pyrt.ControlExited) and signals one on request (pyrt.ControlSignal).
+
+// ErrNoCommands: the worker has no guardian that starts commands (a Command worker).
+var ErrNoCommands = errors.New("minipy: this worker's sandbox cannot start commands")
+
+// ErrCommandsLost: the guardian ended (the sandbox is gone): its commands ended with it.
+var ErrCommandsLost = errors.New("minipy: the sandbox ended, and its commands with it")
+
+// maxSpec caps a command's spec: it is written whole to a pipe before it is sent.
+const maxSpec = 60 << 10
+
+// commands are a control line's commands: the starts waiting for their pid, and the
+// commands running, by pid, each with the channel its wait status goes to.
+type commands struct {
+	mu      sync.Mutex
+	token   uint64
+	starts  map[uint64]chan startReply
+	running map[uint32]chan syscall.WaitStatus
+	gone    bool
+}
+
+type startReply struct {
+	pid    uint32
+	why    string
+	exited chan syscall.WaitStatus // registered by the reader before it reads on: the end may follow at once
+}
+
+// report takes a guardian's message about commands; false if it is not one.
+func (c *commands) report(msg []byte) bool {
+	switch {
+	case len(msg) >= 13 && msg[0] == pyrt.ControlStart:
+		token := binary.LittleEndian.Uint64(msg[1:9])
+		r := startReply{pid: binary.LittleEndian.Uint32(msg[9:13]), why: string(msg[13:])}
+		c.mu.Lock()
+		ch := c.starts[token]
+		delete(c.starts, token)
+		if r.pid != 0 {
+			r.exited = make(chan syscall.WaitStatus, 1)
+			c.running[r.pid] = r.exited // (a start that timed out: its end still comes, and is dropped)
+		}
+		c.mu.Unlock()
+		if ch != nil {
+			ch <- r
+		}
+		return true
+	case len(msg) == 9 && msg[0] == pyrt.ControlExited:
+		pid := binary.LittleEndian.Uint32(msg[1:5])
+		c.mu.Lock()
+		ch := c.running[pid]
+		delete(c.running, pid)
+		c.mu.Unlock()
+		if ch != nil {
+			ch <- syscall.WaitStatus(int32(binary.LittleEndian.Uint32(msg[5:9])))
+		}
+		return true
+	}
+	return false
+}
+
+// lost ends every start and command waiting: the control socket ended.
+func (c *commands) lost() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gone = true
+	for token, ch := range c.starts {
+		close(ch)
+		delete(c.starts, token)
+	}
+	for pid, ch := range c.running {
+		close(ch)
+		delete(c.running, pid)
+	}
+}
+
+// CommandSpec is a command to start: Args[0] looked up in the sandbox's PATH, Dir its
+// working directory in the sandbox ("": the guardian's), Env added to the sandbox's.
+type CommandSpec struct {
+	Args []string
+	Dir  string
+	Env  []string
+}
+
+func (spec CommandSpec) encode() ([]byte, error) {
+	fields := append([]string{spec.Dir, strconv.Itoa(len(spec.Args))}, spec.Args...)
+	fields = append(fields, spec.Env...)
+	for _, f := range fields {
+		if strings.ContainsRune(f, 0) {
+			return nil, fmt.Errorf("minipy: a command's arguments, directory and environment may not hold NUL")
+		}
+	}
+	b := []byte(strings.Join(fields, "\x00"))
+	if len(b) > maxSpec {
+		return nil, fmt.Errorf("minipy: a command of %d bytes (arguments and environment): %d at most", len(b), maxSpec)
+	}
+	return b, nil
+}
+
+// StartCommand has w's guardian start spec with stdin, stdout and stderr (the child's
+// ends; the caller closes its copies), and returns its pid and the channel its wait
+// status comes on (closed, with none, if the sandbox ends first).
+func (w *Worker) StartCommand(spec CommandSpec, stdin, stdout, stderr *os.File, timeout time.Duration) (int, <-chan syscall.WaitStatus, error) {
+	if w.line == nil || w.ctl == nil {
+		return 0, nil, ErrNoCommands
+	}
+	b, err := spec.encode()
+	if err != nil {
+		return 0, nil, err
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return 0, nil, err
+	}
+	defer pr.Close()
+	_, err = pw.Write(b) // (at most maxSpec: the pipe holds it)
+	pw.Close()
+	if err != nil {
+		return 0, nil, err
+	}
+	c := &w.line.cmds
+	reply := make(chan startReply, 1)
+	c.mu.Lock()
+	if c.gone {
+		c.mu.Unlock()
+		return 0, nil, ErrCommandsLost
+	}
+	c.token++
+	token := c.token
+	if c.starts == nil {
+		c.starts, c.running = map[uint64]chan startReply{}, map[uint32]chan syscall.WaitStatus{}
+	}
+	c.starts[token] = reply
+	c.mu.Unlock()
+	msg := binary.LittleEndian.AppendUint64([]byte{pyrt.ControlStart}, token)
+	rights := syscall.UnixRights(int(stdin.Fd()), int(stdout.Fd()), int(stderr.Fd()), int(pr.Fd()))
+	if _, _, err := w.ctl.WriteMsgUnix(msg, rights, nil); err != nil {
+		c.mu.Lock()
+		delete(c.starts, token)
+		c.mu.Unlock()
+		return 0, nil, fmt.Errorf("%w: %w", ErrCommandsLost, err)
+	}
+	return c.await(token, reply, timeout)
+}
+
+// await waits for the guardian's answer to start token.
+func (c *commands) await(token uint64, reply chan startReply, timeout time.Duration) (int, <-chan syscall.WaitStatus, error) {
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case r, ok := <-reply:
+		if !ok {
+			return 0, nil, ErrCommandsLost
+		}
+		if r.pid == 0 {
+			return 0, nil, fmt.Errorf("minipy: the command did not start: %s", r.why)
+		}
+		return int(r.pid), r.exited, nil
+	case <-timer.C:
+		c.mu.Lock()
+		delete(c.starts, token)
+		c.mu.Unlock()
+		return 0, nil, fmt.Errorf("minipy: the guardian did not answer a command's start in %v", timeout)
+	}
+}
+
+// SignalCommand has w's guardian send sig to the process group of its command pid.
+func (w *Worker) SignalCommand(pid int, sig syscall.Signal) error {
+	if w.line == nil || w.ctl == nil {
+		return ErrNoCommands
+	}
+	msg := binary.LittleEndian.AppendUint32([]byte{pyrt.ControlSignal}, uint32(pid))
+	if _, err := w.ctl.Write(append(msg, byte(sig))); err != nil {
+		return fmt.Errorf("%w: %w", ErrCommandsLost, err)
+	}
+	return nil
+}
