@@ -14,6 +14,7 @@ import (
 
 	"github.com/minipy-go/minipy"
 	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/e2b"
+	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/session"
 )
 
 // checkE2B refuses an engine whose namespaces are not sandboxes of their own: an E2B
@@ -31,14 +32,14 @@ func checkE2B(eng minipy.Engine, workers int) error {
 }
 
 // e2bConfig is the E2B server's configuration from the flags.
-func (f *flags) e2bConfig(eng minipy.Engine, toks *tokens, g *gate, cfg minipy.IsolatedConfig) e2b.Config {
+func (f *flags) e2bConfig(eng minipy.Engine, toks *session.Tokens, g *session.Gate, cfg minipy.IsolatedConfig) e2b.Config {
 	c := e2b.Config{Engine: eng, Timeout: f.timeout, MaxOutput: f.maxOutput, MaxTimeout: f.e2bMaxTimeout,
 		CPUCount: runtime.NumCPU(), Logf: log.Printf,
 		Admit: func(user string) (func(), string) {
-			if refusal := g.hold(user); refusal != "" {
+			if refusal := g.Hold(user); refusal != "" {
 				return nil, refusal
 			}
-			return func() { g.release(user) }, ""
+			return func() { g.Release(user) }, ""
 		}}
 	if cfg.MemoryLimit > 0 {
 		c.MemoryMB = int(cfg.MemoryLimit >> 20)
@@ -47,13 +48,7 @@ func (f *flags) e2bConfig(eng minipy.Engine, toks *tokens, g *gate, cfg minipy.I
 		c.DiskMB = int(cfg.WorkSize >> 20)
 	}
 	if toks != nil {
-		c.Authenticate = func(key string) (string, bool) {
-			info, err := toks.verify(context.Background(), key, nil)
-			if err != nil {
-				return "", false
-			}
-			return info.UserID, true
-		}
+		c.Authenticate = toks.User
 	}
 	return c
 }
@@ -61,7 +56,7 @@ func (f *flags) e2bConfig(eng minipy.Engine, toks *tokens, g *gate, cfg minipy.I
 // serveE2B serves srv on ln until ctx ends, then drains: no new sandbox (nor session of
 // g's), the running requests (executions) get drainTimeout to finish, then every sandbox
 // is killed.
-func serveE2B(ctx context.Context, srv *e2b.Server, g *gate, ln net.Listener, drainTimeout time.Duration) error {
+func serveE2B(ctx context.Context, srv *e2b.Server, g *session.Gate, ln net.Listener, drainTimeout time.Duration) error {
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
 	log.Printf("minipy-mcp: serving E2B's API and sandboxes at http://%s (E2B_API_URL and E2B_SANDBOX_URL)", ln.Addr())
 	served := make(chan error, 1)
@@ -75,7 +70,7 @@ func serveE2B(ctx context.Context, srv *e2b.Server, g *gate, ln net.Listener, dr
 	srv.Drain()
 	drainCtx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()
-	g.drain(drainCtx) // (/readyz says so; the MCP side's calls, if any, are its own drain's)
+	g.Drain(drainCtx) // (/readyz says so; the MCP side's calls, if any, are its own drain's)
 	if err := hs.Shutdown(drainCtx); err != nil {
 		log.Printf("minipy-mcp: -drain-timeout %v passed with E2B requests running: they are stopped", drainTimeout)
 		hs.Close() //nolint:errcheck // what Shutdown did not end

@@ -84,7 +84,7 @@ func TestE2BWithSDK(t *testing.T) {
 
 // runE2BScript runs a script of testdata/e2bclient against s as alice, and returns the
 // JSON object it prints.
-func runE2BScript(t *testing.T, s *serverProc, script string) map[string]any {
+func runE2BScript(t *testing.T, s *serverProc, script string, env ...string) map[string]any {
 	t.Helper()
 	dir, err := filepath.Abs(filepath.Join("testdata", "e2bclient"))
 	require.NoError(t, err)
@@ -94,7 +94,7 @@ func runE2BScript(t *testing.T, s *serverProc, script string) map[string]any {
 	require.NoError(t, err, "node is needed: make deps installs it")
 	cmd := exec.Command(node, script)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "E2B_API_URL="+s.base, "E2B_SANDBOX_URL="+s.base, "E2B_API_KEY="+aliceKey)
+	cmd.Env = append(append(os.Environ(), "E2B_API_URL="+s.base, "E2B_SANDBOX_URL="+s.base, "E2B_API_KEY="+aliceKey), env...)
 	out, err := cmd.Output()
 	var exitErr *exec.ExitError
 	if errors.As(err, &exitErr) {
@@ -104,6 +104,27 @@ func runE2BScript(t *testing.T, s *serverProc, script string) map[string]any {
 	var got map[string]any
 	require.NoError(t, json.Unmarshal(out, &got), "%s", out)
 	return got
+}
+
+// With -state-dir, sandboxes outlive the server: a paused one, and one that was running
+// at SIGTERM (paused then), are resumed by the next server with their state, through
+// the unmodified SDK.
+func TestE2BStateDirRestart(t *testing.T) {
+	dir := t.TempDir()
+	s := startE2B(t, "-state-dir", dir)
+	before := runE2BScript(t, s, "restart.mjs", "PHASE=before")
+	assert.Equal(t, true, before["paused"])
+	ids := before["ids"].([]any)
+	s.stop(t)
+	assert.Contains(t, s.log.String(), "paused (", "the running sandbox was paused at SIGTERM")
+
+	s = startE2B(t, "-state-dir", dir)
+	after := runE2BScript(t, s, "restart.mjs", "PHASE=after", fmt.Sprintf("IDS=%s,%s", ids[0], ids[1]))
+	assert.Equal(t, map[string]any{"paused": "paused", "running": "paused"}, after["listed"])
+	assert.Equal(t, "82", after["x"])
+	assert.Equal(t, "kept", after["note"])
+	assert.Equal(t, "42", after["y"])
+	assert.Equal(t, 2.0, after["running"])
 }
 
 // E2B's base SDK: its default template, files several at once, gzipped, as bytes and as a
@@ -242,6 +263,12 @@ func TestE2BUsersApart(t *testing.T) {
 	// Alice's sandbox still answers her.
 	msgs := alice.execute(a, "6*7")
 	assert.Equal(t, "42", msgs[len(msgs)-1]["text"], "%v", msgs)
+	alice.execute(a, "1/0")
+	_, body = nobody.api("GET", "/metrics", nil)
+	metrics := parseMetrics(t, string(body))
+	assert.Equal(t, 1.0, counter(metrics, "minipy_runs_total", "outcome", "ok"), "the server's run counts have E2B's")
+	assert.Equal(t, 1.0, counter(metrics, "minipy_runs_total", "outcome", "python_error"))
+	assert.Equal(t, 7.0, counter(metrics, "minipy_unauthorized_requests_total"), "a wrong key, six wrong access tokens")
 }
 
 // The files API reaches the sandbox's working directory only: paths out of it are refused,
@@ -390,7 +417,7 @@ func TestE2BFlags(t *testing.T) {
 		{[]string{"-e2b", "0.0.0.0:0"}, "give -tokens FILE"},
 		{[]string{"-e2b", "127.0.0.1:0", "-backend", "inprocess"}, "-e2b needs -backend isolated"},
 		{[]string{"-e2b", "127.0.0.1:0", "-backend", "isolated", "-workers", "1"}, "a worker process per sandbox"},
-		{[]string{"-e2b", "127.0.0.1:0", "-state-dir", t.TempDir()}, "-state-dir applies to MCP sessions"},
+		{[]string{"-e2b", "127.0.0.1:0", "-state-idle", "1s"}, "-state-idle applies to MCP sessions"},
 		{[]string{"-http", "127.0.0.1:0", "-e2b-max-timeout", "2h"}, "-e2b-max-timeout applies to -e2b"},
 		{[]string{"-e2b-max-timeout", "2h"}, "-e2b-max-timeout applies to -http and -e2b"},
 	} {

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/minipy-go/minipy"
+	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/mcpfront"
 )
 
 // The files a run makes come back as resource links after its text; resources/list and
@@ -18,7 +19,7 @@ func TestFileResources(t *testing.T) {
 	iso, err := minipy.NewIsolated(minipy.IsolatedConfig{})
 	require.NoError(t, err)
 	defer iso.Close()
-	server, _ := newServerSessions(iso, &minipy.Options{}, serverHooks{maxResourceSize: 4096})
+	server := mcpfront.New(mcpfront.Config{Engine: iso, MaxResourceSize: 4096}).Server()
 	a, b := connectInProcess(t, server), connectInProcess(t, server)
 	require.NotNil(t, a.InitializeResult().Capabilities.Resources, "the server offers resources")
 	ctx := context.Background()
@@ -114,7 +115,7 @@ print("done")`})
 	assert.IsIncreasing(t, all)
 
 	// Reset empties the files too.
-	text, _ = call(t, a, resetToolName, map[string]any{})
+	text, _ = call(t, a, mcpfront.ResetToolName, map[string]any{})
 	assert.Contains(t, text, "file")
 	callContent(t, a, map[string]any{"code": "1"})
 	list, err = a.ListResources(ctx, nil)
@@ -124,17 +125,6 @@ print("done")`})
 
 // The in-process engine's code shares the server's files: no resources.
 func TestFileResourcesInProcess(t *testing.T) {
-	cs := connectInProcess(t, newServer(minipy.InProcess(), &minipy.Options{}))
+	cs := connectInProcess(t, mcpfront.NewServer(minipy.InProcess(), &minipy.Options{}))
 	assert.Nil(t, cs.InitializeResult().Capabilities.Resources)
-}
-
-// A run whose files may not all be listed (Result.MoreFilesUnknown) says so, with no count.
-func TestFileLinksUnknownMore(t *testing.T) {
-	links, note := fileLinks(minipy.ToolResult{Files: []minipy.FileInfo{{Name: "a.txt", Size: 1}}, MoreFiles: minipy.MoreFilesUnknown})
-	assert.Len(t, links, 1)
-	assert.Equal(t, "[files: more changed files may not be linked; resources/list lists them]\n", note)
-	_, note = fileLinks(minipy.ToolResult{MoreFiles: 3})
-	assert.Equal(t, "[files: 3 more changed files are not linked; resources/list lists them]\n", note)
-	_, note = fileLinks(minipy.ToolResult{})
-	assert.Empty(t, note)
 }

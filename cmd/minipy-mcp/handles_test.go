@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/minipy-go/minipy"
+	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/mcpfront"
 )
 
 // callText calls tool with args and returns the reply's text, whether it is an error, and
@@ -33,7 +34,7 @@ func callText(t *testing.T, cs *mcp.ClientSession, tool string, args map[string]
 	require.NotNil(t, text)
 	h := ""
 	if m, ok := res.StructuredContent.(map[string]any); ok {
-		h, _ = m[handleArg].(string)
+		h, _ = m[mcpfront.HandleArg].(string)
 	}
 	return text.Text, res.IsError, h
 }
@@ -43,10 +44,10 @@ func callText(t *testing.T, cs *mcp.ClientSession, tool string, args map[string]
 // their variables; the handle is mirrored in the Mcp-Param-Session header; an unknown one
 // is a clear error; reset takes one too.
 func TestSessionlessRevisionUsesHandles(t *testing.T) {
-	server, _ := newServerSessions(minipy.InProcess(), &minipy.Options{}, serverHooks{handles: true, idle: time.Minute})
+	front := mcpfront.New(mcpfront.Config{Engine: minipy.InProcess(), Handles: true, Idle: time.Minute})
 	var params []string
 	var seen = make(chan string, 100)
-	handler := httpHandler(server, httpConfig{idle: time.Minute})
+	handler := front.Handler()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if v := r.Header.Get("Mcp-Param-Session"); v != "" {
 			seen <- v
@@ -58,23 +59,23 @@ func TestSessionlessRevisionUsesHandles(t *testing.T) {
 	cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: srv.URL + "/mcp"}, nil)
 	require.NoError(t, err)
 	defer cs.Close()
-	require.Equal(t, sessionlessRevision, cs.InitializeResult().ProtocolVersion, "the client speaks the new revision")
+	require.Equal(t, mcpfront.SessionlessRevision, cs.InitializeResult().ProtocolVersion, "the client speaks the new revision")
 
 	tools, err := cs.ListTools(context.Background(), nil)
 	require.NoError(t, err)
 	for _, tool := range tools.Tools {
 		js, _ := tool.InputSchema.(map[string]any)
 		props, _ := js["properties"].(map[string]any)
-		prop, _ := props[handleArg].(map[string]any)
-		assert.Equal(t, handleHeader, prop["x-mcp-header"], "%s's session argument is mirrored in a header", tool.Name)
+		prop, _ := props[mcpfront.HandleArg].(map[string]any)
+		assert.Equal(t, mcpfront.HandleHeader, prop["x-mcp-header"], "%s's session argument is mirrored in a header", tool.Name)
 	}
 
 	text, isError, h := callText(t, cs, minipy.ToolName, map[string]any{"code": "x = 41"})
 	require.False(t, isError, text)
-	require.True(t, strings.HasPrefix(h, handlePrefix), "structuredContent carries the handle: %q", h)
+	require.True(t, strings.HasPrefix(h, mcpfront.HandlePrefix), "structuredContent carries the handle: %q", h)
 	assert.Contains(t, text, "[session]\n"+h+": pass it as \"session\"")
 
-	text, isError, h2 := callText(t, cs, minipy.ToolName, map[string]any{"code": "x + 1", handleArg: h})
+	text, isError, h2 := callText(t, cs, minipy.ToolName, map[string]any{"code": "x + 1", mcpfront.HandleArg: h})
 	require.False(t, isError, text)
 	assert.Equal(t, "[value]\n42\n", text, "the handle's variables, and no new handle in the text")
 	assert.Equal(t, h, h2)
@@ -89,14 +90,14 @@ func TestSessionlessRevisionUsesHandles(t *testing.T) {
 	assert.True(t, strings.HasPrefix(text, "[value]\nFalse\n"), text)
 	assert.NotEqual(t, h, h3, "no handle: a new session")
 
-	text, isError, _ = callText(t, cs, minipy.ToolName, map[string]any{"code": "1", handleArg: "mpy_not-a-session"})
+	text, isError, _ = callText(t, cs, minipy.ToolName, map[string]any{"code": "1", mcpfront.HandleArg: "mpy_not-a-session"})
 	assert.True(t, isError)
 	assert.Contains(t, text, `The session "mpy_not-a-session" is unknown`)
 	assert.Contains(t, text, "Nothing ran")
 
-	text, isError, _ = callText(t, cs, resetToolName, map[string]any{handleArg: h})
+	text, isError, _ = callText(t, cs, mcpfront.ResetToolName, map[string]any{mcpfront.HandleArg: h})
 	require.False(t, isError, text)
-	text, _, _ = callText(t, cs, minipy.ToolName, map[string]any{"code": "'x' in dir()", handleArg: h})
+	text, _, _ = callText(t, cs, minipy.ToolName, map[string]any{"code": "'x' in dir()", mcpfront.HandleArg: h})
 	assert.Equal(t, "[value]\nFalse\n", text, "reset emptied the handle's session")
 }
 
@@ -109,8 +110,8 @@ func TestSessionlessTypeScriptClient(t *testing.T) {
 	require.NoError(t, err, "the TypeScript SDK v2 is not installed: run `make deps` (npm ci in %s)", dir)
 	node, err := exec.LookPath("node")
 	require.NoError(t, err, "node is needed: make deps installs it")
-	server, _ := newServerSessions(minipy.InProcess(), &minipy.Options{}, serverHooks{handles: true, idle: time.Minute})
-	srv := httptest.NewServer(httpHandler(server, httpConfig{idle: time.Minute}))
+	front := mcpfront.New(mcpfront.Config{Engine: minipy.InProcess(), Handles: true, Idle: time.Minute})
+	srv := httptest.NewServer(front.Handler())
 	defer srv.Close()
 	cmd := exec.Command(node, "handles.mjs", srv.URL+"/mcp")
 	cmd.Dir = dir
@@ -130,10 +131,10 @@ func TestSessionlessTypeScriptClient(t *testing.T) {
 		Versions []string
 	}
 	require.NoError(t, json.Unmarshal(out, &got), "%s", out)
-	assert.Equal(t, sessionlessRevision, got.Version)
-	assert.Equal(t, []string{sessionlessRevision}, got.Versions, "every request of the revision")
-	assert.Equal(t, handleHeader, got.Header)
-	assert.True(t, strings.HasPrefix(got.Handle, handlePrefix), got.Handle)
+	assert.Equal(t, mcpfront.SessionlessRevision, got.Version)
+	assert.Equal(t, []string{mcpfront.SessionlessRevision}, got.Versions, "every request of the revision")
+	assert.Equal(t, mcpfront.HandleHeader, got.Header)
+	assert.True(t, strings.HasPrefix(got.Handle, mcpfront.HandlePrefix), got.Handle)
 	assert.Contains(t, got.First, "[session]\n"+got.Handle)
 	assert.Equal(t, "[value]\n42\n", got.Second)
 	assert.Contains(t, got.Fresh, "[value]\nFalse\n")
@@ -171,7 +172,7 @@ func TestHandlesAcrossReplicas(t *testing.T) {
 	for i, to := range []*serverProc{b, a, b} {
 		lb.send(to)
 		text, isError, _ = callText(t, cs, minipy.ToolName, map[string]any{"code": "n += 1\nn, open('f.txt').read()",
-			handleArg: h})
+			mcpfront.HandleArg: h})
 		require.False(t, isError, "move %d: %s", i, text)
 		assert.Equal(t, "[value]\n("+string(rune('2'+i))+", 'on a')\n", text, "move %d", i)
 	}
@@ -184,7 +185,7 @@ func TestHandlesAcrossReplicas(t *testing.T) {
 	defer other.Close()
 	_, err = other.ListTools(context.Background(), nil) // (as a client does first: it learns which argument goes in a header)
 	require.NoError(t, err)
-	text, isError, _ = callText(t, other, minipy.ToolName, map[string]any{"code": "n", handleArg: h})
+	text, isError, _ = callText(t, other, minipy.ToolName, map[string]any{"code": "n", mcpfront.HandleArg: h})
 	assert.True(t, isError)
 	assert.Contains(t, text, "is unknown", "Alice's handle is not Bob's")
 }

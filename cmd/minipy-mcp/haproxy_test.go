@@ -17,6 +17,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/mcpfront"
 )
 
 // haproxyConfig balances two replicas as docs/deploy.md says: sticky on Mcp-Session-Id,
@@ -156,7 +158,7 @@ func TestServeBehindHAProxy(t *testing.T) {
 			want += "after " + r + "\\n"
 		}
 		assert.Equal(t, fmt.Sprintf("[value]\n(%d, '%s')\n", i+2, want), text, "after restarting %s", restart.name)
-		text, isError, _ = callText(t, modern, "minipy", map[string]any{"code": "m += 1\nm", handleArg: h})
+		text, isError, _ = callText(t, modern, "minipy", map[string]any{"code": "m += 1\nm", mcpfront.HandleArg: h})
 		require.False(t, isError, "the handle after restarting %s: %s", restart.name, text)
 		assert.Equal(t, fmt.Sprintf("[value]\n%d\n", 11+i), text, "the handle after restarting %s", restart.name)
 	}

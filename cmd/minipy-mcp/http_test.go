@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/minipy-go/minipy"
+	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/mcpfront"
 )
 
 // The binary serves Streamable HTTP with -http: two clients over real TCP, each with its
@@ -39,19 +40,15 @@ func TestHTTPBinary(t *testing.T) {
 
 // A session idle for the timeout is closed, and its namespace freed.
 func TestHTTPSessionsExpire(t *testing.T) {
-	server, s := newServerSessions(minipy.InProcess(), &minipy.Options{}, serverHooks{})
-	srv := httptest.NewServer(httpHandler(server, httpConfig{idle: 300 * time.Millisecond}))
+	front := mcpfront.New(mcpfront.Config{Engine: minipy.InProcess(), Idle: 300 * time.Millisecond})
+	srv := httptest.NewServer(front.Handler())
 	defer srv.Close()
 	cs := connectClient(t, &mcp.StreamableClientTransport{Endpoint: srv.URL + "/mcp"})
 	text, isError := run(t, cs, map[string]any{"code": "x = 1\nx"})
 	require.False(t, isError, text)
-	s.mu.Lock()
-	assert.Len(t, s.spaces, 1)
-	s.mu.Unlock()
+	assert.Equal(t, 1, front.Namespaces())
 	require.Eventually(t, func() bool {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return len(s.spaces) == 0
+		return front.Namespaces() == 0
 	}, 10*time.Second, 20*time.Millisecond, "the idle session's namespace was not freed")
 }
 
@@ -78,7 +75,7 @@ func TestProgressCarriesOutput(t *testing.T) {
 			notes, resultAt = nil, time.Time{}
 			mu.Unlock()
 			serverSide, clientSide := mcp.NewInMemoryTransports()
-			ss, err := newServer(tc.eng, &minipy.Options{}).Connect(context.Background(), serverSide, nil)
+			ss, err := mcpfront.NewServer(tc.eng, &minipy.Options{}).Connect(context.Background(), serverSide, nil)
 			require.NoError(t, err)
 			defer ss.Close()
 			cs, err := client.Connect(context.Background(), clientSide, nil)
@@ -121,8 +118,8 @@ func TestHTTPWithTypeScriptClient(t *testing.T) {
 	node, err := exec.LookPath("node")
 	require.NoError(t, err, "node is needed: make deps installs it")
 
-	server := newServer(minipy.InProcess(), &minipy.Options{})
-	srv := httptest.NewServer(httpHandler(server, httpConfig{idle: time.Minute}))
+	front := mcpfront.New(mcpfront.Config{Engine: minipy.InProcess(), Idle: time.Minute})
+	srv := httptest.NewServer(front.Handler())
 	defer srv.Close()
 	cmd := exec.Command(node, "client.mjs", srv.URL+"/mcp")
 	cmd.Dir = dir
@@ -149,7 +146,7 @@ func TestHTTPWithTypeScriptClient(t *testing.T) {
 		} `json:"plot"`
 	}
 	require.NoError(t, json.Unmarshal(out, &got), "%s", out)
-	assert.Equal(t, []string{minipy.ToolName, resetToolName}, got.Tools)
+	assert.Equal(t, []string{minipy.ToolName, mcpfront.ResetToolName}, got.Tools)
 	assert.Equal(t, "[stdout]\ntick 0\ntick 1\ntick 2\n", got.First)
 	require.NotEmpty(t, got.Progress, "no progress notification reached the client")
 	assert.Contains(t, got.Progress[0], "tick 0")

@@ -113,6 +113,8 @@ import (
 
 	"github.com/minipy-go/minipy"
 	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/e2b"
+	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/mcpfront"
+	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/session"
 )
 
 // version is the server version reported to clients.
@@ -158,7 +160,8 @@ func main() {
 	opts := &minipy.Options{Timeout: f.timeout, MaxOutput: f.maxOutput}
 	var err error
 	if protocol != nil {
-		server, _ := newServerSessions(eng, opts, serverHooks{functions: fns, maxResourceSize: f.maxResource})
+		server := mcpfront.New(mcpfront.Config{Engine: eng, Options: *opts, Functions: fns, Version: version,
+			MaxResourceSize: f.maxResource}).Server()
 		err = server.Run(ctx, &mcp.IOTransport{Reader: os.Stdin, Writer: protocol})
 	} else {
 		err = f.serve(ctx, eng, cfg, opts, fns, listeners{ln, e2bLn}, toks, plan)
@@ -220,9 +223,9 @@ func parseFlags() *flags {
 	flag.BoolVar(&f.allowAnonymous, "allow-anonymous", false, "with -http on an address beyond loopback: serve without -tokens (anyone who reaches it runs code)")
 	flag.IntVar(&f.maxSessions, "max-sessions", -1, "with -http: the most sessions open at once (default: -memory-budget / (256 MiB plus -work-size, or -session-memory when given), at least 4; 0: no limit)")
 	flag.IntVar(&f.maxPerUser, "max-sessions-per-user", 0, "with -http: the most sessions one user (one -tokens NAME; all clients without tokens are one user) may hold at once (0: no limit besides -max-sessions)")
-	flag.Int64Var(&f.maxResource, "max-resource-size", defaultMaxResourceSize, "with -backend isolated: the largest file of a session's working directory that resources/read returns, in `bytes`")
+	flag.Int64Var(&f.maxResource, "max-resource-size", mcpfront.DefaultMaxResourceSize, "with -backend isolated: the largest file of a session's working directory that resources/read returns, in `bytes`")
 	flag.DurationVar(&f.drainTimeout, "drain-timeout", 30*time.Second, "with -http: at SIGTERM, how long running calls may take to finish before the server closes")
-	flag.StringVar(&f.stateDir, "state-dir", "", "with -http: save sessions (variables, functions, files) in this `directory` when they idle and at SIGTERM, and resume them under the same Mcp-Session-Id, for the same user, in this process or another replica sharing it")
+	flag.StringVar(&f.stateDir, "state-dir", "", "save sessions (variables, functions, files) in this `directory`: -http's when they idle and at SIGTERM, resumed under the same Mcp-Session-Id for the same user; -e2b's paused sandboxes, and those running at SIGTERM; in this process or another replica sharing it")
 	flag.DurationVar(&f.stateTTL, "state-ttl", 24*time.Hour, "with -state-dir: forget a saved session this long after its last save (0: never)")
 	flag.DurationVar(&f.stateIdle, "state-idle", 30*time.Second, "with -state-dir: save a session this long after a call, if no other call came")
 	flag.StringVar(&f.stateKey, "state-key-file", "", "with -state-dir: the `file` of the secret (16 bytes or more) that seals saved sessions; replicas sharing the directory share it (default: DIR/.key, made on first use)")
@@ -236,7 +239,7 @@ func parseFlags() *flags {
 // transport checks the flags of the transports and opens them: over stdio, the protocol's
 // stdout (flags of -http and -e2b are refused); else the listeners of -http and -e2b, and
 // the -tokens.
-func (f *flags) transport() (protocol *os.File, ln, e2bLn net.Listener, toks *tokens) {
+func (f *flags) transport() (protocol *os.File, ln, e2bLn net.Listener, toks *session.Tokens) {
 	if f.httpAddr == "" && f.e2bAddr == "" {
 		flag.Visit(func(fl *flag.Flag) {
 			switch fl.Name {
@@ -255,9 +258,9 @@ func (f *flags) transport() (protocol *os.File, ln, e2bLn net.Listener, toks *to
 	if f.httpAddr == "" {
 		flag.Visit(func(fl *flag.Flag) {
 			switch fl.Name {
-			case "session-timeout", "state-dir", "state-ttl", "state-idle", "state-key-file", "upstream":
+			case "session-timeout", "state-idle", "upstream":
 				log.Fatalf("minipy-mcp: -%s applies to MCP sessions (-http); -e2b's sandboxes have their own "+
-					"timeouts and pause (docs/e2b.md)", fl.Name)
+					"timeouts, and pause into -state-dir (docs/e2b.md)", fl.Name)
 			}
 		})
 	}
@@ -270,10 +273,10 @@ func (f *flags) transport() (protocol *os.File, ln, e2bLn net.Listener, toks *to
 	}
 	if f.tokensFile != "" {
 		var err error
-		if toks, err = loadTokens(f.tokensFile); err != nil {
+		if toks, err = session.LoadTokens(f.tokensFile); err != nil {
 			log.Fatalf("minipy-mcp: -tokens: %v", err)
 		}
-		n, users := toks.users()
+		n, users := toks.Users()
 		log.Printf("minipy-mcp: -tokens: %d tokens of %d users", n, users)
 	}
 	return nil, f.listen("-http", f.httpAddr, "Authorization: Bearer TOKEN"),
@@ -358,17 +361,21 @@ type listeners struct{ http, e2b net.Listener }
 // serve serves -http and -e2b on their listeners until ctx ends (or one of them fails),
 // then drains both: under one gate of sessions' caps, with the same tokens.
 func (f *flags) serve(ctx context.Context, eng minipy.Engine, icfg minipy.IsolatedConfig, opts *minipy.Options,
-	fns []minipy.Function, lns listeners, toks *tokens, plan memoryPlan) error {
+	fns []minipy.Function, lns listeners, toks *session.Tokens, plan memoryPlan) error {
 	f.maxSessions = plan.maxSessions
-	g := newGate(f.maxSessions, f.maxPerUser)
-	m := newMetrics(eng, g, "tcp")
-	g.rejected = func(reason string) { m.rejected.WithLabelValues(reason).Inc() }
+	g := session.NewGate(f.maxSessions, f.maxPerUser)
+	m := session.NewMetrics(eng, g)
 	log.Printf("minipy-mcp: sessions: %s (-max-sessions), %s per user (-max-sessions-per-user)",
 		limitText(f.maxSessions), limitText(f.maxPerUser))
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if toks != nil {
 		reloadTokensOnHUP(ctx, toks)
+	}
+	store := f.openStore(ctx, lns.http == nil)
+	var ready func(context.Context) error
+	if iso, ok := eng.(*minipy.Isolated); ok {
+		ready = iso.Ready
 	}
 	errs := make(chan error, 2)
 	n := 0
@@ -378,18 +385,17 @@ func (f *flags) serve(ctx context.Context, eng minipy.Engine, icfg minipy.Isolat
 		}
 		n++
 		ecfg := f.e2bConfig(eng, toks, g, icfg)
-		ops := httpConfig{gate: g, metrics: m}
-		if iso, ok := eng.(*minipy.Isolated); ok {
-			ops.ready = iso.Ready
-		}
-		ecfg.Ops = opsHandler(ops)
+		ecfg.Store, ecfg.Metrics, ecfg.Ops = store, m, opsHandler(g, m, ready)
 		srv := e2b.New(ecfg)
-		m.countE2B(srv)
+		countE2B(m, srv)
 		go func() { errs <- serveE2B(ctx, srv, g, lns.e2b, f.drainTimeout) }()
 	}
 	if lns.http != nil {
 		n++
-		go func() { errs <- f.serveMCP(ctx, eng, opts, fns, lns.http, toks, g, m) }()
+		front := mcpfront.New(mcpfront.Config{Engine: eng, Options: *opts, Functions: fns, Version: version, Metrics: m,
+			Transport: "tcp", Gate: g, Tokens: toks, MaxResourceSize: f.maxResource, Store: store,
+			StateIdle: f.stateIdle, Handles: true, Idle: f.sessionTimeout})
+		go func() { errs <- front.Serve(ctx, lns.http, opsHandler(g, m, ready), f.drainTimeout) }()
 	}
 	var first error
 	for range n {
@@ -401,33 +407,22 @@ func (f *flags) serve(ctx context.Context, eng minipy.Engine, icfg minipy.Isolat
 	return first
 }
 
-// serveMCP serves the Streamable HTTP transport on ln until ctx ends, then drains:
-// sessions under the gate's caps, with metrics, and saved in -state-dir when it is given.
-func (f *flags) serveMCP(ctx context.Context, eng minipy.Engine, opts *minipy.Options, fns []minipy.Function,
-	ln net.Listener, toks *tokens, g *gate, m *metrics) error {
-	cfg := httpConfig{idle: f.sessionTimeout, tokens: toks, gate: g, metrics: m}
-	if iso, ok := eng.(*minipy.Isolated); ok {
-		cfg.ready = iso.Ready
+// openStore opens -state-dir's store, if it is given. MCP's front keeps it up (leases,
+// sweeps: Front.Serve); without it, it is swept until ctx ends.
+func (f *flags) openStore(ctx context.Context, alone bool) *session.Store {
+	if f.stateDir == "" {
+		return nil
 	}
-	hooks := serverHooks{functions: fns, metrics: m, gate: g, maxResourceSize: f.maxResource,
-		handles: true, idle: f.sessionTimeout}
-	if f.stateDir != "" {
-		var err error
-		if hooks.state, err = openStateDir(f.stateDir, f.stateTTL, f.stateKey); err != nil {
-			log.Fatalf("minipy-mcp: %v", err)
-		}
-		hooks.stateIdle = f.stateIdle
-		log.Printf("minipy-mcp: sessions are saved in %s (-state-dir) and kept for %v (-state-ttl)", f.stateDir,
-			f.stateTTL)
+	store, err := session.OpenStore(f.stateDir, f.stateTTL, f.stateKey)
+	if err != nil {
+		log.Fatalf("minipy-mcp: %v", err)
 	}
-	server, sessions := newServerSessions(eng, opts, hooks)
-	cfg.sessions = sessions
-	go sessions.expireHandles(ctx, f.sessionTimeout)
-	if hooks.state != nil {
-		cfg.state = hooks.state
-		go hooks.state.keepUp(ctx, sessions.keptIDs, sessions.giveUp)
+	log.Printf("minipy-mcp: sessions and paused sandboxes are saved in %s (-state-dir) and kept for %v (-state-ttl)",
+		f.stateDir, f.stateTTL)
+	if alone {
+		go store.KeepUp(ctx, session.KindSandbox, func() map[string]string { return nil }, func(string) {})
 	}
-	return serveHTTP(ctx, server, ln, cfg, f.drainTimeout)
+	return store
 }
 
 func limitText(n int) string {

@@ -28,6 +28,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/minipy-go/minipy"
+	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/mcpfront"
+	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/session"
 )
 
 // The tests of serving people who do not trust each other run the real binary over real
@@ -468,7 +470,7 @@ func TestServeDrain(t *testing.T) {
 	assert.Contains(t, string(body), "shutting down")
 	text, isError := run(t, idle, map[string]any{"code": "2"})
 	assert.True(t, isError)
-	assert.Equal(t, drainingText, text, "a new call in an open session")
+	assert.Equal(t, mcpfront.DrainingText, text, "a new call in an open session")
 	select {
 	case text := <-result:
 		assert.Equal(t, "[stdout]\nfinished\n", text, "the running call finishes; server:\n%s", s.log)
@@ -578,8 +580,8 @@ func TestServeMetrics(t *testing.T) {
 
 // Host calls (the -upstream servers' tools) are counted by function and outcome.
 func TestMetricsCountHostCalls(t *testing.T) {
-	g := newGate(0, 0)
-	m := newMetrics(minipy.InProcess(), g, "pipe")
+	g := session.NewGate(0, 0)
+	m := session.NewMetrics(minipy.InProcess(), g)
 	add := minipy.Func("add", "Adds.", func(_ context.Context, in struct {
 		A int `json:"a"`
 		B int `json:"b"`
@@ -590,14 +592,14 @@ func TestMetricsCountHostCalls(t *testing.T) {
 		return in.A + in.B, nil
 	})
 	boom := minipy.Function{Name: "boom", Call: func(context.Context, map[string]any) (any, error) { panic("boom") }}
-	server, _ := newServerSessions(minipy.InProcess(), &minipy.Options{}, serverHooks{functions: []minipy.Function{add, boom},
-		metrics: m, gate: g})
+	server := mcpfront.New(mcpfront.Config{Engine: minipy.InProcess(), Functions: []minipy.Function{add, boom},
+		Metrics: m, Transport: "pipe", Gate: g}).Server()
 	cs := connectInProcess(t, server)
 	text, isError := run(t, cs, map[string]any{"code": "add(a=1, b=2) + add(a=2, b=3)"})
 	require.False(t, isError, text)
 	run(t, cs, map[string]any{"code": "add(a=-1, b=0)"})
 	run(t, cs, map[string]any{"code": "boom()"})
-	families, err := m.registry.Gather()
+	families, err := m.Registry().Gather()
 	require.NoError(t, err)
 	var text2 bytes.Buffer
 	for _, f := range families {
@@ -609,25 +611,6 @@ func TestMetricsCountHostCalls(t *testing.T) {
 	assert.Equal(t, 1.0, counter(metrics, "minipy_host_calls_total", "function", "boom", "outcome", "error"))
 	assert.Equal(t, 1.0, counter(metrics, "minipy_runs_total", "outcome", "ok"))
 	assert.Equal(t, 2.0, counter(metrics, "minipy_runs_total", "outcome", "python_error"))
-}
-
-// Every run outcome has its label.
-func TestOutcome(t *testing.T) {
-	py := &minipy.PythonError{Type: "ValueError"}
-	for err, want := range map[error]string{
-		nil: outcomeOK,
-		py:  outcomePythonError,
-		fmt.Errorf("%w: x", minipy.ErrBadArguments):                                                            outcomeBadArgs,
-		&minipy.InterruptedError{Cause: minipy.ErrTimeout}:                                                     outcomeTimeout,
-		&minipy.InterruptedError{Cause: context.Canceled}:                                                      outcomeCancelled,
-		&minipy.WorkerLostError{Signal: syscall.SIGSEGV, RolledBack: true}:                                     outcomeRolledBack,
-		&minipy.WorkerLostError{Signal: syscall.SIGSEGV}:                                                       outcomeWorkerLost,
-		&minipy.LimitError{Limit: "memory", Python: py}:                                                        outcomeLimit,
-		minipy.ErrEngineClosed:                                                                                 outcomeError,
-		&minipy.WorkerLostError{Killed: true, Interrupted: &minipy.InterruptedError{Cause: minipy.ErrTimeout}}: outcomeTimeout,
-	} {
-		assert.Equal(t, want, outcome(err), "%v", err)
-	}
 }
 
 // One hundred sessions at once, each checking its own variables and files: no error, and

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/minipy-go/minipy"
+	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/mcpfront"
 	"github.com/minipy-go/minipy/internal/testproc"
 )
 
@@ -68,7 +69,7 @@ func run(t *testing.T, cs *mcp.ClientSession, args map[string]any) (string, bool
 
 func TestListTools(t *testing.T) {
 	opts := &minipy.Options{Timeout: 5 * time.Second, MaxOutput: 1000}
-	cs := connectInProcess(t, newServer(minipy.InProcess(), opts))
+	cs := connectInProcess(t, mcpfront.NewServer(minipy.InProcess(), opts))
 	res, err := cs.ListTools(context.Background(), nil)
 	require.NoError(t, err)
 	require.Len(t, res.Tools, 2)
@@ -88,13 +89,13 @@ func TestListTools(t *testing.T) {
 	assert.JSONEq(t, string(wantSchema), string(gotSchema))
 	assert.Contains(t, got.Description, "stopped after 5 seconds")
 
-	require.Contains(t, byName, resetToolName)
+	require.Contains(t, byName, mcpfront.ResetToolName)
 }
 
 // Each client session has a namespace of its own, which persists between its calls until
 // it resets it.
 func TestSessionsHaveTheirOwnNamespace(t *testing.T) {
-	server := newServer(minipy.InProcess(), &minipy.Options{})
+	server := mcpfront.NewServer(minipy.InProcess(), &minipy.Options{})
 	first := connectInProcess(t, server)
 	second := connectInProcess(t, server)
 
@@ -108,7 +109,7 @@ func TestSessionsHaveTheirOwnNamespace(t *testing.T) {
 	assert.True(t, isError)
 	assert.Contains(t, text, "NameError: name 'x' is not defined")
 
-	text, isError = call(t, first, resetToolName, map[string]any{})
+	text, isError = call(t, first, mcpfront.ResetToolName, map[string]any{})
 	assert.False(t, isError)
 	assert.Contains(t, text, "[reset]")
 	text, isError = run(t, first, map[string]any{"code": "x"})
@@ -154,7 +155,7 @@ func checkTimeoutSyntaxErrorAndHugeOutput(t *testing.T, cs *mcp.ClientSession, b
 }
 
 func TestInProcess(t *testing.T) {
-	checkTimeoutSyntaxErrorAndHugeOutput(t, connectInProcess(t, newServer(minipy.InProcess(), &minipy.Options{})), minipy.DefaultToolOutput)
+	checkTimeoutSyntaxErrorAndHugeOutput(t, connectInProcess(t, mcpfront.NewServer(minipy.InProcess(), &minipy.Options{})), minipy.DefaultToolOutput)
 }
 
 // buildServer builds the command into a temporary directory.
@@ -209,7 +210,7 @@ func TestBinary(t *testing.T) {
 		require.False(t, isError, text)
 		text, _ = run(t, cs, map[string]any{"code": "n * 2"})
 		assert.Equal(t, "[value]\n20\n", text)
-		call(t, cs, resetToolName, map[string]any{})
+		call(t, cs, mcpfront.ResetToolName, map[string]any{})
 		text, isError = run(t, cs, map[string]any{"code": "n"})
 		assert.True(t, isError)
 		assert.Contains(t, text, "NameError")
@@ -238,7 +239,7 @@ func TestIsolated(t *testing.T) {
 		iso, err := minipy.NewIsolated(c.cfg)
 		require.NoError(t, err)
 		defer iso.Close()
-		cs := connectInProcess(t, newServer(iso, &minipy.Options{}))
+		cs := connectInProcess(t, mcpfront.NewServer(iso, &minipy.Options{}))
 		text, isError := run(t, cs, map[string]any{"code": fmt.Sprintf("import os\nx = 6\nos.getpid() != %d", os.Getpid())})
 		require.False(t, isError, text)
 		assert.Equal(t, "[value]\nTrue\n", text, "the code runs in another process")
@@ -317,7 +318,7 @@ func TestImages(t *testing.T) {
 		eng  minipy.Engine
 	}{{"inprocess", minipy.InProcess()}, {"isolated", isolatedEngine(t)}} {
 		t.Run(tc.name, func(t *testing.T) {
-			checkImages(t, connectInProcess(t, newServer(tc.eng, &minipy.Options{})))
+			checkImages(t, connectInProcess(t, mcpfront.NewServer(tc.eng, &minipy.Options{})))
 		})
 	}
 }

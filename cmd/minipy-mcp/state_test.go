@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -124,61 +122,4 @@ func postTo(t *testing.T, s *serverProc, token, id, body string) *http.Response 
 	require.NoError(t, err)
 	t.Cleanup(func() { resp.Body.Close() })
 	return resp
-}
-
-// Leases: one replica holds a session at a time; it renews and gives up its own; another
-// takes an expired one, and a free one.
-func TestStateLeases(t *testing.T) {
-	dir := t.TempDir()
-	a, err := openStateDir(dir, time.Hour, "")
-	require.NoError(t, err)
-	b, err := openStateDir(dir, time.Hour, "")
-	require.NoError(t, err)
-	key, err := os.ReadFile(filepath.Join(dir, ".key"))
-	require.NoError(t, err)
-	assert.Len(t, strings.TrimSpace(string(key)), 64, "a random key, made once, shared")
-
-	require.True(t, a.tryLease("s1", "u"))
-	assert.True(t, a.tryLease("s1", "u"), "its own")
-	assert.False(t, b.tryLease("s1", "u"), "held by a")
-	ctx := context.Background()
-	assert.False(t, b.takeLease(ctx, "s1", "u", 300*time.Millisecond), "a keeps holding it")
-	a.releaseLease("s1")
-	assert.True(t, b.tryLease("s1", "u"), "given up")
-	b.releaseLease("s1")
-
-	expired, _ := json.Marshal(lease{Owner: "a dead replica", Until: time.Now().Add(-time.Second)})
-	require.NoError(t, os.WriteFile(a.path("s2", ".lease"), expired, 0o600))
-	assert.True(t, b.tryLease("s2", "u"), "an expired lease is taken over")
-	b.releaseLease("s2")
-	a.releaseLease("s2") // not a's: stays b's... and b gave it up
-	_, err = os.Stat(a.path("s2", ".lease"))
-	assert.True(t, os.IsNotExist(err))
-}
-
-// Saved sessions expire after -state-ttl: a load finds none, and the sweep removes old
-// files.
-func TestStateExpires(t *testing.T) {
-	dir := t.TempDir()
-	d, err := openStateDir(dir, 200*time.Millisecond, "")
-	require.NoError(t, err)
-	write := func(id string) {
-		js, _ := json.Marshal(savedMeta{User: "u", Saved: time.Now()})
-		require.NoError(t, os.WriteFile(d.path(id, ".session"), append([]byte{byte(len(js)), 0, 0, 0}, js...), 0o600))
-	}
-	write("s")
-	meta, _, err := d.load("s")
-	require.NoError(t, err)
-	assert.Equal(t, "u", meta.User)
-	time.Sleep(300 * time.Millisecond)
-	_, _, err = d.load("s")
-	require.ErrorIs(t, err, os.ErrNotExist, "expired")
-	assert.Empty(t, savedSessions(t, dir), "and removed")
-
-	write("old")
-	past := time.Now().Add(-time.Hour)
-	require.NoError(t, os.Chtimes(d.path("old", ".session"), past, past))
-	write("new")
-	d.sweep()
-	assert.Equal(t, []string{d.path("new", ".session")}, savedSessions(t, dir))
 }

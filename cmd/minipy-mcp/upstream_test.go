@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/minipy-go/minipy"
+	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/mcpfront"
 )
 
 // everythingConfig writes an mcpServers file naming the reference server-everything
@@ -57,7 +58,7 @@ func TestUpstreamEverything(t *testing.T) {
 		eng  minipy.Engine
 	}{{"inprocess", minipy.InProcess()}, {"isolated", isolatedEngine(t)}} {
 		t.Run(e.name, func(t *testing.T) {
-			cs := connectInProcess(t, newServer(e.eng, &minipy.Options{}, up.functions...))
+			cs := connectInProcess(t, mcpfront.NewServer(e.eng, &minipy.Options{}, up.functions...))
 			// The model is told what it can call.
 			tools, err := cs.ListTools(ctx, nil)
 			require.NoError(t, err)

@@ -46,6 +46,7 @@ func (s *Server) authed(next http.HandlerFunc) http.HandlerFunc {
 		if s.cfg.Authenticate != nil {
 			var ok bool
 			if user, ok = s.cfg.Authenticate(r.Header.Get("X-API-KEY")); !ok {
+				s.cfg.Metrics.Unauthorized()
 				writeError(w, http.StatusUnauthorized, "Invalid API key: give one of the server's -tokens (E2B_API_KEY)")
 				return
 			}
@@ -56,11 +57,21 @@ func (s *Server) authed(next http.HandlerFunc) http.HandlerFunc {
 
 func userOf(r *http.Request) string { return r.Context().Value(userKey{}).(string) }
 
-// owned finds the sandbox {id} of the caller's: another user's is as missing as a killed one.
+// owned finds the sandbox {id} of the caller's: another user's is as missing as a killed
+// one. With a store, a paused sandbox is found there (and one that left it, here).
 func (s *Server) owned(next func(http.ResponseWriter, *http.Request, *sandbox)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		sb := s.lookup(r.PathValue("id"))
-		if sb == nil || sb.user != userOf(r) {
+		id, user := r.PathValue("id"), userOf(r)
+		sb := s.lookup(id)
+		if s.cfg.Store != nil {
+			if sb != nil && sb.user == user && !s.stillStored(sb) {
+				sb = nil
+			}
+			if sb == nil {
+				sb = s.fromStore(id, user)
+			}
+		}
+		if sb == nil || sb.user != user {
 			writeError(w, http.StatusNotFound, "sandbox "+r.PathValue("id")+" not found")
 			return
 		}
@@ -219,7 +230,12 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request, sb *sandbox) {
 }
 
 func (s *Server) remove(w http.ResponseWriter, r *http.Request, sb *sandbox) {
-	if !s.kill(sb, "killed through the API") {
+	if sb.storedPaused() {
+		if code, why := s.removeStored(sb); code != 0 {
+			writeError(w, code, why)
+			return
+		}
+	} else if !s.kill(sb, "killed through the API") {
 		writeError(w, http.StatusNotFound, "sandbox "+sb.id+" not found")
 		return
 	}
@@ -303,24 +319,23 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		limit = n
 	}
 	states := strings.Split(q.Get("state"), ",")
-	all := s.userSandboxes(userOf(r))
 	out := []listedSandbox{}
 	after := q.Get("nextToken")
-	for _, sb := range all {
+	for _, l := range s.userListed(userOf(r)) {
 		if after != "" {
-			if sb.id == after {
+			if l.SandboxID == after {
 				after = ""
 			}
 			continue
 		}
-		if !matches(sb.metadata, want) || (q.Get("state") != "" && !slices.Contains(states, sb.listedState())) {
+		if !matches(l.Metadata, want) || (q.Get("state") != "" && !slices.Contains(states, l.State)) {
 			continue
 		}
 		if len(out) == limit {
 			w.Header().Set("X-Next-Token", out[len(out)-1].SandboxID)
 			break
 		}
-		out = append(out, s.listed(sb))
+		out = append(out, l)
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -334,21 +349,31 @@ func matches(metadata map[string]string, want url.Values) bool {
 	return true
 }
 
-// userSandboxes are user's sandboxes, oldest first.
-func (s *Server) userSandboxes(user string) []*sandbox {
+// userListed lists user's sandboxes, oldest first: those of this server's memory and,
+// with a store, those paused into it.
+func (s *Server) userListed(user string) []listedSandbox {
 	s.mu.Lock()
-	var all []*sandbox
+	var mine []*sandbox
 	for _, sb := range s.sandboxes {
 		if sb.user == user {
-			all = append(all, sb)
+			mine = append(mine, sb)
 		}
 	}
 	s.mu.Unlock()
-	slices.SortFunc(all, func(a, b *sandbox) int {
-		if c := a.started.Compare(b.started); c != 0 {
+	var all []listedSandbox
+	for _, sb := range mine {
+		if !sb.storedPaused() { // (the store's listing has it)
+			all = append(all, s.listed(sb))
+		}
+	}
+	if s.cfg.Store != nil {
+		all = append(all, s.storedSandboxes(user)...)
+	}
+	slices.SortFunc(all, func(a, b listedSandbox) int {
+		if c := a.StartedAt.Compare(b.StartedAt); c != 0 {
 			return c
 		}
-		return strings.Compare(a.id, b.id)
+		return strings.Compare(a.SandboxID, b.SandboxID)
 	})
 	return all
 }

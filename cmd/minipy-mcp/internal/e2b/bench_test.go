@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/minipy-go/minipy"
+	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/session"
 	"github.com/minipy-go/minipy/internal/opcount"
 )
 
@@ -146,5 +147,95 @@ func reportCreate(b *testing.B, m *opcount.Meter, took, floor []time.Duration, p
 		if m.Counting(c.ev) {
 			b.ReportMetric(c.v, c.name+"/op")
 		}
+	}
+}
+
+// BenchmarkPauseResume times a pause and the resume after it (connect), to the result of
+// the first run in the resumed sandbox, over HTTP: "memory" keeps the paused sandbox in
+// the server, "store" seals it into a store's directory (minipy-mcp's -state-dir: a
+// file written whole and synced, then read back and removed). The sandbox holds a list
+// of 100,000 ints and a 1 MB file. Counts over the whole process tree, the floor a bare
+// `python3 -c pass`, as BenchmarkCreateToFirstResult's.
+func BenchmarkPauseResume(b *testing.B) {
+	for _, name := range []string{"memory", "store"} {
+		b.Run(name, func(b *testing.B) {
+			m, err := opcount.Start()
+			if err != nil {
+				b.Logf("no counts: %v", err)
+			} else {
+				defer m.Close()
+			}
+			eng, err := minipy.NewIsolated(minipy.IsolatedConfig{WorkDirPath: Home})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer eng.Close()
+			cfg := Config{Engine: eng}
+			if name == "store" {
+				if cfg.Store, err = session.OpenStore(b.TempDir(), time.Hour, ""); err != nil {
+					b.Fatal(err)
+				}
+			}
+			s := New(cfg)
+			srv := httptest.NewServer(s)
+			defer srv.Close()
+			defer s.Close()
+			sb := benchCall(b, srv.URL, "POST", "/v2/sandboxes", `{}`, http.StatusCreated)
+			benchRun(b, srv.URL, sb, "x = list(range(100000))\nopen('data.bin', 'wb').write(bytes(1 << 20))", "")
+			var took []time.Duration
+			var counts opcount.Counts
+			b.ResetTimer()
+			for range b.N {
+				var before opcount.Counts
+				if m != nil {
+					before = m.Read()
+				}
+				start := time.Now()
+				benchCall(b, srv.URL, "POST", "/sandboxes/"+sb.SandboxID+"/pause", "", http.StatusNoContent)
+				sb = benchCall(b, srv.URL, "POST", "/v2/sandboxes/"+sb.SandboxID+"/connect", `{}`, http.StatusCreated)
+				benchRun(b, srv.URL, sb, "len(x)", `"text":"100000"`)
+				took = append(took, time.Since(start))
+				if m != nil {
+					counts = counts.Add(m.Since(before))
+				}
+			}
+			b.StopTimer()
+			reportCreate(b, m, took, pythonFloor(b, eng), counts.Per(b.N))
+		})
+	}
+}
+
+// benchCall makes an API call that must answer want, and returns the sandbox it names.
+func benchCall(b *testing.B, base, method, path, body string, want int) sandboxBody {
+	req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != want {
+		b.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, out)
+	}
+	var sb sandboxBody
+	json.Unmarshal(out, &sb) //nolint:errcheck // not every answer names one
+	return sb
+}
+
+// benchRun executes code in sb; its answer must hold want.
+func benchRun(b *testing.B, base string, sb sandboxBody, code, want string) {
+	js, _ := json.Marshal(map[string]string{"code": code})
+	req, _ := http.NewRequest("POST", base+"/execute", bytes.NewReader(js))
+	req.Header.Set("E2b-Sandbox-Id", sb.SandboxID)
+	req.Header.Set("E2b-Sandbox-Port", "49999")
+	req.Header.Set("X-Access-Token", sb.EnvdAccessToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !bytes.Contains(out, []byte(want)) || bytes.Contains(out, []byte(`"type":"error"`)) {
+		b.Fatalf("execute %q: %s", code, out)
 	}
 }

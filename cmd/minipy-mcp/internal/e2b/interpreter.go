@@ -104,7 +104,9 @@ func (s *Server) run(ctx context.Context, ns *minipy.Namespace, code string, env
 	}
 	stdout, stderr := out.writer("stdout"), out.writer("stderr")
 	opts := &minipy.Options{Globals: ns, Timeout: s.cfg.Timeout, MaxOutput: s.cfg.MaxOutput, Stdout: stdout, Stderr: stderr}
+	start := time.Now()
 	res, err := s.cfg.Engine.Run(ctx, code, opts)
+	s.cfg.Metrics.ObserveRun(err, time.Since(start))
 	stdout.flush()
 	stderr.flush()
 	return res, err

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/session"
 )
 
 // Pausing: a paused sandbox is each of its code contexts saved (minipy's Namespace.Save:
@@ -14,7 +16,7 @@ import (
 // keeps what a notebook's state is, not what E2B's memory snapshot keeps besides (threads,
 // processes the code left running, open files and sockets: SaveInfo's skipped values).
 // Paused sandboxes live in the server's memory, within Config.MaxPausedBytes, for
-// Config.PausedTTL; the server's end forgets them.
+// Config.PausedTTL, and the server's end forgets them; or in Config.Store (stored.go).
 
 // The defaults of Config's pausing.
 const (
@@ -63,7 +65,11 @@ func (s *Server) pause(sb *sandbox) (int, string) {
 	sb.timer.Stop()
 	sb.mu.Unlock()
 	paused, size, err := saveContexts(contexts)
-	if err == nil && !s.reservePaused(size) {
+	switch {
+	case err != nil:
+	case s.cfg.Store != nil:
+		err = s.storePaused(sb, paused)
+	case !s.reservePaused(size):
 		err = fmt.Errorf("the server holds its limit of %d bytes of paused sandboxes", s.cfg.MaxPausedBytes)
 	}
 	sb.mu.Lock()
@@ -74,7 +80,11 @@ func (s *Server) pause(sb *sandbox) (int, string) {
 			sb.timer.Reset(time.Until(sb.end))
 		}
 		if err == nil { // killed meanwhile: its kill closed the contexts
-			s.releasePaused(size)
+			if s.cfg.Store != nil {
+				s.cfg.Store.Remove(session.KindSandbox, sb.id)
+			} else {
+				s.releasePaused(size)
+			}
 			return http.StatusNotFound, "sandbox " + sb.id + " was killed"
 		}
 		return http.StatusInsufficientStorage, "the sandbox could not be paused: " + err.Error()
@@ -82,9 +92,13 @@ func (s *Server) pause(sb *sandbox) (int, string) {
 	for _, cc := range contexts {
 		cc.close()
 	}
-	sb.contexts, sb.paused, sb.pausedBytes, sb.state = nil, paused, size, statePaused
-	sb.end = time.Now().Add(s.cfg.PausedTTL)
-	sb.timer.Reset(s.cfg.PausedTTL)
+	sb.contexts, sb.state = nil, statePaused
+	if s.cfg.Store != nil {
+		sb.stored, sb.end = true, s.storedEnd(time.Now())
+	} else {
+		sb.paused, sb.pausedBytes, sb.end = paused, size, time.Now().Add(s.cfg.PausedTTL)
+	}
+	sb.timer.Reset(time.Until(sb.end))
 	s.logf("minipy-mcp: E2B sandbox %s of user %q paused (%d bytes)", sb.id, sb.user, size)
 	return 0, ""
 }
@@ -141,9 +155,16 @@ func (s *Server) resume(sb *sandbox, life time.Duration) (int, string) {
 		return http.StatusConflict, "sandbox " + sb.id + " is being paused or resumed"
 	}
 	sb.state = stateChanging
-	paused := sb.paused
+	paused, stored := sb.paused, sb.stored
 	sb.mu.Unlock()
-	contexts, code, why := s.restoreContexts(sb, paused)
+	var contexts []*codeContext
+	code, why := 0, ""
+	if stored {
+		paused, code, why = s.claimStored(sb)
+	}
+	if paused != nil {
+		contexts, code, why = s.restoreContexts(sb, paused)
+	}
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	if contexts == nil || sb.dead {
@@ -151,13 +172,23 @@ func (s *Server) resume(sb *sandbox, life time.Duration) (int, string) {
 		for _, cc := range contexts {
 			cc.close()
 		}
+		if stored && paused != nil {
+			s.cfg.Store.ReleaseLease(session.KindSandbox, sb.id)
+		}
+		if code == http.StatusNotFound && stored {
+			go s.forget(sb) // (takes sb.mu)
+		}
 		if code == 0 {
 			return http.StatusNotFound, "sandbox " + sb.id + " was killed"
 		}
 		return code, why
 	}
+	if stored {
+		s.cfg.Store.Remove(session.KindSandbox, sb.id)
+		s.cfg.Store.ReleaseLease(session.KindSandbox, sb.id)
+	}
 	s.releasePaused(sb.pausedBytes)
-	sb.contexts, sb.paused, sb.pausedBytes, sb.state = contexts, nil, 0, stateRunning
+	sb.contexts, sb.paused, sb.pausedBytes, sb.state, sb.stored = contexts, nil, 0, stateRunning, false
 	sb.end = time.Now().Add(life)
 	sb.timer.Reset(life)
 	s.logf("minipy-mcp: E2B sandbox %s of user %q resumed", sb.id, sb.user)
@@ -198,7 +229,12 @@ func (s *Server) restoreContexts(sb *sandbox, paused []pausedContext) ([]*codeCo
 func (s *Server) expired(sb *sandbox) {
 	sb.mu.Lock()
 	pause := sb.autoPause && sb.state == stateRunning
+	stored := sb.stored && sb.state == statePaused
 	sb.mu.Unlock()
+	if stored {
+		s.forget(sb) // (the store expires it itself)
+		return
+	}
 	if pause {
 		code, why := s.pause(sb)
 		if code == 0 {

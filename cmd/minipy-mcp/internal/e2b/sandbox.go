@@ -34,8 +34,9 @@ type sandbox struct {
 	dead        bool
 	state       string          // stateRunning, statePaused, stateChanging
 	autoPause   bool            // its time's end pauses it (E2B's lifecycle onTimeout: pause)
-	paused      []pausedContext // while paused
+	paused      []pausedContext // while paused, in memory
 	pausedBytes int64
+	stored      bool // paused into Config.Store: its state is there (stored.go)
 }
 
 // codeContext is one of a sandbox's code contexts (E2B's Jupyter kernels): a namespace.
@@ -188,6 +189,13 @@ func (s *Server) kill(sb *sandbox, why string) bool {
 	}
 	s.logf("minipy-mcp: E2B sandbox %s of user %q ended: %s", sb.id, sb.user, why)
 	return true
+}
+
+// storedPaused reports whether sb is paused into the store.
+func (sb *sandbox) storedPaused() bool {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	return sb.stored && sb.state == statePaused
 }
 
 // setLife makes sb end life from now (the API's timeout call), if it runs.

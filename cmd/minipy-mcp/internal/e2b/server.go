@@ -32,6 +32,7 @@ import (
 
 	"github.com/minipy-go/minipy"
 	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/e2b/envd/proto/process/processconnect"
+	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/session"
 )
 
 // The ports of a sandbox that E2B's SDKs address (E2b-Sandbox-Port).
@@ -86,6 +87,14 @@ type Config struct {
 	// is kept PausedTTL (0: DefaultPausedTTL), then forgotten.
 	MaxPausedBytes int64
 	PausedTTL      time.Duration
+	// Metrics, if set, counts the executions (minipy_runs_total, by outcome) and the
+	// requests refused for their API key or access token.
+	Metrics *session.Metrics
+	// Store, if set, keeps paused sandboxes instead of the server's memory, for the
+	// store's TTL (PausedTTL does not apply), so that they outlive the server and move
+	// between servers sharing it; MaxPausedBytes bounds what it holds of them. Close pauses
+	// the sandboxes still running into it.
+	Store *session.Store
 	// CPUCount, MemoryMB and DiskMB are what a sandbox's info reports.
 	CPUCount, MemoryMB, DiskMB int
 	// Logf, if set, logs sandboxes created and ended.
@@ -158,6 +167,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !sb.authorized(r) {
+		s.cfg.Metrics.Unauthorized()
 		writeError(w, http.StatusUnauthorized, "a sandbox's requests need its access token (X-Access-Token)")
 		return
 	}
@@ -212,7 +222,9 @@ func (s *Server) Drain() {
 	s.mu.Unlock()
 }
 
-// Close kills every sandbox and refuses new ones.
+// Close refuses new sandboxes and ends every one: with a store, each running sandbox is
+// paused into it (its runs in progress stopped first), and one whose pause fails is
+// killed; without, each is killed (and the paused ones forgotten).
 func (s *Server) Close() {
 	s.mu.Lock()
 	s.closed = true
@@ -222,6 +234,21 @@ func (s *Server) Close() {
 	}
 	s.mu.Unlock()
 	for _, sb := range all {
+		if s.cfg.Store != nil {
+			if sb.storedPaused() {
+				s.forget(sb)
+				continue
+			}
+			if sb.running() {
+				sb.cancel() // (the runs still going when the drain's time is up)
+				if code, why := s.pause(sb); code != 0 {
+					s.logf("minipy-mcp: E2B sandbox %s: pausing it as the server closes failed (%s)", sb.id, why)
+				} else {
+					s.forget(sb)
+					continue
+				}
+			}
+		}
 		s.kill(sb, "the server closed")
 	}
 }
@@ -246,11 +273,16 @@ func (s *Server) Stats() Stats {
 	}
 	s.mu.Unlock()
 	for _, sb := range all { // (a sandbox's lock is never taken under the server's)
-		if sb.listedState() == statePaused {
+		switch {
+		case sb.storedPaused(): // (counted from the store)
+		case sb.listedState() == statePaused:
 			st.Paused++
-		} else {
+		default:
 			st.Running++
 		}
+	}
+	if s.cfg.Store != nil {
+		st.Paused += len(s.cfg.Store.List(session.KindSandbox))
 	}
 	return st
 }

@@ -1,4 +1,4 @@
-package main
+package mcpfront
 
 // Sessions as handles, for clients of MCP 2026-07-28 over HTTP, which has no protocol
 // sessions (SEP-2567): the HTTP server's tools take an optional "session" argument. A call
@@ -29,15 +29,16 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/minipy-go/minipy"
+	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/session"
 )
 
 const (
-	// handleArg is the tool argument that carries a handle, and handleHeader the
+	// HandleArg is the tool argument that carries a handle, and HandleHeader the
 	// x-mcp-header name clients mirror it in (Mcp-Param-Session).
-	handleArg    = "session"
-	handleHeader = "Session"
-	// handlePrefix starts every handle, so that a model and a log can tell one.
-	handlePrefix = "mpy_"
+	HandleArg    = "session"
+	HandleHeader = "Session"
+	// HandlePrefix starts every handle, so that a model and a log can tell one.
+	HandlePrefix = "mpy_"
 )
 
 // handleSession is a namespace reached by its handle.
@@ -56,10 +57,10 @@ func handleProperty(idle time.Duration) map[string]any {
 	}
 	return map[string]any{
 		"type": "string",
-		"description": "The session handle (" + handlePrefix + "...) that an earlier call returned, if one did: the call " +
+		"description": "The session handle (" + HandlePrefix + "...) that an earlier call returned, if one did: the call " +
 			"runs in that session, with its variables, imports and files; pass it back on every later call. A call " +
 			"that got no handle keeps its variables without one. A session lives " + life + ".",
-		"x-mcp-header": handleHeader,
+		"x-mcp-header": HandleHeader,
 	}
 }
 
@@ -70,7 +71,7 @@ func withHandleProperty(schema map[string]any, idle time.Duration) map[string]an
 		props = map[string]any{}
 		schema["properties"] = props
 	}
-	props[handleArg] = handleProperty(idle)
+	props[HandleArg] = handleProperty(idle)
 	return schema
 }
 
@@ -80,7 +81,7 @@ func handleOf(arguments json.RawMessage) (string, error) {
 	if json.Unmarshal(arguments, &args) != nil {
 		return "", nil // (the tool itself says what is wrong with them)
 	}
-	raw, ok := args[handleArg]
+	raw, ok := args[HandleArg]
 	if !ok || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
 		return "", nil
 	}
@@ -95,7 +96,7 @@ func handleOf(arguments json.RawMessage) (string, error) {
 func newHandle() string {
 	var b [16]byte
 	rand.Read(b[:]) //nolint:errcheck // crypto/rand.Read does not fail
-	return handlePrefix + base64.RawURLEncoding.EncodeToString(b[:])
+	return HandlePrefix + base64.RawURLEncoding.EncodeToString(b[:])
 }
 
 func userOf(ctx context.Context, req *mcp.CallToolRequest) string {
@@ -117,7 +118,7 @@ var errUnknownHandle = errors.New("unknown session")
 func (s *sessions) acquireHandle(ctx context.Context, h, user string) (string, *handleSession, error) {
 	if h == "" {
 		if s.gate != nil {
-			if refusal := s.gate.hold(user); refusal != "" {
+			if refusal := s.gate.Hold(user); refusal != "" {
 				return "", nil, errors.New(refusal)
 			}
 		}
@@ -127,7 +128,7 @@ func (s *sessions) acquireHandle(ctx context.Context, h, user string) (string, *
 		s.handles[h] = hs
 		s.mu.Unlock()
 		if s.state != nil {
-			s.state.tryLease(h, user)
+			s.state.TryLease(session.KindSession, h, user)
 		}
 		return h, hs, nil
 	}
@@ -143,7 +144,7 @@ func (s *sessions) acquireHandle(ctx context.Context, h, user string) (string, *
 	if hs != nil || s.state == nil {
 		return h, nil, errUnknownHandle
 	}
-	_, blob, err := s.state.claim(ctx, h, user)
+	_, blob, err := s.state.Claim(ctx, session.KindSession, h, user)
 	if errors.Is(err, fs.ErrNotExist) {
 		return h, nil, errUnknownHandle
 	}
@@ -153,7 +154,7 @@ func (s *sessions) acquireHandle(ctx context.Context, h, user string) (string, *
 	ns := s.newNamespace()
 	if err := ns.Restore(bytes.NewReader(blob)); err != nil {
 		ns.Close() //nolint:errcheck // freeing is best effort
-		s.state.releaseLease(h)
+		s.state.ReleaseLease(session.KindSession, h)
 		return h, nil, err
 	}
 	s.mu.Lock()
@@ -196,7 +197,7 @@ func (s *sessions) saveHandle(h string, hs *handleSession) {
 		return
 	}
 	k.dirty = false
-	if _, err := s.state.save(h, savedMeta{User: k.user}, hs.ns); err != nil {
+	if _, err := s.state.SaveNamespace(session.KindSession, h, session.Meta{User: k.user}, hs.ns); err != nil {
 		k.dirty = true
 		log.Printf("minipy-mcp: -state-dir: saving a session: %v", err)
 	}
@@ -232,11 +233,11 @@ func (s *sessions) closeHandle(h string) {
 			hs.kept.timer.Stop()
 		}
 		s.saveHandle(h, hs)
-		s.state.releaseLease(h)
+		s.state.ReleaseLease(session.KindSession, h)
 	}
 	hs.ns.Close() //nolint:errcheck // freeing is best effort
 	if s.gate != nil {
-		s.gate.release(hs.kept.user)
+		s.gate.Release(hs.kept.user)
 	}
 }
 
@@ -285,7 +286,7 @@ func handleResult(res minipy.ToolResult, h string, made bool) *mcp.CallToolResul
 	if made {
 		text.Text = joinLines(text.Text, handleText(h))
 	}
-	out.StructuredContent = map[string]any{handleArg: h}
+	out.StructuredContent = map[string]any{HandleArg: h}
 	return out
 }
 
@@ -318,5 +319,5 @@ func (s *sessions) resetHandle(ctx context.Context, req *mcp.CallToolRequest, h 
 	s.releaseHandle(h, hs, true)
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{
 		Text: "[reset]\nThe namespace is empty: every variable, function, import and file of this session is gone.\n"}},
-		StructuredContent: map[string]any{handleArg: h}}
+		StructuredContent: map[string]any{HandleArg: h}}
 }

@@ -1,4 +1,4 @@
-package main
+package mcpfront
 
 import (
 	"context"
@@ -33,8 +33,9 @@ const (
 	// listMax bounds the files resources/list walks through, all pages together, so that
 	// a tree of millions costs a bounded walk.
 	listMax = 10000
-	// defaultMaxResourceSize is -max-resource-size's default.
-	defaultMaxResourceSize = 8 << 20
+	// DefaultMaxResourceSize is what resources/read returns at most of a file by default
+	// (-max-resource-size's default).
+	DefaultMaxResourceSize = 8 << 20
 )
 
 // fileURI is the resource URI of the file name (a path in the working directory).

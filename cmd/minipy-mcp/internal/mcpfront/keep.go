@@ -1,4 +1,4 @@
-package main
+package mcpfront
 
 // The sessions' side of -state-dir (statedir.go): what is kept of each session to save it
 // and bring it back, when it is saved, and its namespace restored.
@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/session"
 )
 
 // keptSession is what sessions keep of a session for -state-dir.
@@ -104,7 +106,7 @@ func (s *sessions) save(ss *mcp.ServerSession, k *keptSession) {
 		return
 	}
 	k.dirty = false
-	info, err := s.state.save(ss.ID(), savedMeta{User: k.user, Init: k.init}, ns)
+	info, err := s.state.SaveNamespace(session.KindSession, ss.ID(), session.Meta{User: k.user, Init: k.init}, ns)
 	switch {
 	case err != nil:
 		k.dirty = true
@@ -129,11 +131,11 @@ func (s *sessions) keepClosed(ss *mcp.ServerSession) {
 	deleted := k.deleted
 	k.mu.Unlock()
 	if deleted {
-		s.state.remove(id)
+		s.state.Remove(session.KindSession, id)
 	} else {
 		s.save(ss, k)
 	}
-	s.state.releaseLease(id)
+	s.state.ReleaseLease(session.KindSession, id)
 	s.mu.Lock()
 	delete(s.kept, id)
 	s.mu.Unlock()
@@ -141,7 +143,7 @@ func (s *sessions) keepClosed(ss *mcp.ServerSession) {
 
 // restore gives session id, just made again by its replayed initialize request, its saved
 // namespace (with the host functions registered first).
-func (s *sessions) restore(id string, meta savedMeta, blob []byte) error {
+func (s *sessions) restore(id string, meta session.Meta, blob []byte) error {
 	var ss *mcp.ServerSession
 	for one := range s.server.Sessions() {
 		if one.ID() == id {

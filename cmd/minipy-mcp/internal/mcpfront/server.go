@@ -1,4 +1,11 @@
-package main
+// Package mcpfront is minipy-mcp's MCP front: an MCP server whose minipy tool runs code in
+// a namespace per client session (or session handle), over stdio or Streamable HTTP, on
+// the server's core (package session: tokens, caps and drain, saved sessions, metrics).
+// A call's life: the HTTP handler checks the token (Handler), brings a saved session back
+// (-state-dir), admits a new session under the caps; the SDK routes the call to the tool
+// (run), which enters the gate (refused while draining), finds the session's namespace,
+// runs the code, counts the run and notes the session changed (saved after -state-idle).
+package mcpfront
 
 import (
 	"context"
@@ -11,90 +18,134 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/minipy-go/minipy"
+	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/session"
 )
 
-// resetToolName is the tool that empties the session's namespace.
-const resetToolName = "reset"
+// ResetToolName is the tool that empties the session's namespace.
+const ResetToolName = "reset"
 
-// newServer returns an MCP server with the minipy tool, run on eng with opts (their Globals
+// Config is what a Front serves. Its zero value but Engine is a plain server.
+type Config struct {
+	// Engine runs the code: each session gets a namespace of its own, with Functions
+	// registered in it, run with Options (their Globals are ignored).
+	Engine    minipy.Engine
+	Options   minipy.Options
+	Functions []minipy.Function
+	// Version is the server version reported to clients.
+	Version string
+	// Metrics counts runs, host calls and MCP's operations; nil: none. Transport is their
+	// network.transport: "tcp" over HTTP, "pipe" over stdio.
+	Metrics   *session.Metrics
+	Transport string
+	// Gate holds sessions to the caps and drains the server; nil: every session and call
+	// is let in.
+	Gate *session.Gate
+	// Tokens authenticate HTTP requests (Handler); nil: none.
+	Tokens *session.Tokens
+	// MaxResourceSize caps what resources/read returns of a session's file (0:
+	// DefaultMaxResourceSize).
+	MaxResourceSize int64
+	// Store saves sessions and brings them back (-state-dir); nil: none. StateIdle is how
+	// long after a call a session is saved, if no other call came (-state-idle).
+	Store     *session.Store
+	StateIdle time.Duration
+	// Handles offers session handles (handles.go; the HTTP server). Idle is how long a
+	// session or handle lives idle (-session-timeout), as the tools' descriptions say.
+	Handles bool
+	Idle    time.Duration
+}
+
+// Front is an MCP server over minipy with its sessions.
+type Front struct {
+	cfg      Config
+	server   *mcp.Server
+	sessions *sessions
+	state    *stateDir // or nil
+}
+
+// NewServer returns an MCP server with the minipy tool, run on eng with opts (their Globals
 // are ignored: each client session gets a namespace of its own, with fns registered in it),
 // and the reset tool.
-func newServer(eng minipy.Engine, opts *minipy.Options, fns ...minipy.Function) *mcp.Server {
-	server, _ := newServerSessions(eng, opts, serverHooks{functions: fns})
-	return server
+func NewServer(eng minipy.Engine, opts *minipy.Options, fns ...minipy.Function) *mcp.Server {
+	return New(Config{Engine: eng, Options: *opts, Functions: fns}).Server()
 }
 
-// serverHooks are what the HTTP server adds to the MCP server: the host functions, the
-// metrics and the gate (caps and drain). The zero value is a plain server.
-type serverHooks struct {
-	functions []minipy.Function
-	metrics   *metrics // nil: none
-	gate      *gate    // nil: every session and call is let in
-	// maxResourceSize caps what resources/read returns of a session's file (0:
-	// defaultMaxResourceSize).
-	maxResourceSize int64
-	// state saves sessions and brings them back (-state-dir); nil: none. stateIdle is how
-	// long after a call a session is saved, if no other call came (-state-idle).
-	state     *stateDir
-	stateIdle time.Duration
-	// handles offers session handles (handles.go; the HTTP server), which live idle for
-	// idle (-session-timeout), as the tools' descriptions say.
-	handles bool
-	idle    time.Duration
+// Server is the front's MCP server.
+func (f *Front) Server() *mcp.Server { return f.server }
+
+// Namespaces counts the sessions' namespaces (not the handles').
+func (f *Front) Namespaces() int {
+	f.sessions.mu.Lock()
+	defer f.sessions.mu.Unlock()
+	return len(f.sessions.spaces)
 }
 
-// newServerSessions is newServer with hooks, also returning its sessions.
-func newServerSessions(eng minipy.Engine, opts *minipy.Options, hooks serverHooks) (*mcp.Server, *sessions) {
-	fns := hooks.functions
-	if hooks.metrics != nil {
-		fns = make([]minipy.Function, len(hooks.functions))
-		for i, fn := range hooks.functions {
-			fns[i] = hooks.metrics.countHostCalls(fn)
+// New makes the front of cfg.
+func New(cfg Config) *Front {
+	fns := cfg.Functions
+	if cfg.Metrics != nil {
+		fns = make([]minipy.Function, len(cfg.Functions))
+		for i, fn := range cfg.Functions {
+			fns[i] = cfg.Metrics.CountHostCalls(fn)
 		}
 	}
-	s := &sessions{eng: eng, opts: *opts, fns: fns, metrics: hooks.metrics, gate: hooks.gate,
-		spaces: map[*mcp.ServerSession]*minipy.Namespace{}, maxResourceSize: hooks.maxResourceSize,
-		state: hooks.state, stateIdle: hooks.stateIdle, kept: map[string]*keptSession{},
+	f := &Front{cfg: cfg}
+	if cfg.Store != nil {
+		f.state = &stateDir{Store: cfg.Store}
+	}
+	s := &sessions{eng: cfg.Engine, opts: cfg.Options, fns: fns, metrics: cfg.Metrics, gate: cfg.Gate,
+		spaces: map[*mcp.ServerSession]*minipy.Namespace{}, maxResourceSize: cfg.MaxResourceSize,
+		state: f.state, stateIdle: cfg.StateIdle, kept: map[string]*keptSession{},
 		handles: map[string]*handleSession{}}
 	if s.maxResourceSize <= 0 {
-		s.maxResourceSize = defaultMaxResourceSize
+		s.maxResourceSize = DefaultMaxResourceSize
 	}
+	f.sessions = s
 	var serverOpts *mcp.ServerOptions
 	if s.state != nil {
 		serverOpts = &mcp.ServerOptions{GetSessionID: s.state.newSessionID}
 	}
-	server := mcp.NewServer(&mcp.Implementation{Name: "minipy", Version: version}, serverOpts)
-	s.server = server
-	if hooks.metrics != nil {
-		server.AddReceivingMiddleware(hooks.metrics.middleware)
+	server := mcp.NewServer(&mcp.Implementation{Name: "minipy", Version: cfg.Version}, serverOpts)
+	s.server, f.server = server, server
+	if cfg.Metrics != nil {
+		transport := cfg.Transport
+		if transport == "" {
+			transport = "tcp"
+		}
+		server.AddReceivingMiddleware(newOpMetrics(cfg.Metrics, transport).middleware)
 	}
 	if s.state != nil {
 		server.AddReceivingMiddleware(s.keepInitialize)
 	}
-	if hooks.gate != nil {
-		server.AddReceivingMiddleware(hooks.gate.middleware)
+	if cfg.Gate != nil {
+		server.AddReceivingMiddleware(bindTickets(cfg.Gate))
 	}
-	described := *opts
-	if len(fns) > 0 {
+	s.addTools(cfg)
+	return f
+}
+
+// addTools adds the minipy tool and the reset tool, and the sessions' files as resources.
+func (s *sessions) addTools(cfg Config) {
+	described := s.opts
+	if len(s.fns) > 0 {
 		// The description lists the functions of a namespace that has them.
 		described.Globals = s.newNamespace()
 		defer described.Globals.Close()
 	}
-	tool := eng.ToolSchemaFor(&described)
+	tool := s.eng.ToolSchemaFor(&described)
 	input, resetInput := tool.InputSchema.Map(), map[string]any{"type": "object", "properties": map[string]any{}}
-	if hooks.handles {
-		input, resetInput = withHandleProperty(input, hooks.idle), withHandleProperty(resetInput, hooks.idle)
+	if cfg.Handles {
+		input, resetInput = withHandleProperty(input, cfg.Idle), withHandleProperty(resetInput, cfg.Idle)
 	}
-	server.AddTool(&mcp.Tool{Name: tool.Name, Description: tool.Description, InputSchema: input}, s.run)
-	server.AddTool(&mcp.Tool{
-		Name:        resetToolName,
+	s.server.AddTool(&mcp.Tool{Name: tool.Name, Description: tool.Description, InputSchema: input}, s.run)
+	s.server.AddTool(&mcp.Tool{
+		Name:        ResetToolName,
 		Description: "Empty the Python namespace of the " + tool.Name + " tool: forget every variable, function and import of this session, and its files.",
 		InputSchema: resetInput,
 	}, s.reset)
-	if w, ok := eng.(interface{ WorkDir() string }); ok && w.WorkDir() != "" {
-		s.addFileResources(server) // an isolated engine with local workers: files of their own
+	if w, ok := s.eng.(interface{ WorkDir() string }); ok && w.WorkDir() != "" {
+		s.addFileResources(s.server) // an isolated engine with local workers: files of their own
 	}
-	return server, s
 }
 
 // sessions holds one namespace per client session, made on its first run and freed when
@@ -103,8 +154,8 @@ type sessions struct {
 	eng     minipy.Engine
 	opts    minipy.Options
 	fns     []minipy.Function // host functions of every namespace (the upstream servers' tools)
-	metrics *metrics          // or nil
-	gate    *gate             // or nil
+	metrics *session.Metrics  // or nil
+	gate    *session.Gate     // or nil
 	// maxResourceSize caps resources/read.
 	maxResourceSize int64
 	state           *stateDir // or nil
@@ -132,7 +183,7 @@ func (s *sessions) namespace(ss *mcp.ServerSession) *minipy.Namespace {
 		ns = s.newNamespace()
 		s.spaces[ss] = ns
 		if k := s.kept[ss.ID()]; s.state != nil && k != nil {
-			s.state.tryLease(ss.ID(), k.user) // (a fresh session: nobody else has it)
+			s.state.TryLease(session.KindSession, ss.ID(), k.user) // (a fresh session: nobody else has it)
 		}
 		s.closing.Add(1)
 		go s.forgetWhenClosed(ss) // reset keeps the entry, so this runs once per session
@@ -166,16 +217,16 @@ func (s *sessions) forgetWhenClosed(ss *mcp.ServerSession) {
 	}
 }
 
-// drainingText is the minipy tool's answer to a call that comes while the server drains.
-const drainingText = "[error]\nThe server is shutting down and runs no more code in this session; its variables " +
+// DrainingText is the minipy tool's answer to a call that comes while the server drains.
+const DrainingText = "[error]\nThe server is shutting down and runs no more code in this session; its variables " +
 	"are lost. Nothing of this call ran.\n"
 
 func (s *sessions) run(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	if s.gate != nil {
 		var leave func()
 		var ok bool
-		if ctx, leave, ok = s.gate.enterCall(ctx); !ok {
-			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: drainingText}}, IsError: true}, nil
+		if ctx, leave, ok = s.gate.EnterCall(ctx); !ok {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: DrainingText}}, IsError: true}, nil
 		}
 		defer leave()
 	}
@@ -206,7 +257,7 @@ func (s *sessions) run(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 		opts.Stdout, opts.Stderr = p, p
 	}
 	res := s.eng.CallToolResult(ctx, json.RawMessage(req.Params.Arguments), &opts)
-	s.metrics.observeRun(res)
+	s.metrics.ObserveRun(res.Err, res.Duration)
 	if hs != nil {
 		return handleResult(res, h, made), nil
 	}

@@ -1,0 +1,247 @@
+package e2b
+
+// Paused sandboxes in a store (Config.Store, minipy-mcp's -state-dir): a pause seals the
+// sandbox there, not in the server's memory, so that it outlives the server (a restart, a
+// crash after the pause) and any server sharing the store (replicas) resumes it. The
+// store's file is the paused sandbox: the server that resumes it claims it (the store's
+// lease: two servers never resume one sandbox twice), restores it and removes it; a kill
+// removes it. A server keeps in memory only a paused sandbox's place (for the calls on it
+// to take turns), checked against the store at each call. The store's TTL (-state-ttl)
+// bounds how long a paused sandbox is kept; Config.MaxPausedBytes bounds the store's
+// paused sandboxes, all together.
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"time"
+
+	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/session"
+)
+
+// storedInfo is what the store's listing shows of a paused sandbox (its Meta.Init).
+type storedInfo struct {
+	ID       string            `json:"id"`
+	Template string            `json:"template"`
+	Metadata map[string]string `json:"metadata"`
+	Started  time.Time         `json:"started"`
+}
+
+// storedHead is the start of a paused sandbox's blob: what it needs to run again, then
+// each context's save, one after another.
+type storedHead struct {
+	Envs      map[string]string `json:"envs"`
+	AutoPause bool              `json:"autoPause"`
+	Contexts  []storedContext   `json:"contexts"`
+}
+
+type storedContext struct {
+	ID       string `json:"id"`
+	Language string `json:"language"`
+	Cwd      string `json:"cwd"`
+	Count    int    `json:"count"`
+	Size     int    `json:"size"` // of its save in the blob
+}
+
+// errStoredCorrupt: the store holds a paused sandbox that cannot be read.
+var errStoredCorrupt = errors.New("the paused sandbox's save is damaged")
+
+// encodeStored is sb's paused contexts as the store keeps them.
+func encodeStored(sb *sandbox, paused []pausedContext) (json.RawMessage, []byte, error) {
+	info, err := json.Marshal(storedInfo{ID: sb.id, Template: sb.template, Metadata: sb.metadata, Started: sb.started})
+	if err != nil {
+		return nil, nil, err
+	}
+	head := storedHead{Envs: sb.envs, AutoPause: sb.autoPause}
+	for _, p := range paused {
+		head.Contexts = append(head.Contexts, storedContext{ID: p.id, Language: p.language, Cwd: p.cwd, Count: p.count,
+			Size: len(p.saved)})
+	}
+	js, err := json.Marshal(head)
+	if err != nil {
+		return nil, nil, err
+	}
+	var blob bytes.Buffer
+	binary.Write(&blob, binary.LittleEndian, uint32(len(js))) //nolint:errcheck // a bytes.Buffer does not fail
+	blob.Write(js)
+	for _, p := range paused {
+		blob.Write(p.saved)
+	}
+	return info, blob.Bytes(), nil
+}
+
+// decodeStored reads a paused sandbox's blob.
+func decodeStored(blob []byte) (storedHead, []pausedContext, error) {
+	var head storedHead
+	if len(blob) < 4 || int64(binary.LittleEndian.Uint32(blob)) > int64(len(blob)-4) {
+		return head, nil, errStoredCorrupt
+	}
+	n := 4 + int(binary.LittleEndian.Uint32(blob))
+	if err := json.Unmarshal(blob[4:n], &head); err != nil || len(head.Contexts) == 0 {
+		return head, nil, errStoredCorrupt
+	}
+	rest := blob[n:]
+	var paused []pausedContext
+	for _, c := range head.Contexts {
+		if c.Size < 0 || c.Size > len(rest) {
+			return head, nil, errStoredCorrupt
+		}
+		paused = append(paused, pausedContext{id: c.ID, language: c.Language, cwd: c.Cwd, count: c.Count, saved: rest[:c.Size]})
+		rest = rest[c.Size:]
+	}
+	return head, paused, nil
+}
+
+// storePaused seals sb's paused contexts into the store, within MaxPausedBytes.
+func (s *Server) storePaused(sb *sandbox, paused []pausedContext) error {
+	info, blob, err := encodeStored(sb, paused)
+	if err != nil {
+		return err
+	}
+	var held int64
+	for _, one := range s.cfg.Store.List(session.KindSandbox) {
+		var si storedInfo
+		if json.Unmarshal(one.Init, &si) == nil && si.ID != sb.id {
+			held += one.Size
+		}
+	}
+	if held+int64(len(blob)) > s.cfg.MaxPausedBytes {
+		return fmt.Errorf("the store holds its limit of %d bytes of paused sandboxes", s.cfg.MaxPausedBytes)
+	}
+	return s.cfg.Store.Save(session.KindSandbox, sb.id, session.Meta{User: sb.user, Init: info}, blob)
+}
+
+// storedEnd is when a sandbox paused now leaves the store (the store's TTL), for the API's
+// endAt; a store that keeps saves for ever gives a year.
+func (s *Server) storedEnd(saved time.Time) time.Time {
+	if ttl := s.cfg.Store.TTL(); ttl > 0 {
+		return saved.Add(ttl)
+	}
+	return saved.AddDate(1, 0, 0)
+}
+
+// fromStore is the paused sandbox id of user's that the store holds, given its place in
+// memory (a fresh access token: the token is never stored), or nil.
+func (s *Server) fromStore(id, user string) *sandbox {
+	meta, err := s.cfg.Store.Stat(session.KindSandbox, id)
+	var si storedInfo
+	if err != nil || meta.User != user || json.Unmarshal(meta.Init, &si) != nil || si.ID != id {
+		return nil
+	}
+	sb := &sandbox{id: id, token: rand.Text(), user: user, template: si.Template, metadata: si.Metadata,
+		started: si.Started, end: s.storedEnd(meta.Saved), state: statePaused, stored: true,
+		inflight: make(chan struct{}, maxInflight)}
+	if sb.metadata == nil {
+		sb.metadata = map[string]string{}
+	}
+	sb.ctx, sb.cancel = context.WithCancel(context.Background())
+	sb.timer = time.AfterFunc(time.Until(sb.end), func() { s.expired(sb) })
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if other := s.sandboxes[id]; other != nil { // (another call placed it meanwhile)
+		sb.timer.Stop()
+		sb.cancel()
+		return other
+	}
+	s.sandboxes[id] = sb
+	return sb
+}
+
+// stillStored reports whether sb, paused into the store, is still there (another server
+// may have resumed or killed it); a sandbox that is not is forgotten here.
+func (s *Server) stillStored(sb *sandbox) bool {
+	sb.mu.Lock()
+	stored := sb.stored && sb.state == statePaused
+	sb.mu.Unlock()
+	if !stored {
+		return true
+	}
+	if meta, err := s.cfg.Store.Stat(session.KindSandbox, sb.id); err == nil && meta.User == sb.user {
+		return true
+	}
+	s.forget(sb)
+	return false
+}
+
+// forget drops sb's place in memory, if it is still paused into the store.
+func (s *Server) forget(sb *sandbox) {
+	sb.mu.Lock()
+	if !sb.stored || sb.state != statePaused || sb.dead {
+		sb.mu.Unlock()
+		return
+	}
+	sb.dead = true
+	sb.timer.Stop()
+	sb.mu.Unlock()
+	sb.cancel()
+	s.mu.Lock()
+	if s.sandboxes[sb.id] == sb {
+		delete(s.sandboxes, sb.id)
+	}
+	s.mu.Unlock()
+}
+
+// claimStored takes a paused sandbox out of the store to resume it: its contexts, or an
+// HTTP status and why. The claim's lease is the caller's to give up (releaseStored).
+func (s *Server) claimStored(sb *sandbox) ([]pausedContext, int, string) {
+	_, blob, err := s.cfg.Store.Claim(sb.ctx, session.KindSandbox, sb.id, sb.user)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, http.StatusNotFound, "sandbox " + sb.id + " not found (resumed or killed elsewhere, or expired)"
+	case errors.Is(err, session.ErrHeld):
+		return nil, http.StatusConflict, "sandbox " + sb.id + " is being resumed or killed by another server"
+	case err != nil:
+		return nil, http.StatusInternalServerError, "the sandbox could not be resumed: " + err.Error()
+	}
+	head, paused, err := decodeStored(blob)
+	if err != nil {
+		s.cfg.Store.ReleaseLease(session.KindSandbox, sb.id)
+		return nil, http.StatusInternalServerError, "the sandbox could not be resumed: " + err.Error()
+	}
+	sb.mu.Lock()
+	sb.envs, sb.autoPause = head.Envs, head.AutoPause
+	sb.mu.Unlock()
+	return paused, 0, ""
+}
+
+// removeStored ends a sandbox paused into the store: its save goes, once no other server
+// is resuming it. It returns an HTTP status and why when it cannot.
+func (s *Server) removeStored(sb *sandbox) (int, string) {
+	if !s.cfg.Store.TakeLease(sb.ctx, session.KindSandbox, sb.id, sb.user, session.LeaseWait) {
+		return http.StatusConflict, "sandbox " + sb.id + " is being resumed by another server"
+	}
+	defer s.cfg.Store.ReleaseLease(session.KindSandbox, sb.id)
+	if _, err := s.cfg.Store.Stat(session.KindSandbox, sb.id); err != nil {
+		s.forget(sb)
+		return http.StatusNotFound, "sandbox " + sb.id + " not found"
+	}
+	s.cfg.Store.Remove(session.KindSandbox, sb.id)
+	s.forget(sb)
+	s.logf("minipy-mcp: E2B sandbox %s of user %q ended: killed through the API while paused", sb.id, sb.user)
+	return 0, ""
+}
+
+// storedSandboxes lists user's sandboxes paused into the store, as the API lists them.
+func (s *Server) storedSandboxes(user string) []listedSandbox {
+	var out []listedSandbox
+	for _, one := range s.cfg.Store.List(session.KindSandbox) {
+		var si storedInfo
+		if one.User != user || json.Unmarshal(one.Init, &si) != nil {
+			continue
+		}
+		if si.Metadata == nil {
+			si.Metadata = map[string]string{}
+		}
+		out = append(out, listedSandbox{TemplateID: si.Template, SandboxID: si.ID, ClientID: clientID,
+			StartedAt: si.Started.UTC(), EndAt: s.storedEnd(one.Saved).UTC(), CPUCount: s.cfg.CPUCount,
+			MemoryMB: s.cfg.MemoryMB, DiskSizeMB: s.cfg.DiskMB, Metadata: si.Metadata, State: statePaused,
+			EnvdVersion: EnvdVersion, VolumeMounts: []any{}})
+	}
+	return out
+}

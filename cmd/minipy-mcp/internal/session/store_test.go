@@ -1,0 +1,155 @@
+package session
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// saves lists the saves in dir.
+func saves(t *testing.T, dir string) []string {
+	t.Helper()
+	var names []string
+	for _, kind := range kinds {
+		found, err := filepath.Glob(filepath.Join(dir, "*"+kind))
+		require.NoError(t, err)
+		names = append(names, found...)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Leases: one replica holds a session at a time; it renews and gives up its own; another
+// takes an expired one, and a free one.
+func TestStoreLeases(t *testing.T) {
+	dir := t.TempDir()
+	a, err := OpenStore(dir, time.Hour, "")
+	require.NoError(t, err)
+	b, err := OpenStore(dir, time.Hour, "")
+	require.NoError(t, err)
+	key, err := os.ReadFile(filepath.Join(dir, ".key"))
+	require.NoError(t, err)
+	assert.Len(t, strings.TrimSpace(string(key)), 64, "a random key, made once, shared")
+
+	require.True(t, a.TryLease(KindSession, "s1", "u"))
+	assert.True(t, a.TryLease(KindSession, "s1", "u"), "its own")
+	assert.False(t, b.TryLease(KindSession, "s1", "u"), "held by a")
+	assert.True(t, b.TryLease(KindSandbox, "s1", "u"), "another kind's s1 is another session")
+	ctx := context.Background()
+	assert.False(t, b.TakeLease(ctx, KindSession, "s1", "u", 300*time.Millisecond), "a keeps holding it")
+	a.ReleaseLease(KindSession, "s1")
+	assert.True(t, b.TryLease(KindSession, "s1", "u"), "given up")
+	b.ReleaseLease(KindSession, "s1")
+
+	expired, _ := json.Marshal(lease{Owner: "a dead replica", Until: time.Now().Add(-time.Second)})
+	require.NoError(t, os.WriteFile(a.Path(KindSession, "s2", ".lease"), expired, 0o600))
+	assert.True(t, b.TryLease(KindSession, "s2", "u"), "an expired lease is taken over")
+	b.ReleaseLease(KindSession, "s2")
+	a.ReleaseLease(KindSession, "s2") // not a's: stays b's... and b gave it up
+	_, err = os.Stat(a.Path(KindSession, "s2", ".lease"))
+	assert.True(t, os.IsNotExist(err))
+}
+
+// Saves expire after the TTL: a load finds none, and the sweep removes old files.
+func TestStoreExpires(t *testing.T) {
+	dir := t.TempDir()
+	d, err := OpenStore(dir, 200*time.Millisecond, "")
+	require.NoError(t, err)
+	write := func(id string) {
+		js, _ := json.Marshal(Meta{User: "u", Saved: time.Now()})
+		require.NoError(t, os.WriteFile(d.Path(KindSession, id, KindSession), append([]byte{byte(len(js)), 0, 0, 0}, js...), 0o600))
+	}
+	write("s")
+	meta, _, err := d.Load(KindSession, "s")
+	require.NoError(t, err)
+	assert.Equal(t, "u", meta.User)
+	time.Sleep(300 * time.Millisecond)
+	_, _, err = d.Load(KindSession, "s")
+	require.ErrorIs(t, err, os.ErrNotExist, "expired")
+	assert.Empty(t, saves(t, dir), "and removed")
+
+	write("old")
+	past := time.Now().Add(-time.Hour)
+	require.NoError(t, os.Chtimes(d.Path(KindSession, "old", KindSession), past, past))
+	write("new")
+	d.Sweep()
+	assert.Equal(t, []string{d.Path(KindSession, "new", KindSession)}, saves(t, dir))
+}
+
+// A save is read back whole, by its kind only; List reads the metas of one kind; a file
+// cut short is an error, not a crash.
+func TestStoreSaveLoadList(t *testing.T) {
+	dir := t.TempDir()
+	d, err := OpenStore(dir, time.Hour, "")
+	require.NoError(t, err)
+	require.NoError(t, d.Save(KindSandbox, "sb1", Meta{User: "ann", Init: json.RawMessage(`{"id":"sb1"}`)}, []byte("blob one")))
+	require.NoError(t, d.Save(KindSandbox, "sb2", Meta{User: "bob", Init: json.RawMessage(`{"id":"sb2"}`)}, bytes.Repeat([]byte("x"), 5000)))
+	require.NoError(t, d.Save(KindSession, "s", Meta{User: "ann"}, []byte("mcp")))
+
+	meta, blob, err := d.Load(KindSandbox, "sb1")
+	require.NoError(t, err)
+	assert.Equal(t, "ann", meta.User)
+	assert.JSONEq(t, `{"id":"sb1"}`, string(meta.Init))
+	assert.WithinDuration(t, time.Now(), meta.Saved, time.Minute)
+	assert.Equal(t, "blob one", string(blob))
+	_, _, err = d.Load(KindSession, "sb1")
+	assert.ErrorIs(t, err, fs.ErrNotExist, "another kind")
+	stat, err := d.Stat(KindSandbox, "sb1")
+	require.NoError(t, err)
+	assert.Equal(t, meta, stat)
+	_, err = d.Stat(KindSandbox, "sb3")
+	assert.ErrorIs(t, err, fs.ErrNotExist)
+
+	list := d.List(KindSandbox)
+	require.Len(t, list, 2)
+	users := []string{list[0].User, list[1].User}
+	sort.Strings(users)
+	assert.Equal(t, []string{"ann", "bob"}, users)
+	for _, s := range list {
+		if s.User == "bob" {
+			assert.Greater(t, s.Size, int64(5000))
+		}
+	}
+	assert.Len(t, d.List(KindSession), 1)
+
+	require.NoError(t, os.WriteFile(d.Path(KindSandbox, "cut", KindSandbox), []byte{200, 0, 0, 0, '{'}, 0o600))
+	_, _, err = d.Load(KindSandbox, "cut")
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, fs.ErrNotExist)
+	assert.Len(t, d.List(KindSandbox), 2, "a broken save is left out")
+
+	d.Remove(KindSandbox, "sb1")
+	_, _, err = d.Load(KindSandbox, "sb1")
+	assert.ErrorIs(t, err, fs.ErrNotExist)
+}
+
+// Claim finds a save for its user only, and takes its lease.
+func TestStoreClaim(t *testing.T) {
+	dir := t.TempDir()
+	a, err := OpenStore(dir, time.Hour, "")
+	require.NoError(t, err)
+	b, err := OpenStore(dir, time.Hour, "")
+	require.NoError(t, err)
+	require.NoError(t, a.Save(KindSandbox, "sb", Meta{User: "ann"}, []byte("state")))
+	ctx := context.Background()
+	_, _, err = b.Claim(ctx, KindSandbox, "sb", "bob")
+	assert.ErrorIs(t, err, fs.ErrNotExist, "another user's")
+	_, _, err = b.Claim(ctx, KindSession, "sb", "ann")
+	assert.ErrorIs(t, err, fs.ErrNotExist, "another kind's")
+	_, blob, err := b.Claim(ctx, KindSandbox, "sb", "ann")
+	require.NoError(t, err)
+	assert.Equal(t, "state", string(blob))
+	assert.False(t, a.TryLease(KindSandbox, "sb", "ann"), "b holds it")
+	b.ReleaseLease(KindSandbox, "sb")
+	assert.True(t, a.TryLease(KindSandbox, "sb", "ann"))
+}

@@ -1,0 +1,57 @@
+package session
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestTokens(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens")
+	require.NoError(t, os.WriteFile(path, []byte("# users\nann:0123456789abcdef\nann:fedcba9876543210\n\nbob: bbbbbbbbbbbbbbbb\n"), 0o600))
+	toks, err := LoadTokens(path)
+	require.NoError(t, err)
+	n, users := toks.Users()
+	assert.Equal(t, 3, n)
+	assert.Equal(t, 2, users)
+	for token, want := range map[string]string{"0123456789abcdef": "ann", "fedcba9876543210": "ann", "bbbbbbbbbbbbbbbb": "bob"} {
+		user, ok := toks.User(token)
+		assert.True(t, ok, token)
+		assert.Equal(t, want, user)
+	}
+	for _, token := range []string{"", "0123456789abcde", "0123456789abcdef0", "bob"} {
+		_, ok := toks.User(token)
+		assert.False(t, ok, token)
+	}
+
+	// A file that went bad leaves the tokens as they were.
+	require.NoError(t, os.WriteFile(path, []byte("carl:short\n"), 0o600))
+	require.Error(t, toks.Reload())
+	_, ok := toks.User("bbbbbbbbbbbbbbbb")
+	assert.True(t, ok)
+	require.NoError(t, os.WriteFile(path, []byte("carl:cccccccccccccccc\n"), 0o600))
+	require.NoError(t, toks.Reload())
+	_, ok = toks.User("bbbbbbbbbbbbbbbb")
+	assert.False(t, ok, "dropped")
+}
+
+// The errors name lines, never a token.
+func TestTokenFileErrors(t *testing.T) {
+	for text, want := range map[string]string{
+		"":                        "no NAME:TOKEN line",
+		"ann\n":                   "line 1 is not NAME:TOKEN",
+		"an n:0123456789abcdef\n": "line 1: the name must be",
+		"ann:secret\n":            "line 1: the token is shorter than 16",
+		"ann:0123456789 abcdef\n": "line 1: the token holds a space",
+		"ann:0123456789abcdef\nbob:0123456789abcdef": "lines 1 and 2 give the same token",
+	} {
+		_, err := parseTokens([]byte(text))
+		require.Error(t, err, text)
+		assert.Contains(t, err.Error(), want)
+		assert.False(t, strings.Contains(err.Error(), "0123456789"), "no token in %q", err)
+	}
+}

@@ -1,0 +1,101 @@
+package main
+
+// What the server answers beside its fronts: /healthz, /readyz and /metrics on each of
+// -http's and -e2b's addresses, and SIGHUP's reload of the tokens.
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/e2b"
+	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/session"
+)
+
+// readyTimeout bounds /readyz's check of the engine.
+const readyTimeout = 5 * time.Second
+
+// opsHandler serves /healthz, /readyz (not while g drains, nor while ready, if given,
+// fails: no worker can start) and /metrics (m's), without a token: they tell nothing of a
+// session.
+func opsHandler(g *session.Gate, m *session.Metrics, ready func(context.Context) error) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok") // serving: while the process answers, even as it drains
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if _, draining := g.State(); draining {
+			http.Error(w, "draining: no new sessions", http.StatusServiceUnavailable)
+			return
+		}
+		if ready != nil {
+			ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+			defer cancel()
+			if err := ready(ctx); err != nil {
+				http.Error(w, "no worker can start: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry(), promhttp.HandlerOpts{}))
+	return mux
+}
+
+// isLoopback reports whether addr (host:port) listens on this machine only.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return false // ":8080" is every interface
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// reloadTokensOnHUP reads the -tokens file again at each SIGHUP until ctx ends; a file
+// that cannot be read leaves the tokens as they were.
+func reloadTokensOnHUP(ctx context.Context, t *session.Tokens) {
+	onHUP(ctx, func() {
+		if err := t.Reload(); err != nil {
+			log.Printf("minipy-mcp: -tokens: reading it again failed, the tokens stay as they were: %v", err)
+			return
+		}
+		n, users := t.Users()
+		log.Printf("minipy-mcp: -tokens: read again: %d tokens of %d users", n, users)
+	})
+}
+
+// countE2B adds the E2B server's counts to the metrics.
+func countE2B(m *session.Metrics, srv *e2b.Server) {
+	for _, c := range []struct {
+		name, help string
+		get        func(e2b.Stats) int
+		gauge      bool
+	}{
+		{"minipy_e2b_sandboxes", "E2B sandboxes running.", func(s e2b.Stats) int { return s.Running }, true},
+		{"minipy_e2b_sandboxes_paused", "E2B sandboxes paused (in the server's memory, or in -state-dir).",
+			func(s e2b.Stats) int { return s.Paused }, true},
+		{"minipy_e2b_sandboxes_created_total", "E2B sandboxes created.", func(s e2b.Stats) int { return s.Created }, false},
+		{"minipy_e2b_sandboxes_expired_total", "E2B sandboxes killed when their time ended.",
+			func(s e2b.Stats) int { return s.Expired }, false},
+		{"minipy_e2b_sandboxes_killed_total", "E2B sandboxes killed through the API.",
+			func(s e2b.Stats) int { return s.Killed }, false},
+		{"minipy_e2b_executions_total", "E2B executions (runCode).", func(s e2b.Stats) int { return s.Executed }, false},
+	} {
+		value := func() float64 { return float64(c.get(srv.Stats())) }
+		if c.gauge {
+			m.Registry().MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: c.name, Help: c.help}, value))
+		} else {
+			m.Registry().MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: c.name, Help: c.help}, value))
+		}
+	}
+}
