@@ -407,7 +407,8 @@ func TestE2BDrain(t *testing.T) {
 }
 
 // -e2b's flags: beyond loopback it needs tokens; its sandboxes need a worker process each;
-// MCP's session flags do not apply to it alone.
+// MCP's session flags do not apply to it alone. The state store's: one of -state-dir and
+// -state-store, a store that answers.
 func TestE2BFlags(t *testing.T) {
 	bin := buildServer(t)
 	for _, c := range []struct {
@@ -420,6 +421,11 @@ func TestE2BFlags(t *testing.T) {
 		{[]string{"-e2b", "127.0.0.1:0", "-state-idle", "1s"}, "-state-idle applies to MCP sessions"},
 		{[]string{"-http", "127.0.0.1:0", "-e2b-max-timeout", "2h"}, "-e2b-max-timeout applies to -e2b"},
 		{[]string{"-e2b-max-timeout", "2h"}, "-e2b-max-timeout applies to -http and -e2b"},
+		{[]string{"-state-store", "redis://127.0.0.1:1/0"}, "-state-store applies to -http and -e2b"},
+		{[]string{"-http", "127.0.0.1:0", "-state-dir", t.TempDir(), "-state-store", "redis://127.0.0.1:1/0"},
+			"give -state-dir or -state-store, not both"},
+		{[]string{"-e2b", "127.0.0.1:0", "-backend", "isolated", "-state-store", "redis://127.0.0.1:1/0"},
+			"-state-store 127.0.0.1:1: "},
 	} {
 		out, err := exec.Command(bin, c.args...).CombinedOutput()
 		require.Error(t, err, "%v", c.args)

@@ -109,32 +109,56 @@ func upServers(statsPort int) map[string]bool {
 	return up
 }
 
+// balanced is two replicas behind HAProxy (haproxyConfig), and a client of the legacy
+// revision through it, whose session has run "n = 1", defined bump() and written log.txt.
+type balanced struct {
+	a, b           *serverProc
+	pa, pb, ph, ps int      // the replicas', HAProxy's and its stats page's ports
+	args           []string // each replica's
+	cs             *mcp.ClientSession
+}
+
+// startBalanced starts it, each replica with args (the isolated engine).
+func startBalanced(t *testing.T, args ...string) *balanced {
+	t.Helper()
+	bl := &balanced{pa: freePort(t), pb: freePort(t), ph: freePort(t), ps: freePort(t), args: args}
+	bl.a, bl.b = bl.replica(t, bl.pa), bl.replica(t, bl.pb)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("A's log:\n%s\nB's log:\n%s", bl.a.log, bl.b.log)
+		}
+	})
+	startHAProxy(t, fmt.Sprintf(haproxyConfig, bl.ph, bl.pa, bl.pb, bl.ps), bl.ph)
+	require.Eventually(t, bl.bothUp, 10*time.Second, 50*time.Millisecond, "haproxy sees both replicas")
+	client := mcp.NewClient(&mcp.Implementation{Name: "minipy-haproxy-test", Version: "0"}, nil)
+	cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{
+		Endpoint: fmt.Sprintf("http://127.0.0.1:%d/mcp", bl.ph)}, legacy)
+	require.NoError(t, err)
+	t.Cleanup(func() { cs.Close() })
+	bl.cs = cs
+	text, isError := runText(t, cs, map[string]any{"code": "n = 1\ndef bump():\n    global n\n    n += 1\n    return n\n" +
+		"open('log.txt', 'w').write('start\\n')\nn"})
+	require.False(t, isError, text)
+	return bl
+}
+
+// replica starts a replica at port.
+func (bl *balanced) replica(t *testing.T, port int) *serverProc {
+	return startServer(t, append([]string{"-http", "127.0.0.1:" + strconv.Itoa(port), "-backend", "isolated"},
+		bl.args...)...)
+}
+
+// bothUp reports whether HAProxy sees both replicas up.
+func (bl *balanced) bothUp() bool { up := upServers(bl.ps); return up["a"] && up["b"] }
+
 // Past one machine: HAProxy in front of two replicas that share a state directory; a
 // rolling restart of both, one at a time (each drained by SIGTERM, started again at its
 // address), keeps a session's variables, functions and files, whichever replica held it.
 func TestServeBehindHAProxy(t *testing.T) {
-	dir := t.TempDir()
-	pa, pb, ph, ps := freePort(t), freePort(t), freePort(t), freePort(t)
-	replica := func(port int) *serverProc {
-		return startServer(t, "-http", "127.0.0.1:"+strconv.Itoa(port), "-backend", "isolated", "-state-dir", dir,
-			"-state-idle", "200ms")
-	}
-	a, b := replica(pa), replica(pb)
-	startHAProxy(t, fmt.Sprintf(haproxyConfig, ph, pa, pb, ps), ph)
-	bothUp := func() bool { up := upServers(ps); return up["a"] && up["b"] }
-	require.Eventually(t, bothUp, 10*time.Second, 50*time.Millisecond, "haproxy sees both replicas")
-
-	client := mcp.NewClient(&mcp.Implementation{Name: "minipy-haproxy-test", Version: "0"}, nil)
-	cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{
-		Endpoint: fmt.Sprintf("http://127.0.0.1:%d/mcp", ph)}, legacy)
-	require.NoError(t, err)
-	defer cs.Close()
-	text, isError := runText(t, cs, map[string]any{"code": "n = 1\ndef bump():\n    global n\n    n += 1\n    return n\n" +
-		"open('log.txt', 'w').write('start\\n')\nn"})
-	require.False(t, isError, text)
+	bl := startBalanced(t, "-state-dir", t.TempDir(), "-state-idle", "200ms")
 	// A client of the sessionless revision, with a handle.
 	modern, err := mcp.NewClient(&mcp.Implementation{Name: "minipy-haproxy-test", Version: "0"}, nil).Connect(
-		context.Background(), &mcp.StreamableClientTransport{Endpoint: fmt.Sprintf("http://127.0.0.1:%d/mcp", ph)}, nil)
+		context.Background(), &mcp.StreamableClientTransport{Endpoint: fmt.Sprintf("http://127.0.0.1:%d/mcp", bl.ph)}, nil)
 	require.NoError(t, err)
 	defer modern.Close()
 	_, err = modern.ListTools(context.Background(), nil)
@@ -146,13 +170,13 @@ func TestServeBehindHAProxy(t *testing.T) {
 		name string
 		proc **serverProc
 		port int
-	}{{"a", &a, pa}, {"b", &b, pb}} {
+	}{{"a", &bl.a, bl.pa}, {"b", &bl.b, bl.pb}} {
 		(*restart.proc).stop(t) // drains: saves the session if it was there
-		*restart.proc = replica(restart.port)
-		require.Eventually(t, bothUp, 10*time.Second, 50*time.Millisecond, "haproxy sees %s again", restart.name)
-		text, isError = runText(t, cs, map[string]any{"code": fmt.Sprintf(
+		*restart.proc = bl.replica(t, restart.port)
+		require.Eventually(t, bl.bothUp, 10*time.Second, 50*time.Millisecond, "haproxy sees %s again", restart.name)
+		text, isError = runText(t, bl.cs, map[string]any{"code": fmt.Sprintf(
 			"open('log.txt', 'a').write('after %s\\n')\nbump(), open('log.txt').read()", restart.name)})
-		require.False(t, isError, "after restarting %s: %s\nA:\n%s\nB:\n%s", restart.name, text, a.log, b.log)
+		require.False(t, isError, "after restarting %s: %s", restart.name, text)
 		want := "start\\n"
 		for _, r := range []string{"a", "b"}[:i+1] {
 			want += "after " + r + "\\n"

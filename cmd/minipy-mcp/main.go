@@ -102,6 +102,7 @@ import (
 	"fmt"
 	"log"
 	"net"
+	"net/url"
 	"os"
 	"os/signal"
 	"strconv"
@@ -194,6 +195,9 @@ type flags struct {
 	maxResource    int64
 	drainTimeout   time.Duration
 	stateDir       string
+	stateStore     string
+	stateMaxBytes  int64
+	stateLease     time.Duration
 	stateTTL       time.Duration
 	stateIdle      time.Duration
 	stateKey       string
@@ -226,9 +230,12 @@ func parseFlags() *flags {
 	flag.Int64Var(&f.maxResource, "max-resource-size", mcpfront.DefaultMaxResourceSize, "with -backend isolated: the largest file of a session's working directory that resources/read returns, in `bytes`")
 	flag.DurationVar(&f.drainTimeout, "drain-timeout", 30*time.Second, "with -http: at SIGTERM, how long running calls may take to finish before the server closes")
 	flag.StringVar(&f.stateDir, "state-dir", "", "save sessions (variables, functions, files) in this `directory`: -http's when they idle and at SIGTERM, resumed under the same Mcp-Session-Id for the same user; -e2b's paused sandboxes, and those running at SIGTERM; in this process or another replica sharing it")
-	flag.DurationVar(&f.stateTTL, "state-ttl", 24*time.Hour, "with -state-dir: forget a saved session this long after its last save (0: never)")
-	flag.DurationVar(&f.stateIdle, "state-idle", 30*time.Second, "with -state-dir: save a session this long after a call, if no other call came")
-	flag.StringVar(&f.stateKey, "state-key-file", "", "with -state-dir: the `file` of the secret (16 bytes or more) that seals saved sessions; replicas sharing the directory share it (default: DIR/.key, made on first use)")
+	flag.StringVar(&f.stateStore, "state-store", "", "as -state-dir, in this store `URL`: dir://PATH (-state-dir PATH), or redis://[user:pass@]host:port/db (rediss:// for TLS), which replicas on many hosts share")
+	flag.Int64Var(&f.stateMaxBytes, "state-max-bytes", defaultStateMaxBytes, "with -state-dir or -state-store: the largest save (a session's variables and files, a paused sandbox) the store takes, in `bytes`")
+	flag.DurationVar(&f.stateLease, "state-lease", session.DefaultLease, "with -state-dir or -state-store: how long a replica holds a session without renewing it: one killed hard lets its sessions go to another replica after this")
+	flag.DurationVar(&f.stateTTL, "state-ttl", 24*time.Hour, "with -state-dir or -state-store: forget a saved session this long after its last save (0: never)")
+	flag.DurationVar(&f.stateIdle, "state-idle", 30*time.Second, "with -state-dir or -state-store: save a session this long after a call, if no other call came")
+	flag.StringVar(&f.stateKey, "state-key-file", "", "with -state-dir or -state-store: the `file` of the secret (16 bytes or more) that seals saved sessions; replicas sharing the store share it (default: the store's own, made on first use: DIR/.key, Redis's minipy:key)")
 	flag.Parse()
 	if *isolated {
 		f.backend = minipy.BackendIsolated
@@ -244,7 +251,8 @@ func (f *flags) transport() (protocol *os.File, ln, e2bLn net.Listener, toks *se
 		flag.Visit(func(fl *flag.Flag) {
 			switch fl.Name {
 			case "tokens", "allow-anonymous", "max-sessions", "max-sessions-per-user", "drain-timeout", "session-timeout",
-				"state-dir", "state-ttl", "state-idle", "state-key-file", "e2b-max-timeout":
+				"state-dir", "state-store", "state-max-bytes", "state-lease", "state-ttl", "state-idle", "state-key-file",
+				"e2b-max-timeout":
 				log.Fatalf("minipy-mcp: -%s applies to -http and -e2b; over stdio the client that started the server is "+
 					"its only user", fl.Name)
 			}
@@ -373,6 +381,10 @@ func (f *flags) serve(ctx context.Context, eng minipy.Engine, icfg minipy.Isolat
 		reloadTokensOnHUP(ctx, toks)
 	}
 	store := f.openStore(ctx, lns.http == nil)
+	if store != nil {
+		defer store.Close()
+		countStore(m, store)
+	}
 	var ready func(context.Context) error
 	if iso, ok := eng.(*minipy.Isolated); ok {
 		ready = iso.Ready
@@ -385,7 +397,7 @@ func (f *flags) serve(ctx context.Context, eng minipy.Engine, icfg minipy.Isolat
 		}
 		n++
 		ecfg := f.e2bConfig(eng, toks, g, icfg)
-		ecfg.Store, ecfg.Metrics, ecfg.Ops = store, m, opsHandler(g, m, ready)
+		ecfg.Store, ecfg.Metrics, ecfg.Ops = store, m, opsHandler(g, m, ready, store)
 		srv := e2b.New(ecfg)
 		countE2B(m, srv)
 		go func() { errs <- serveE2B(ctx, srv, g, lns.e2b, f.drainTimeout) }()
@@ -395,7 +407,7 @@ func (f *flags) serve(ctx context.Context, eng minipy.Engine, icfg minipy.Isolat
 		front := mcpfront.New(mcpfront.Config{Engine: eng, Options: *opts, Functions: fns, Version: version, Metrics: m,
 			Transport: "tcp", Gate: g, Tokens: toks, MaxResourceSize: f.maxResource, Store: store,
 			StateIdle: f.stateIdle, Handles: true, Idle: f.sessionTimeout})
-		go func() { errs <- front.Serve(ctx, lns.http, opsHandler(g, m, ready), f.drainTimeout) }()
+		go func() { errs <- front.Serve(ctx, lns.http, opsHandler(g, m, ready, store), f.drainTimeout) }()
 	}
 	var first error
 	for range n {
@@ -407,18 +419,31 @@ func (f *flags) serve(ctx context.Context, eng minipy.Engine, icfg minipy.Isolat
 	return first
 }
 
-// openStore opens -state-dir's store, if it is given. MCP's front keeps it up (leases,
-// sweeps: Front.Serve); without it, it is swept until ctx ends.
+// defaultStateMaxBytes is -state-max-bytes's default.
+const defaultStateMaxBytes = 512 << 20
+
+// openStore opens -state-dir's or -state-store's store, if one is given. MCP's front keeps
+// it up (leases, sweeps: Front.Serve); without it, it is swept until ctx ends.
 func (f *flags) openStore(ctx context.Context, alone bool) *session.Store {
-	if f.stateDir == "" {
+	where := f.stateStore
+	switch {
+	case f.stateDir != "" && f.stateStore != "":
+		log.Fatalf("minipy-mcp: give -state-dir or -state-store, not both (-state-dir DIR is -state-store dir://DIR)")
+	case f.stateDir != "":
+		where = "dir://" + f.stateDir
+	case where == "":
 		return nil
 	}
-	store, err := session.OpenStore(f.stateDir, f.stateTTL, f.stateKey)
+	store, err := session.Open(where, session.StoreOptions{TTL: f.stateTTL, KeyFile: f.stateKey,
+		MaxBytes: f.stateMaxBytes, Lease: f.stateLease})
 	if err != nil {
 		log.Fatalf("minipy-mcp: %v", err)
 	}
-	log.Printf("minipy-mcp: sessions and paused sandboxes are saved in %s (-state-dir) and kept for %v (-state-ttl)",
-		f.stateDir, f.stateTTL)
+	shown := where
+	if u, err := url.Parse(where); err == nil {
+		shown = u.Redacted()
+	}
+	log.Printf("minipy-mcp: sessions and paused sandboxes are saved in %s and kept for %v (-state-ttl)", shown, f.stateTTL)
 	if alone {
 		go store.KeepUp(ctx, session.KindSandbox, func() map[string]string { return nil }, func(string) {})
 	}

@@ -23,8 +23,9 @@ const readyTimeout = 5 * time.Second
 
 // opsHandler serves /healthz, /readyz (not while g drains, nor while ready, if given,
 // fails: no worker can start) and /metrics (m's), without a token: they tell nothing of a
-// session.
-func opsHandler(g *session.Gate, m *session.Metrics, ready func(context.Context) error) *http.ServeMux {
+// session. A store (-state-store) that does not answer leaves the server ready, since
+// every replica shares it and the live sessions go on without it, and /readyz says so.
+func opsHandler(g *session.Gate, m *session.Metrics, ready func(context.Context) error, store *session.Store) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok") // serving: while the process answers, even as it drains
@@ -39,6 +40,14 @@ func opsHandler(g *session.Gate, m *session.Metrics, ready func(context.Context)
 			defer cancel()
 			if err := ready(ctx); err != nil {
 				http.Error(w, "no worker can start: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		if store != nil {
+			ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+			defer cancel()
+			if err := store.Ready(ctx); err != nil {
+				fmt.Fprintf(w, "ready; but the state store does not answer, sessions are not saved until it does: %v\n", err)
 				return
 			}
 		}
@@ -98,4 +107,18 @@ func countE2B(m *session.Metrics, srv *e2b.Server) {
 			m.Registry().MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: c.name, Help: c.help}, value))
 		}
 	}
+}
+
+// countStore adds the state store's health to the metrics: minipy_state_store_up.
+func countStore(m *session.Metrics, store *session.Store) {
+	m.Registry().MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "minipy_state_store_up",
+		Help: "1 while the state store (-state-dir, -state-store) answers; saves wait for it otherwise."},
+		func() float64 {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			if store.Ready(ctx) != nil {
+				return 0
+			}
+			return 1
+		}))
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/redistest"
 	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/session"
 )
 
@@ -77,21 +78,26 @@ func run(t *testing.T, base string, sb map[string]any, code string) string {
 	return out
 }
 
-func storeServer(t *testing.T, dir string, cfg Config) (*Server, string) {
-	store, err := session.OpenStore(dir, time.Hour, "")
+func storeServer(t *testing.T, url string, cfg Config) (*Server, string) {
+	store, err := session.Open(url, session.StoreOptions{TTL: time.Hour})
 	require.NoError(t, err)
+	t.Cleanup(func() { store.Close() })
 	cfg.Store = store
 	cfg.Authenticate = func(key string) (string, bool) { return key, key != "" }
 	return pauseServer(t, cfg)
 }
 
-// With a store, a pause seals the sandbox there: another server sharing it lists it and
-// resumes it (variables, files, environment, metadata), once; the first then finds it
-// gone; a kill anywhere removes it; another user finds nothing.
+// With a store (a directory, Redis), a pause seals the sandbox there: another server
+// sharing it lists it and resumes it (variables, files, environment, metadata), once; the
+// first then finds it gone; a kill anywhere removes it; another user finds nothing.
 func TestPauseIntoStore(t *testing.T) {
-	dir := t.TempDir()
-	a, baseA := storeServer(t, dir, Config{})
-	b, baseB := storeServer(t, dir, Config{})
+	t.Run("dir", func(t *testing.T) { pauseIntoStore(t, t.TempDir()) })
+	t.Run("redis", func(t *testing.T) { pauseIntoStore(t, redistest.Start(t).URL()) })
+}
+
+func pauseIntoStore(t *testing.T, url string) {
+	a, baseA := storeServer(t, url, Config{})
+	b, baseB := storeServer(t, url, Config{})
 	code, sb := callAs(t, "ann", "POST", baseA+"/v2/sandboxes", `{"envVars": {"FOO": "bar"}, "metadata": {"k": "v"}}`)
 	require.Equal(t, http.StatusCreated, code, "%v", sb)
 	id := sb["sandboxID"].(string)

@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"log"
 	"strings"
 	"time"
 
@@ -197,10 +196,8 @@ func (s *sessions) saveHandle(h string, hs *handleSession) {
 		return
 	}
 	k.dirty = false
-	if _, err := s.state.SaveNamespace(session.KindSession, h, session.Meta{User: k.user}, hs.ns); err != nil {
-		k.dirty = true
-		log.Printf("minipy-mcp: -state-dir: saving a session: %v", err)
-	}
+	_, err := saveNamespace(s.state.Store, h, session.Meta{User: k.user}, hs.ns)
+	k.saved(err, "a session handle")
 }
 
 // closeHandles ends the handles idle for longer than idle (all of them: idle < 0), after
@@ -229,9 +226,12 @@ func (s *sessions) closeHandle(h string) {
 		return
 	}
 	if s.state != nil {
+		hs.kept.mu.Lock()
 		if hs.kept.timer != nil {
 			hs.kept.timer.Stop()
 		}
+		hs.kept.closed = true // (its last save is tried once)
+		hs.kept.mu.Unlock()
 		s.saveHandle(h, hs)
 		s.state.ReleaseLease(session.KindSession, h)
 	}

@@ -8,12 +8,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log"
 	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/minipy-go/minipy"
 	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/session"
 )
 
@@ -25,7 +27,34 @@ type keptSession struct {
 	mu      sync.Mutex // one save at a time
 	dirty   bool       // a call ran since the last save
 	timer   *time.Timer
-	deleted bool // the client ended it: its saved state goes with it
+	deleted bool          // the client ended it: its saved state goes with it
+	closed  bool          // saved at its close: no more saves
+	retry   time.Duration // the wait before the next try of a save that failed
+}
+
+// The waits between tries of a save that failed (the store does not answer): doubling
+// from the first to the last.
+const (
+	firstRetry = time.Second
+	lastRetry  = 30 * time.Second
+)
+
+// saved notes how a save of k went (k.mu held): a save that failed for the store (not for
+// the session: ErrFenced, ErrTooLarge, its own error) is tried again, later and later,
+// until one goes through or the session closes.
+func (k *keptSession) saved(err error, what string) {
+	if err == nil {
+		k.retry = 0
+		return
+	}
+	k.dirty = true
+	log.Printf("minipy-mcp: -state-dir: saving %s: %v", what, err)
+	if k.timer == nil || k.closed || errors.Is(err, session.ErrFenced) || errors.Is(err, session.ErrTooLarge) ||
+		!errors.Is(err, errStore) {
+		return
+	}
+	k.retry = min(max(2*k.retry, firstRetry), lastRetry)
+	k.timer.Reset(k.retry)
 }
 
 // keepInitialize (receiving middleware) keeps a session's initialize request and user.
@@ -106,12 +135,9 @@ func (s *sessions) save(ss *mcp.ServerSession, k *keptSession) {
 		return
 	}
 	k.dirty = false
-	info, err := s.state.SaveNamespace(session.KindSession, ss.ID(), session.Meta{User: k.user, Init: k.init}, ns)
-	switch {
-	case err != nil:
-		k.dirty = true
-		log.Printf("minipy-mcp: -state-dir: saving a session: %v", err)
-	case len(info.Skipped) > 0:
+	info, err := saveNamespace(s.state.Store, ss.ID(), session.Meta{User: k.user, Init: k.init}, ns)
+	k.saved(err, "a session")
+	if err == nil && len(info.Skipped) > 0 {
 		log.Printf("minipy-mcp: -state-dir: saved a session without %v, which cannot be saved", info.Skipped)
 	}
 }
@@ -129,6 +155,7 @@ func (s *sessions) keepClosed(ss *mcp.ServerSession) {
 		k.timer.Stop()
 	}
 	deleted := k.deleted
+	k.closed = true // (its last save is tried once)
 	k.mu.Unlock()
 	if deleted {
 		s.state.Remove(session.KindSession, id)
@@ -224,3 +251,20 @@ func (s *sessions) awaitSaves(wait time.Duration) {
 }
 
 var errNoSession = errors.New("the session was not made again")
+
+// errStore marks an error of the store's, not the namespace's (saveNamespace).
+var errStore = errors.New("the state store")
+
+// saveNamespace saves ns as session id (KindSession) in store; an error of the store's
+// own matches errStore, one of the namespace's Save does not.
+func saveNamespace(store *session.Store, id string, meta session.Meta, ns *minipy.Namespace) (minipy.SaveInfo, error) {
+	var blob bytes.Buffer
+	info, err := ns.Save(&blob)
+	if err != nil {
+		return info, err
+	}
+	if err := store.Save(session.KindSession, id, meta, blob.Bytes()); err != nil {
+		return info, fmt.Errorf("%w: %w", errStore, err)
+	}
+	return info, nil
+}

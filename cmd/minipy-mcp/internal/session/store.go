@@ -1,16 +1,18 @@
 package session
 
-// Sessions that outlive their process (-state-dir): a Store keeps what a front saves of a
-// session (its Meta and its namespace's, or namespaces', minipy.Namespace.Save) in a
-// directory, each whole (a temporary file and a rename), named by a hash of its id (a
-// secret of its client's, for MCP) and its kind. Saved sessions expire TTL after their
-// last save.
+// Sessions that outlive their process (-state-store, -state-dir): a Store keeps what a
+// front saves of a session (its Meta and its namespace's, or namespaces',
+// minipy.Namespace.Save) in a backend, a directory (dir://PATH) or Redis
+// (redis://host:port/db), each save whole: a reader sees the previous one or the new one.
+// Saves are named by a hash of their id (a secret of its client's, for MCP) and their kind.
+// They expire TTL after their last save.
 //
-// Replicas may share the directory. One of them holds a session at a time, by a lease
-// (NAME.lease: the holder and until when) that it renews while the session lives there
-// (KeepUp) and gives up once it has saved it; another replica waits for a held lease up to
-// LeaseWait (asking the holder to let go: a .want file), and takes an expired one (its
-// holder died without draining: what ran since its last save is lost).
+// Replicas may share the store. One of them holds a session at a time, by a lease (the
+// holder, its user, until when) that it renews while the session lives there (KeepUp) and
+// gives up once it has saved it; another replica waits for a held lease up to LeaseWait
+// (asking the holder to let go: a want mark), and takes an expired one (its holder died
+// without draining: what ran since its last save is lost). A save is fenced by the lease:
+// a replica whose lease another has taken cannot write over the newer save (ErrFenced).
 
 import (
 	"bytes"
@@ -25,7 +27,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -34,31 +35,26 @@ import (
 )
 
 const (
-	// leaseFor is how long a lease lasts unless renewed; a replica renews its leases every
-	// leaseFor/3.
-	leaseFor = 30 * time.Second
+	// DefaultLease is how long a lease lasts unless renewed (StoreOptions.Lease): a replica
+	// renews its leases every third of it, and one killed hard lets its sessions go after
+	// it at the latest.
+	DefaultLease = 10 * time.Second
 	// LeaseWait is how long a request for a session that another replica holds waits for
-	// it to be given up (the other one drains, or hands it over) before it is refused.
+	// it to be given up (the other one drains, or hands it over, or its lease expires)
+	// before it is refused: longer than DefaultLease.
 	LeaseWait = 15 * time.Second
 	// wantEvery is how often a replica looks for the sessions others want of it.
 	wantEvery = 200 * time.Millisecond
 )
 
-// The kinds of what a store keeps, each the extension of its files: a front's sessions
-// are apart from another's even under the same id.
+// The kinds of what a store keeps: a front's sessions are apart from another's even under
+// the same id.
 const (
 	KindSession = ".session" // an MCP session or session handle
 	KindSandbox = ".paused"  // a paused E2B sandbox
 )
 
 var kinds = []string{KindSession, KindSandbox}
-
-// Store is the directory of saved sessions. Its methods are safe from any goroutine.
-type Store struct {
-	dir   string
-	ttl   time.Duration
-	owner string // this replica, in its leases
-}
 
 // Meta is what is kept of a session beside its namespace.
 type Meta struct {
@@ -72,55 +68,146 @@ type Meta struct {
 	Saved time.Time `json:"saved"`
 }
 
-// OpenStore opens (making it) the directory of saved sessions, which keeps each for ttl
-// after its last save (0: for ever), and sets minipy's state key: the file keyFile's
-// content, else DIR/.key, made with a random key when missing, so that replicas sharing
-// the directory share it.
-func OpenStore(dir string, ttl time.Duration, keyFile string) (*Store, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("-state-dir: %w", err)
-	}
-	if keyFile == "" {
-		keyFile = filepath.Join(dir, ".key")
-		key := make([]byte, 32)
-		rand.Read(key) //nolint:errcheck // crypto/rand.Read does not fail
-		f, err := os.OpenFile(keyFile, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if err == nil {
-			_, err = f.WriteString(hex.EncodeToString(key) + "\n")
-			err = errors.Join(err, f.Close())
-		}
-		if err != nil && !errors.Is(err, fs.ErrExist) {
-			return nil, fmt.Errorf("-state-dir: making its key: %w", err)
-		}
-	}
-	key, err := os.ReadFile(keyFile)
-	if err != nil {
-		return nil, fmt.Errorf("the state key: %w", err)
-	}
-	if err := minipy.SetStateKey(bytes.TrimSpace(key)); err != nil {
-		return nil, fmt.Errorf("the state key in %s: %w", keyFile, err)
-	}
-	var b [8]byte
-	rand.Read(b[:]) //nolint:errcheck // crypto/rand.Read does not fail
-	host, _ := os.Hostname()
-	return &Store{dir: dir, ttl: ttl, owner: host + "/" + strconv.Itoa(os.Getpid()) + "/" + hex.EncodeToString(b[:])}, nil
+// Saved is a save that List found: its meta and its size in bytes.
+type Saved struct {
+	Meta
+	Size int64
 }
 
-// Dir is the store's directory.
-func (d *Store) Dir() string { return d.dir }
+// lease is who holds a session.
+type lease struct {
+	Owner string    `json:"owner"`
+	User  string    `json:"user"` // the session's
+	Until time.Time `json:"until"`
+}
+
+// ErrFenced: the save was refused, because another replica holds the session's lease.
+var ErrFenced = errors.New("another replica holds this session now: its save is newer")
+
+// ErrTooLarge: the save is larger than the store takes (-state-max-bytes).
+var ErrTooLarge = errors.New("the saved state is larger than the store takes")
+
+// backend is where a Store keeps its saves, leases and want marks. A save is its meta's
+// header (headerOf) followed by its blob.
+type backend interface {
+	// put writes a save, whole, unless another owner than owner holds its lease
+	// (ErrFenced); ttl (0: none) is how long it is kept.
+	put(name, owner string, head, blob []byte, ttl time.Duration) error
+	// get reads a save whole; head its header only, and its size (fs.ErrNotExist: none).
+	get(name string) ([]byte, error)
+	head(name string) ([]byte, int64, error)
+	// list reads the header and size of each save whose name ends with kind.
+	list(kind string) []listed
+	remove(name string)
+	// tryLease makes owner the holder of name's lease (for user, for lease) if it is free,
+	// expired or owner's already; readLease reads it; releaseLease removes it if owner holds it.
+	tryLease(name, owner, user string, lease time.Duration) bool
+	readLease(name string) (lease, bool)
+	releaseLease(name, owner string)
+	// want marks name as wanted by another replica (until unwant); wanted reads the mark.
+	want(name, owner string) bool
+	unwant(name string)
+	wanted(name string) bool
+	// sweep removes what expired that the backend does not expire itself.
+	sweep(ttl, lease time.Duration)
+	// ping reports whether the backend answers.
+	ping(ctx context.Context) error
+	close() error
+}
+
+// listed is one save in a backend's list.
+type listed struct {
+	head []byte
+	size int64
+}
+
+// Store is the store of saved sessions. Its methods are safe from any goroutine.
+type Store struct {
+	b     backend
+	o     StoreOptions
+	owner string // this replica, in its leases
+}
+
+// StoreOptions are a store's: the zero value keeps saves for ever, of any size, with
+// leases of DefaultLease, and the store's own state key.
+type StoreOptions struct {
+	// TTL is how long a save is kept after it (0: for ever).
+	TTL time.Duration
+	// KeyFile is the file of the state key; "": the store's own, made with a random key
+	// when missing, so that replicas sharing the store share it.
+	KeyFile string
+	// MaxBytes is the largest save the store takes (0: any).
+	MaxBytes int64
+	// Lease is how long a lease lasts unless renewed (0: DefaultLease).
+	Lease time.Duration
+}
+
+// Open opens the store at url: dir://PATH or a plain path (a directory, made if missing),
+// redis://[user:pass@]host:port/db or rediss:// (TLS). It sets minipy's state key (o.KeyFile
+// or the store's).
+func Open(url string, o StoreOptions) (*Store, error) {
+	if o.Lease <= 0 {
+		o.Lease = DefaultLease
+	}
+	keyFile := o.KeyFile
+	var b backend
+	var key []byte
+	var err error
+	switch {
+	case strings.HasPrefix(url, "redis://"), strings.HasPrefix(url, "rediss://"):
+		b, key, err = openRedis(url, keyFile == "")
+	default:
+		b, key, err = openDir(strings.TrimPrefix(url, "dir://"), keyFile == "")
+	}
+	if err != nil {
+		return nil, err
+	}
+	if keyFile != "" {
+		if key, err = os.ReadFile(keyFile); err != nil {
+			b.close()
+			return nil, fmt.Errorf("the state key: %w", err)
+		}
+	}
+	if err := minipy.SetStateKey(bytes.TrimSpace(key)); err != nil {
+		b.close()
+		return nil, fmt.Errorf("the state key (%s): %w", keyFile, err)
+	}
+	var r [8]byte
+	rand.Read(r[:]) //nolint:errcheck // crypto/rand.Read does not fail
+	host, _ := os.Hostname()
+	return &Store{b: b, o: o, owner: host + "/" + strconv.Itoa(os.Getpid()) + "/" + hex.EncodeToString(r[:])}, nil
+}
+
+// newKey is a fresh state key, as a store keeps it.
+func newKey() []byte {
+	key := make([]byte, 32)
+	rand.Read(key) //nolint:errcheck // crypto/rand.Read does not fail
+	return []byte(hex.EncodeToString(key) + "\n")
+}
+
+// OpenStore opens a directory's store (Open's dir://) keeping saves for ttl.
+func OpenStore(dir string, ttl time.Duration, keyFile string) (*Store, error) {
+	return Open("dir://"+dir, StoreOptions{TTL: ttl, KeyFile: keyFile})
+}
+
+// Close closes the store's connections.
+func (d *Store) Close() error { return d.b.close() }
 
 // TTL is how long a save is kept (0: for ever).
-func (d *Store) TTL() time.Duration { return d.ttl }
+func (d *Store) TTL() time.Duration { return d.o.TTL }
 
-// Path is the file of session id of kind with extension ext (kind itself: its save).
-// MCP's sessions are named by their id alone, as before kinds.
-func (d *Store) Path(kind, id, ext string) string {
-	name := id
+// Ready reports whether the store answers (/readyz).
+func (d *Store) Ready(ctx context.Context) error { return d.b.ping(ctx) }
+
+// name is the backend's name of session id of kind: a hash, with the kind as its
+// extension. MCP's sessions are named by their id alone, as before kinds.
+func name(kind, id string) string {
+	n := id
 	if kind != KindSession {
-		name = kind + "\x00" + id
+		n = kind + "\x00" + id
 	}
-	h := sha256.Sum256([]byte(name))
-	return filepath.Join(d.dir, hex.EncodeToString(h[:16])+ext)
+	h := sha256.Sum256([]byte(n))
+	return hex.EncodeToString(h[:16]) + kind
 }
 
 // SaveNamespace saves ns as session id of kind with meta.
@@ -134,41 +221,40 @@ func (d *Store) SaveNamespace(kind, id string, meta Meta, ns *minipy.Namespace) 
 }
 
 // Save writes session id of kind, its meta and blob, whole: a save that fails leaves the
-// previous one.
+// previous one. ErrFenced: another replica holds the session's lease.
 func (d *Store) Save(kind, id string, meta Meta, blob []byte) error {
 	meta.Saved = time.Now()
+	head, err := headerOf(meta)
+	if err != nil {
+		return err
+	}
+	if d.o.MaxBytes > 0 && int64(len(head)+len(blob)) > d.o.MaxBytes {
+		return fmt.Errorf("%w: %d bytes, past %d", ErrTooLarge, len(head)+len(blob), d.o.MaxBytes)
+	}
+	return d.b.put(name(kind, id), d.owner, head, blob, d.o.TTL)
+}
+
+// headerOf is a save's start: the meta's length (4 bytes, little endian) and its JSON.
+func headerOf(meta Meta) ([]byte, error) {
 	js, err := json.Marshal(meta)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	f, err := os.CreateTemp(d.dir, ".saving-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name()) // (gone after the rename)
 	var n [4]byte
 	binary.LittleEndian.PutUint32(n[:], uint32(len(js)))
-	_, err = f.Write(append(append(n[:], js...), blob...))
-	if err == nil {
-		err = f.Sync()
-	}
-	if err = errors.Join(err, f.Close()); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), d.Path(kind, id, kind))
+	return append(n[:], js...), nil
 }
 
 // Load reads session id's meta and saved namespace: fs.ErrNotExist when there is none, or
 // it has expired (then it is removed).
 func (d *Store) Load(kind, id string) (Meta, []byte, error) {
-	path := d.Path(kind, id, kind)
-	data, err := os.ReadFile(path)
+	data, err := d.b.get(name(kind, id))
 	if err != nil {
 		return Meta{}, nil, err
 	}
 	meta, n, err := readMeta(bytes.NewReader(data), int64(len(data)))
 	if err != nil {
-		return meta, nil, fmt.Errorf("%s: %w", path, err)
+		return meta, nil, fmt.Errorf("the save of %s: %w", name(kind, id), err)
 	}
 	if d.expired(meta) {
 		d.Remove(kind, id)
@@ -177,8 +263,25 @@ func (d *Store) Load(kind, id string) (Meta, []byte, error) {
 	return meta, data[n:], nil
 }
 
-// readMeta reads the meta at the start of a saved session of size bytes; n is where its
-// blob starts.
+// Stat reads session id's meta only: fs.ErrNotExist when there is no save, or it has
+// expired.
+func (d *Store) Stat(kind, id string) (Meta, error) {
+	head, size, err := d.b.head(name(kind, id))
+	if err != nil {
+		return Meta{}, err
+	}
+	meta, _, err := readMeta(bytes.NewReader(head), size)
+	if err != nil {
+		return meta, fmt.Errorf("the save of %s: %w", name(kind, id), err)
+	}
+	if d.expired(meta) {
+		return meta, fs.ErrNotExist
+	}
+	return meta, nil
+}
+
+// readMeta reads the meta at the start of a save of size bytes; n is where its blob
+// starts.
 func readMeta(r io.Reader, size int64) (meta Meta, n int, err error) {
 	var head [4]byte
 	if _, err := io.ReadFull(r, head[:]); err != nil {
@@ -198,93 +301,42 @@ func readMeta(r io.Reader, size int64) (meta Meta, n int, err error) {
 	return meta, 4 + int(length), nil
 }
 
-// Stat reads session id's meta only: fs.ErrNotExist when there is no save, or it has
-// expired.
-func (d *Store) Stat(kind, id string) (Meta, error) {
-	f, err := os.Open(d.Path(kind, id, kind))
-	if err != nil {
-		return Meta{}, err
-	}
-	defer f.Close()
-	info, err := f.Stat()
-	if err != nil {
-		return Meta{}, err
-	}
-	meta, _, err := readMeta(f, info.Size())
-	if err != nil {
-		return meta, fmt.Errorf("%s: %w", f.Name(), err)
-	}
-	if d.expired(meta) {
-		return meta, fs.ErrNotExist
-	}
-	return meta, nil
-}
-
-func (d *Store) expired(meta Meta) bool { return d.ttl > 0 && time.Since(meta.Saved) > d.ttl }
-
-// Saved is a save that List found: its meta and its size in bytes.
-type Saved struct {
-	Meta
-	Size int64
-}
+func (d *Store) expired(meta Meta) bool { return d.o.TTL > 0 && time.Since(meta.Saved) > d.o.TTL }
 
 // List reads the meta of every unexpired save of kind (not their namespaces).
 func (d *Store) List(kind string) []Saved {
-	entries, err := os.ReadDir(d.dir)
-	if err != nil {
-		return nil
-	}
 	var list []Saved
-	for _, e := range entries {
-		if !strings.HasSuffix(e.Name(), kind) || strings.HasPrefix(e.Name(), ".") {
-			continue
+	for _, l := range d.b.list(kind) {
+		meta, _, err := readMeta(bytes.NewReader(l.head), l.size)
+		if err == nil && !d.expired(meta) {
+			list = append(list, Saved{Meta: meta, Size: l.size})
 		}
-		f, err := os.Open(filepath.Join(d.dir, e.Name()))
-		if err != nil {
-			continue
-		}
-		info, err := f.Stat()
-		if err == nil {
-			var meta Meta
-			if meta, _, err = readMeta(f, info.Size()); err == nil && !d.expired(meta) {
-				list = append(list, Saved{Meta: meta, Size: info.Size()})
-			}
-		}
-		f.Close()
 	}
 	return list
 }
 
 // Remove forgets session id's save.
-func (d *Store) Remove(kind, id string) {
-	os.Remove(d.Path(kind, id, kind))
-}
-
-// lease is the content of a lease file.
-type lease struct {
-	Owner string    `json:"owner"`
-	User  string    `json:"user"` // the session's
-	Until time.Time `json:"until"`
-}
+func (d *Store) Remove(kind, id string) { d.b.remove(name(kind, id)) }
 
 // TakeLease makes this replica the holder of session id, waiting up to wait for another
 // holder to give it up or for its lease to expire; false if it is still held. While it
-// waits, a want file asks the holder to give the session up (KeepUp): it saves it and
+// waits, a want mark asks the holder to give the session up (KeepUp): it saves it and
 // lets go, so a session whose requests reach another replica moves there.
 func (d *Store) TakeLease(ctx context.Context, kind, id, user string, wait time.Duration) bool {
+	n := name(kind, id)
 	end := time.Now().Add(wait)
 	wanted := false
 	defer func() {
 		if wanted {
-			os.Remove(d.Path(kind, id, ".want"))
+			d.b.unwant(n)
 		}
 	}()
 	for {
-		if d.TryLease(kind, id, user) {
+		if d.b.tryLease(n, d.owner, user, d.o.Lease) {
 			return true
 		}
 		if !wanted {
-			wanted = os.WriteFile(d.Path(kind, id, ".want"), []byte(d.owner), 0o600) == nil
+			wanted = d.b.want(n, d.owner)
 		}
 		if time.Now().After(end) || ctx.Err() != nil {
 			return false
@@ -296,37 +348,9 @@ func (d *Store) TakeLease(ctx context.Context, kind, id, user string, wait time.
 	}
 }
 
-// TryLease takes session id's lease if it is free, expired or this replica's already. Two
-// replicas that race for an expired one both write theirs; the one whose write is read
-// back wins.
+// TryLease takes session id's lease if it is free, expired or this replica's already.
 func (d *Store) TryLease(kind, id, user string) bool {
-	path := d.Path(kind, id, ".lease")
-	if data, err := os.ReadFile(path); err == nil {
-		var l lease
-		if json.Unmarshal(data, &l) == nil && l.Owner != d.owner && time.Now().Before(l.Until) {
-			return false
-		}
-	}
-	if d.writeLease(kind, id, user) != nil {
-		return false
-	}
-	data, err := os.ReadFile(path)
-	var l lease
-	return err == nil && json.Unmarshal(data, &l) == nil && l.Owner == d.owner
-}
-
-func (d *Store) writeLease(kind, id, user string) error {
-	js, _ := json.Marshal(lease{Owner: d.owner, User: user, Until: time.Now().Add(leaseFor)})
-	f, err := os.CreateTemp(d.dir, ".lease-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	_, err = f.Write(js)
-	if err = errors.Join(err, f.Close()); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), d.Path(kind, id, ".lease"))
+	return d.b.tryLease(name(kind, id), d.owner, user, d.o.Lease)
 }
 
 // ErrHeld: another replica holds the session and did not let go of it within LeaseWait.
@@ -337,11 +361,11 @@ var ErrHeld = errors.New("another replica holds this session and did not let go 
 // may be newer than its last save), and Claim waits for that (ErrHeld if in vain).
 // fs.ErrNotExist: neither a holder nor a save has it for user.
 func (d *Store) Claim(ctx context.Context, kind, id, user string) (Meta, []byte, error) {
-	if l, ok := d.readLease(kind, id); ok && l.Owner != d.owner && time.Now().Before(l.Until) {
+	if l, ok := d.b.readLease(name(kind, id)); ok && l.Owner != d.owner && time.Now().Before(l.Until) {
 		if l.User != user {
 			return Meta{}, nil, fs.ErrNotExist
 		}
-	} else if meta, _, err := d.Load(kind, id); err != nil {
+	} else if meta, err := d.Stat(kind, id); err != nil {
 		return meta, nil, err
 	} else if meta.User != user {
 		return meta, nil, fs.ErrNotExist
@@ -359,60 +383,21 @@ func (d *Store) Claim(ctx context.Context, kind, id, user string) (Meta, []byte,
 	return meta, blob, err
 }
 
-// readLease reads session id's lease, if it has one.
-func (d *Store) readLease(kind, id string) (lease, bool) {
-	var l lease
-	data, err := os.ReadFile(d.Path(kind, id, ".lease"))
-	return l, err == nil && json.Unmarshal(data, &l) == nil
-}
-
 // ReleaseLease gives up session id's lease if this replica holds it.
-func (d *Store) ReleaseLease(kind, id string) {
-	path := d.Path(kind, id, ".lease")
-	data, err := os.ReadFile(path)
-	var l lease
-	if err == nil && json.Unmarshal(data, &l) == nil && l.Owner == d.owner {
-		os.Remove(path)
-	}
-}
+func (d *Store) ReleaseLease(kind, id string) { d.b.releaseLease(name(kind, id), d.owner) }
 
-// Sweep removes the saves that expired, and leases that ended long ago.
-func (d *Store) Sweep() {
-	entries, err := os.ReadDir(d.dir)
-	if err != nil {
-		return
-	}
-	for _, e := range entries {
-		info, err := e.Info()
-		if err != nil {
-			continue
-		}
-		old := time.Since(info.ModTime())
-		name := e.Name()
-		saved := false
-		for _, kind := range kinds {
-			saved = saved || strings.HasSuffix(name, kind)
-		}
-		switch {
-		case saved && d.ttl > 0 && old > d.ttl,
-			strings.HasSuffix(name, ".lease") && old > leaseFor+d.ttl,
-			strings.HasSuffix(name, ".want") && old > time.Hour,
-			strings.HasPrefix(name, ".saving-") && old > time.Hour,
-			strings.HasPrefix(name, ".lease-") && old > time.Hour:
-			os.Remove(filepath.Join(d.dir, name))
-		}
-	}
-}
+// Sweep removes what expired, where the backend does not expire it itself.
+func (d *Store) Sweep() { d.b.sweep(d.o.TTL, d.o.Lease) }
 
 // KeepUp renews this replica's leases of kind (of the sessions that held lists, with their
-// users) every leaseFor/3, gives up (giveUp) those another replica wants (checked every
-// wantEvery), and sweeps the directory every TTL/10 (at most hourly), until ctx ends.
+// users) every third of a lease, gives up (giveUp) those another replica wants (checked every
+// wantEvery), and sweeps every TTL/10 (at most hourly), until ctx ends.
 func (d *Store) KeepUp(ctx context.Context, kind string, held func() map[string]string, giveUp func(id string)) {
-	renew := time.NewTicker(leaseFor / 3)
+	renew := time.NewTicker(d.o.Lease / 3)
 	defer renew.Stop()
 	wanted := time.NewTicker(wantEvery)
 	defer wanted.Stop()
-	every := min(time.Hour, max(d.ttl/10, time.Minute))
+	every := min(time.Hour, max(d.o.TTL/10, time.Minute))
 	sweep := time.NewTicker(every)
 	defer sweep.Stop()
 	d.Sweep()
@@ -422,11 +407,11 @@ func (d *Store) KeepUp(ctx context.Context, kind string, held func() map[string]
 			return
 		case <-renew.C:
 			for id, user := range held() {
-				d.writeLease(kind, id, user) //nolint:errcheck // renewed at the next tick
+				d.b.tryLease(name(kind, id), d.owner, user, d.o.Lease) // (renewed at the next tick if the store is away)
 			}
 		case <-wanted.C:
 			for id := range held() {
-				if _, err := os.Stat(d.Path(kind, id, ".want")); err == nil {
+				if d.b.wanted(name(kind, id)) {
 					go giveUp(id)
 				}
 			}

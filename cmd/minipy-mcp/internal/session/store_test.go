@@ -16,6 +16,13 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// savePath is the file of a save in a directory store; sidePath the file beside it (.lease).
+func savePath(dir, kind, id string) string { return filepath.Join(dir, name(kind, id)) }
+
+func sidePath(dir, kind, id, ext string) string {
+	return (&dirBackend{dir: dir}).side(name(kind, id), ext)
+}
+
 // saves lists the saves in dir.
 func saves(t *testing.T, dir string) []string {
 	t.Helper()
@@ -52,11 +59,11 @@ func TestStoreLeases(t *testing.T) {
 	b.ReleaseLease(KindSession, "s1")
 
 	expired, _ := json.Marshal(lease{Owner: "a dead replica", Until: time.Now().Add(-time.Second)})
-	require.NoError(t, os.WriteFile(a.Path(KindSession, "s2", ".lease"), expired, 0o600))
+	require.NoError(t, os.WriteFile(sidePath(dir, KindSession, "s2", ".lease"), expired, 0o600))
 	assert.True(t, b.TryLease(KindSession, "s2", "u"), "an expired lease is taken over")
 	b.ReleaseLease(KindSession, "s2")
 	a.ReleaseLease(KindSession, "s2") // not a's: stays b's... and b gave it up
-	_, err = os.Stat(a.Path(KindSession, "s2", ".lease"))
+	_, err = os.Stat(sidePath(dir, KindSession, "s2", ".lease"))
 	assert.True(t, os.IsNotExist(err))
 }
 
@@ -67,7 +74,7 @@ func TestStoreExpires(t *testing.T) {
 	require.NoError(t, err)
 	write := func(id string) {
 		js, _ := json.Marshal(Meta{User: "u", Saved: time.Now()})
-		require.NoError(t, os.WriteFile(d.Path(KindSession, id, KindSession), append([]byte{byte(len(js)), 0, 0, 0}, js...), 0o600))
+		require.NoError(t, os.WriteFile(savePath(dir, KindSession, id), append([]byte{byte(len(js)), 0, 0, 0}, js...), 0o600))
 	}
 	write("s")
 	meta, _, err := d.Load(KindSession, "s")
@@ -80,10 +87,10 @@ func TestStoreExpires(t *testing.T) {
 
 	write("old")
 	past := time.Now().Add(-time.Hour)
-	require.NoError(t, os.Chtimes(d.Path(KindSession, "old", KindSession), past, past))
+	require.NoError(t, os.Chtimes(savePath(dir, KindSession, "old"), past, past))
 	write("new")
 	d.Sweep()
-	assert.Equal(t, []string{d.Path(KindSession, "new", KindSession)}, saves(t, dir))
+	assert.Equal(t, []string{savePath(dir, KindSession, "new")}, saves(t, dir))
 }
 
 // A save is read back whole, by its kind only; List reads the metas of one kind; a file
@@ -122,7 +129,7 @@ func TestStoreSaveLoadList(t *testing.T) {
 	}
 	assert.Len(t, d.List(KindSession), 1)
 
-	require.NoError(t, os.WriteFile(d.Path(KindSandbox, "cut", KindSandbox), []byte{200, 0, 0, 0, '{'}, 0o600))
+	require.NoError(t, os.WriteFile(savePath(dir, KindSandbox, "cut"), []byte{200, 0, 0, 0, '{'}, 0o600))
 	_, _, err = d.Load(KindSandbox, "cut")
 	require.Error(t, err)
 	assert.NotErrorIs(t, err, fs.ErrNotExist)

@@ -1,0 +1,322 @@
+package session
+
+// A store in Redis (redis://[user:pass@]host:port/db, rediss:// for TLS): replicas on many
+// hosts share it without a shared file system. Keys, each with the save's name as a hash
+// tag:
+//
+//	minipy:{NAME}:save       a hash: head (the meta's header), size, gen, chunks
+//	minipy:{NAME}:c:GEN:I    the blob's Ith chunk (chunkSize) of generation GEN
+//	minipy:{NAME}:lease      a hash: owner, user; expires unless renewed (StoreOptions.Lease)
+//	minipy:{NAME}:want       another replica wants the session (expires in an hour)
+//	minipy:index:KIND        a set of the saves' names of a kind (for List)
+//	minipy:key               the state key (made once, SET NX)
+//
+// A save writes its chunks under a new generation, then switches the save's hash to it in
+// one script that first checks the lease (the fence: a replica that lost its lease cannot
+// write over a newer save), then removes the old generation's chunks. A reader that finds
+// a chunk gone (a save replaced it meanwhile) reads again. Redis expires saves (the TTL),
+// leases and want marks itself.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// chunkSize is the size of a save's chunks: no command carries more (Redis is
+// single-threaded; a 100 MB value would stall every other replica's calls).
+const chunkSize = 1 << 20
+
+type redisBackend struct{ c *redis.Client }
+
+// openRedis connects to url (and checks it answers); makeKey: read the store's key,
+// made with a random one when missing.
+func openRedis(url string, makeKey bool) (backend, []byte, error) {
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, nil, fmt.Errorf("-state-store: %w", err)
+	}
+	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = 2*time.Second, 5*time.Second, 5*time.Second
+	opts.MaxRetries = 1
+	b := &redisBackend{c: redis.NewClient(opts)}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := b.c.Ping(ctx).Err(); err != nil {
+		b.c.Close()
+		return nil, nil, fmt.Errorf("-state-store %s: %w", opts.Addr, err)
+	}
+	if !makeKey {
+		return b, nil, nil
+	}
+	if err := b.c.SetNX(ctx, "minipy:key", newKey(), 0).Err(); err != nil {
+		b.c.Close()
+		return nil, nil, fmt.Errorf("-state-store: making its key: %w", err)
+	}
+	key, err := b.c.Get(ctx, "minipy:key").Bytes()
+	if err != nil {
+		b.c.Close()
+		return nil, nil, fmt.Errorf("-state-store: reading its key: %w", err)
+	}
+	return b, key, nil
+}
+
+func saveKey(name string) string  { return "minipy:{" + name + "}:save" }
+func leaseKey(name string) string { return "minipy:{" + name + "}:lease" }
+func wantKey(name string) string  { return "minipy:{" + name + "}:want" }
+func chunkKey(name, gen string, i int) string {
+	return "minipy:{" + name + "}:c:" + gen + ":" + strconv.Itoa(i)
+}
+func indexKey(name string) string {
+	for _, kind := range kinds {
+		if len(name) > len(kind) && name[len(name)-len(kind):] == kind {
+			return "minipy:index:" + kind
+		}
+	}
+	return "minipy:index:"
+}
+
+// opTimeout bounds one of the store's calls (each is a few round trips).
+const opTimeout = 10 * time.Second
+
+func opContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), opTimeout)
+}
+
+// switchSave switches a save to a new generation unless another owner holds its lease;
+// it returns {0} when fenced, else {1, old gen, old chunks}.
+var switchSave = redis.NewScript(`
+local o = redis.call('HGET', KEYS[1], 'owner')
+if o and o ~= ARGV[1] then return {0} end
+local old = redis.call('HMGET', KEYS[2], 'gen', 'chunks')
+redis.call('DEL', KEYS[2])
+redis.call('HSET', KEYS[2], 'head', ARGV[2], 'size', ARGV[3], 'gen', ARGV[4], 'chunks', ARGV[5])
+if tonumber(ARGV[6]) > 0 then redis.call('PEXPIRE', KEYS[2], ARGV[6]) end
+return {1, old[1] or '', old[2] or '0'}`)
+
+func (b *redisBackend) put(name, owner string, head, blob []byte, ttl time.Duration) error {
+	ctx, cancel := opContext()
+	defer cancel()
+	gen := string(newKey()[:16])
+	n := (len(blob) + chunkSize - 1) / chunkSize
+	// Chunks outlive their save by a minute (a reader between the two), else for ever.
+	chunkTTL := time.Duration(0)
+	if ttl > 0 {
+		chunkTTL = ttl + time.Minute
+	}
+	pipe := b.c.Pipeline()
+	for i := range n {
+		pipe.Set(ctx, chunkKey(name, gen, i), blob[i*chunkSize:min(len(blob), (i+1)*chunkSize)], chunkTTL)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && n > 0 {
+		b.removeChunks(ctx, name, gen, n)
+		return err
+	}
+	res, err := switchSave.Run(ctx, b.c, []string{leaseKey(name), saveKey(name)}, owner, head,
+		len(head)+len(blob), gen, n, ttl.Milliseconds()).Slice()
+	if err != nil || len(res) == 0 || res[0] == int64(0) {
+		b.removeChunks(ctx, name, gen, n)
+		if err == nil {
+			err = ErrFenced
+		}
+		return err
+	}
+	b.c.SAdd(ctx, indexKey(name), name) //nolint:errcheck // List prunes what it misses; a save without its entry is found by id
+	if len(res) == 3 {
+		if oldGen, _ := res[1].(string); oldGen != "" {
+			oldN, _ := strconv.Atoi(fmt.Sprint(res[2]))
+			b.removeChunks(ctx, name, oldGen, oldN)
+		}
+	}
+	return nil
+}
+
+func (b *redisBackend) removeChunks(ctx context.Context, name, gen string, n int) {
+	keys := make([]string, n)
+	for i := range n {
+		keys[i] = chunkKey(name, gen, i)
+	}
+	if n > 0 {
+		b.c.Unlink(ctx, keys...) //nolint:errcheck // chunks expire with their save, or are left for the sweep
+	}
+}
+
+func (b *redisBackend) get(name string) ([]byte, error) {
+	ctx, cancel := opContext()
+	defer cancel()
+	for range 3 {
+		v, err := b.c.HMGet(ctx, saveKey(name), "head", "gen", "chunks").Result()
+		if err != nil {
+			return nil, err
+		}
+		head, ok := v[0].(string)
+		if !ok {
+			return nil, fs.ErrNotExist
+		}
+		gen, _ := v[1].(string)
+		n, _ := strconv.Atoi(fmt.Sprint(v[2]))
+		data := []byte(head)
+		if n == 0 {
+			return data, nil
+		}
+		keys := make([]string, n)
+		for i := range n {
+			keys[i] = chunkKey(name, gen, i)
+		}
+		chunks, err := b.c.MGet(ctx, keys...).Result()
+		if err != nil {
+			return nil, err
+		}
+		whole := true
+		for _, c := range chunks {
+			s, ok := c.(string)
+			if !ok {
+				whole = false // replaced by a save meanwhile: read the new one
+				break
+			}
+			data = append(data, s...)
+		}
+		if whole {
+			return data, nil
+		}
+	}
+	return nil, errors.New("the save kept changing while it was read")
+}
+
+func (b *redisBackend) head(name string) ([]byte, int64, error) {
+	ctx, cancel := opContext()
+	defer cancel()
+	v, err := b.c.HMGet(ctx, saveKey(name), "head", "size").Result()
+	if err != nil {
+		return nil, 0, err
+	}
+	head, ok := v[0].(string)
+	if !ok {
+		return nil, 0, fs.ErrNotExist
+	}
+	size, _ := strconv.ParseInt(fmt.Sprint(v[1]), 10, 64)
+	return []byte(head), size, nil
+}
+
+func (b *redisBackend) list(kind string) []listed {
+	ctx, cancel := opContext()
+	defer cancel()
+	names, err := b.c.SMembers(ctx, "minipy:index:"+kind).Result()
+	if err != nil {
+		return nil
+	}
+	pipe := b.c.Pipeline()
+	cmds := make([]*redis.SliceCmd, len(names))
+	for i, n := range names {
+		cmds[i] = pipe.HMGet(ctx, saveKey(n), "head", "size")
+	}
+	pipe.Exec(ctx) //nolint:errcheck // each command's own error is read below
+	var out []listed
+	for i, cmd := range cmds {
+		v, err := cmd.Result()
+		if err != nil {
+			continue
+		}
+		head, ok := v[0].(string)
+		if !ok {
+			b.c.SRem(ctx, "minipy:index:"+kind, names[i]) //nolint:errcheck // expired: pruned again next time if this fails
+			continue
+		}
+		size, _ := strconv.ParseInt(fmt.Sprint(v[1]), 10, 64)
+		out = append(out, listed{head: []byte(head), size: size})
+	}
+	return out
+}
+
+func (b *redisBackend) remove(name string) {
+	ctx, cancel := opContext()
+	defer cancel()
+	v, err := b.c.HMGet(ctx, saveKey(name), "gen", "chunks").Result()
+	if err != nil {
+		return
+	}
+	b.c.Del(ctx, saveKey(name))         //nolint:errcheck // best effort, as a file's remove
+	b.c.SRem(ctx, indexKey(name), name) //nolint:errcheck // (List prunes it otherwise)
+	if gen, ok := v[0].(string); ok {
+		n, _ := strconv.Atoi(fmt.Sprint(v[1]))
+		b.removeChunks(ctx, name, gen, n)
+	}
+}
+
+// takeLease sets the lease unless another owner holds it.
+var takeLease = redis.NewScript(`
+local o = redis.call('HGET', KEYS[1], 'owner')
+if o and o ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'user', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1`)
+
+// dropLease removes the lease if owner holds it.
+var dropLease = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0`)
+
+func (b *redisBackend) tryLease(name, owner, user string, length time.Duration) bool {
+	ctx, cancel := opContext()
+	defer cancel()
+	n, err := takeLease.Run(ctx, b.c, []string{leaseKey(name)}, owner, user, length.Milliseconds()).Int()
+	return err == nil && n == 1
+}
+
+func (b *redisBackend) readLease(name string) (lease, bool) {
+	ctx, cancel := opContext()
+	defer cancel()
+	pipe := b.c.Pipeline()
+	fields := pipe.HMGet(ctx, leaseKey(name), "owner", "user")
+	ttl := pipe.PTTL(ctx, leaseKey(name))
+	if _, err := pipe.Exec(ctx); err != nil {
+		return lease{}, false
+	}
+	v := fields.Val()
+	owner, ok := v[0].(string)
+	if !ok {
+		return lease{}, false
+	}
+	user, _ := v[1].(string)
+	return lease{Owner: owner, User: user, Until: time.Now().Add(ttl.Val())}, true
+}
+
+func (b *redisBackend) releaseLease(name, owner string) {
+	ctx, cancel := opContext()
+	defer cancel()
+	dropLease.Run(ctx, b.c, []string{leaseKey(name)}, owner) //nolint:errcheck // it expires otherwise
+}
+
+func (b *redisBackend) want(name, owner string) bool {
+	ctx, cancel := opContext()
+	defer cancel()
+	return b.c.Set(ctx, wantKey(name), owner, time.Hour).Err() == nil
+}
+
+func (b *redisBackend) unwant(name string) {
+	ctx, cancel := opContext()
+	defer cancel()
+	b.c.Del(ctx, wantKey(name)) //nolint:errcheck // it expires otherwise
+}
+
+func (b *redisBackend) wanted(name string) bool {
+	ctx, cancel := opContext()
+	defer cancel()
+	n, err := b.c.Exists(ctx, wantKey(name)).Result()
+	return err == nil && n > 0
+}
+
+// sweep prunes the index sets of the saves Redis expired.
+func (b *redisBackend) sweep(_, _ time.Duration) {
+	for _, kind := range kinds {
+		b.list(kind)
+	}
+}
+
+func (b *redisBackend) ping(ctx context.Context) error { return b.c.Ping(ctx).Err() }
+
+func (b *redisBackend) close() error { return b.c.Close() }
