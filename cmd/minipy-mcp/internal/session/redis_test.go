@@ -253,3 +253,30 @@ func TestStoreRedisRace(t *testing.T) {
 		}
 	}
 }
+
+// A replica killed mid-save (its chunks written, the save not switched to them) leaves the
+// previous save whole; the sweep removes its stray chunks once they are old, and never a
+// save's own.
+func TestStoreRedisKilledMidSave(t *testing.T) {
+	r := redistest.Start(t)
+	st, err := Open(r.URL(), StoreOptions{})
+	require.NoError(t, err)
+	defer st.Close()
+	require.NoError(t, st.Save(KindSession, "s", Meta{User: "u"}, []byte("whole")))
+	c := r.Client()
+	ctx := context.Background()
+	n := name(KindSession, "s")
+	for _, gen := range []string{newGen(time.Now().Add(-time.Hour)), newGen(time.Now())} { // a dead writer's, one in progress
+		require.NoError(t, c.Set(ctx, chunkKey(n, gen, 0), "half a save", 0).Err())
+	}
+	_, blob, err := st.Load(KindSession, "s")
+	require.NoError(t, err)
+	assert.Equal(t, "whole", string(blob))
+	st.Sweep()
+	keys, err := c.Keys(ctx, "minipy:{*}:c:*").Result()
+	require.NoError(t, err)
+	assert.Len(t, keys, 2, "the save's own chunk and the one in progress stay: %v", keys)
+	_, blob, err = st.Load(KindSession, "s")
+	require.NoError(t, err)
+	assert.Equal(t, "whole", string(blob))
+}

@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"io/fs"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -101,7 +102,7 @@ return {1, old[1] or '', old[2] or '0'}`)
 func (b *redisBackend) put(name, owner string, head, blob []byte, ttl time.Duration) error {
 	ctx, cancel := opContext()
 	defer cancel()
-	gen := string(newKey()[:16])
+	gen := newGen(time.Now())
 	n := (len(blob) + chunkSize - 1) / chunkSize
 	// Chunks outlive their save by a minute (a reader between the two), else for ever.
 	chunkTTL := time.Duration(0)
@@ -310,10 +311,50 @@ func (b *redisBackend) wanted(name string) bool {
 	return err == nil && n > 0
 }
 
-// sweep prunes the index sets of the saves Redis expired.
+// newGen names a save's generation: when it was made (milliseconds, hex), and random.
+func newGen(now time.Time) string {
+	return strconv.FormatInt(now.UnixMilli(), 16) + "-" + string(newKey()[:8])
+}
+
+// genAge is how long ago generation gen was made (0 if it cannot be read).
+func genAge(gen string) time.Duration {
+	ms, _, _ := strings.Cut(gen, "-")
+	n, err := strconv.ParseInt(ms, 16, 64)
+	if err != nil {
+		return 0
+	}
+	return time.Since(time.UnixMilli(n))
+}
+
+// strayAfter is how old the chunks of a generation that never became its save's (its
+// writer died between its chunks and its switch) must be before the sweep removes them: a
+// save in progress is younger.
+const strayAfter = 10 * time.Minute
+
+// sweep prunes the index sets of the saves Redis expired, and removes stray chunks.
 func (b *redisBackend) sweep(_, _ time.Duration) {
 	for _, kind := range kinds {
 		b.list(kind)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	current := map[string]string{} // name -> its save's generation
+	iter := b.c.Scan(ctx, 0, "minipy:{*}:c:*", 1000).Iterator()
+	for iter.Next(ctx) {
+		key := iter.Val()
+		name, rest, ok := strings.Cut(strings.TrimPrefix(key, "minipy:{"), "}:c:")
+		gen, _, ok2 := strings.Cut(rest, ":")
+		if !ok || !ok2 || genAge(gen) < strayAfter {
+			continue
+		}
+		cur, seen := current[name]
+		if !seen {
+			cur, _ = b.c.HGet(ctx, saveKey(name), "gen").Result()
+			current[name] = cur
+		}
+		if gen != cur {
+			b.c.Unlink(ctx, key) //nolint:errcheck // the next sweep tries again
+		}
 	}
 }
 
