@@ -191,6 +191,9 @@ func TestStoreRedisUnreachable(t *testing.T) {
 	assert.Contains(t, err.Error(), addr)
 	_, err = Open("redis://:bad url", StoreOptions{})
 	assert.Error(t, err)
+	_, err = Open("s3://bucket/x", StoreOptions{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "a store is dir://PATH")
 }
 
 // A replica that dies holding a lease (no renewal) lets its session go after the lease's

@@ -156,6 +156,9 @@ func Open(url string, o StoreOptions) (*Store, error) {
 	switch {
 	case strings.HasPrefix(url, "redis://"), strings.HasPrefix(url, "rediss://"):
 		b, key, err = openRedis(url, keyFile == "")
+	case strings.Contains(url, "://") && !strings.HasPrefix(url, "dir://"):
+		return nil, fmt.Errorf("-state-store %s: a store is dir://PATH, redis://HOST:PORT/DB or rediss://...",
+			strings.SplitN(url, "://", 2)[0]+"://...")
 	default:
 		b, key, err = openDir(strings.TrimPrefix(url, "dir://"), keyFile == "")
 	}
