@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -14,7 +17,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/minipy-go/minipy"
 	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/redistest"
+	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/session"
 )
 
 // kill ends the server with SIGKILL (no drain, no save), and then whatever of its
@@ -128,4 +133,120 @@ func TestServeRedisAway(t *testing.T) {
 	text, isError = runText(t, cs, map[string]any{"code": "x, fruit"})
 	require.False(t, isError, "%s\nB's log:\n%s", text, b.log)
 	assert.Equal(t, "[value]\n(2, 'kiwi')\n", text)
+}
+
+// A bad day across replicas: sessions of the legacy revision behind HAProxy make calls
+// with known answers (a counter) while the two replicas sharing a real Redis are killed
+// hard in turn, at random moments, mid-call or not, and started again. No saved state is
+// lost: a counter value that a save had (its session idle past -state-idle, with no kill
+// meanwhile) never comes back smaller; a counter never runs ahead of the calls made (no call
+// counted twice, no two copies of a session); and every session ends with its calls
+// answered.
+func TestChaosReplicas(t *testing.T) {
+	const sessions, calls = 4, 24
+	r := redistest.Start(t)
+	bl := startBalanced(t, "-state-store", r.URL(), "-state-idle", "150ms", "-state-lease", "2s")
+	store, err := session.Open(r.URL(), session.StoreOptions{}) // (to see the saves)
+	require.NoError(t, err)
+	defer store.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	var wg, started sync.WaitGroup
+	var failed, answered, killed atomic.Int64
+	for i := range sessions {
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "minipy-chaos-replicas", Version: "0"}, nil).Connect(ctx,
+			&mcp.StreamableClientTransport{Endpoint: fmt.Sprintf("http://127.0.0.1:%d/mcp", bl.ph)}, legacy)
+		require.NoError(t, err)
+		t.Cleanup(func() { cs.Close() })
+		wg.Add(1)
+		started.Add(1)
+		go func() {
+			defer wg.Done()
+			var once sync.Once
+			defer once.Do(started.Done)
+			chaosSession(t, ctx, cs, store, i, calls, &killed, &failed, &answered, func() { once.Do(started.Done) })
+		}()
+	}
+	started.Wait() // each session saved once: before that, a kill loses it whole, as documented
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	for turn := 0; ; turn++ {
+		select {
+		case <-done:
+			t.Logf("%d kills; %d calls answered, %d failed and tried again", killed.Load(), answered.Load(), failed.Load())
+			assert.GreaterOrEqual(t, killed.Load(), int64(2))
+			assert.Equal(t, int64(sessions*calls), answered.Load())
+			return
+		case <-ctx.Done():
+			t.Fatal("the sessions did not finish in time")
+		case <-time.After(time.Duration(1500+rand.IntN(1500)) * time.Millisecond):
+		}
+		victim, port := &bl.a, bl.pa
+		if turn%2 == 1 {
+			victim, port = &bl.b, bl.pb
+		}
+		killed.Add(1) // (before: a save that a session counts on must have come before it)
+		(*victim).kill(t)
+		*victim = bl.replica(t, port)
+		require.Eventually(t, bl.bothUp, 20*time.Second, 50*time.Millisecond, "haproxy sees the replica again")
+	}
+}
+
+// chaosSession makes TestChaosReplicas's calls in cs; started is called once its first
+// answer has been saved (seen in store).
+func chaosSession(t *testing.T, ctx context.Context, cs *mcp.ClientSession, store *session.Store, i, calls int,
+	killed, failed, answered *atomic.Int64, started func()) {
+	rng := rand.New(rand.NewPCG(uint64(i), 51))
+	// last: the counter's last answer; saved: the last answer a save had; tries: the calls
+	// made since last (a failed call may have counted, or not).
+	last, saved, tries := 0, 0, 0
+	isStarted := false
+	for done := 0; done < calls && ctx.Err() == nil; {
+		tries++
+		kills := killed.Load()
+		callCtx, cancel := context.WithTimeout(ctx, time.Minute)
+		res, err := cs.CallTool(callCtx, &mcp.CallToolParams{Name: minipy.ToolName,
+			Arguments: map[string]any{"code": "try:\n    c += 1\nexcept NameError:\n    c = 1\nc"}})
+		cancel()
+		answeredAt := time.Now()
+		if err != nil || res.IsError {
+			if failed.Add(1) < 40 {
+				t.Logf("session %d: %v %v", i, err, res)
+			}
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		var v int
+		if _, err = fmt.Sscanf(res.Content[0].(*mcp.TextContent).Text, "[value]\n%d", &v); !assert.NoError(t, err,
+			res.Content[0].(*mcp.TextContent).Text) {
+			return
+		}
+		assert.Greater(t, v, saved, "session %d: a saved value was lost (last %d, saved %d)", i, last, saved)
+		assert.LessOrEqual(t, v, last+tries, "session %d: counted ahead of its calls (last %d, tries %d)", i, last, tries)
+		last, tries = v, 0
+		done++
+		answered.Add(1)
+		if !isStarted || rng.IntN(3) == 0 {
+			// Idle past -state-idle: saved, unless a kill came first (seen in the store).
+			if savedSince(store, cs.ID(), answeredAt) && killed.Load() == kills {
+				saved = v
+				if !isStarted {
+					isStarted = true
+					started()
+				}
+			}
+		} else {
+			time.Sleep(time.Duration(rng.IntN(100)) * time.Millisecond)
+		}
+	}
+}
+
+// savedSince waits (up to 5 s) for a save of MCP session id made after since.
+func savedSince(store *session.Store, id string, since time.Time) bool {
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if meta, err := store.Stat(session.KindSession, id); err == nil && meta.Saved.After(since) {
+			return true
+		}
+	}
+	return false
 }
