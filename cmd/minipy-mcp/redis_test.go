@@ -143,7 +143,7 @@ func TestServeRedisAway(t *testing.T) {
 // counted twice, no two copies of a session); and every session ends with its calls
 // answered.
 func TestChaosReplicas(t *testing.T) {
-	const sessions, calls = 4, 24
+	const sessions, calls, kills = 4, 24, 4
 	r := redistest.Start(t)
 	bl := startBalanced(t, "-state-store", r.URL(), "-state-idle", "150ms", "-state-lease", "2s")
 	store, err := session.Open(r.URL(), session.StoreOptions{}) // (to see the saves)
@@ -164,7 +164,7 @@ func TestChaosReplicas(t *testing.T) {
 			defer wg.Done()
 			var once sync.Once
 			defer once.Do(started.Done)
-			chaosSession(t, ctx, cs, store, i, calls, &killed, &failed, &answered, func() { once.Do(started.Done) })
+			chaosSession(t, ctx, cs, store, i, calls, kills, &killed, &failed, &answered, func() { once.Do(started.Done) })
 		}()
 	}
 	started.Wait() // each session saved once: before that, a kill loses it whole, as documented
@@ -174,12 +174,15 @@ func TestChaosReplicas(t *testing.T) {
 		select {
 		case <-done:
 			t.Logf("%d kills; %d calls answered, %d failed and tried again", killed.Load(), answered.Load(), failed.Load())
-			assert.GreaterOrEqual(t, killed.Load(), int64(2))
-			assert.Equal(t, int64(sessions*calls), answered.Load())
+			assert.Equal(t, int64(kills), killed.Load())
+			assert.GreaterOrEqual(t, answered.Load(), int64(sessions*calls))
 			return
 		case <-ctx.Done():
 			t.Fatal("the sessions did not finish in time")
 		case <-time.After(time.Duration(1500+rand.IntN(1500)) * time.Millisecond):
+		}
+		if killed.Load() == kills {
+			continue // (the sessions end their calls)
 		}
 		victim, port := &bl.a, bl.pa
 		if turn%2 == 1 {
@@ -192,18 +195,19 @@ func TestChaosReplicas(t *testing.T) {
 	}
 }
 
-// chaosSession makes TestChaosReplicas's calls in cs; started is called once its first
-// answer has been saved (seen in store).
-func chaosSession(t *testing.T, ctx context.Context, cs *mcp.ClientSession, store *session.Store, i, calls int,
+// chaosSession makes TestChaosReplicas's calls in cs, at least calls of them and until
+// kills kills have been made; started is called once its first answer has been saved
+// (seen in store).
+func chaosSession(t *testing.T, ctx context.Context, cs *mcp.ClientSession, store *session.Store, i, calls, kills int,
 	killed, failed, answered *atomic.Int64, started func()) {
 	rng := rand.New(rand.NewPCG(uint64(i), 51))
 	// last: the counter's last answer; saved: the last answer a save had; tries: the calls
 	// made since last (a failed call may have counted, or not).
 	last, saved, tries := 0, 0, 0
 	isStarted := false
-	for done := 0; done < calls && ctx.Err() == nil; {
+	for done := 0; (done < calls || killed.Load() < int64(kills)) && ctx.Err() == nil; {
 		tries++
-		kills := killed.Load()
+		before := killed.Load()
 		callCtx, cancel := context.WithTimeout(ctx, time.Minute)
 		res, err := cs.CallTool(callCtx, &mcp.CallToolParams{Name: minipy.ToolName,
 			Arguments: map[string]any{"code": "try:\n    c += 1\nexcept NameError:\n    c = 1\nc"}})
@@ -228,7 +232,7 @@ func chaosSession(t *testing.T, ctx context.Context, cs *mcp.ClientSession, stor
 		answered.Add(1)
 		if !isStarted || rng.IntN(3) == 0 {
 			// Idle past -state-idle: saved, unless a kill came first (seen in the store).
-			if savedSince(store, cs.ID(), answeredAt) && killed.Load() == kills {
+			if savedSince(store, cs.ID(), answeredAt) && killed.Load() == before {
 				saved = v
 				if !isStarted {
 					isStarted = true
