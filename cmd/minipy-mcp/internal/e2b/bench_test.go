@@ -75,29 +75,8 @@ func BenchmarkCreateToFirstResult(b *testing.B) {
 
 // createAndRun creates a sandbox and runs 1+1 in it, and returns its kill.
 func createAndRun(b *testing.B, base string) (kill func()) {
-	resp, err := http.Post(base+"/v2/sandboxes", "application/json", strings.NewReader(`{"templateID": "code-interpreter-v1"}`))
-	if err != nil {
-		b.Fatal(err)
-	}
-	var sb sandboxBody
-	err = json.NewDecoder(resp.Body).Decode(&sb)
-	resp.Body.Close()
-	if err != nil || resp.StatusCode != http.StatusCreated {
-		b.Fatalf("create: %d %v", resp.StatusCode, err)
-	}
-	req, _ := http.NewRequest("POST", base+"/execute", strings.NewReader(`{"code": "1+1"}`))
-	req.Header.Set("E2b-Sandbox-Id", sb.SandboxID)
-	req.Header.Set("E2b-Sandbox-Port", "49999")
-	req.Header.Set("X-Access-Token", sb.EnvdAccessToken)
-	resp, err = http.DefaultClient.Do(req)
-	if err != nil {
-		b.Fatal(err)
-	}
-	out, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if !bytes.Contains(out, []byte(`"text":"2"`)) {
-		b.Fatalf("execute: %s", out)
-	}
+	sb := benchCall(b, base, "POST", "/v2/sandboxes", `{"templateID": "code-interpreter-v1"}`, http.StatusCreated)
+	benchRun(b, base, sb, "1+1", `"text":"2"`)
 	return func() {
 		req, _ := http.NewRequest("DELETE", base+"/sandboxes/"+sb.SandboxID, nil)
 		if resp, err := http.DefaultClient.Do(req); err == nil {
