@@ -33,6 +33,7 @@ func (s *serverProc) kill(t *testing.T) {
 	for _, p := range alive(pids) {
 		syscall.Kill(p, syscall.SIGKILL) //nolint:errcheck // nothing may outlive the test
 	}
+	removeCgroupsOf(t, s.cmd.Process.Pid)
 }
 
 // Past one machine, with Redis: two replicas behind HAProxy share a real Redis

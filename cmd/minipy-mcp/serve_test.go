@@ -30,6 +30,7 @@ import (
 	"github.com/minipy-go/minipy"
 	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/mcpfront"
 	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/session"
+	"github.com/minipy-go/minipy/internal/worker"
 )
 
 // The tests of serving people who do not trust each other run the real binary over real
@@ -127,6 +128,17 @@ func (s *serverProc) stop(t *testing.T) {
 	for _, p := range alive(pids) {
 		syscall.Kill(p, syscall.SIGKILL) //nolint:errcheck // nothing may outlive the test
 	}
+	assert.Empty(t, removeCgroupsOf(t, s.cmd.Process.Pid), "a server stopped by SIGTERM removes its engines' cgroups")
+}
+
+// removeCgroupsOf removes the engines' cgroups that the server process pid, which has
+// ended, left (a server killed hard cannot remove them), and returns them.
+func removeCgroupsOf(t *testing.T, pid int) []string {
+	left := worker.LeftCgroups(pid)
+	for _, d := range left {
+		assert.NoError(t, worker.RemoveCgroup(d))
+	}
+	return left
 }
 
 // descendantsOf lists pid's descendants (from /proc).

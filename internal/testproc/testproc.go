@@ -26,9 +26,15 @@ const Key = "MINIPY_TEST_PARENT"
 // gone within ten seconds. Those that are not are named and killed, and the run fails.
 // (Sandboxed workers start with a minimal environment; they die with their pid namespace,
 // which the engine's tests check.) An engine's cgroup left behind (worker.LeftCgroups) fails
-// it too, and is removed.
+// it too, and is removed; one of a dead process that had this pid before is removed first.
 func Run(m *testing.M) int {
 	os.Setenv(Key, strconv.Itoa(os.Getpid()))
+	// An engine's cgroup named for this pid before any test ran is a dead host's, whose
+	// pid this binary was given (a host killed hard leaves its own): not this binary's
+	// leftover, and in the way of its first engine's name.
+	for _, d := range worker.LeftCgroups(os.Getpid()) {
+		worker.RemoveCgroup(d) //nolint:errcheck // then counted below if it stays
+	}
 	code := m.Run()
 	var left []string
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -214,6 +215,7 @@ func openV1(self map[string]string, mounts map[string]cgroupMount, o CgroupOptio
 			c.removeDirs()
 			return nil, fmt.Errorf("the cgroup %s is outside the %s hierarchy mounted at %s", parent, ctl, m.dir)
 		}
+		SweepDeadEngines(dir)
 		own := filepath.Join(dir, name)
 		if err := os.Mkdir(own, 0o755); err != nil {
 			c.removeDirs()
@@ -241,11 +243,109 @@ func (c *Cgroups) setBudget(budget int64) error {
 	return nil
 }
 
-// makeEngineDir makes the engine's directory in dir: minipy-PID-N.
+// makeEngineDir makes the engine's directory in dir: minipy-PID-N, after removing what
+// dead hosts left there (SweepDeadEngines): a host given the pid of one that was killed
+// would otherwise find its first name taken.
 func makeEngineDir(dir string) (name, own string, err error) {
+	SweepDeadEngines(dir)
 	name = fmt.Sprintf("minipy-%d-%d", os.Getpid(), engineSeq.Add(1))
 	own = filepath.Join(dir, name)
 	return name, own, os.Mkdir(own, 0o755)
+}
+
+// engineDirName is an engine's directory, minipy-PID-N; its first group is the host's pid.
+var engineDirName = regexp.MustCompile(`^minipy-([0-9]+)-[0-9]+$`)
+
+// SweepDeadEngines removes from the cgroup directory dir the engines' cgroups whose host
+// has died (killed, so its Close never ran: nothing else removes them, and they pile up
+// under a server that restarts) and that hold no process any more: the groups in them
+// first, then the engine's. A host is dead when no process has its pid, or when the
+// process that has it started after the directory last changed (the pid was reused).
+// Nothing is killed: a group a process still holds stays, with its engine's directory.
+// It returns the directories removed.
+func SweepDeadEngines(dir string) []string {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var removed []string
+	for _, ent := range entries {
+		m := engineDirName.FindStringSubmatch(ent.Name())
+		if m == nil || !ent.IsDir() {
+			continue
+		}
+		own := filepath.Join(dir, ent.Name())
+		info, err := os.Stat(own)
+		if err != nil {
+			continue
+		}
+		pid, _ := strconv.Atoi(m[1])
+		if hostAlive(pid, info.ModTime()) {
+			continue
+		}
+		groups, _ := os.ReadDir(own)
+		for _, g := range groups {
+			if g.IsDir() {
+				syscall.Rmdir(filepath.Join(own, g.Name())) //nolint:errcheck // held: it stays
+			}
+		}
+		if syscall.Rmdir(own) == nil {
+			removed = append(removed, own)
+		}
+	}
+	return removed
+}
+
+// hostAlive says whether the process with this pid may be the host that made a directory
+// last changed at changed: it lives, and did not start after (a second's grace for the
+// clocks: the boot time is whole seconds).
+func hostAlive(pid int, changed time.Time) bool {
+	if pid <= 0 {
+		return false
+	}
+	started, ok := processStart(pid)
+	if !ok {
+		return syscall.Kill(pid, 0) != syscall.ESRCH
+	}
+	return !started.After(changed.Add(time.Second))
+}
+
+// processStart is when process pid started (/proc/PID/stat's starttime after /proc/stat's
+// btime); false if it is gone or cannot be read.
+func processStart(pid int) (time.Time, bool) {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return time.Time{}, false
+	}
+	s := string(stat)
+	// The fields after the command's name, which may hold spaces and parentheses: state
+	// is field 3, starttime field 22.
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(fields) < 20 {
+		return time.Time{}, false
+	}
+	ticks, err1 := strconv.ParseUint(fields[19], 10, 64)
+	boot, err2 := bootTime()
+	if err1 != nil || err2 != nil {
+		return time.Time{}, false
+	}
+	// USER_HZ, what /proc counts in, is 100 on every Linux architecture.
+	return boot.Add(time.Duration(ticks) * (time.Second / 100)), true
+}
+
+// bootTime is /proc/stat's btime.
+func bootTime() (time.Time, error) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return time.Time{}, err
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "btime "); ok {
+			secs, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return time.Unix(secs, 0), err
+		}
+	}
+	return time.Time{}, errors.New("no btime in /proc/stat")
 }
 
 // Dirs are the engine's cgroup directories (v2: one; v1: memory's, then pids').

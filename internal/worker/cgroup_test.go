@@ -1,9 +1,11 @@
 package worker
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -261,4 +263,73 @@ func TestCgroupMemoryLimit(t *testing.T) {
 	assert.Zero(t, cgroupMemoryLimit(map[string]string{"memory": "/"}, mounts))
 	assert.Equal(t, int64(2<<30), memTotal("MemTotal:        2097152 kB\nMemFree: 1 kB\n"))
 	assert.Positive(t, HostMemory())
+}
+
+// An engine's cgroup whose host died (killed: its Close never ran) is removed by the next
+// engine to open beside it, unless a process still holds one of its groups (nothing is
+// killed). One named for a live pid goes too if that process started after it last
+// changed (the pid was reused); a live host's stays.
+func TestSweepDeadEngines(t *testing.T) {
+	c := needCgroupV1(t)
+	parent := filepath.Dir(c.dirs[1]) // the pids hierarchy's
+	mk := func(name string, groups ...string) string {
+		dir := filepath.Join(parent, name)
+		require.NoError(t, os.Mkdir(dir, 0o755))
+		t.Cleanup(func() { RemoveCgroup(dir) })
+		for _, g := range groups {
+			require.NoError(t, os.Mkdir(filepath.Join(dir, g), 0o755))
+		}
+		return dir
+	}
+	deadPid := func() int {
+		cmd := exec.Command("true")
+		require.NoError(t, cmd.Run())
+		return cmd.Process.Pid
+	}
+	dead := mk(fmt.Sprintf("minipy-%d-7", deadPid()), "s1", "s2")
+	held := mk(fmt.Sprintf("minipy-%d-8", deadPid()), "s1", "s2")
+	sleeper := exec.Command("sleep", "300")
+	require.NoError(t, sleeper.Start())
+	t.Cleanup(func() { sleeper.Process.Kill(); sleeper.Wait() })
+	require.NoError(t, os.WriteFile(filepath.Join(held, "s1", "cgroup.procs"), []byte(strconv.Itoa(sleeper.Process.Pid)), 0))
+	self := os.Getpid()
+	reused := mk(fmt.Sprintf("minipy-%d-9998", self), "s1")
+	hourAgo := time.Now().Add(-time.Hour)
+	require.NoError(t, os.Chtimes(reused, hourAgo, hourAgo), "made before this process started: by a dead one with its pid")
+	live := mk(fmt.Sprintf("minipy-%d-9999", self), "s1")
+	other := mk("minipy-mine", "s1") // not an engine's name
+
+	removed := SweepDeadEngines(parent)
+	assert.Contains(t, removed, dead)
+	assert.Contains(t, removed, reused)
+	assert.NoDirExists(t, dead)
+	assert.NoDirExists(t, reused)
+	assert.NoDirExists(t, filepath.Join(held, "s2"), "its empty group goes")
+	for _, d := range []string{filepath.Join(held, "s1"), filepath.Join(live, "s1"), filepath.Join(other, "s1"), c.dirs[1]} {
+		assert.DirExists(t, d)
+	}
+	assert.Equal(t, strconv.Itoa(sleeper.Process.Pid), strings.TrimSpace(readFile(t, filepath.Join(held, "s1", "cgroup.procs"))),
+		"nothing is killed")
+
+	require.NoError(t, sleeper.Process.Kill())
+	sleeper.Wait() //nolint:errcheck // killed
+	require.Eventually(t, func() bool { return slices.Contains(SweepDeadEngines(parent), held) }, 5*time.Second,
+		20*time.Millisecond, "once its last process has ended")
+
+	// And an engine opening beside them sweeps them: a dead host's, named as this
+	// process's next engine will be, would be in its way.
+	next := fmt.Sprintf("minipy-%d-%d", self, engineSeq.Load()+1)
+	in := mk(next, "s1")
+	require.NoError(t, os.Chtimes(in, hourAgo, hourAgo))
+	c2, err := OpenCgroups(CgroupOptions{})
+	require.NoError(t, err, "the name was a dead host's")
+	defer c2.Close()
+	assert.Equal(t, filepath.Join(parent, next), c2.dirs[1])
+}
+
+func readFile(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(name)
+	require.NoError(t, err)
+	return string(b)
 }
