@@ -239,7 +239,7 @@ func minus(a, b opcount.PerOp) opcount.PerOp {
 }
 
 // report reports the median of took (and of floor, and their ratio, when there is one) and
-// the counts per operation (with the floor's).
+// the counts per operation (with the floor's, unless it is zero: none was counted).
 func report(b *testing.B, m countMeter, took, floor []time.Duration, per, floorPer opcount.PerOp) {
 	b.ReportMetric(float64(median(took).Nanoseconds())/1e3, "us")
 	if floor != nil {
@@ -263,6 +263,8 @@ func report(b *testing.B, m countMeter, took, floor []time.Duration, per, floorP
 			continue
 		}
 		b.ReportMetric(c.op, c.name+"/op")
-		b.ReportMetric(c.floor, "floor-"+c.name+"/op")
+		if floorPer != (opcount.PerOp{}) { // (none counted)
+			b.ReportMetric(c.floor, "floor-"+c.name+"/op")
+		}
 	}
 }

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"testing"
+	"time"
 
 	"github.com/minipy-go/minipy"
+	"github.com/minipy-go/minipy/internal/opcount"
 )
 
 // stateBenchCell fills a namespace as issue 23 measures it: a 10 MB numpy array and 100
@@ -23,7 +25,11 @@ for i in range(100):
 `
 
 // BenchmarkSaveRestore measures Namespace.Save and Restore of stateBenchCell's namespace
-// in each engine (Restore into a fresh namespace of the same engine), and the saved size.
+// in each engine, back to back: save; restore into one namespace of the same engine; and,
+// for the isolated engine, restore-new: a new namespace and a Restore into it (what a
+// paused E2B sandbox's resume and a saved session's bring-back do), with the start of the
+// spare that replaces it. Metrics: us (the median), the saved size, and the counts per
+// operation over the whole process tree (docs/benchmarks.md, "Counts").
 func BenchmarkSaveRestore(b *testing.B) {
 	iso, err := minipy.NewIsolated(minipy.IsolatedConfig{})
 	if err != nil {
@@ -44,23 +50,48 @@ func BenchmarkSaveRestore(b *testing.B) {
 		}
 		var saved bytes.Buffer
 		b.Run(c.name+"/save", func(b *testing.B) {
-			for b.Loop() {
+			countOps(b, func() {
 				saved.Reset()
 				if _, err := ns.Save(&saved); err != nil {
 					b.Fatal(err)
 				}
-			}
+			})
 			b.ReportMetric(float64(saved.Len())/(1<<20), "MB")
 		})
 		target := c.newNS()
 		b.Run(c.name+"/restore", func(b *testing.B) {
-			for b.Loop() {
+			countOps(b, func() {
 				if err := target.Restore(bytes.NewReader(saved.Bytes())); err != nil {
 					b.Fatal(err)
 				}
-			}
+			})
 		})
+		if c.engine == iso {
+			b.Run(c.name+"/restore-new", func(b *testing.B) {
+				countOps(b, func() {
+					fresh := c.newNS()
+					defer fresh.Close()
+					if err := fresh.Restore(bytes.NewReader(saved.Bytes())); err != nil {
+						b.Fatal(err)
+					}
+				})
+			})
+		}
 		ns.Close()
 		target.Close()
 	}
+}
+
+// countOps runs op back to back for the benchmark's loop and reports its median time and
+// its counts per operation (no floor).
+func countOps(b *testing.B, op func()) {
+	m := meter(b)
+	var took []time.Duration
+	before := m.read()
+	for b.Loop() {
+		start := time.Now()
+		op()
+		took = append(took, time.Since(start))
+	}
+	report(b, m, took, nil, m.since(before).Per(len(took)), opcount.PerOp{})
 }

@@ -140,6 +140,34 @@ func TestSaveRestoreNumpy(t *testing.T) {
 	}
 }
 
+// TestSaveRestoreLarge: a namespace whose pickle is megabytes in many pieces (the
+// isolated worker writes its reply from them, runtime.Chunks, with writev) round trips
+// between the engines byte for byte.
+func TestSaveRestoreLarge(t *testing.T) {
+	needModule(t, "numpy")
+	engines := stateEngines(t)
+	const cell = "import numpy as np, hashlib\n" +
+		"blob = bytes(range(256)) * 12289\n" + // 3 MB and a bit
+		"buf = bytearray(blob[:700001])\n" +
+		"arr = np.arange(600000, dtype=np.int32)[::2]\n" + // not contiguous: pickled through a copy
+		"words = ['w%d' % i for i in range(50000)]\n"
+	const check = "hashlib.sha256(blob + bytes(buf) + arr.tobytes() + ','.join(words).encode()).hexdigest()"
+	for from, src := range engines {
+		ns := newNS(t, src)
+		runState(t, src, ns, cell)
+		want := runState(t, src, ns, check)
+		var saved bytes.Buffer
+		_, err := ns.Save(&saved)
+		require.NoError(t, err, from)
+		require.Greater(t, saved.Len(), 4<<20, from)
+		for to, dst := range engines {
+			target := newNS(t, dst)
+			restoreAcross(t, from, to, target, saved.Bytes())
+			assert.Equal(t, want, runState(t, dst, target, check), from+" to "+to)
+		}
+	}
+}
+
 // TestSaveRestoreFiles: an isolated namespace's working directory comes along (files,
 // directories, links, modes); the in-process engine, which has none, refuses such a
 // namespace and stays unchanged.

@@ -278,7 +278,7 @@ def _op_save(ident):
     hosts = [k for k in names if _is_host(space[k])]
     data = {k: space[k] for k in names if k not in hosts}
     skipped = []
-    buf = io.BytesIO()
+    buf = Chunks()  # (not a BytesIO: growing it copies the pickle again and again)
     try:
         _SpacePickler(buf, space).dump(data)
     except Exception:
@@ -290,15 +290,14 @@ def _op_save(ident):
             except (Exception, RecursionError) as exc:
                 skipped.append([k, _why(exc)])
                 del data[k]
-        buf = io.BytesIO()
+        buf = Chunks()
         try:
             _SpacePickler(buf, space).dump(data)
         except (Exception, RecursionError) as exc:
             raise _OpError("state", "the namespace cannot be saved: %s" % _why(exc)) from None
-    pickled = buf.getvalue()
-    if 0 <= max_transfer < len(pickled) + 4096:  # and the names
-        raise _OpError("too_large", _too_large("the namespace's saved variables", len(pickled)))
-    return [pickled, list(data), skipped, hosts, "%d.%d" % sys.version_info[:2]]
+    if 0 <= max_transfer < buf.size + 4096:  # and the names
+        raise _OpError("too_large", _too_large("the namespace's saved variables", buf.size))
+    return [buf, list(data), skipped, hosts, "%d.%d" % sys.version_info[:2]]
 
 
 def _missing_host(name):

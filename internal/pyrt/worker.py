@@ -38,6 +38,20 @@ import time
 import types
 
 _LEN = struct.Struct("<I")
+_WRITEV_PAST = 1 << 18  # a frame this large is written from its parts (write_frame)
+
+
+def _write_all(fd, parts):
+    """Writes the buffers parts to fd in a row, with writev (whatever it wrote of them)."""
+    views = [memoryview(p) for p in parts if len(p)]
+    while views:
+        n = os.writev(fd, views[:512])
+        while n:
+            if n < len(views[0]):
+                views[0] = views[0][n:]
+                break
+            n -= len(views[0])
+            del views[0]
 _real_fork = os.fork  # before the runtime wraps it: a snapshot is not a child of a run
 _snap_sock = None  # the worker's end of its socket to the guardian (config control=1)
 _forkable = False  # the worker can fork snapshots and copies that start their threads again
@@ -320,8 +334,14 @@ class _Worker:
         return body
 
     def write_frame(self, kind, *parts):
-        body = b"".join(parts)
-        data = memoryview(_LEN.pack(len(body) + 1) + kind + body)
+        size = sum(map(len, parts))
+        if size >= _WRITEV_PAST:
+            # Large (a Save's reply): written from where its parts are, not joined into a
+            # copy (each copy of fresh memory costs a page fault per page: runtime.Chunks).
+            with self.write_lock:
+                _write_all(self.out_fd, [_LEN.pack(size + 1) + kind, *parts])
+            return
+        data = memoryview(_LEN.pack(size + 1) + kind + b"".join(parts))
         with self.write_lock:
             while data:
                 data = data[os.write(self.out_fd, data):]
@@ -482,7 +502,7 @@ class _Worker:
             if stop_ms and self.deadman is not None:
                 self.deadman.arm(stop_ms)
             self.run_id = body[1:9]  # for captures() and call_host(): the run id of events
-            resp = dispatch(request)
+            resp = dispatch(request)  # (buffers: runtime.dispatch_parts)
             self.pump.stop()
             if stop_ms and self.deadman is not None:
                 self.deadman.disarm()
@@ -494,7 +514,7 @@ class _Worker:
             if self.packed and request[:1] == bytes((OP_FREE,)):
                 for ident in [i for i in self.cwds if i not in _rt._spaces]:
                     del self.cwds[ident]
-            self.write_frame(F_ANSWER, body[1:9], bytes((changed | (ANSWER_KICKED if kicked else 0),)), resp)
+            self.write_frame(F_ANSWER, body[1:9], bytes((changed | (ANSWER_KICKED if kicked else 0),)), *resp)
             self.heard = time.monotonic()  # (beats that queued while the GIL was held are read after)
             self.busy = False
 
@@ -1189,7 +1209,8 @@ def _start(w, cfg, runtime):
     w.cpu_limit = cfg.get("cpu_seconds", 0)
     w.snapshots = bool(cfg.get("rollback")) and _forkable and w.snap_sock is not None
     _rt.max_transfer = cfg.get("max_transfer", -1)
-    dispatch = _rt.install(w.kick_signal, None)
+    _rt.install(w.kick_signal, None)
+    dispatch = _rt.dispatch_parts
     _rt.call_host = w.call_host
     _rt.adopter = os.getppid()  # the guardian
     try:

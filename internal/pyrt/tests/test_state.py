@@ -21,12 +21,25 @@ def space_with(code):
 def round_trip(code, into=None):
     """The namespace made by code, saved and restored into a fresh namespace (or into)."""
     blob, saved, skipped, hosts, version = _rt["_op_save"](space_with(code))
+    blob = b"".join(blob)  # (Chunks: the pickle as written)
     target = into if into is not None else _rt["new_namespace"]()
     restored = _rt["_op_restore"](target, blob, hosts, version)
     return _rt["_spaces"][target], saved, skipped, restored
 
 
 class SaveRestore(unittest.TestCase):
+    def test_reply_in_parts(self):
+        # A save's reply, encoded in parts for a writev, is encode's bytes, and the pickle's
+        # pieces are in it as the pickler wrote them, not copies.
+        reply = _rt["_op_save"](space_with("big = bytes(range(256)) * 4096\nsmall = [1, 'x']\n"))
+        chunks = reply[0]
+        self.assertIs(type(chunks), _rt["Chunks"])
+        self.assertEqual(chunks.size, sum(map(len, chunks)))
+        parts = _rt["encode_parts"](reply, b"\x00")
+        self.assertEqual(b"".join(parts), b"\x00" + _rt["encode"](reply))
+        self.assertTrue(any(p is c for p in parts for c in chunks if len(c) >= 1 << 20), "the large piece is not copied")
+        self.assertEqual(_rt["encode_parts"]([b"ab", 1], b"\x00"), [bytearray(b"\x00" + _rt["encode"]([b"ab", 1]))])
+
     def test_data(self):
         space, saved, skipped, restored = round_trip("a = 1\nb = [a, 'x', {'k': (1.5, None)}]\nc = b\n")
         self.assertEqual((space["a"], space["b"]), (1, [1, "x", {"k": (1.5, None)}]))
@@ -119,7 +132,7 @@ class SaveRestore(unittest.TestCase):
         _rt["_op_register"](source, [spec, ["gone", 3, "", [], "", False, False]])
         blob, saved, skipped, hosts, version = _rt["_op_save"](source)
         self.assertEqual((saved, hosts), (["new"], ["lookup", "gone"]))
-        _rt["_op_restore"](target, blob, hosts, version)
+        _rt["_op_restore"](target, b"".join(blob), hosts, version)
         space = _rt["_spaces"][target]
         self.assertNotIn("old", space)
         self.assertEqual(space["new"], 3)
@@ -131,6 +144,7 @@ class SaveRestore(unittest.TestCase):
     def test_bad_input_changes_nothing(self):
         target = space_with("x = 1\n")
         blob, _, _, hosts, version = _rt["_op_save"](space_with("y = 2\n"))
+        blob = b"".join(blob)
         for bad_blob, bad_version in ((blob[:-5], version), (b"", version), (blob, "2.7")):
             with self.assertRaises(_rt["_OpError"]):
                 _rt["_op_restore"](target, bad_blob, hosts, bad_version)
