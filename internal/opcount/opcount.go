@@ -18,12 +18,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -243,6 +245,7 @@ func readIDsPrivately(dir string, names []string) ([]uint64, error) {
 	type result struct {
 		ids []uint64
 		err error
+		tid int // the thread that made the namespace (0: none)
 	}
 	done := make(chan result, 1)
 	go func() {
@@ -256,17 +259,34 @@ func readIDsPrivately(dir string, names []string) ([]uint64, error) {
 			runtime.UnlockOSThread()
 		} else if r.err = unix.Unshare(unix.CLONE_NEWNS); r.err != nil {
 			r.err = fmt.Errorf("unshare(CLONE_NEWNS): %w", r.err)
-		} else if r.err = unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); r.err != nil {
-			r.err = fmt.Errorf("making / private: %w", r.err)
-		} else if r.err = unix.Mount("nodev", dir, "tracefs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); r.err != nil {
-			r.err = fmt.Errorf("mount -t tracefs nodev %s: %w", dir, r.err)
 		} else {
-			r.ids, r.err = readIDs(dir, names)
+			r.tid = unix.Gettid()
+			r.ids, r.err = mountAndRead(dir, names)
 		}
 		done <- r
 	}()
 	r := <-done
+	// The thread ends after its goroutine has sent this: until it has, the namespace is
+	// this process's too (its /proc/self/task shows it), so wait for it, a second at most.
+	for deadline := time.Now().Add(time.Second); r.tid != 0 && time.Now().Before(deadline); {
+		if _, err := os.Stat("/proc/self/task/" + strconv.Itoa(r.tid)); errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
 	return r.ids, r.err
+}
+
+// mountAndRead mounts a tracefs on dir, in this thread's own mount namespace, and reads
+// the ids there.
+func mountAndRead(dir string, names []string) ([]uint64, error) {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return nil, fmt.Errorf("making / private: %w", err)
+	}
+	if err := unix.Mount("nodev", dir, "tracefs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return nil, fmt.Errorf("mount -t tracefs nodev %s: %w", dir, err)
+	}
+	return readIDs(dir, names)
 }
 
 // open opens ev's counter for the thread tid (0: the calling thread).
