@@ -198,7 +198,7 @@ def _too_large(what, size):
         what, size, max_transfer)
 
 
-def _dec(buf, pos):
+def _dec(buf, pos, views=False):
     tag = buf[pos]
     pos += 1
     if tag == 0x4E:  # N
@@ -218,7 +218,7 @@ def _dec(buf, pos):
     if tag == 0x62:  # b
         n = _U.unpack_from(buf, pos)[0]
         pos += 4
-        return bytes(buf[pos:pos + n]), pos + n
+        return (buf[pos:pos + n] if views else bytes(buf[pos:pos + n])), pos + n
     if tag == 0x49:  # I
         neg = buf[pos] == 0x2D
         n = _U.unpack_from(buf, pos + 1)[0]
@@ -230,7 +230,7 @@ def _dec(buf, pos):
         pos += 4
         items = []
         for _ in range(n):
-            item, pos = _dec(buf, pos)
+            item, pos = _dec(buf, pos, views)
             items.append(item)
         return items, pos
     if tag == 0x64:  # d
@@ -242,13 +242,15 @@ def _dec(buf, pos):
             pos += 4
             key = bytes(buf[pos:pos + k]).decode("utf-8", "surrogatepass")
             pos += k
-            d[key], pos = _dec(buf, pos)
+            d[key], pos = _dec(buf, pos, views)
         return d, pos
     raise ValueError("minipy codec: unknown tag %r" % chr(tag))
 
 
-def decode(buf, pos=0):
-    v, _ = _dec(memoryview(buf), pos)
+def decode(buf, pos=0, views=False):
+    """The value encoded in buf at pos; with views, its byte strings are memoryviews of buf,
+    not copies (a Restore's megabytes, read once more by the unpickler)."""
+    v, _ = _dec(memoryview(buf), pos, views)
     return v
 
 
@@ -1629,7 +1631,7 @@ def _dispatch(req):
                        max_image_bytes)
         if op == OP_NEW:
             return b"\x00" + encode(new_namespace())
-        args = decode(req, 1) if len(req) > 1 else []
+        args = decode(req, 1, op == OP_RESTORE) if len(req) > 1 else []
         if op == OP_FREE:
             _op_free(*args)
             return b"\x00N"

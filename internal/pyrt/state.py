@@ -310,6 +310,38 @@ def _missing_host(name):
     return missing
 
 
+class _ViewReader:
+    """A file over bytes or a memoryview of them, for the unpickler: each read is the one
+    copy of what it reads (an io.BytesIO would copy a memoryview whole first)."""
+
+    def __init__(self, data):
+        self.view, self.pos = memoryview(data).cast("B"), 0
+
+    def read(self, n=-1):
+        end = len(self.view) if n is None or n < 0 else min(self.pos + n, len(self.view))
+        b = bytes(self.view[self.pos:end])
+        self.pos = end
+        return b
+
+    def readinto(self, buf):
+        out = memoryview(buf).cast("B")
+        n = min(len(out), len(self.view) - self.pos)
+        out[:n] = self.view[self.pos:self.pos + n]
+        self.pos += n
+        return n
+
+    def readline(self):
+        end = self.pos
+        while end < len(self.view):
+            window = bytes(self.view[end:end + 4096])
+            i = window.find(b"\n")
+            if i >= 0:
+                end += i + 1
+                break
+            end += len(window)
+        return self.read(end - self.pos)
+
+
 def _op_restore(ident, blob, hosts, version):
     """Replace namespace ident's variables with those of blob (a pickle _op_save made; Go has
     checked its tag): nothing changes unless it all loads. Host functions the host has
@@ -323,7 +355,7 @@ def _op_restore(ident, blob, hosts, version):
 
     importlib.invalidate_caches()  # (the host may have just written the files a module is in)
     try:
-        loaded = _SpaceUnpickler(io.BytesIO(blob), space).load()
+        loaded = _SpaceUnpickler(_ViewReader(blob), space).load()
     except Exception as exc:
         raise _OpError("state", "the saved variables cannot be loaded here: %s: %s" % (
             type_name(type(exc)), _why(exc))) from None

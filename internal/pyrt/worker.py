@@ -474,7 +474,8 @@ class _Worker:
             pos += 4 * count
             if self.cpu_limit:
                 self.arm_cpu_limit()
-            request = body[pos:]
+            # (A Restore's megabytes are not copied out of the frame: decode takes a view.)
+            request = memoryview(body)[pos:] if body[pos:pos + 1] == bytes((OP_RESTORE,)) else body[pos:]
             if self.packed and request[:1] == bytes((OP_RUN,)):
                 self.enter(_COUNT_ID.unpack_from(request, 1)[0])
             # Reading requests change nothing: the snapshot stays good.

@@ -272,7 +272,7 @@ func (w *Worker) Wake() {
 }
 
 // Send writes one frame to the worker.
-func (w *Worker) Send(frame []byte) error { return w.send(frame, false) }
+func (w *Worker) Send(frame []byte) error { return w.send(false, frame) }
 
 // sendControl writes a kick or a host call's reply: on the control pipe of a local
 // worker, on stdin for a Command worker.
@@ -294,16 +294,22 @@ func (w *Worker) closeInput() {
 	}
 }
 
-// send writes one frame; request marks the start of a request (Unstarted).
-func (w *Worker) send(frame []byte, request bool) error {
+// send writes one frame, in parts written in a row (a large request's payload is not
+// copied behind its header); request marks the start of a request (Unstarted).
+func (w *Worker) send(request bool, parts ...[]byte) error {
 	w.wmu.Lock()
 	defer w.wmu.Unlock()
 	if request {
 		w.reqAt = w.sent
 	}
-	n, err := w.stdin.Write(frame)
-	w.sent += uint64(n)
-	return err
+	for _, p := range parts {
+		n, err := w.stdin.Write(p)
+		w.sent += uint64(n)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Unstarted reports whether w, which has ended, never read any byte of its last request
@@ -944,7 +950,7 @@ func Reading(out *os.File, maxTransfer int) *Worker {
 // ms (0: none), the namespaces to create first, and the request itself (an op and its
 // arguments).
 func (w *Worker) Request(rid uint64, deadman uint32, create []uint32, req []byte) error {
-	f := make([]byte, 0, 4+1+8+4+2+4*len(create)+len(req))
+	f := make([]byte, 0, 4+1+8+4+2+4*len(create)+min(len(req), requestJoinBelow))
 	f = binary.LittleEndian.AppendUint32(f, uint32(1+8+4+2+4*len(create)+len(req)))
 	f = append(f, pyrt.FrameRequest)
 	f = binary.LittleEndian.AppendUint64(f, rid)
@@ -953,8 +959,16 @@ func (w *Worker) Request(rid uint64, deadman uint32, create []uint32, req []byte
 	for _, id := range create {
 		f = binary.LittleEndian.AppendUint32(f, id)
 	}
-	return w.send(append(f, req...), true)
+	if len(req) >= requestJoinBelow {
+		// (A Restore's megabytes: each copy into fresh memory costs a page fault a page.)
+		return w.send(true, f, req)
+	}
+	return w.send(true, append(f, req...))
 }
+
+// requestJoinBelow is the size under which a request is joined to its header and written
+// at once: one write, where two would wake the worker twice.
+const requestJoinBelow = 64 << 10
 
 // Kick asks the worker to interrupt run rid (pyrt.FrameKick) at stage (1, then 2 once the
 // run has ignored the kicks for a while: the root package's timeout.go). A dead worker is

@@ -28,6 +28,27 @@ def round_trip(code, into=None):
 
 
 class SaveRestore(unittest.TestCase):
+    def test_view_reader(self):
+        # The unpickler's file over a restore's memoryview: reads, lines and readinto as a
+        # BytesIO gives them, whichever protocol wrote the pickle.
+        import io
+        import pickle
+
+        data = b"ab\ncd" + b"x" * 10000 + b"\nend"
+        r, b = _rt["_ViewReader"](memoryview(data)), io.BytesIO(data)
+        self.assertEqual(r.readline(), b.readline())
+        self.assertEqual(r.read(3), b.read(3))
+        into, binto = bytearray(7), bytearray(7)
+        self.assertEqual(r.readinto(into), b.readinto(binto))
+        self.assertEqual(into, binto)
+        self.assertEqual(r.readline(), b.readline())
+        self.assertEqual(r.read(), b.read())
+        self.assertEqual((r.read(5), r.readline()), (b"", b""))
+        value = {"s": "x" * 70000, "b": bytes(200000), "ba": bytearray(b"y" * 100000), "l": [1.5, None, "z"]}
+        for proto in range(pickle.HIGHEST_PROTOCOL + 1):
+            blob = memoryview(pickle.dumps(value, protocol=proto))
+            self.assertEqual(pickle.Unpickler(_rt["_ViewReader"](blob)).load(), value, proto)
+
     def test_reply_in_parts(self):
         # A save's reply, encoded in parts for a writev, is encode's bytes, and the pickle's
         # pieces are in it as the pickler wrote them, not copies.
