@@ -277,6 +277,8 @@ func TestIsolatedTemplateDies(t *testing.T) {
 	require.NotZero(t, first)
 	a := e.NewNamespace()
 	assert.Equal(t, true, valueIn(t, e, a, "import sys\nx = 1\n'json' in sys.modules"), "preloaded by the template")
+	assert.Equal(t, true, valueIn(t, e, a, "'pickle' in sys.modules"),
+		"Restore's pickle too: a resume into a new namespace does not import it (BenchmarkSaveRestore's restore-new-small)")
 	pid := valueIn(t, e, a, "import os\nos.getpid()")
 	require.NoError(t, syscall.Kill(first, syscall.SIGKILL))
 	require.Eventually(t, func() bool { return syscall.Kill(first, 0) == syscall.ESRCH }, 30*time.Second, 5*time.Millisecond)

@@ -50,6 +50,10 @@ def _serve_template(cfg, runtime):
     import stat  # noqa: F401
 
     _package_site()
+    # Save and Restore's pickle (and the re it imports): a new namespace's first Restore is
+    # what a paused sandbox's resume and a saved session's bring-back run, and importing
+    # them there cost 15-40 ms (state.py imports them on first use where there is no template).
+    _rt._state_picklers()
     for name in filter(None, cfg.get("preload", "").split(",")):
         try:
             importlib.import_module(name)
