@@ -496,3 +496,39 @@ func stopInside(t *testing.T, pidNS string, inner int) {
 	}
 	t.Fatalf("no process %d in %s", inner, pidNS)
 }
+
+// The code's warnings filters and hooks never see the snapshots' forks: Python 3.12+ warns
+// at each fork of a process with threads, and the worker's own filter (worker.py,
+// _quiet_snapshot_forks) ignores that warning for the worker's frames only. With the code's
+// filters put before it (every warning shown, or an error, which the fork reports to
+// sys.unraisablehook) or its list replaced, the worker's forks fall back to their own
+// catch_warnings: no hook of the code's runs between runs, each crash rolls back to the
+// state before it, and the code's own warnings behave as the code set them.
+func TestIsolatedSnapshotsIgnoreTheCodesWarningFilters(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{})
+	for _, setup := range []string{
+		"", // the worker's filter first
+		"warnings.simplefilter('error')",
+		"warnings.simplefilter('always')",
+		"warnings.filters = []",
+		"warnings.resetwarnings()",
+	} {
+		t.Run(setup, func(t *testing.T) {
+			ns := e.NewNamespace()
+			defer ns.Close()
+			valueIn(t, e, ns, "import os, sys, warnings\nhits = []\n"+
+				"warnings.showwarning = lambda *a, **k: hits.append(str(a[0]))\n"+
+				"sys.unraisablehook = lambda u: hits.append(str(u.exc_value))\n"+setup+"\nn = 1")
+			valueIn(t, e, ns, "n += 1")
+			_, err := runIn(t, e, ns, "n += 1\nos._exit(3)")
+			var lost *minipy.WorkerLostError
+			require.ErrorAs(t, err, &lost)
+			require.True(t, lost.RolledBack, "a snapshot was made after the last run")
+			assert.Equal(t, []any{int64(2), []any{}}, valueIn(t, e, ns, "n, hits"), "no fork warning reached the code's hooks")
+			if setup == "warnings.simplefilter('always')" {
+				assert.Equal(t, []any{"mine"}, valueIn(t, e, ns, "warnings.warn('mine', DeprecationWarning)\nhits"),
+					"the code's own warning is shown as the code set")
+			}
+		})
+	}
+}

@@ -639,8 +639,10 @@ class _Worker:
 
             self.snap_wait = socket.socket(fileno=os.dup(self.snap_sock))
         deferred = _defer_child_hooks(self.own_threads)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # 3.12+: fork() of a multi-threaded process
+        quiet = _fork_warning_ignored()
+        with (_no_context if quiet else warnings.catch_warnings()):
+            if not quiet:
+                warnings.simplefilter("ignore")  # 3.12+: fork() of a multi-threaded process
             try:
                 pid = _real_fork()
             except OSError:
@@ -664,8 +666,7 @@ class _Worker:
             # The guardian learns of the new one before the old one goes, so that a crash
             # in between still finds a snapshot; the old one is reaped later, without waiting.
             try:
-                os.write(self.snap_sock, b"S" + pid.to_bytes(4, "little") + (self.gen & 0xFFFFFFFF).to_bytes(4, "little") +
-                         bytes((died,)))
+                os.write(self.snap_sock, _SNAP_MSG.pack(b"S", pid, self.gen & 0xFFFFFFFF, died))
             except OSError:
                 pass
             if old and not died:
@@ -877,6 +878,44 @@ def _deferrable_hooks():
         if isinstance(fn, types.FunctionType) and not fn.__code__.co_freevars:
             hooks.append(fn)
     return hooks
+
+
+_SNAP_MSG = struct.Struct("<cIIB")  # a snapshot's report to the guardian: b"S", pid, number, the old one died
+_FORK_FILTER = None  # the warnings filter that _quiet_snapshot_forks installed, on 3.12+
+_no_context = None  # contextlib.nullcontext(), once _quiet_snapshot_forks has run
+
+
+def _quiet_snapshot_forks():
+    """Python 3.12+ warns (DeprecationWarning) at each fork of a process with threads, which
+    the worker always is, and the code's filters may turn that warning into an error. A
+    filter first in warnings.filters ignores it for the worker's own frames (its module,
+    _minipy_worker, never the code's), so that a snapshot's fork need not swap the filters
+    around it (catch_warnings: ~45 pages of the worker written after each fork, each a
+    copy-on-write fault). Before any code runs."""
+    global _FORK_FILTER, _no_context
+    import contextlib
+
+    _no_context = contextlib.nullcontext()
+    if sys.version_info < (3, 12):
+        return  # no warning to silence
+    import warnings
+
+    warnings.filterwarnings("ignore", message="This process ", category=DeprecationWarning,
+                            module=r"_minipy_worker\Z")
+    _FORK_FILTER = warnings.filters[0]
+
+
+def _fork_warning_ignored():
+    """Whether a fork from the worker's own code warns nothing without catch_warnings: no
+    warning (before 3.12), or _FORK_FILTER still first (the code may have put its own
+    filters before it, or replaced the list), and the filters are the module's list (not
+    a context's: 3.14's context_aware_warnings)."""
+    if _FORK_FILTER is None:
+        return _no_context is not None
+    import warnings
+
+    f = warnings.filters
+    return bool(f) and f[0] is _FORK_FILTER and not getattr(sys.flags, "context_aware_warnings", False)
 
 
 def _defer_child_hooks(own_threads):
@@ -1212,6 +1251,7 @@ def _start(w, cfg, runtime):
     _rt.max_transfer = cfg.get("max_transfer", -1)
     _rt.install(w.kick_signal, None)
     dispatch = _rt.dispatch_parts
+    _quiet_snapshot_forks()
     _rt.call_host = w.call_host
     _rt.adopter = os.getppid()  # the guardian
     try:
