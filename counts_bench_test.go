@@ -164,8 +164,8 @@ func BenchmarkCounts(b *testing.B) {
 // benchStartNoSpare is BenchmarkCounts' new-namespace-no-spare: NewNamespace (numpy
 // preloaded) with no pool (Spares -1), to the end of its first run, back to back in blocks
 // of 4: each op is a whole sandbox start on the caller's path (the template's fork, the
-// sandbox's namespaces, mounts and cgroup, its pid 1, the worker's start and warm-up, its
-// first snapshots). The floor is the tree idle for as long as a block took, left out.
+// sandbox's namespaces, mounts and cgroup, its pid 1, the worker's start and warm-up, the
+// snapshot after its first run). The floor is the tree idle for as long as a block took, left out.
 func benchStartNoSpare(b *testing.B, cgroup bool) {
 	m := meter(b)
 	e := newIsolated(b, minipy.IsolatedConfig{Preload: []string{"numpy"}, Spares: -1, NoCgroup: !cgroup})

@@ -656,7 +656,15 @@ func (e *Isolated) lost(slot *workerSlot, w *worker.Worker, bindings []*nsBindin
 	if e.isClosed() && intr == nil {
 		return res, fmt.Errorf("%w (%w)", ErrEngineClosed, ErrStateLost)
 	}
-	return res, lostError(w, intr)
+	err := lostError(w, intr)
+	if le, ok := err.(*WorkerLostError); ok && e.spec.Rollback && e.local() && !w.Changed() {
+		// The worker had answered nothing that changed its state (a new worker makes no
+		// snapshot before that: worker.py's serve): its namespaces start on the next worker
+		// as they were before this run, which is the rollback. (Without rollback, the loss
+		// is reported as one, whatever the worker held.)
+		le.RolledBack = true
+	}
+	return res, err
 }
 
 // rolledBack handles a run whose worker ended while its snapshot waits: the snapshot takes

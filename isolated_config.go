@@ -203,7 +203,9 @@ type IsolatedConfig struct {
 	// of itself after each request it answers (copy-on-write, between requests); when a
 	// run crashes the worker (os._exit, a segfault, a limit) or is killed at its deadline,
 	// the snapshot takes over, so its namespaces are exactly as they were before that run,
-	// and the error (a *WorkerLostError with RolledBack) does not match ErrStateLost.
+	// and the error (a *WorkerLostError with RolledBack) does not match ErrStateLost. (A
+	// new worker makes its first snapshot once a request has changed its state: a run
+	// that crashes it before that rolls back to a new worker, which holds the same.)
 	// Threads and child processes that earlier runs left running are not in the snapshot.
 	// Command workers have no snapshots, nor have workers of a free-threaded Python with a
 	// MemoryLimit (a snapshot could not start its threads under it).

@@ -532,3 +532,25 @@ func TestIsolatedSnapshotsIgnoreTheCodesWarningFilters(t *testing.T) {
 		})
 	}
 }
+
+// A new worker makes no rollback snapshot until a request changes its state (its state is
+// any new worker's: a sandbox's start saves a fork and the pages it copies). A run that
+// crashes it before that rolls back to a new worker all the same: the error says rolled
+// back, not lost, and the namespace goes on, as it was before the run.
+func TestIsolatedFirstRunCrashRollsBack(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{})
+	ns := e.NewNamespace()
+	defer ns.Close()
+	procs := "import os\nsorted(int(p) for p in os.listdir('/proc') if p.isdigit() and " +
+		"open('/proc/%s/stat' % p).read().rsplit(') ', 1)[1][0] != 'Z')" // (a replaced snapshot may wait to be reaped)
+	assert.Equal(t, []any{int64(1), int64(2)}, valueIn(t, e, ns, procs), "the guardian and the worker: no snapshot yet")
+	_, err := runIn(t, e, ns, "x = 1\nos._exit(5)")
+	var lost *minipy.WorkerLostError
+	require.ErrorAs(t, err, &lost)
+	assert.Equal(t, 5, lost.ExitCode)
+	assert.True(t, lost.RolledBack)
+	assert.NotErrorIs(t, err, minipy.ErrStateLost)
+	assert.Contains(t, err.Error(), "the namespace was rolled back to before this run")
+	assert.Equal(t, []any{false, int64(2)}, valueIn(t, e, ns, "'x' in dir(), 1 + 1"), "as before the run, on a new worker")
+	assert.Len(t, valueIn(t, e, ns, procs), 3, "a snapshot once a request changed the state")
+}

@@ -172,7 +172,11 @@ func TestSandboxProcShowsOnlyItsProcesses(t *testing.T) {
 pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
 seen = [p for p in pids if %q in open("/proc/%%d/cmdline" %% p).read()]
 pids, seen`, marker)
-	r, err := newIsolated(t, minipy.IsolatedConfig{}).Minipy(code, nil)
+	e := newIsolated(t, minipy.IsolatedConfig{})
+	ns := e.NewNamespace()
+	_, err := e.Minipy("x = 1", &minipy.Options{Globals: ns}) // (a new worker's first snapshot comes after a change)
+	require.NoError(t, err)
+	r, err := e.Minipy(code, &minipy.Options{Globals: ns})
 	require.NoError(t, err)
 	v := r.Value.([]any)
 	pids := v[0].([]any)

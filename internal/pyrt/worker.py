@@ -308,7 +308,11 @@ class _Worker:
         self.snap_wait = None  # a socket over snap_sock, for the snapshots' wait (made once)
         self.own_threads = 0  # the threads of the worker's own (_thread._count()), once started
         self.unreaped = []  # replaced snapshots, killed, not yet reaped
-        self.changed = True  # the last request may have changed the state: snapshot again
+        # The last request may have changed the state: snapshot again. A new worker's state
+        # is any new worker's, so it makes no snapshot until a request changes it: the host
+        # rolls a run that crashed before that back to a new worker (isolated.go's lost),
+        # and a sandbox's start saves a fork and the ~170 pages it would copy.
+        self.changed = False
         self.gen = 0  # the requests that may have changed the state (ANSWER_CHANGED): numbers snapshots
         # Working directories (IsolatedConfig's per-namespace ones): the worker's own, and the
         # tree that holds those of the namespaces sharing the worker (packed ones, a Fork copy).
@@ -453,8 +457,8 @@ class _Worker:
                 while self.snapshot():  # a snapshot that took over snapshots itself again
                     pass
             if warm:
-                # Once, after the first snapshot (which shares the pages again), and only
-                # when no request waits: a spare's first run then finds its pages its own.
+                # Once, and only when no request waits: a spare's first run then finds its
+                # pages its own (not shared with the template's, which copies each written).
                 warm = False
                 if not self.waiting():
                     _rt.warm_up()
