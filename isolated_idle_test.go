@@ -554,3 +554,32 @@ func TestIsolatedFirstRunCrashRollsBack(t *testing.T) {
 	assert.Equal(t, []any{false, int64(2)}, valueIn(t, e, ns, "'x' in dir(), 1 + 1"), "as before the run, on a new worker")
 	assert.Len(t, valueIn(t, e, ns, procs), 3, "a snapshot once a request changed the state")
 }
+
+// A run that leaves the sandbox at its Processes limit leaves the worker no room to fork
+// its snapshot: a crash after it loses the namespace (the snapshot before it held an older
+// state, and is gone), and the error's Stderr says why there was no snapshot.
+func TestIsolatedNoRoomForASnapshot(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{Processes: 16})
+	ns := e.NewNamespace()
+	defer ns.Close()
+	valueIn(t, e, ns, "x = 1")
+	n := valueIn(t, e, ns, `import threading
+stop = threading.Event()
+held = []
+while True:
+    th = threading.Thread(target=stop.wait, daemon=True)
+    try:
+        th.start()
+    except RuntimeError:
+        break
+    held.append(th)
+len(held)`)
+	assert.Positive(t, n)
+	_, err := runIn(t, e, ns, "import os; os._exit(4)")
+	var lost *minipy.WorkerLostError
+	require.ErrorAs(t, err, &lost)
+	assert.False(t, lost.RolledBack)
+	assert.ErrorIs(t, err, minipy.ErrStateLost)
+	assert.Contains(t, lost.Stderr, "minipy worker: no rollback snapshot after this answer: ")
+	assert.Equal(t, int64(2), valueIn(t, e, ns, "1 + 1"), "the namespace goes on, on a new worker")
+}

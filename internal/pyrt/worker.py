@@ -649,10 +649,17 @@ class _Worker:
                 warnings.simplefilter("ignore")  # 3.12+: fork() of a multi-threaded process
             try:
                 pid = _real_fork()
-            except OSError:
+            except OSError as exc:
                 # EAGAIN under the Processes limit: no snapshot this time. The previous one
                 # holds an older state, which is not "before this run": it goes (pid 0).
+                # Said on the host's stderr pipe: a crash's error (WorkerLostError.Stderr)
+                # then tells why its namespace was lost, not rolled back.
                 pid = -1
+                try:
+                    os.write(self.host_err, b"minipy worker: no rollback snapshot after this answer: %s\n" %
+                             str(exc).encode("utf-8", "replace"))
+                except OSError:
+                    pass
             if pid == 0:
                 # The snapshot (the guardian gives it its OOM score): off the worker's pipes,
                 # and wait (inside this block: its exit is Python that can wait too).
