@@ -112,13 +112,29 @@ def _out_of_reach(prctl):
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+_CMSG_FDS = 0  # the ancillary space of eight fds (_cmsg_fds)
+
+
+def _cmsg_fds():
+    """The ancillary space of eight fds, computed once: before its forks, the template's and
+    a worker's snapshots have it (worker.py's snapshot)."""
+    global _CMSG_FDS
+    if not _CMSG_FDS:
+        import array
+        import socket
+
+        _CMSG_FDS = socket.CMSG_SPACE(8 * array.array("i").itemsize)
+    return _CMSG_FDS
+
+
 def _recv_fds(sock, flags=0):
     """One message of sock and the fds it carries (SCM_RIGHTS, at most eight: a new
-    tenant's five and its cgroup.procs in two v1 hierarchies)."""
+    tenant's five and its cgroup.procs in two v1 hierarchies). Nothing is made before the
+    wait: a rollback snapshot waits here, and each page it writes is a page copied."""
+    msg, anc, _, _ = sock.recvmsg(256, _CMSG_FDS or _cmsg_fds(), flags)
     import array
     import socket
 
-    msg, anc, _, _ = sock.recvmsg(256, socket.CMSG_SPACE(8 * array.array("i").itemsize), flags)
     fds = array.array("i")
     for level, kind, data in anc:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:

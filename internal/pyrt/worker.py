@@ -642,6 +642,7 @@ class _Worker:
             import socket
 
             self.snap_wait = socket.socket(fileno=os.dup(self.snap_sock))
+            _cmsg_fds()  # (for the snapshots' wait: _recv_fds)
         deferred = _defer_child_hooks(self.own_threads)
         quiet = _fork_warning_ignored()
         with (_no_context if quiet else warnings.catch_warnings()):
