@@ -552,7 +552,8 @@ func TestIsolatedFirstRunCrashRollsBack(t *testing.T) {
 	assert.NotErrorIs(t, err, minipy.ErrStateLost)
 	assert.Contains(t, err.Error(), "the namespace was rolled back to before this run")
 	assert.Equal(t, []any{false, int64(2)}, valueIn(t, e, ns, "'x' in dir(), 1 + 1"), "as before the run, on a new worker")
-	assert.Len(t, valueIn(t, e, ns, procs), 3, "a snapshot once a request changed the state")
+	// (3 or more: a replaced snapshot is killed without a wait, and may not have ended yet.)
+	assert.GreaterOrEqual(t, len(valueIn(t, e, ns, procs).([]any)), 3, "a snapshot once a request changed the state")
 }
 
 // A run that leaves the sandbox at its Processes limit leaves the worker no room to fork

@@ -286,15 +286,21 @@ func TestSweepDeadEngines(t *testing.T) {
 		require.NoError(t, cmd.Run())
 		return cmd.Process.Pid
 	}
+	// (Made an hour ago, as a dead host's are: a machine busy starting processes may give
+	// a dead pid to a new process within the second's grace of hostAlive, which then takes
+	// it for the host.)
+	hourAgo := time.Now().Add(-time.Hour)
 	dead := mk(fmt.Sprintf("minipy-%d-7", deadPid()), "s1", "s2")
 	held := mk(fmt.Sprintf("minipy-%d-8", deadPid()), "s1", "s2")
+	for _, d := range []string{dead, held} {
+		require.NoError(t, os.Chtimes(d, hourAgo, hourAgo))
+	}
 	sleeper := exec.Command("sleep", "300")
 	require.NoError(t, sleeper.Start())
 	t.Cleanup(func() { sleeper.Process.Kill(); sleeper.Wait() })
 	require.NoError(t, os.WriteFile(filepath.Join(held, "s1", "cgroup.procs"), []byte(strconv.Itoa(sleeper.Process.Pid)), 0))
 	self := os.Getpid()
 	reused := mk(fmt.Sprintf("minipy-%d-9998", self), "s1")
-	hourAgo := time.Now().Add(-time.Hour)
 	require.NoError(t, os.Chtimes(reused, hourAgo, hourAgo), "made before this process started: by a dead one with its pid")
 	live := mk(fmt.Sprintf("minipy-%d-9999", self), "s1")
 	other := mk("minipy-mine", "s1") // not an engine's name
