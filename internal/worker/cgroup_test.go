@@ -271,7 +271,13 @@ func TestCgroupMemoryLimit(t *testing.T) {
 // changed (the pid was reused); a live host's stays.
 func TestSweepDeadEngines(t *testing.T) {
 	c := needCgroupV1(t)
-	parent := filepath.Dir(c.dirs[1]) // the pids hierarchy's
+	// The cases live in a group of their own: every engine that opens (other test
+	// binaries run beside this one) sweeps the pids hierarchy's directory, and would
+	// remove this test's dead hosts' directories before it does.
+	hier := filepath.Dir(c.dirs[1])
+	parent := filepath.Join(hier, fmt.Sprintf("sweep-test-%d", os.Getpid()))
+	require.NoError(t, os.Mkdir(parent, 0o755))
+	t.Cleanup(func() { RemoveCgroup(parent) })
 	mk := func(name string, groups ...string) string {
 		dir := filepath.Join(parent, name)
 		require.NoError(t, os.Mkdir(dir, 0o755))
@@ -324,13 +330,16 @@ func TestSweepDeadEngines(t *testing.T) {
 
 	// And an engine opening beside them sweeps them: a dead host's, named as this
 	// process's next engine will be, would be in its way.
+	// (Another test binary's engine may sweep it first: either way the name is free.)
 	next := fmt.Sprintf("minipy-%d-%d", self, engineSeq.Load()+1)
-	in := mk(next, "s1")
+	in := filepath.Join(hier, next)
+	require.NoError(t, os.MkdirAll(filepath.Join(in, "s1"), 0o755))
+	t.Cleanup(func() { RemoveCgroup(in) })
 	require.NoError(t, os.Chtimes(in, hourAgo, hourAgo))
 	c2, err := OpenCgroups(CgroupOptions{})
 	require.NoError(t, err, "the name was a dead host's")
 	defer c2.Close()
-	assert.Equal(t, filepath.Join(parent, next), c2.dirs[1])
+	assert.Equal(t, in, c2.dirs[1])
 }
 
 func readFile(t *testing.T, name string) string {
