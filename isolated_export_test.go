@@ -92,6 +92,14 @@ func NewIsolatedBeating(cfg IsolatedConfig, every, silence time.Duration) (*Isol
 	return NewIsolated(cfg)
 }
 
+// NewIsolatedOSFork is NewIsolated whose workers' snapshots fork with os.fork, as they do
+// where the host's fork code cannot be used (worker.py's _SnapFork).
+func NewIsolatedOSFork(cfg IsolatedConfig) (*Isolated, error) {
+	testOSFork = true
+	defer func() { testOSFork = false }()
+	return NewIsolated(cfg)
+}
+
 // ReadBufferCap is the capacity of the read buffer of the worker that holds ns (-1: none).
 func ReadBufferCap(ns *Namespace) int {
 	slot := bindingOf(ns).slot

@@ -503,9 +503,22 @@ func stopInside(t *testing.T, pidNS string, inner int) {
 // filters put before it (every warning shown, or an error, which the fork reports to
 // sys.unraisablehook) or its list replaced, the worker's forks fall back to their own
 // catch_warnings: no hook of the code's runs between runs, each crash rolls back to the
-// state before it, and the code's own warnings behave as the code set them.
+// state before it, and the code's own warnings behave as the code set them. (Snapshots
+// forked with os.fork, as where the host's fork code cannot be used; with it, nothing runs.)
 func TestIsolatedSnapshotsIgnoreTheCodesWarningFilters(t *testing.T) {
-	e := newIsolated(t, minipy.IsolatedConfig{})
+	for _, osFork := range []bool{true, false} {
+		t.Run(fmt.Sprintf("os.fork=%v", osFork), func(t *testing.T) { testSnapshotsIgnoreWarningFilters(t, osFork) })
+	}
+}
+
+func testSnapshotsIgnoreWarningFilters(t *testing.T, osFork bool) {
+	newEngine := minipy.NewIsolated
+	if osFork {
+		newEngine = minipy.NewIsolatedOSFork
+	}
+	e, err := newEngine(minipy.IsolatedConfig{NoTemplate: withoutTemplate})
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Close() })
 	for _, setup := range []string{
 		"", // the worker's filter first
 		"warnings.simplefilter('error')",
@@ -583,4 +596,28 @@ len(held)`)
 	assert.ErrorIs(t, err, minipy.ErrStateLost)
 	assert.Contains(t, lost.Stderr, "minipy worker: no rollback snapshot after this answer: ")
 	assert.Equal(t, int64(2), valueIn(t, e, ns, "1 + 1"), "the namespace goes on, on a new worker")
+}
+
+// A rollback snapshot runs no Python until it takes over (the host's fork code, worker.py's
+// _SnapFork): the at-fork hooks in Python, the code's own among them, run once, in the
+// snapshot that takes over after a crash, not in each snapshot as it is forked.
+func TestIsolatedSnapshotsRunNoPythonUntilTheyTakeOver(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{})
+	ns := e.NewNamespace()
+	defer ns.Close()
+	valueIn(t, e, ns, `import os
+def hook():
+    with open("forked.txt", "a") as f:
+        f.write("%d\n" % os.getpid())
+os.register_at_fork(after_in_child=hook)`)
+	for i := range 3 {
+		valueIn(t, e, ns, fmt.Sprintf("x = %d", i))
+	}
+	assert.Equal(t, false, valueIn(t, e, ns, "os.path.exists('forked.txt')"), "three snapshots forked, no hook run")
+	_, err := runIn(t, e, ns, "os._exit(3)")
+	var lost *minipy.WorkerLostError
+	require.ErrorAs(t, err, &lost)
+	require.True(t, lost.RolledBack)
+	assert.Equal(t, []any{true, int64(2)}, valueIn(t, e, ns, "[int(p) for p in open('forked.txt').read().split()] == [os.getpid()], x"),
+		"the hook ran once, in the snapshot that took over")
 }

@@ -39,7 +39,7 @@ func (e *Isolated) makeSpec() error {
 		TmpSize: cfg.TmpSize, MemoryLimit: max(cfg.MemoryLimit, 0), FileSizeLimit: max(cfg.FileSizeLimit, 0),
 		OpenFiles: max(cfg.OpenFiles, 0), Processes: cfg.processCap(e.sandbox), CPULimit: max(cfg.CPULimit, 0),
 		KickSignal: cfg.KickSignal, StartTimeout: cfg.StartTimeout,
-		Packed: !e.perNS, Rollback: !cfg.NoRollback, Preload: cfg.Preload,
+		Packed: !e.perNS, Rollback: !cfg.NoRollback, Preload: cfg.Preload, ForkCode: forkCode(cfg),
 		Beats: worker.DefaultBeats, Ready: readyFrame, MaxTransfer: int(cfg.MaxTransfer), Cgroups: e.cgroups,
 		Egress: e.egress.Load() != nil, OnSnapshotDied: func() { e.deaths.snapshot.Add(1) },
 	}
@@ -50,6 +50,19 @@ func (e *Isolated) makeSpec() error {
 		e.spec.Mounts = append(e.spec.Mounts, worker.Mount{Source: m.Source, Target: m.Target, Writable: m.Writable})
 	}
 	return e.spec.PrepareMounts()
+}
+
+// testOSFork, when set, makes the workers of an engine made then fork their snapshots
+// with os.fork (isolated_export_test.go).
+var testOSFork bool
+
+// forkCode is the snapshot fork's machine code for local workers (cpython.SnapForkCode),
+// nil for Command workers, which may run on another machine.
+func forkCode(cfg IsolatedConfig) []byte {
+	if len(cfg.Command) > 0 || cfg.NoRollback || testOSFork {
+		return nil
+	}
+	return cpython.SnapForkCode()
 }
 
 // dirsOf names d for internal/worker (the template: no tree).

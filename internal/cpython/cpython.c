@@ -914,3 +914,95 @@ const char *mp_libpython_file(void) {
 	}
 	return info.dli_fname;
 }
+
+// ---- the isolated engine's snapshot fork (see cpython.h) -------------------------------
+//
+// Its own section, so that its bytes are known (__start_/__stop_, which the linker makes
+// for a section named as a C identifier) and hold nothing else (GCC splits no cold part of
+// a function with a section of its own into another).
+
+#include <sys/socket.h>
+
+#if defined(__clang__)
+#define MP_SNAP_ATTRS __attribute__((section("minipy_snap_fork"), used, noinline, no_stack_protector))
+#else
+// (No memset or memcpy for a loop: a call to them is a call outside.)
+#define MP_SNAP_ATTRS                                                                            \
+	__attribute__((section("minipy_snap_fork"), used, noinline, no_stack_protector,             \
+	               optimize("no-tree-loop-distribute-patterns", "no-jump-tables")))
+#endif
+
+typedef void (*mp_void_fn)(void);
+typedef int (*mp_int_fn)(int);
+
+MP_SNAP_ATTRS long mp_snap_fork(int64_t *t) {
+	((mp_void_fn)t[MP_FT_BEFORE_FORK])();
+	int pid = ((int (*)(void))t[MP_FT_FORK])();
+	if (pid != 0) {
+		int err = *((int *(*)(void))t[MP_FT_ERRNO])();
+		((mp_void_fn)t[MP_FT_AFTER_PARENT])();
+		return pid > 0 ? pid : -err;
+	}
+	// The snapshot: C only until it takes over, so that the pages it writes are few (its
+	// stack's, the message's): each is a copy-on-write fault. CPython's after-fork work
+	// (thread states, locks, the at-fork hooks in Python) waits for the take-over.
+	int n = (int)t[MP_FT_NCLOSE];
+	for (int i = 0; i < n && i < 8; i++) {
+		((mp_int_fn)t[MP_FT_CLOSE])((int)t[MP_FT_CLOSE_FDS + i]);
+	}
+	int sock = (int)t[MP_FT_SOCK], want = (int)t[MP_FT_WANT];
+	for (;;) {
+		unsigned char buf[256];
+		union {
+			struct cmsghdr h;
+			unsigned char space[CMSG_SPACE(8 * sizeof(int))];
+		} cm;
+		struct iovec iov;
+		iov.iov_base = buf;
+		iov.iov_len = sizeof buf;
+		struct msghdr msg;
+		msg.msg_name = 0;
+		msg.msg_namelen = 0;
+		msg.msg_iov = &iov;
+		msg.msg_iovlen = 1;
+		msg.msg_control = cm.space;
+		msg.msg_controllen = sizeof cm.space;
+		msg.msg_flags = 0;
+		long got = ((long (*)(int, struct msghdr *, int))t[MP_FT_RECVMSG])(sock, &msg, 0);
+		if (got < 0 && *((int *(*)(void))t[MP_FT_ERRNO])() == EINTR) {
+			continue;
+		}
+		if (got <= 0) {
+			((void (*)(int))t[MP_FT_EXIT])(0);  // the guardian is gone: nothing to take over
+		}
+		// One SCM_RIGHTS message is all the guardian sends (CMSG_NXTHDR is a call).
+		int nfds = 0;
+		struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+		if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len >= CMSG_LEN(0)) {
+			nfds = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+			const unsigned char *d = CMSG_DATA(c);
+			for (int i = 0; i < nfds && i < 8; i++) {
+				int fd = 0;
+				for (unsigned k = 0; k < sizeof fd; k++) {
+					((unsigned char *)&fd)[k] = d[i * sizeof fd + k];
+				}
+				t[MP_FT_FDS + i] = fd;
+			}
+		}
+		if (buf[0] == (unsigned char)t[MP_FT_KIND] && nfds == want) {
+			break;
+		}
+		for (int i = 0; i < nfds && i < 8; i++) {
+			((mp_int_fn)t[MP_FT_CLOSE])((int)t[MP_FT_FDS + i]);
+		}
+	}
+	((mp_void_fn)t[MP_FT_AFTER_CHILD])();
+	return 0;
+}
+
+extern const unsigned char __start_minipy_snap_fork[], __stop_minipy_snap_fork[];
+
+const unsigned char *mp_snap_code(size_t *len) {
+	*len = (size_t)(__stop_minipy_snap_fork - __start_minipy_snap_fork);
+	return __start_minipy_snap_fork;
+}

@@ -202,3 +202,29 @@ func LinkedPython() string {
 	})
 	return linked.path
 }
+
+// SnapForkCode is the machine code of the isolated engine's snapshot fork (cpython.h's
+// mp_snap_fork), which local workers' pythons copy and call (worker.py's _SnapFork): a
+// rollback snapshot that runs no Python until it takes over. It is for this machine only.
+func SnapForkCode() []byte {
+	var n C.size_t
+	p := C.mp_snap_code(&n)
+	return C.GoBytes(unsafe.Pointer(p), C.int(n))
+}
+
+// snapCodeStart is the address of mp_snap_fork's section and of the function itself.
+func snapCodeStart() (section, fn uintptr) {
+	var n C.size_t
+	return uintptr(unsafe.Pointer(C.mp_snap_code(&n))), uintptr(unsafe.Pointer(C.mp_snap_fork))
+}
+
+// snapTable is the layout of mp_snap_fork's table (MP_FT_*), which worker.py's _FT_*
+// must match (a test pins them).
+func snapTable() map[string]int {
+	return map[string]int{
+		"BEFORE_FORK": C.MP_FT_BEFORE_FORK, "AFTER_PARENT": C.MP_FT_AFTER_PARENT, "AFTER_CHILD": C.MP_FT_AFTER_CHILD,
+		"FORK": C.MP_FT_FORK, "CLOSE": C.MP_FT_CLOSE, "RECVMSG": C.MP_FT_RECVMSG, "EXIT": C.MP_FT_EXIT,
+		"ERRNO": C.MP_FT_ERRNO, "SOCK": C.MP_FT_SOCK, "KIND": C.MP_FT_KIND, "WANT": C.MP_FT_WANT,
+		"NCLOSE": C.MP_FT_NCLOSE, "CLOSE_FDS": C.MP_FT_CLOSE_FDS, "FDS": C.MP_FT_FDS, "SIZE": C.MP_FT_SIZE,
+	}
+}

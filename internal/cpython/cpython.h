@@ -61,4 +61,42 @@ char *mp_take(uint64_t gen, size_t *len, int *kicked);
 // program itself when libpython is linked statically), or NULL. It needs no interpreter.
 const char *mp_libpython_file(void);
 
+// ---- the isolated engine's snapshot fork ---------------------------------------------
+//
+// mp_snap_fork is machine code for the isolated engine's workers, not for this process: the
+// host sends its bytes (mp_snap_code) to each worker's python, which copies them into an
+// executable mapping and calls them through ctypes, holding the GIL, to fork a rollback
+// snapshot that runs no Python until it takes over (worker.py's _SnapFork). So it must run
+// at any address, in any python: it reaches nothing outside itself but through the table
+// it is given (no globals, no literals, no calls but through the table's pointers, no
+// stack protector, no jump tables), and it calls only C API that every CPython 3.7+ has.
+//
+// The table: int64 slots, at these indices (worker.py's _FT_*, pinned by a test).
+enum {
+	MP_FT_BEFORE_FORK,    // PyOS_BeforeFork
+	MP_FT_AFTER_PARENT,   // PyOS_AfterFork_Parent
+	MP_FT_AFTER_CHILD,    // PyOS_AfterFork_Child
+	MP_FT_FORK,           // fork
+	MP_FT_CLOSE,          // close
+	MP_FT_RECVMSG,        // recvmsg
+	MP_FT_EXIT,           // _exit
+	MP_FT_ERRNO,          // __errno_location
+	MP_FT_SOCK,           // the socket the snapshot waits on for its take-over
+	MP_FT_KIND,           // the take-over message's first byte
+	MP_FT_WANT,           // the number of fds it carries
+	MP_FT_NCLOSE,         // how many of CLOSE's fds the snapshot closes first (at most 8)
+	MP_FT_CLOSE_FDS,      // 8 slots: the worker's pipes, which the snapshot must not hold
+	MP_FT_FDS = MP_FT_CLOSE_FDS + 8,  // 8 slots: the fds the take-over brought (out)
+	MP_FT_SIZE = MP_FT_FDS + 8,
+};
+
+// mp_snap_fork forks. The parent returns the child's pid, or -errno. The child closes the
+// worker's pipes, waits on the socket for the take-over message (other messages' fds are
+// closed; the socket's end or error ends it, _exit(0)), runs PyOS_AfterFork_Child only
+// then, and returns 0 with the message's fds in the table.
+long mp_snap_fork(int64_t *t);
+
+// mp_snap_code is mp_snap_fork's section: its bytes, and their length.
+const unsigned char *mp_snap_code(size_t *len);
+
 #endif

@@ -66,3 +66,6 @@ type InlineHandler func(frame []byte) (status byte, payload []byte)
 
 // SetInlineHandler is unreachable without cgo (Start fails).
 func SetInlineHandler(InlineHandler) { panic(ErrNoCgo) }
+
+// SnapForkCode is nil without cgo: the isolated engine's snapshots fork with os.fork.
+func SnapForkCode() []byte { return nil }

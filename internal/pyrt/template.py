@@ -54,6 +54,7 @@ def _serve_template(cfg, runtime):
     # what a paused sandbox's resume and a saved session's bring-back run, and importing
     # them there cost 15-40 ms (state.py imports them on first use where there is no template).
     _rt._state_picklers()
+    _load_fork_code(cfg)  # (the workers' snapshots fork with it: _SnapFork)
     for name in filter(None, cfg.get("preload", "").split(",")):
         try:
             importlib.import_module(name)

@@ -631,11 +631,40 @@ class _Worker:
         (the host sent it fresh pipes through the guardian).
 
         Every page either process writes after the fork is copied (a page fault), and the
-        snapshot is almost never used: it runs as little Python as it can before it waits.
-        Python's after-fork hooks in Python (threading's, and logging's when loaded) wait
-        until it takes over (_defer_child_hooks): run at the fork, they and the code they
-        call wrote ~100 pages of each snapshot, and the snapshot's OOM score is the
+        snapshot is almost never used: it runs as little as it can before it waits. With
+        the host's fork code (_SnapFork) it runs no Python at all, and CPython's after-fork
+        work waits for the take-over; else Python's after-fork hooks in Python (threading's,
+        and logging's when loaded) wait (_defer_child_hooks): run at the fork, they and the
+        code they call wrote ~100 pages of each snapshot. The snapshot's OOM score is the
         guardian's to set."""
+        try:
+            if _SNAP_FORK is not None:
+                pid, fds = _SNAP_FORK.fork(self.snap_sock, (self.in_fd, self.out_fd, self.host_err, self.kick_fd))
+            else:
+                pid, fds = self.py_snapshot()
+        except OSError as exc:
+            # EAGAIN under the Processes limit: no snapshot this time. The previous one
+            # holds an older state, which is not "before this run": it goes (pid 0).
+            # Said on the host's stderr pipe: a crash's error (WorkerLostError.Stderr)
+            # then tells why its namespace was lost, not rolled back.
+            pid, fds = 0, None
+            try:
+                os.write(self.host_err, b"minipy worker: no rollback snapshot after this answer: %s\n" %
+                         str(exc).encode("utf-8", "replace"))
+            except OSError:
+                pass
+        if fds is None:
+            self.snapshot_made(pid)
+            return False
+        # The objects over the worker's pipes, which the wait closed, are kept: collected,
+        # they would close their fd numbers, which the new pipes may have (leave_pipes).
+        _kept.extend((self.rin, self.cin, getattr(self, "fault_file", None)))
+        self.become(fds)
+        return True
+
+    def py_snapshot(self):
+        """snapshot() through os.fork: (the snapshot's pid, None) in the worker, (0, the new
+        pipes) in the snapshot once it takes over."""
         import warnings
 
         if self.snap_wait is None:
@@ -645,61 +674,51 @@ class _Worker:
             _cmsg_fds()  # (for the snapshots' wait: _recv_fds)
         deferred = _defer_child_hooks(self.own_threads)
         quiet = _fork_warning_ignored()
+        fds = None
         with (_no_context if quiet else warnings.catch_warnings()):
             if not quiet:
                 warnings.simplefilter("ignore")  # 3.12+: fork() of a multi-threaded process
             try:
                 pid = _real_fork()
-            except OSError as exc:
-                # EAGAIN under the Processes limit: no snapshot this time. The previous one
-                # holds an older state, which is not "before this run": it goes (pid 0).
-                # Said on the host's stderr pipe: a crash's error (WorkerLostError.Stderr)
-                # then tells why its namespace was lost, not rolled back.
-                pid = -1
-                try:
-                    os.write(self.host_err, b"minipy worker: no rollback snapshot after this answer: %s\n" %
-                             str(exc).encode("utf-8", "replace"))
-                except OSError:
-                    pass
+            except OSError:
+                _run_deferred(deferred, False)
+                raise
             if pid == 0:
                 # The snapshot (the guardian gives it its OOM score): off the worker's pipes,
                 # and wait (inside this block: its exit is Python that can wait too).
                 fds = _await_pipes(self.snap_wait, self.in_fd, self.out_fd, self.host_err, self.kick_fd)
+                self.snap_wait = None  # (closed by the wait)
         _run_deferred(deferred, pid == 0)
-        if pid:
-            pid = max(pid, 0)
-            old, self.snap_pid = self.snap_pid, pid
-            died = False
-            if old:  # (ended before this one replaced it: killed from outside; the host counts it)
-                try:
-                    died = os.waitpid(old, os.WNOHANG)[0] == old
-                except ChildProcessError:
-                    died = True
-            # The guardian learns of the new one before the old one goes, so that a crash
-            # in between still finds a snapshot; the old one is reaped later, without waiting.
+        return pid, fds
+
+    def snapshot_made(self, pid):
+        """In the worker, after snapshot()'s fork: pid (0: none) replaces the previous
+        snapshot."""
+        old, self.snap_pid = self.snap_pid, pid
+        died = False
+        if old:  # (ended before this one replaced it: killed from outside; the host counts it)
             try:
-                os.write(self.snap_sock, _SNAP_MSG.pack(b"S", pid, self.gen & 0xFFFFFFFF, died))
+                died = os.waitpid(old, os.WNOHANG)[0] == old
+            except ChildProcessError:
+                died = True
+        # The guardian learns of the new one before the old one goes, so that a crash
+        # in between still finds a snapshot; the old one is reaped later, without waiting.
+        try:
+            os.write(self.snap_sock, _SNAP_MSG.pack(b"S", pid, self.gen & 0xFFFFFFFF, died))
+        except OSError:
+            pass
+        if old and not died:
+            try:
+                os.kill(old, signal.SIGKILL)
             except OSError:
                 pass
-            if old and not died:
-                try:
-                    os.kill(old, signal.SIGKILL)
-                except OSError:
-                    pass
-                self.unreaped.append(old)
-            for p in list(self.unreaped):
-                try:
-                    if os.waitpid(p, os.WNOHANG)[0]:
-                        self.unreaped.remove(p)
-                except ChildProcessError:
+            self.unreaped.append(old)
+        for p in list(self.unreaped):
+            try:
+                if os.waitpid(p, os.WNOHANG)[0]:
                     self.unreaped.remove(p)
-            return False
-        # The objects over the worker's pipes, which the wait closed, are kept: collected,
-        # they would close their fd numbers, which the new pipes may have (leave_pipes).
-        _kept.extend((self.rin, self.cin, getattr(self, "fault_file", None)))
-        self.snap_wait = None  # (closed by the wait)
-        self.become(fds)
-        return True
+            except ChildProcessError:
+                self.unreaped.remove(p)
 
     def leave_pipes(self):
         """In a copy: close this process's copies of the worker's pipes, which
@@ -980,6 +999,82 @@ def _run_deferred(changed, child):
 
 
 
+# The slots of _SnapFork's table (internal/cpython's MP_FT_*, pinned by a test there).
+_FT_BEFORE_FORK, _FT_AFTER_PARENT, _FT_AFTER_CHILD, _FT_FORK, _FT_CLOSE, _FT_RECVMSG = 0, 1, 2, 3, 4, 5
+_FT_EXIT, _FT_ERRNO, _FT_SOCK, _FT_KIND, _FT_WANT, _FT_NCLOSE, _FT_CLOSE_FDS = 6, 7, 8, 9, 10, 11, 12
+_FT_FDS = 20
+_FT_SIZE = 28
+_SNAP_FORK = None  # a _SnapFork, once _load_fork_code has made one
+_MACHINES = {"x86_64": "amd64", "aarch64": "arm64", "riscv64": "riscv64", "ppc64le": "ppc64le",
+             "s390x": "s390x", "loongarch64": "loong64"}  # os.uname().machine: Go's GOARCH
+
+
+class _SnapFork:
+    """The host's snapshot fork (internal/cpython's mp_snap_fork): machine code the host
+    compiled for its own machine, which reaches nothing but through a table of function
+    pointers, copied here into an executable mapping and called with the GIL held. It forks
+    as os.fork does (PyOS_BeforeFork, PyOS_AfterFork_Parent) but its child runs no Python:
+    it closes the worker's pipes and waits for its take-over in C, and runs CPython's
+    after-fork work (PyOS_AfterFork_Child, with the at-fork hooks in Python) only then. A
+    snapshot so writes ~30 pages where os.fork's wrote ~100, and the worker defers no hooks."""
+
+    __slots__ = ("mem", "table", "addr", "call")
+
+    def __init__(self, code):
+        import ctypes
+        import mmap
+
+        libc = _libc()
+        self.mem = mmap.mmap(-1, len(code), prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        self.mem.write(code)
+        start = ctypes.addressof(ctypes.c_char.from_buffer(self.mem))
+        mprotect = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                                    use_errno=True)(("mprotect", libc))
+        if mprotect(start, len(code), mmap.PROT_READ | mmap.PROT_EXEC) != 0:
+            raise OSError(ctypes.get_errno(), "mprotect of the fork code")
+        self.table = (ctypes.c_int64 * _FT_SIZE)()
+        api = ctypes.pythonapi
+        for slot, fn in ((_FT_BEFORE_FORK, api.PyOS_BeforeFork), (_FT_AFTER_PARENT, api.PyOS_AfterFork_Parent),
+                         (_FT_AFTER_CHILD, api.PyOS_AfterFork_Child), (_FT_FORK, libc.fork),
+                         (_FT_CLOSE, libc.close), (_FT_RECVMSG, libc.recvmsg), (_FT_EXIT, libc._exit),
+                         (_FT_ERRNO, getattr(libc, "__errno_location"))):  # (not mangled)
+            self.table[slot] = ctypes.cast(fn, ctypes.c_void_p).value
+        self.table[_FT_KIND] = C_TAKE_OVER[0]
+        self.table[_FT_WANT] = 4
+        self.addr = ctypes.addressof(self.table)
+        self.call = ctypes.PYFUNCTYPE(ctypes.c_long, ctypes.c_void_p)(start)
+
+    def fork(self, sock, pipes):
+        """(the snapshot's pid, None) in the worker; (0, the new pipes) in the snapshot once
+        it takes over. The table is written only where it changed (a take-over's new pipes):
+        each write after a fork is a page copied."""
+        t = self.table
+        for slot, value in ((_FT_SOCK, sock), (_FT_NCLOSE, len(pipes))) + tuple(enumerate(pipes, _FT_CLOSE_FDS)):
+            if t[slot] != value:
+                t[slot] = value
+        pid = self.call(self.addr)
+        if pid < 0:
+            raise OSError(-pid, os.strerror(-pid))
+        if pid:
+            return pid, None
+        return 0, [t[i] for i in range(_FT_FDS, _FT_FDS + 4)]
+
+
+def _load_fork_code(cfg):
+    """The host's fork code (config fork_code, for its machine fork_arch), when this Python
+    runs on that machine and can map it; else snapshots fork with os.fork."""
+    global _SNAP_FORK
+    import ctypes
+
+    code = cfg.get("fork_code")
+    if not code or _MACHINES.get(os.uname().machine) != cfg.get("fork_arch") or ctypes.sizeof(ctypes.c_void_p) != 8:
+        return
+    try:
+        _SNAP_FORK = _SnapFork(code)
+    except (OSError, AttributeError, ValueError):
+        pass  # (a system that refuses executable mappings: os.fork)
+
+
 def _libc():
     """libc through ctypes, made once: a template's forks share it, and the function objects
     it caches (ctypes makes one at an attribute's first use) with it. A CDLL made in each
@@ -1199,14 +1294,15 @@ def _read_config(read):
             source, _, target = paths.partition("\t")
             target, _, fd = target.partition("\t")
             cfg["mounts"].append((source, target, mode == "rw", int(fd) if fd else None))
-        elif key == "seccomp":
+        elif key in ("seccomp", "fork_code"):
             cfg[key] = bytes.fromhex(value)
         else:
             cfg[key] = value if key in _TEXT_KEYS else int(value)
     return cfg
 
 
-_TEXT_KEYS = ("workdir", "tree", "code_tag", "root", "host_workdir", "host_tree", "preload", "pythonpath")
+_TEXT_KEYS = ("workdir", "tree", "code_tag", "root", "host_workdir", "host_tree", "preload", "pythonpath",
+              "fork_arch")
 
 
 def _preload(w, names):
@@ -1260,6 +1356,8 @@ def _start(w, cfg, runtime):
     w.kick_signal = cfg["kick_signal"]
     w.cpu_limit = cfg.get("cpu_seconds", 0)
     w.snapshots = bool(cfg.get("rollback")) and _forkable and w.snap_sock is not None
+    if w.snapshots and _SNAP_FORK is None:  # (a template's fork has it)
+        _load_fork_code(cfg)
     _rt.max_transfer = cfg.get("max_transfer", -1)
     _rt.install(w.kick_signal, None)
     dispatch = _rt.dispatch_parts

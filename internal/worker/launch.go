@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -48,7 +49,10 @@ type Spec struct {
 	Packed        bool     // several namespaces share each worker (IsolatedConfig.Workers)
 	Rollback      bool     // local workers fork a snapshot after each answer
 	Preload       []string // modules every worker imports as it starts
-	Beats         Beats    // Command workers'
+	// ForkCode is machine code for this machine that local workers fork their rollback
+	// snapshots with (internal/cpython's SnapForkCode; nil: os.fork).
+	ForkCode []byte
+	Beats    Beats // Command workers'
 	// MaxTransfer caps what a worker sends the host in one answer or host call, in bytes
 	// (IsolatedConfig.MaxTransfer; 0: DefaultMaxTransfer): the worker keeps under it, and
 	// ReadFrame refuses a frame that claims more.
@@ -418,6 +422,9 @@ func (s *Spec) configFrame(dirs Dirs) []byte {
 		b.WriteString("control=1\nkicks=1\n") // (kicks: the control pipe, fd 4; the template's forks' too)
 		if s.Rollback {
 			b.WriteString("rollback=1\n")
+			if len(s.ForkCode) > 0 {
+				fmt.Fprintf(&b, "fork_code=%x\nfork_arch=%s\n", s.ForkCode, runtime.GOARCH)
+			}
 		}
 	}
 	if len(s.Preload) > 0 {
