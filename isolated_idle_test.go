@@ -414,75 +414,93 @@ func TestIsolatedWhoMayDie(t *testing.T) {
 		kill  string
 		keeps bool
 	}{{"worker", true}, {"snapshot", true}, {"guardian", false}, {"worker and snapshot", false}} {
-		t.Run(tc.kill, func(t *testing.T) {
-			cfg, deaths := idleDeaths(minipy.IsolatedConfig{})
-			e := newIsolated(t, cfg)
-			a, b := e.NewNamespace(), e.NewNamespace()
-			defer a.Close()
-			defer b.Close()
-			valueIn(t, e, b, "y = 7")
-			where := valueIn(t, e, a, "x = 41\n"+whereAmI).([]any)
-			pidNS, worker := where[0].(string), int(where[1].(int64))
-			_, err := a.Get("x") // (answered after the snapshot of the run's state was made)
-			require.NoError(t, err)
-			var snapshots []int
-			require.Eventually(t, func() bool {
-				snapshots = snapshots[:0]
-				for _, inner := range nsProcs(t, pidNS) {
-					if inner != 1 && inner != worker {
-						snapshots = append(snapshots, inner)
-					}
-				}
-				return len(snapshots) > 0
-			}, 10*time.Second, 5*time.Millisecond, "a's snapshot")
-			switch tc.kill {
-			case "worker":
-				killInside(t, pidNS, worker)
-			case "snapshot":
-				for _, s := range snapshots {
-					killInside(t, pidNS, s)
-				}
-			case "guardian":
-				killInside(t, pidNS, 1)
-			case "worker and snapshot":
-				stopInside(t, pidNS, worker) // (stopped, it forks no new snapshot meanwhile)
-				for _, s := range snapshots {
-					killInside(t, pidNS, s)
-				}
-				killInside(t, pidNS, worker)
-			}
-			if tc.kill != "snapshot" {
-				d := awaitIdleDeath(t, deaths)
-				assert.Equal(t, tc.keeps, d.How.RolledBack, "%v", d.How)
-				counted := minipy.ProcessDeaths{Worker: 1}
-				if tc.kill == "guardian" {
-					counted = minipy.ProcessDeaths{Sandbox: 1}
-				}
-				assert.Equal(t, counted, e.Stats().Deaths)
-			}
-			if tc.keeps {
-				assert.Equal(t, int64(42), valueIn(t, e, a, "x + 1"), "a keeps its state")
-				assert.Zero(t, e.Stats().IdleStateLost)
-			} else {
-				_, err := runIn(t, e, a, "x")
-				require.ErrorIs(t, err, minipy.ErrStateLost)
-				assert.Equal(t, int64(1), valueIn(t, e, a, "x = 1\nx"), "then a starts fresh")
-				assert.Equal(t, uint64(1), e.Stats().IdleStateLost)
-			}
-			assert.Equal(t, int64(8), valueIn(t, e, b, "y + 1"), "b never notices")
-			if tc.kill == "snapshot" {
-				_, err := runIn(t, e, a, "x = 50")
-				require.NoError(t, err)
-				_, err = a.Get("x")
-				require.NoError(t, err)
-				killInside(t, pidNS, worker)
-				awaitIdleDeath(t, deaths)
-				assert.Equal(t, int64(50), valueIn(t, e, a, "x"), "a new snapshot follows the next run")
-				assert.Equal(t, minipy.ProcessDeaths{Snapshot: 1, Worker: 1}, e.Stats().Deaths,
-					"the snapshot counted at the next answer")
-			}
-		})
+		for _, osFork := range []bool{false, true} { // (the host's fork code, or os.fork: the snapshots' bookkeeping)
+			t.Run(fmt.Sprintf("%s/os.fork=%v", tc.kill, osFork), func(t *testing.T) { testWhoMayDie(t, tc.kill, tc.keeps, osFork) })
+		}
 	}
+}
+
+func testWhoMayDie(t *testing.T, kill string, keeps, osFork bool) {
+	cfg, deaths := idleDeaths(minipy.IsolatedConfig{})
+	e := newIsolatedForking(t, cfg, osFork)
+	a, b := e.NewNamespace(), e.NewNamespace()
+	defer a.Close()
+	defer b.Close()
+	valueIn(t, e, b, "y = 7")
+	where := valueIn(t, e, a, "x = 41\n"+whereAmI).([]any)
+	pidNS, worker := where[0].(string), int(where[1].(int64))
+	_, err := a.Get("x") // (answered after the snapshot of the run's state was made)
+	require.NoError(t, err)
+	var snapshots []int
+	require.Eventually(t, func() bool {
+		snapshots = snapshots[:0]
+		for _, inner := range nsProcs(t, pidNS) {
+			if inner != 1 && inner != worker {
+				snapshots = append(snapshots, inner)
+			}
+		}
+		return len(snapshots) > 0
+	}, 10*time.Second, 5*time.Millisecond, "a's snapshot")
+	switch kill {
+	case "worker":
+		killInside(t, pidNS, worker)
+	case "snapshot":
+		for _, s := range snapshots {
+			killInside(t, pidNS, s)
+		}
+	case "guardian":
+		killInside(t, pidNS, 1)
+	case "worker and snapshot":
+		stopInside(t, pidNS, worker) // (stopped, it forks no new snapshot meanwhile)
+		for _, s := range snapshots {
+			killInside(t, pidNS, s)
+		}
+		killInside(t, pidNS, worker)
+	}
+	if kill != "snapshot" {
+		d := awaitIdleDeath(t, deaths)
+		assert.Equal(t, keeps, d.How.RolledBack, "%v", d.How)
+		counted := minipy.ProcessDeaths{Worker: 1}
+		if kill == "guardian" {
+			counted = minipy.ProcessDeaths{Sandbox: 1}
+		}
+		assert.Equal(t, counted, e.Stats().Deaths)
+	}
+	if keeps {
+		assert.Equal(t, int64(42), valueIn(t, e, a, "x + 1"), "a keeps its state")
+		assert.Zero(t, e.Stats().IdleStateLost)
+	} else {
+		_, err := runIn(t, e, a, "x")
+		require.ErrorIs(t, err, minipy.ErrStateLost)
+		assert.Equal(t, int64(1), valueIn(t, e, a, "x = 1\nx"), "then a starts fresh")
+		assert.Equal(t, uint64(1), e.Stats().IdleStateLost)
+	}
+	assert.Equal(t, int64(8), valueIn(t, e, b, "y + 1"), "b never notices")
+	if kill == "snapshot" {
+		_, err := runIn(t, e, a, "x = 50")
+		require.NoError(t, err)
+		_, err = a.Get("x")
+		require.NoError(t, err)
+		killInside(t, pidNS, worker)
+		awaitIdleDeath(t, deaths)
+		assert.Equal(t, int64(50), valueIn(t, e, a, "x"), "a new snapshot follows the next run")
+		assert.Equal(t, minipy.ProcessDeaths{Snapshot: 1, Worker: 1}, e.Stats().Deaths,
+			"the snapshot counted at the next answer")
+	}
+}
+
+// newIsolatedForking is newIsolated whose workers' snapshots fork with os.fork when osFork
+// is set (as where the host's fork code cannot be used).
+func newIsolatedForking(t *testing.T, cfg minipy.IsolatedConfig, osFork bool) *minipy.Isolated {
+	t.Helper()
+	if !osFork {
+		return newIsolated(t, cfg)
+	}
+	cfg.NoTemplate = cfg.NoTemplate || withoutTemplate
+	e, err := minipy.NewIsolatedOSFork(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Close() })
+	return e
 }
 
 // stopInside SIGSTOPs the process of pid namespace pidNS whose pid there is inner.
@@ -512,13 +530,7 @@ func TestIsolatedSnapshotsIgnoreTheCodesWarningFilters(t *testing.T) {
 }
 
 func testSnapshotsIgnoreWarningFilters(t *testing.T, osFork bool) {
-	newEngine := minipy.NewIsolated
-	if osFork {
-		newEngine = minipy.NewIsolatedOSFork
-	}
-	e, err := newEngine(minipy.IsolatedConfig{NoTemplate: withoutTemplate})
-	require.NoError(t, err)
-	t.Cleanup(func() { e.Close() })
+	e := newIsolatedForking(t, minipy.IsolatedConfig{}, osFork)
 	for _, setup := range []string{
 		"", // the worker's filter first
 		"warnings.simplefilter('error')",
