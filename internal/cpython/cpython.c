@@ -923,13 +923,20 @@ const char *mp_libpython_file(void) {
 
 #include <sys/socket.h>
 
+// No stack protector (its failure path calls out), and with GCC no memset or memcpy for a
+// loop and no jump table (a call out, a table in .rodata). (GCC's optimize("no-stack-
+// protector") is what works before GCC 11's no_stack_protector; clang has the attribute
+// since 11, and no loop idiom or table here is one it turns into either.)
 #if defined(__clang__)
+#if __has_attribute(no_stack_protector)
 #define MP_SNAP_ATTRS __attribute__((section("minipy_snap_fork"), used, noinline, no_stack_protector))
 #else
-// (No memset or memcpy for a loop: a call to them is a call outside.)
-#define MP_SNAP_ATTRS                                                                            \
-	__attribute__((section("minipy_snap_fork"), used, noinline, no_stack_protector,             \
-	               optimize("no-tree-loop-distribute-patterns", "no-jump-tables")))
+#define MP_SNAP_ATTRS __attribute__((section("minipy_snap_fork"), used, noinline))
+#endif
+#else
+#define MP_SNAP_ATTRS                                                                          \
+	__attribute__((section("minipy_snap_fork"), used, noinline,                               \
+	               optimize("no-stack-protector", "no-tree-loop-distribute-patterns", "no-jump-tables")))
 #endif
 
 typedef void (*mp_void_fn)(void);
