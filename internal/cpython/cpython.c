@@ -917,9 +917,9 @@ const char *mp_libpython_file(void) {
 
 // ---- the isolated engine's snapshot fork (see cpython.h) -------------------------------
 //
-// Its own section, so that its bytes are known (__start_/__stop_, which the linker makes
-// for a section named as a C identifier) and hold nothing else (GCC splits no cold part of
-// a function with a section of its own into another).
+// Its own section, so that its bytes are known (the section's size, in the executable's
+// section headers: cpython.go's SnapForkCode) and hold nothing else (GCC splits no cold part
+// of a function with a section of its own into another).
 
 #include <sys/socket.h>
 
@@ -1007,9 +1007,3 @@ MP_SNAP_ATTRS long mp_snap_fork(int64_t *t) {
 	return 0;
 }
 
-extern const unsigned char __start_minipy_snap_fork[], __stop_minipy_snap_fork[];
-
-const unsigned char *mp_snap_code(size_t *len) {
-	*len = (size_t)(__stop_minipy_snap_fork - __start_minipy_snap_fork);
-	return __start_minipy_snap_fork;
-}

@@ -26,6 +26,8 @@ package cpython
 import "C"
 
 import (
+	"bytes"
+	"debug/elf"
 	"errors"
 	"fmt"
 	"os"
@@ -205,17 +207,45 @@ func LinkedPython() string {
 
 // SnapForkCode is the machine code of the isolated engine's snapshot fork (cpython.h's
 // mp_snap_fork), which local workers' pythons copy and call (worker.py's _SnapFork): a
-// rollback snapshot that runs no Python until it takes over. It is for this machine only.
+// rollback snapshot that runs no Python until it takes over. It is for this machine only;
+// nil where it cannot be found (then the workers fork with os.fork).
 func SnapForkCode() []byte {
-	var n C.size_t
-	p := C.mp_snap_code(&n)
-	return C.GoBytes(unsafe.Pointer(p), C.int(n))
+	snapCode.once.Do(func() { snapCode.code = readSnapForkCode() })
+	return snapCode.code
 }
 
-// snapCodeStart is the address of mp_snap_fork's section and of the function itself.
-func snapCodeStart() (section, fn uintptr) {
-	var n C.size_t
-	return uintptr(unsafe.Pointer(C.mp_snap_code(&n))), uintptr(unsafe.Pointer(C.mp_snap_fork))
+var snapCode struct {
+	once sync.Once
+	code []byte
+}
+
+// snapSection is the section that holds mp_snap_fork alone (cpython.c).
+const snapSection = "minipy_snap_fork"
+
+// readSnapForkCode reads mp_snap_fork's bytes: as many as its section has in this
+// executable's section headers (which strip and go build's -s keep; no linker symbol, which
+// Go's internal linker would not make), from memory, and only if the file's section holds
+// the same bytes (the function first in it, the file this process runs: /proc/self/exe
+// even if it was replaced since).
+func readSnapForkCode() []byte {
+	f, err := elf.Open("/proc/self/exe")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	sec := f.Section(snapSection)
+	if sec == nil || sec.Size == 0 || sec.Size > 1<<16 {
+		return nil
+	}
+	data, err := sec.Data()
+	if err != nil {
+		return nil
+	}
+	code := C.GoBytes(unsafe.Pointer(C.mp_snap_fork), C.int(len(data)))
+	if !bytes.Equal(code, data) {
+		return nil
+	}
+	return code
 }
 
 // snapTable is the layout of mp_snap_fork's table (MP_FT_*), which worker.py's _FT_*

@@ -64,7 +64,7 @@ const char *mp_libpython_file(void);
 // ---- the isolated engine's snapshot fork ---------------------------------------------
 //
 // mp_snap_fork is machine code for the isolated engine's workers, not for this process: the
-// host sends its bytes (mp_snap_code) to each worker's python, which copies them into an
+// host sends its bytes (cpython.go's SnapForkCode) to each worker's python, which copies them into an
 // executable mapping and calls them through ctypes, holding the GIL, to fork a rollback
 // snapshot that runs no Python until it takes over (worker.py's _SnapFork). So it must run
 // at any address, in any python: it reaches nothing outside itself but through the table
@@ -95,8 +95,5 @@ enum {
 // closed; the socket's end or error ends it, _exit(0)), runs PyOS_AfterFork_Child only
 // then, and returns 0 with the message's fds in the table.
 long mp_snap_fork(int64_t *t);
-
-// mp_snap_code is mp_snap_fork's section: its bytes, and their length.
-const unsigned char *mp_snap_code(size_t *len);
 
 #endif
