@@ -1016,7 +1016,7 @@ class _SnapFork:
     as os.fork does (PyOS_BeforeFork, PyOS_AfterFork_Parent) but its child runs no Python:
     it closes the worker's pipes and waits for its take-over in C, and runs CPython's
     after-fork work (PyOS_AfterFork_Child, with the at-fork hooks in Python) only then. A
-    snapshot so writes ~30 pages where os.fork's wrote ~100, and the worker defers no hooks."""
+    snapshot so writes ~20 pages where os.fork's wrote ~105, and the worker defers no hooks."""
 
     __slots__ = ("mem", "table", "addr", "call")
 
