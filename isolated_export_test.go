@@ -92,8 +92,9 @@ func NewIsolatedBeating(cfg IsolatedConfig, every, silence time.Duration) (*Isol
 	return NewIsolated(cfg)
 }
 
-// NewIsolatedOSFork is NewIsolated whose workers' snapshots fork with os.fork, as they do
-// where the host's fork code cannot be used (worker.py's _SnapFork).
+// NewIsolatedOSFork is NewIsolated whose workers' snapshots, and its template's sandboxes,
+// fork with os.fork, as they do where the host's fork code cannot be used (worker.py's
+// _ForkCode).
 func NewIsolatedOSFork(cfg IsolatedConfig) (*Isolated, error) {
 	testOSFork = true
 	defer func() { testOSFork = false }()

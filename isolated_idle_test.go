@@ -493,14 +493,9 @@ func testWhoMayDie(t *testing.T, kill string, keeps, osFork bool) {
 // is set (as where the host's fork code cannot be used).
 func newIsolatedForking(t *testing.T, cfg minipy.IsolatedConfig, osFork bool) *minipy.Isolated {
 	t.Helper()
-	if !osFork {
-		return newIsolated(t, cfg)
-	}
-	cfg.NoTemplate = cfg.NoTemplate || withoutTemplate
-	e, err := minipy.NewIsolatedOSFork(cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { e.Close() })
-	return e
+	defer func(was bool) { withOSFork = was }(withOSFork)
+	withOSFork = osFork
+	return newIsolated(t, cfg)
 }
 
 // stopInside SIGSTOPs the process of pid namespace pidNS whose pid there is inner.

@@ -304,29 +304,68 @@ t = threading.Thread(target=lambda: None); t.start(); t.join()  # threads start 
 		"filtered; the refused calls fail with EPERM; threads, subprocess and fork still work")
 }
 
-// The sandbox's promises hold both for workers forked from the template (the default, the
-// tests above) and for workers started as processes of their own.
+// The sandbox's promises hold for workers forked from the template (the default, the
+// tests above: the sandbox made by the host's fork code), for workers started as processes
+// of their own, and for a template's sandboxes made in Python (where the code cannot run).
+var sandboxPromises = []struct {
+	name string
+	fn   func(*testing.T)
+}{
+	{"HostEnvironmentIsAbsent", TestSandboxHostEnvironmentIsAbsent},
+	{"HostFilesAreInvisible", TestSandboxHostFilesAreInvisible},
+	{"Mounts", TestSandboxMounts},
+	{"ProcShowsOnlyItsProcesses", TestSandboxProcShowsOnlyItsProcesses},
+	{"WritesOutsideWorkdirAndTmpFail", TestSandboxWritesOutsideWorkdirAndTmpFail},
+	{"DevIsMinimal", TestSandboxDevIsMinimal},
+	{"UserHasNoPrivileges", TestSandboxUserHasNoPrivileges},
+	{"SeccompRefusesKernelAttackSurface", TestSandboxSeccompRefusesKernelAttackSurface},
+	{"TenantsAreApart", TestSandboxTenantsAreApart},
+	{"GuardianIsOutOfReach", TestSandboxGuardianIsOutOfReach},
+	{"SeccompRefusesEscapes", TestSandboxSeccompRefusesEscapes},
+}
+
 func TestSandboxWithoutTemplate(t *testing.T) {
 	withoutTemplate = true
 	defer func() { withoutTemplate = false }()
-	for _, test := range []struct {
-		name string
-		fn   func(*testing.T)
-	}{
-		{"HostEnvironmentIsAbsent", TestSandboxHostEnvironmentIsAbsent},
-		{"HostFilesAreInvisible", TestSandboxHostFilesAreInvisible},
-		{"Mounts", TestSandboxMounts},
-		{"ProcShowsOnlyItsProcesses", TestSandboxProcShowsOnlyItsProcesses},
-		{"WritesOutsideWorkdirAndTmpFail", TestSandboxWritesOutsideWorkdirAndTmpFail},
-		{"DevIsMinimal", TestSandboxDevIsMinimal},
-		{"UserHasNoPrivileges", TestSandboxUserHasNoPrivileges},
-		{"SeccompRefusesKernelAttackSurface", TestSandboxSeccompRefusesKernelAttackSurface},
-		{"TenantsAreApart", TestSandboxTenantsAreApart},
-		{"GuardianIsOutOfReach", TestSandboxGuardianIsOutOfReach},
-		{"SeccompRefusesEscapes", TestSandboxSeccompRefusesEscapes},
-	} {
+	for _, test := range sandboxPromises {
 		t.Run(test.name, test.fn)
 	}
+}
+
+func TestSandboxSetUpInPython(t *testing.T) {
+	withOSFork = true
+	defer func() { withOSFork = false }()
+	for _, test := range sandboxPromises {
+		t.Run(test.name, test.fn)
+	}
+	t.Run("EgressUsualClients", TestEgressUsualClients)
+	t.Run("EgressSurvivesRollbackAndFork", TestEgressSurvivesRollbackAndFork)
+}
+
+// A sandbox forked from the template is made by the host's fork code: no Python runs in
+// the template's fork or the sandbox's pid 1 before the sandbox is made. An audit hook that
+// the template loads (Preload) sees the set-up's own events (setgroups denied in the new
+// user namespace, the host named) only where the sandbox is made in Python, and the worker,
+// forked from that pid 1, holds what it saw.
+func TestSandboxSetUpRunsNoPython(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.Chmod(dir, 0o755)) // (the sandbox's user reads it)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "minipy_audit_probe.py"), []byte(`import sys
+seen = []
+def _hook(event, args):
+    if event == "socket.sethostname" or (event == "open" and str(args[0]).endswith("setgroups")):
+        seen.append(event)
+sys.addaudithook(_hook)
+`), 0o644))
+	seen := func(osFork bool) any {
+		e := newIsolatedForking(t, minipy.IsolatedConfig{Preload: []string{"minipy_audit_probe"},
+			Env: []string{"PYTHONPATH=" + dir}}, osFork)
+		ns := e.NewNamespace()
+		defer ns.Close()
+		return valueIn(t, e, ns, "import minipy_audit_probe; sorted(set(minipy_audit_probe.seen))")
+	}
+	assert.Equal(t, []any{"open", "socket.sethostname"}, seen(true), "(the probe sees a set-up in Python)")
+	assert.Equal(t, []any{}, seen(false))
 }
 
 // Workers of one engine (forked from one template by default) are in namespaces of their

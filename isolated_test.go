@@ -26,13 +26,18 @@ import (
 )
 
 // withoutTemplate makes newIsolated's engines start each worker as a process of its own
-// (TestSandboxWithoutTemplate).
-var withoutTemplate bool
+// (TestSandboxWithoutTemplate); withOSFork makes them fork with os.fork where the host's
+// fork code would (TestSandboxSetUpInPython).
+var withoutTemplate, withOSFork bool
 
 func newIsolated(t testing.TB, cfg minipy.IsolatedConfig) *minipy.Isolated {
 	t.Helper()
 	cfg.NoTemplate = cfg.NoTemplate || withoutTemplate
-	e, err := minipy.NewIsolated(cfg)
+	newEngine := minipy.NewIsolated
+	if withOSFork {
+		newEngine = minipy.NewIsolatedOSFork
+	}
+	e, err := newEngine(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { e.Close() })
 	return e

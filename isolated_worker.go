@@ -52,17 +52,18 @@ func (e *Isolated) makeSpec() error {
 	return e.spec.PrepareMounts()
 }
 
-// testOSFork, when set, makes the workers of an engine made then fork their snapshots
-// with os.fork (isolated_export_test.go).
+// testOSFork, when set, makes the workers of an engine made then fork their snapshots,
+// and its template its sandboxes, with os.fork (isolated_export_test.go).
 var testOSFork bool
 
-// forkCode is the snapshot fork's machine code for local workers (cpython.SnapForkCode),
-// nil for Command workers, which may run on another machine.
+// forkCode is the machine code that local workers fork their snapshots, and a template its
+// sandboxes, with (cpython.ForkCode); nil for Command workers, which may run on another
+// machine.
 func forkCode(cfg IsolatedConfig) []byte {
-	if len(cfg.Command) > 0 || cfg.NoRollback || testOSFork {
+	if len(cfg.Command) > 0 || testOSFork {
 		return nil
 	}
-	return cpython.SnapForkCode()
+	return cpython.ForkCode()
 }
 
 // dirsOf names d for internal/worker (the template: no tree).

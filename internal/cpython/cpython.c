@@ -915,34 +915,433 @@ const char *mp_libpython_file(void) {
 	return info.dli_fname;
 }
 
-// ---- the isolated engine's snapshot fork (see cpython.h) -------------------------------
+// ---- the isolated engine's fork code (see cpython.h) ----------------------------------
 //
 // Its own section, so that its bytes are known (the section's size, in the executable's
-// section headers: cpython.go's SnapForkCode) and hold nothing else (GCC splits no cold part
-// of a function with a section of its own into another).
+// section headers: cpython.go's ForkCode) and hold nothing else (GCC splits no cold part
+// of a function with a section of its own into another). One function: the helpers below
+// are inlined into it.
 
+#include <fcntl.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+
+#ifndef SYS_open_tree  // (the generic table's numbers, the same on every 64-bit machine Go has)
+#define SYS_open_tree 428
+#endif
+#ifndef SYS_move_mount
+#define SYS_move_mount 429
+#endif
+#ifndef SYS_close_range
+#define SYS_close_range 436
+#endif
 
 // No stack protector (its failure path calls out), and with GCC no memset or memcpy for a
 // loop and no jump table (a call out, a table in .rodata). (GCC's optimize("no-stack-
 // protector") is what works before GCC 11's no_stack_protector; clang has the attribute
-// since 11, and no loop idiom or table here is one it turns into either.)
+// since 11. Loops that clang could turn into memset or strlen write and read through
+// volatile pointers.)
 #if defined(__clang__)
 #if __has_attribute(no_stack_protector)
-#define MP_SNAP_ATTRS __attribute__((section("minipy_snap_fork"), used, noinline, no_stack_protector))
+#define MP_CODE_ATTRS __attribute__((section("minipy_fork_code"), used, noinline, no_stack_protector))
+#define MP_INLINE static inline __attribute__((always_inline, no_stack_protector))
 #else
-#define MP_SNAP_ATTRS __attribute__((section("minipy_snap_fork"), used, noinline))
+#define MP_CODE_ATTRS __attribute__((section("minipy_fork_code"), used, noinline))
+#define MP_INLINE static inline __attribute__((always_inline))
 #endif
 #else
-#define MP_SNAP_ATTRS                                                                          \
-	__attribute__((section("minipy_snap_fork"), used, noinline,                               \
-	               optimize("no-stack-protector", "no-tree-loop-distribute-patterns", "no-jump-tables")))
+#define MP_CODE_OPTIMIZE optimize("no-stack-protector", "no-tree-loop-distribute-patterns", "no-jump-tables")
+#define MP_CODE_ATTRS __attribute__((section("minipy_fork_code"), used, noinline, MP_CODE_OPTIMIZE))
+#define MP_INLINE static inline __attribute__((always_inline, MP_CODE_OPTIMIZE))
 #endif
 
 typedef void (*mp_void_fn)(void);
 typedef int (*mp_int_fn)(int);
+typedef long (*mp_syscall_fn)(long, ...);
 
-MP_SNAP_ATTRS long mp_snap_fork(int64_t *t) {
+// A system call through the table's syscall: -1 and errno on failure.
+#define MP_SYS(t, ...) (((mp_syscall_fn)(t)[MP_FT_SYSCALL])(__VA_ARGS__))
+
+MP_INLINE int mp_errno(int64_t *t) {
+	return *((int *(*)(void))t[MP_FT_ERRNO])();
+}
+
+MP_INLINE long mp_len(const char *s) {
+	const volatile char *p = s;
+	long n = 0;
+	while (p[n]) {
+		n++;
+	}
+	return n;
+}
+
+// mp_cat appends s to buf (n bytes long, at most cap) and returns the new length.
+MP_INLINE int mp_cat(char *buf, int n, int cap, const char *s) {
+	const volatile char *p = s;
+	for (; p && *p && n < cap; p++) {
+		buf[n++] = *p;
+	}
+	return n;
+}
+
+// mp_num appends v in decimal.
+MP_INLINE int mp_num(char *buf, int n, int cap, long v) {
+	char d[24];
+	int k = 0;
+	if (v < 0) {
+		v = -v;
+	}
+	do {
+		d[k++] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v && k < 24);
+	while (k && n < cap) {
+		buf[n++] = d[--k];
+	}
+	return n;
+}
+
+// mp_fail writes why the sandbox's set-up failed at step (MP_SS_*) to fd and exits 70, as
+// sandbox.py's _become_tenant does.
+MP_INLINE void mp_fail(int64_t *t, long fd, int step) {
+	int err = mp_errno(t);
+	const char *const *why = (const char *const *)t[MP_FT_S_WHY];
+	char buf[512];
+	int n = mp_cat(buf, 0, 480, why[MP_SS_COUNT]);  // "minipy worker: ... failed: "
+	n = mp_cat(buf, n, 480, why[step]);
+	n = mp_cat(buf, n, 480, why[MP_SS_COUNT + 1]);  // ": [Errno "
+	n = mp_num(buf, n, 500, err);
+	buf[n++] = ']';
+	buf[n++] = '\n';
+	MP_SYS(t, SYS_write, fd, (long)buf, (long)n);
+	((void (*)(int))t[MP_FT_EXIT])(70);
+}
+
+// mp_fd_path writes the fd's /proc/self/fd path into buf (64 bytes).
+MP_INLINE char *mp_fd_path(int64_t *t, char *buf, long fd) {
+	int n = mp_num(buf, mp_cat(buf, 0, 40, (const char *)t[MP_FT_S_FD_PATH]), 60, fd);
+	buf[n] = 0;
+	return buf;
+}
+
+MP_INLINE long mp_mount(int64_t *t, const char *src, const char *dst, const char *fs, long flags, const char *data) {
+	return MP_SYS(t, SYS_mount, (long)src, (long)dst, (long)fs, flags, (long)data);
+}
+
+MP_INLINE long mp_open(int64_t *t, long dir, const char *path, long flags) {
+	return MP_SYS(t, SYS_openat, dir, (long)path, flags | O_CLOEXEC, 0644L);
+}
+
+MP_INLINE void mp_close(int64_t *t, long fd) {
+	MP_SYS(t, SYS_close, fd);
+}
+
+// mp_place makes the mount point path (a directory, or an empty file) and its parents, as
+// sandbox.py's _Mounter.place; a failure shows in the mount that follows.
+MP_INLINE void mp_place(int64_t *t, const char *path, int dir) {
+	char p[1024];
+	int n = mp_cat(p, 0, (int)sizeof p - 1, path);
+	p[n] = 0;
+	for (int i = 1; i < n; i++) {
+		if (p[i] == '/') {
+			p[i] = 0;
+			MP_SYS(t, SYS_mkdirat, (long)AT_FDCWD, (long)p, 0777L);
+			p[i] = '/';
+		}
+	}
+	if (dir) {
+		MP_SYS(t, SYS_mkdirat, (long)AT_FDCWD, (long)p, 0777L);
+	} else {
+		long fd = mp_open(t, AT_FDCWD, p, O_WRONLY | O_CREAT);
+		if (fd >= 0) {
+			mp_close(t, fd);
+		}
+	}
+}
+
+// mp_own_tree leaves the sandbox's tree alone at the engine's trees, in a mount namespace of
+// its own, as sandbox.py's _own_tree (which says why).
+MP_INLINE int mp_own_tree(int64_t *t) {
+	const char *trees = (const char *)t[MP_FT_S_TREES];
+	const long dir = O_PATH | O_DIRECTORY | O_NOFOLLOW;
+	char empty = 0;
+	if (MP_SYS(t, SYS_unshare, (long)CLONE_NEWNS) != 0) {
+		return MP_SS_TREE_NS;
+	}
+	if (mp_mount(t, 0, trees, 0, MS_REC | MS_SLAVE, 0) != 0) {
+		return MP_SS_TREE_SLAVE;
+	}
+	long all = mp_open(t, AT_FDCWD, trees, dir);
+	long tree = all < 0 ? -1 : mp_open(t, all, (const char *)t[MP_FT_S_TREE], dir);
+	if (tree < 0) {
+		return MP_SS_TREE_OPEN;
+	}
+	mp_close(t, all);
+	long copy = MP_SYS(t, SYS_open_tree, tree, (long)&empty, 0x1L | 0x8000 | 0x1000);  // OPEN_TREE_CLONE, AT_RECURSIVE, AT_EMPTY_PATH
+	if (copy < 0) {
+		return MP_SS_TREE_COPY;
+	}
+	mp_close(t, tree);
+	if (MP_SYS(t, SYS_umount2, (long)trees, (long)MNT_DETACH) != 0) {
+		return MP_SS_TREE_DETACH;
+	}
+	if (MP_SYS(t, SYS_move_mount, copy, (long)&empty, (long)AT_FDCWD, (long)trees, 4L) != 0) {  // MOVE_MOUNT_F_EMPTY_PATH
+		return MP_SS_TREE_MOVE;
+	}
+	mp_close(t, copy);
+	return -1;
+}
+
+// mp_egress brings the loopback up, listens on 127.0.0.1:port and hands the listening socket
+// to the host over the control socket, as sandbox.py's _egress_listener; -1 on failure.
+MP_INLINE long mp_egress(int64_t *t, long port) {
+	long s = MP_SYS(t, SYS_socket, (long)AF_INET, (long)(SOCK_DGRAM | SOCK_CLOEXEC), 0L);
+	if (s < 0) {
+		return -1;
+	}
+	struct ifreq ifr;
+	volatile unsigned char *z = (volatile unsigned char *)&ifr;
+	for (unsigned i = 0; i < sizeof ifr; i++) {
+		z[i] = 0;
+	}
+	z[0] = 'l';  // ifr_name (GCC would load two constant bytes from .rodata)
+	z[1] = 'o';
+	if (MP_SYS(t, SYS_ioctl, s, (long)SIOCGIFFLAGS, (long)&ifr) != 0) {
+		return -1;
+	}
+	ifr.ifr_flags |= IFF_UP;
+	if (MP_SYS(t, SYS_ioctl, s, (long)SIOCSIFFLAGS, (long)&ifr) != 0) {
+		return -1;
+	}
+	mp_close(t, s);
+	long l = MP_SYS(t, SYS_socket, (long)AF_INET, (long)(SOCK_STREAM | SOCK_CLOEXEC), 0L);
+	if (l < 0) {
+		return -1;
+	}
+	struct sockaddr_in a;
+	z = (volatile unsigned char *)&a;
+	for (unsigned i = 0; i < sizeof a; i++) {
+		z[i] = 0;
+	}
+	a.sin_family = AF_INET;
+	unsigned char *pa = (unsigned char *)&a.sin_port, *ip = (unsigned char *)&a.sin_addr.s_addr;
+	pa[0] = (unsigned char)(port >> 8);  // (network order, whatever the machine's)
+	pa[1] = (unsigned char)port;
+	ip[0] = 127;
+	ip[3] = 1;
+	if (MP_SYS(t, SYS_bind, l, (long)&a, (long)sizeof a) != 0 || MP_SYS(t, SYS_listen, l, 128L) != 0) {
+		return -1;
+	}
+	unsigned char kind = (unsigned char)t[MP_FT_S_LISTEN];
+	union {
+		struct cmsghdr h;
+		unsigned char space[CMSG_SPACE(sizeof(int))];
+	} cm;
+	struct iovec iov;
+	iov.iov_base = &kind;
+	iov.iov_len = 1;
+	struct msghdr msg;
+	msg.msg_name = 0;
+	msg.msg_namelen = 0;
+	msg.msg_iov = &iov;
+	msg.msg_iovlen = 1;
+	msg.msg_control = cm.space;
+	msg.msg_controllen = sizeof cm.space;
+	msg.msg_flags = 0;
+	volatile struct cmsghdr *c = CMSG_FIRSTHDR(&msg);  // (volatile: stored, not loaded from .rodata)
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	int fd = (int)l;
+	for (unsigned k = 0; k < sizeof fd; k++) {
+		CMSG_DATA(c)[k] = ((unsigned char *)&fd)[k];
+	}
+	if (MP_SYS(t, SYS_sendmsg, t[MP_FT_S_FDS + 3], (long)&msg, 0L) != 1) {
+		return -1;
+	}
+	mp_close(t, l);
+	return 0;
+}
+
+// The helpers below return the step that failed (MP_SS_*), or -1.
+
+// mp_sandbox_t is the template's fork (T): cgroups, its own tree, its user namespace and
+// the rest; it forks the sandbox's pid 1 and returns in it.
+MP_INLINE int mp_sandbox_t(int64_t *t) {
+	if (MP_SYS(t, SYS_setsid) < 0) {  // out of the template's process group
+		return MP_SS_SETSID;
+	}
+	for (int i = 0; i < t[MP_FT_S_NCG] && i < 2; i++) {  // before anything else: all of it counted there
+		char zero = '0';
+		if (MP_SYS(t, SYS_write, t[MP_FT_S_CG + i], (long)&zero, 1L) != 1) {
+			return MP_SS_CGROUP;
+		}
+		mp_close(t, t[MP_FT_S_CG + i]);
+	}
+	int step = mp_own_tree(t);
+	if (step >= 0) {
+		return step;
+	}
+	if (MP_SYS(t, SYS_unshare, (long)CLONE_NEWUSER) != 0) {
+		return MP_SS_USERNS;
+	}
+	for (int i = 0; i < 3; i++) {  // setgroups, uid_map, gid_map
+		const char *text = (const char *)t[MP_FT_S_MAPS + 2 * i + 1];
+		long f = mp_open(t, AT_FDCWD, (const char *)t[MP_FT_S_MAPS + 2 * i], O_WRONLY);
+		if (f < 0 || MP_SYS(t, SYS_write, f, (long)text, mp_len(text)) != mp_len(text)) {
+			return MP_SS_MAPS;
+		}
+		mp_close(t, f);
+	}
+	if (MP_SYS(t, SYS_unshare, t[MP_FT_S_UNSHARE]) != 0) {
+		return MP_SS_UNSHARE;
+	}
+	if (t[MP_FT_S_PORT] && mp_egress(t, t[MP_FT_S_PORT]) != 0) {
+		return MP_SS_EGRESS;
+	}
+	long pid = ((int (*)(void))t[MP_FT_FORK])();
+	if (pid < 0) {
+		return MP_SS_FORK;
+	}
+	if (pid > 0) {
+		((void (*)(int))t[MP_FT_EXIT])(0);  // the template reaps T and adopts its child (a subreaper)
+	}
+	return -1;
+}
+
+// mp_sandbox_mounts is pid 1's file system, as sandbox.py's _tenant_mounts (which says why).
+MP_INLINE int mp_sandbox_mounts(int64_t *t) {
+	const char *const *covered = (const char *const *)t[MP_FT_S_COVERED];
+	const int64_t *covered_dir = (const int64_t *)t[MP_FT_S_COVERED_DIR];
+	const long dir = O_PATH | O_DIRECTORY | O_NOFOLLOW;
+	char path[64];
+	const char *proc = (const char *)t[MP_FT_S_PROC];
+	if (mp_mount(t, proc, (const char *)t[MP_FT_S_PROC_DIR], proc, MS_NOSUID | MS_NODEV | MS_NOEXEC, 0) != 0) {
+		return MP_SS_PROC;
+	}
+	long tree = mp_open(t, AT_FDCWD, (const char *)t[MP_FT_S_TREES], dir);
+	long home = tree < 0 ? -1 : mp_open(t, tree, (const char *)t[MP_FT_S_HOME], dir);
+	if (home < 0) {
+		return MP_SS_HOME;
+	}
+	mp_close(t, tree);
+	long held[16];
+	int n = (int)t[MP_FT_S_NCOVERED];
+	for (int i = 0; i < n && i < 16; i++) {
+		held[i] = mp_open(t, AT_FDCWD, covered[i], O_PATH);
+		if (held[i] < 0) {
+			return MP_SS_COVERED;
+		}
+	}
+	if (mp_mount(t, mp_fd_path(t, path, home), (const char *)t[MP_FT_S_WORKDIR], 0, MS_BIND, 0) != 0) {
+		return MP_SS_BIND_HOME;
+	}
+	mp_close(t, home);
+	const char *tmpfs = (const char *)t[MP_FT_S_TMPFS];
+	for (int i = 0; i < 2; i++) {
+		if (mp_mount(t, tmpfs, (const char *)t[MP_FT_S_TMP_DIRS + i], tmpfs, MS_NOSUID | MS_NODEV,
+		             (const char *)t[MP_FT_S_TMP_DATA]) != 0) {
+			return MP_SS_TMPFS;
+		}
+	}
+	for (int i = 0; i < n && i < 16; i++) {
+		mp_place(t, covered[i], (int)covered_dir[i]);
+		if (mp_mount(t, mp_fd_path(t, path, held[i]), covered[i], 0, MS_BIND | MS_REC, 0) != 0) {
+			return MP_SS_COVERED;
+		}
+		mp_close(t, held[i]);
+	}
+	return -1;
+}
+
+// mp_sandbox_fds takes the six fds as 0-5 (0-2 inherited by what pid 1 execs, as the
+// worker's are) and closes every other; *err_fd follows the new stderr.
+MP_INLINE int mp_sandbox_fds(int64_t *t, long *err_fd) {
+	long high[6];
+	for (int i = 0; i < 6; i++) {
+		high[i] = MP_SYS(t, SYS_fcntl, t[MP_FT_S_FDS + i], (long)F_DUPFD_CLOEXEC, 10L);  // none is clobbered below
+		if (high[i] < 0) {
+			return MP_SS_FDS;
+		}
+	}
+	for (int i = 0; i < 6; i++) {
+		mp_close(t, t[MP_FT_S_FDS + i]);
+	}
+	*err_fd = high[2];
+	for (int i = 0; i < 6; i++) {
+		if (MP_SYS(t, SYS_dup3, high[i], (long)i, (long)(i < 3 ? 0 : O_CLOEXEC)) != i) {
+			return MP_SS_FDS;
+		}
+	}
+	*err_fd = 2;
+	for (int i = 0; i < 6; i++) {
+		mp_close(t, high[i]);
+	}
+	long first = t[MP_FT_S_LIFE] + 1;
+	if (MP_SYS(t, SYS_close_range, first, (long)~0U, 0L) != 0) {  // (before Linux 5.9: one by one)
+		struct rlimit lim;
+		long top = MP_SYS(t, SYS_prlimit64, 0L, (long)RLIMIT_NOFILE, 0L, (long)&lim) == 0 ? (long)lim.rlim_cur : 1024;
+		for (long fd = first; fd < top && fd < (1L << 20); fd++) {
+			mp_close(t, fd);
+		}
+	}
+	return -1;
+}
+
+// mp_sandbox_p1 is the sandbox's pid 1 until it runs Python.
+MP_INLINE int mp_sandbox_p1(int64_t *t, long *err_fd) {
+	const char *host = (const char *)t[MP_FT_S_HOSTNAME];
+	if (MP_SYS(t, SYS_sethostname, (long)host, mp_len(host)) != 0) {
+		return MP_SS_HOSTNAME;
+	}
+	int step = mp_sandbox_mounts(t);
+	if (step >= 0) {
+		return step;
+	}
+	unsigned int head[2], data[6];
+	((volatile unsigned int *)head)[0] = 0x20080522;  // _LINUX_CAPABILITY_VERSION_3
+	((volatile unsigned int *)head)[1] = 0;
+	for (int i = 0; i < 6; i++) {
+		((volatile unsigned int *)data)[i] = 0;
+	}
+	if (MP_SYS(t, SYS_prctl, (long)PR_CAP_AMBIENT, (long)PR_CAP_AMBIENT_CLEAR_ALL, 0L, 0L, 0L) != 0 ||
+	    MP_SYS(t, SYS_capset, (long)head, (long)data) != 0 ||
+	    MP_SYS(t, SYS_prctl, (long)PR_SET_NO_NEW_PRIVS, 1L, 0L, 0L, 0L) != 0) {
+		return MP_SS_CAPS;
+	}
+	if (MP_SYS(t, SYS_prctl, (long)PR_SET_SECCOMP, 2L, t[MP_FT_S_FILTER], 0L, 0L) != 0) {  // SECCOMP_MODE_FILTER
+		return MP_SS_SECCOMP;
+	}
+	return mp_sandbox_fds(t, err_fd);
+}
+
+// mp_sandbox forks a new sandbox from the template (see cpython.h).
+MP_INLINE long mp_sandbox(int64_t *t) {
+	((mp_void_fn)t[MP_FT_BEFORE_FORK])();
+	int pid = ((int (*)(void))t[MP_FT_FORK])();
+	if (pid != 0) {
+		int err = mp_errno(t);
+		((mp_void_fn)t[MP_FT_AFTER_PARENT])();
+		return pid > 0 ? pid : -err;
+	}
+	long err_fd = t[MP_FT_S_FDS + 2];
+	int step = mp_sandbox_t(t);
+	if (step < 0) {
+		step = mp_sandbox_p1(t, &err_fd);
+	}
+	if (step >= 0) {
+		mp_fail(t, err_fd, step);
+	}
+	((mp_void_fn)t[MP_FT_AFTER_CHILD])();
+	return 0;
+}
+
+MP_INLINE long mp_snapshot(int64_t *t) {
 	((mp_void_fn)t[MP_FT_BEFORE_FORK])();
 	int pid = ((int (*)(void))t[MP_FT_FORK])();
 	if (pid != 0) {
@@ -1007,3 +1406,9 @@ MP_SNAP_ATTRS long mp_snap_fork(int64_t *t) {
 	return 0;
 }
 
+MP_CODE_ATTRS long mp_fork_code(int64_t *t) {
+	if (t[MP_FT_OP] == MP_OP_SANDBOX) {
+		return mp_sandbox(t);
+	}
+	return mp_snapshot(t);
+}

@@ -205,35 +205,35 @@ func LinkedPython() string {
 	return linked.path
 }
 
-// SnapForkCode is the machine code of the isolated engine's snapshot fork (cpython.h's
-// mp_snap_fork), which local workers' pythons copy and call (worker.py's _SnapFork): a
-// rollback snapshot that runs no Python until it takes over. It is for this machine only;
-// nil where it cannot be found (then the workers fork with os.fork).
-func SnapForkCode() []byte {
-	snapCode.once.Do(func() { snapCode.code = readSnapForkCode() })
-	return snapCode.code
+// ForkCode is the machine code of the isolated engine's forks (cpython.h's mp_fork_code),
+// which local workers' pythons copy and call (worker.py's _ForkCode): a rollback snapshot
+// that runs no Python until it takes over, a sandbox whose set-up runs none. It is for this
+// machine only; nil where it cannot be found (then the workers fork with os.fork).
+func ForkCode() []byte {
+	forkCodeOnce.once.Do(func() { forkCodeOnce.code = readForkCode() })
+	return forkCodeOnce.code
 }
 
-var snapCode struct {
+var forkCodeOnce struct {
 	once sync.Once
 	code []byte
 }
 
-// snapSection is the section that holds mp_snap_fork alone (cpython.c).
-const snapSection = "minipy_snap_fork"
+// forkSection is the section that holds mp_fork_code alone (cpython.c).
+const forkSection = "minipy_fork_code"
 
-// readSnapForkCode reads mp_snap_fork's bytes: as many as its section has in this
+// readForkCode reads mp_fork_code's bytes: as many as its section has in this
 // executable's section headers (which strip and go build's -s keep; no linker symbol, which
 // Go's internal linker would not make), from memory, and only if the file's section holds
 // the same bytes (the function first in it, the file this process runs: /proc/self/exe
 // even if it was replaced since).
-func readSnapForkCode() []byte {
+func readForkCode() []byte {
 	f, err := elf.Open("/proc/self/exe")
 	if err != nil {
 		return nil
 	}
 	defer f.Close()
-	sec := f.Section(snapSection)
+	sec := f.Section(forkSection)
 	if sec == nil || sec.Size == 0 || sec.Size > 1<<16 {
 		return nil
 	}
@@ -241,20 +241,40 @@ func readSnapForkCode() []byte {
 	if err != nil {
 		return nil
 	}
-	code := C.GoBytes(unsafe.Pointer(C.mp_snap_fork), C.int(len(data)))
+	code := C.GoBytes(unsafe.Pointer(C.mp_fork_code), C.int(len(data)))
 	if !bytes.Equal(code, data) {
 		return nil
 	}
 	return code
 }
 
-// snapTable is the layout of mp_snap_fork's table (MP_FT_*), which worker.py's _FT_*
-// must match (a test pins them).
-func snapTable() map[string]int {
+// forkTable is the layout of mp_fork_code's table (MP_FT_*), which worker.py's _FT_* must
+// match, and forkSteps its steps' numbers (MP_SS_*), template.py's _SS_* (a test pins them).
+func forkTable() map[string]int {
 	return map[string]int{
 		"BEFORE_FORK": C.MP_FT_BEFORE_FORK, "AFTER_PARENT": C.MP_FT_AFTER_PARENT, "AFTER_CHILD": C.MP_FT_AFTER_CHILD,
 		"FORK": C.MP_FT_FORK, "CLOSE": C.MP_FT_CLOSE, "RECVMSG": C.MP_FT_RECVMSG, "EXIT": C.MP_FT_EXIT,
 		"ERRNO": C.MP_FT_ERRNO, "SOCK": C.MP_FT_SOCK, "KIND": C.MP_FT_KIND, "WANT": C.MP_FT_WANT,
-		"NCLOSE": C.MP_FT_NCLOSE, "CLOSE_FDS": C.MP_FT_CLOSE_FDS, "FDS": C.MP_FT_FDS, "SIZE": C.MP_FT_SIZE,
+		"NCLOSE": C.MP_FT_NCLOSE, "CLOSE_FDS": C.MP_FT_CLOSE_FDS, "FDS": C.MP_FT_FDS, "OP": C.MP_FT_OP,
+		"SYSCALL": C.MP_FT_SYSCALL, "S_FDS": C.MP_FT_S_FDS, "S_NCG": C.MP_FT_S_NCG, "S_CG": C.MP_FT_S_CG,
+		"S_TREES": C.MP_FT_S_TREES, "S_TREE": C.MP_FT_S_TREE, "S_HOME": C.MP_FT_S_HOME,
+		"S_WORKDIR": C.MP_FT_S_WORKDIR, "S_MAPS": C.MP_FT_S_MAPS, "S_UNSHARE": C.MP_FT_S_UNSHARE,
+		"S_PORT": C.MP_FT_S_PORT, "S_LISTEN": C.MP_FT_S_LISTEN, "S_HOSTNAME": C.MP_FT_S_HOSTNAME,
+		"S_PROC": C.MP_FT_S_PROC, "S_PROC_DIR": C.MP_FT_S_PROC_DIR, "S_TMPFS": C.MP_FT_S_TMPFS,
+		"S_TMP_DIRS": C.MP_FT_S_TMP_DIRS, "S_TMP_DATA": C.MP_FT_S_TMP_DATA, "S_FD_PATH": C.MP_FT_S_FD_PATH,
+		"S_NCOVERED": C.MP_FT_S_NCOVERED, "S_COVERED": C.MP_FT_S_COVERED, "S_COVERED_DIR": C.MP_FT_S_COVERED_DIR,
+		"S_FILTER": C.MP_FT_S_FILTER, "S_LIFE": C.MP_FT_S_LIFE, "S_WHY": C.MP_FT_S_WHY, "SIZE": C.MP_FT_SIZE,
+	}
+}
+
+func forkSteps() map[string]int {
+	return map[string]int{
+		"SETSID": C.MP_SS_SETSID, "CGROUP": C.MP_SS_CGROUP, "TREE_NS": C.MP_SS_TREE_NS,
+		"TREE_SLAVE": C.MP_SS_TREE_SLAVE, "TREE_OPEN": C.MP_SS_TREE_OPEN, "TREE_COPY": C.MP_SS_TREE_COPY,
+		"TREE_DETACH": C.MP_SS_TREE_DETACH, "TREE_MOVE": C.MP_SS_TREE_MOVE, "USERNS": C.MP_SS_USERNS,
+		"MAPS": C.MP_SS_MAPS, "UNSHARE": C.MP_SS_UNSHARE, "EGRESS": C.MP_SS_EGRESS, "FORK": C.MP_SS_FORK,
+		"HOSTNAME": C.MP_SS_HOSTNAME, "PROC": C.MP_SS_PROC, "HOME": C.MP_SS_HOME, "BIND_HOME": C.MP_SS_BIND_HOME,
+		"TMPFS": C.MP_SS_TMPFS, "COVERED": C.MP_SS_COVERED, "CAPS": C.MP_SS_CAPS, "SECCOMP": C.MP_SS_SECCOMP,
+		"FDS": C.MP_SS_FDS, "COUNT": C.MP_SS_COUNT,
 	}
 }

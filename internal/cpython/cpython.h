@@ -61,17 +61,20 @@ char *mp_take(uint64_t gen, size_t *len, int *kicked);
 // program itself when libpython is linked statically), or NULL. It needs no interpreter.
 const char *mp_libpython_file(void);
 
-// ---- the isolated engine's snapshot fork ---------------------------------------------
+// ---- the isolated engine's fork code ---------------------------------------------------
 //
-// mp_snap_fork is machine code for the isolated engine's workers, not for this process: the
-// host sends its bytes (cpython.go's SnapForkCode) to each worker's python, which copies them into an
-// executable mapping and calls them through ctypes, holding the GIL, to fork a rollback
-// snapshot that runs no Python until it takes over (worker.py's _SnapFork). So it must run
-// at any address, in any python: it reaches nothing outside itself but through the table
-// it is given (no globals, no literals, no calls but through the table's pointers, no
-// stack protector, no jump tables), and it calls only C API that every CPython 3.7+ has.
+// mp_fork_code is machine code for the isolated engine's workers, not for this process: the
+// host sends its bytes (cpython.go's ForkCode) to each local worker's python, which copies
+// them into an executable mapping and calls them through ctypes, holding the GIL (worker.py's
+// _ForkCode). It forks, one of two ways (the table's OP): a rollback snapshot that runs no
+// Python until it takes over, or, in the template, a new sandbox whose set-up runs no Python
+// (template.py's _serve_template). So it must run at any address, in any python: it reaches
+// nothing outside itself but through the table it is given (no globals, no literals, no
+// calls but through the table's pointers, no stack protector, no jump tables), and it calls
+// only C API that every CPython 3.7+ has.
 //
-// The table: int64 slots, at these indices (worker.py's _FT_*, pinned by a test).
+// The table: int64 slots, at these indices (worker.py's _FT_*, pinned by a test). Strings
+// are pointers to NUL-terminated bytes.
 enum {
 	MP_FT_BEFORE_FORK,    // PyOS_BeforeFork
 	MP_FT_AFTER_PARENT,   // PyOS_AfterFork_Parent
@@ -87,13 +90,58 @@ enum {
 	MP_FT_NCLOSE,         // how many of CLOSE's fds the snapshot closes first (at most 8)
 	MP_FT_CLOSE_FDS,      // 8 slots: the worker's pipes, which the snapshot must not hold
 	MP_FT_FDS = MP_FT_CLOSE_FDS + 8,  // 8 slots: the fds the take-over brought (out)
-	MP_FT_SIZE = MP_FT_FDS + 8,
+	MP_FT_OP = MP_FT_FDS + 8,  // MP_OP_*
+	MP_FT_SYSCALL,        // syscall
+	// A new sandbox (MP_OP_SANDBOX), as sandbox.py's _become_tenant makes it:
+	MP_FT_S_FDS,          // 6 slots: its stdin, stdout, stderr, control socket, control pipe, life pipe
+	MP_FT_S_NCG = MP_FT_S_FDS + 6,  // how many cgroup.procs fds follow (at most 2)
+	MP_FT_S_CG,           // 2 slots: the cgroup.procs of its group in each hierarchy
+	MP_FT_S_TREES = MP_FT_S_CG + 2,  // the engine's trees (the config's tree)
+	MP_FT_S_TREE,         // its tree's name in them
+	MP_FT_S_HOME,         // its working directory's name in its tree
+	MP_FT_S_WORKDIR,      // where its working directory is bound
+	MP_FT_S_MAPS,         // 6 slots: a file of /proc/self and what to write to it, 3 times
+	MP_FT_S_UNSHARE = MP_FT_S_MAPS + 6,  // the namespaces its pid 1 is made in (CLONE_*)
+	MP_FT_S_PORT,         // the egress listener's port on 127.0.0.1 (0: none)
+	MP_FT_S_LISTEN,       // the first byte of the message that hands it to the host
+	MP_FT_S_HOSTNAME,     // its host name
+	MP_FT_S_PROC,         // "proc"
+	MP_FT_S_PROC_DIR,     // "/proc"
+	MP_FT_S_TMPFS,        // "tmpfs"
+	MP_FT_S_TMP_DIRS,     // 2 slots: "/tmp", "/dev/shm"
+	MP_FT_S_TMP_DATA = MP_FT_S_TMP_DIRS + 2,  // their mount options
+	MP_FT_S_FD_PATH,      // "/proc/self/fd/"
+	MP_FT_S_NCOVERED,     // how many of the template's binds the working directory and tmpfs cover (at most 16)
+	MP_FT_S_COVERED,      // an array of their paths, shortest first, bound again on top
+	MP_FT_S_COVERED_DIR,  // an array of int64: each a directory (1) or a file (0)
+	MP_FT_S_FILTER,       // the seccomp filter (struct sock_fprog)
+	MP_FT_S_LIFE,         // the last fd it keeps (the life pipe's, 5)
+	MP_FT_S_WHY,          // an array of strings: MP_SS_*'s names, for the message of a failure
+	MP_FT_SIZE,
 };
 
-// mp_snap_fork forks. The parent returns the child's pid, or -errno. The child closes the
-// worker's pipes, waits on the socket for the take-over message (other messages' fds are
-// closed; the socket's end or error ends it, _exit(0)), runs PyOS_AfterFork_Child only
-// then, and returns 0 with the message's fds in the table.
-long mp_snap_fork(int64_t *t);
+enum { MP_OP_SNAPSHOT, MP_OP_SANDBOX };
+
+// The steps of a sandbox's set-up in C; a failure writes "...failed: " + the step's name
+// (worker.py's _SS_*, pinned by a test) + its errno to the new stderr and exits 70.
+enum {
+	MP_SS_SETSID, MP_SS_CGROUP, MP_SS_TREE_NS, MP_SS_TREE_SLAVE, MP_SS_TREE_OPEN, MP_SS_TREE_COPY,
+	MP_SS_TREE_DETACH, MP_SS_TREE_MOVE, MP_SS_USERNS, MP_SS_MAPS, MP_SS_UNSHARE, MP_SS_EGRESS,
+	MP_SS_FORK, MP_SS_HOSTNAME, MP_SS_PROC, MP_SS_HOME, MP_SS_BIND_HOME, MP_SS_TMPFS, MP_SS_COVERED,
+	MP_SS_CAPS, MP_SS_SECCOMP, MP_SS_FDS, MP_SS_COUNT,
+};
+
+// mp_fork_code forks; the parent returns the child's pid, or -errno.
+//
+// MP_OP_SNAPSHOT: the child closes the worker's pipes, waits on the socket for the take-over
+// message (other messages' fds are closed; the socket's end or error ends it, _exit(0)),
+// runs PyOS_AfterFork_Child only then, and returns 0 with the message's fds in the table.
+//
+// MP_OP_SANDBOX: the child (T) joins the cgroups, leaves its own tree alone in a mount
+// namespace of its own, makes a user namespace mapping its user alone and the rest (and the
+// egress listener), forks the sandbox's pid 1 and exits; pid 1 names the host, mounts its
+// /proc, working directory and tmpfs, drops every capability, applies the seccomp filter,
+// takes its six fds as 0-5, closes every other, runs PyOS_AfterFork_Child and returns 0.
+long mp_fork_code(int64_t *t);
 
 #endif

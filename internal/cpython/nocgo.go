@@ -67,5 +67,5 @@ type InlineHandler func(frame []byte) (status byte, payload []byte)
 // SetInlineHandler is unreachable without cgo (Start fails).
 func SetInlineHandler(InlineHandler) { panic(ErrNoCgo) }
 
-// SnapForkCode is nil without cgo: the isolated engine's snapshots fork with os.fork.
-func SnapForkCode() []byte { return nil }
+// ForkCode is nil without cgo: the isolated engine's snapshots fork with os.fork.
+func ForkCode() []byte { return nil }

@@ -385,7 +385,11 @@ def _egress_listener(ctl_fd):
             ctl.close()
     finally:
         lst.close()
-    # The usual clients (requests, urllib, httpx, pip, curl, wget) take the proxy from these.
+    _egress_env()
+
+
+def _egress_env():
+    """The usual clients (requests, urllib, httpx, pip, curl, wget) take the proxy from these."""
     proxy = "http://127.0.0.1:%d" % EGRESS_PORT
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
         os.environ[name] = os.environ[name.lower()] = proxy

@@ -8,6 +8,7 @@ _filter = None  # the template's seccomp filter
 _template_binds = []  # the targets of the template's binds (_enter_sandbox), for its tenants
 _tenant_hooks = []  # in a tenant: the after-fork hooks its worker runs (_defer_child_hooks)
 _tree_owner = None  # the owner of the trees' tmpfs (_tree_root): root where it is mapped
+_SANDBOX_FORK = None  # a _SandboxFork, where the host's fork code runs here
 
 
 def _serve_template(cfg, runtime):
@@ -54,7 +55,9 @@ def _serve_template(cfg, runtime):
     # what a paused sandbox's resume and a saved session's bring-back run, and importing
     # them there cost 15-40 ms (state.py imports them on first use where there is no template).
     _rt._state_picklers()
-    _load_fork_code(cfg)  # (the workers' snapshots fork with it: _SnapFork)
+    _load_fork_code(cfg)  # (the sandboxes fork with it, and the workers' snapshots: _SnapFork)
+    global _SANDBOX_FORK
+    _SANDBOX_FORK = _SandboxFork.make(cfg)
     for name in filter(None, cfg.get("preload", "").split(",")):
         try:
             importlib.import_module(name)
@@ -98,10 +101,7 @@ def _serve_template(cfg, runtime):
                 # worker (main), not in each process on the way (this fork, the sandbox's
                 # pid 1, the worker): each run writes ~100 pages of its process.
                 deferred = _defer_child_hooks(0)
-                try:
-                    pid = os.fork()
-                except OSError:
-                    pass
+                pid = _fork_tenant(fds, msg[1:])
                 if pid == 0:
                     global _tenant_hooks
                     _tenant_hooks = deferred
@@ -111,6 +111,9 @@ def _serve_template(cfg, runtime):
                     # (_signal's: signal.signal's wrapper turns the old handler into an enum, ~35 pages of
                     # Python objects copied in each fork)
                     _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
+                    if _SANDBOX_FORK is not None:  # the sandbox's pid 1, made (the wakeup pipe closed)
+                        _tenant_made(cfg)
+                        return
                     os.close(wake_r)
                     os.close(wake_w)
                     _become_tenant(cfg, fds, msg[1:])
@@ -118,6 +121,129 @@ def _serve_template(cfg, runtime):
                 _run_deferred(deferred, False)
             for f in fds:  # the fork's now, or (refused) closed here: the host's reads end
                 os.close(f)
+
+
+def _fork_tenant(fds, dirs):
+    """Forks a new tenant: its sandbox's pid 1 made by the host's fork code (_SandboxFork,
+    returning 0 there), or a plain fork that makes it in Python (_become_tenant); the pid
+    the template reaps, or -1 (a failure the host sees as the new worker's pipes ending)."""
+    if _SANDBOX_FORK is None:
+        try:
+            return os.fork()
+        except OSError:
+            return -1
+    try:
+        tree_name, _, home_name = os.fsdecode(dirs).partition("\0")
+        _check_names(tree_name, home_name)
+        return _SANDBOX_FORK.fork(fds, tree_name, home_name)
+    except OSError as exc:
+        try:
+            os.write(fds[2], (_SS_FAILED + "%s\n" % exc).encode())
+        except OSError:
+            pass
+        return -1
+
+
+def _tenant_made(cfg):
+    """In a sandbox's pid 1 that the host's fork code made: what _become_tenant does in Python."""
+    global _tenant
+    _tenant = True
+    if cfg.get("egress"):
+        _egress_env()
+
+
+# The steps of a sandbox's set-up in the host's fork code (internal/cpython's MP_SS_*, pinned
+# by a test there), named in the message of a failure.
+_SS_SETSID, _SS_CGROUP, _SS_TREE_NS, _SS_TREE_SLAVE, _SS_TREE_OPEN, _SS_TREE_COPY, _SS_TREE_DETACH = 0, 1, 2, 3, 4, 5, 6
+_SS_TREE_MOVE, _SS_USERNS, _SS_MAPS, _SS_UNSHARE, _SS_EGRESS, _SS_FORK, _SS_HOSTNAME = 7, 8, 9, 10, 11, 12, 13
+_SS_PROC, _SS_HOME, _SS_BIND_HOME, _SS_TMPFS, _SS_COVERED, _SS_CAPS, _SS_SECCOMP = 14, 15, 16, 17, 18, 19, 20
+_SS_FDS, _SS_COUNT = 21, 22
+_SS_WHY = {
+    _SS_SETSID: "setsid", _SS_CGROUP: "join the cgroup", _SS_TREE_NS: "unshare a mount namespace",
+    _SS_TREE_SLAVE: "make the trees slaves", _SS_TREE_OPEN: "open the tree", _SS_TREE_COPY: "copy the tree",
+    _SS_TREE_DETACH: "detach every tree", _SS_TREE_MOVE: "move the tree", _SS_USERNS: "unshare a user namespace",
+    _SS_MAPS: "write the user namespace's maps", _SS_UNSHARE: "unshare", _SS_EGRESS: "the egress listener",
+    _SS_FORK: "fork the sandbox's pid 1", _SS_HOSTNAME: "sethostname", _SS_PROC: "mount /proc",
+    _SS_HOME: "open the working directory", _SS_BIND_HOME: "bind the working directory",
+    _SS_TMPFS: "mount /tmp and /dev/shm", _SS_COVERED: "bind again what they cover",
+    _SS_CAPS: "drop every capability", _SS_SECCOMP: "seccomp", _SS_FDS: "take the fds",
+}
+_SS_FAILED = "minipy worker: making the sandbox of a worker forked from the template failed: "
+
+
+class _SandboxFork:
+    """The template's fork of a new sandbox by the host's fork code (_ForkCode, MP_OP_SANDBOX):
+    _become_tenant's work, done in C by the fork (T) and its child (the sandbox's pid 1),
+    which runs Python only once it is made (each page Python writes in a fork is a page
+    copied: ~600 of a sandbox's start). The table holds what every tenant shares, made once
+    here; each fork writes its fds and names."""
+
+    __slots__ = ("table", "addr", "call", "keep")
+
+    @classmethod
+    def make(cls, cfg):
+        """One, or None where the code is not here or the tenants' set-up does not fit it."""
+        if _FORK_CODE is None:
+            return None
+        workdir = cfg["workdir"]
+        covered = sorted((t for t in _template_binds if t == workdir or t.startswith((workdir + "/", "/tmp/", "/dev/shm/"))),
+                         key=len)
+        if len(covered) > 16:
+            return None  # (more than the code holds: _become_tenant)
+        return cls(_FORK_CODE, cfg, covered)
+
+    def __init__(self, code, cfg, covered):
+        import ctypes
+
+        self.keep = []
+        t = self.table = code.table(_OP_SANDBOX)
+        uid, gid = os.getuid(), os.getgid()
+        maps = ("/proc/self/setgroups", "deny", "/proc/self/uid_map", "%d %d 1" % (uid, uid),
+                "/proc/self/gid_map", "%d %d 1" % (gid, gid))
+        for slot, text in ((_FT_S_TREES, cfg["tree"]), (_FT_S_WORKDIR, cfg["workdir"]), (_FT_S_HOSTNAME, _HOSTNAME),
+                           (_FT_S_PROC, "proc"), (_FT_S_PROC_DIR, "/proc"), (_FT_S_TMPFS, "tmpfs"),
+                           (_FT_S_TMP_DIRS, "/tmp"), (_FT_S_TMP_DIRS + 1, "/dev/shm"),
+                           (_FT_S_TMP_DATA, "mode=1777,size=%d" % cfg["tmp_size"]), (_FT_S_FD_PATH, "/proc/self/fd/")
+                           ) + tuple(enumerate(maps, _FT_S_MAPS)):
+            t[slot] = self.string(text)
+        flags = _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWIPC | _CLONE_NEWUTS
+        t[_FT_S_UNSHARE] = flags if cfg.get("network") else flags | _CLONE_NEWNET
+        t[_FT_S_PORT] = EGRESS_PORT if cfg.get("egress") else 0
+        t[_FT_S_LISTEN] = C_LISTEN[0]
+        paths = (ctypes.c_void_p * 16)(*[self.string(p) for p in covered])
+        dirs = (ctypes.c_int64 * 16)(*[1 if os.path.isdir(p) else 0 for p in covered])
+        why = (ctypes.c_void_p * (_SS_COUNT + 2))(*[self.string(_SS_WHY[i]) for i in range(_SS_COUNT)],
+                                                  self.string(_SS_FAILED), self.string(": [Errno "))
+        self.keep += [paths, dirs, why]
+        t[_FT_S_NCOVERED] = len(covered)
+        t[_FT_S_COVERED], t[_FT_S_COVERED_DIR], t[_FT_S_WHY] = (ctypes.addressof(a) for a in (paths, dirs, why))
+        t[_FT_S_FILTER] = ctypes.addressof(_filter)
+        t[_FT_S_LIFE] = _LIFE_FD
+        self.addr = ctypes.addressof(t)
+        self.call = code.call
+
+    def string(self, text):
+        """The address of text's bytes, NUL-terminated, kept as long as this."""
+        import ctypes
+
+        b = ctypes.create_string_buffer(os.fsencode(text))
+        self.keep.append(b)
+        return ctypes.addressof(b)
+
+    def fork(self, fds, tree_name, home_name):
+        """The fork's pid in the template; 0 in the sandbox's pid 1, made, its fds 0-5."""
+        import ctypes
+
+        t = self.table
+        for i, f in enumerate(fds[:8]):
+            t[_FT_S_FDS + i if i < 6 else _FT_S_CG + i - 6] = f
+        t[_FT_S_NCG] = max(len(fds) - 6, 0)
+        names = [ctypes.create_string_buffer(os.fsencode(n)) for n in (tree_name, home_name)]
+        t[_FT_S_TREE], t[_FT_S_HOME] = (ctypes.addressof(b) for b in names)
+        pid = self.call(self.addr)
+        if pid < 0:
+            raise OSError(-pid, os.strerror(-pid))
+        return pid
 
 
 def _check_names(tree_name, name):

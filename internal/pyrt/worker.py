@@ -999,50 +999,78 @@ def _run_deferred(changed, child):
 
 
 
-# The slots of _SnapFork's table (internal/cpython's MP_FT_*, pinned by a test there).
+# The slots of the fork code's table (internal/cpython's MP_FT_*, pinned by a test there).
 _FT_BEFORE_FORK, _FT_AFTER_PARENT, _FT_AFTER_CHILD, _FT_FORK, _FT_CLOSE, _FT_RECVMSG = 0, 1, 2, 3, 4, 5
 _FT_EXIT, _FT_ERRNO, _FT_SOCK, _FT_KIND, _FT_WANT, _FT_NCLOSE, _FT_CLOSE_FDS = 6, 7, 8, 9, 10, 11, 12
-_FT_FDS = 20
-_FT_SIZE = 28
-_SNAP_FORK = None  # a _SnapFork, once _load_fork_code has made one
+_FT_FDS, _FT_OP, _FT_SYSCALL, _FT_S_FDS, _FT_S_NCG, _FT_S_CG, _FT_S_TREES, _FT_S_TREE = 20, 28, 29, 30, 36, 37, 39, 40
+_FT_S_HOME, _FT_S_WORKDIR, _FT_S_MAPS, _FT_S_UNSHARE, _FT_S_PORT, _FT_S_LISTEN = 41, 42, 43, 49, 50, 51
+_FT_S_HOSTNAME, _FT_S_PROC, _FT_S_PROC_DIR, _FT_S_TMPFS, _FT_S_TMP_DIRS, _FT_S_TMP_DATA = 52, 53, 54, 55, 56, 58
+_FT_S_FD_PATH, _FT_S_NCOVERED, _FT_S_COVERED, _FT_S_COVERED_DIR, _FT_S_FILTER, _FT_S_LIFE = 59, 60, 61, 62, 63, 64
+_FT_S_WHY, _FT_SIZE = 65, 66
+_OP_SNAPSHOT, _OP_SANDBOX = 0, 1  # (MP_OP_*)
+_FORK_CODE = None  # a _ForkCode, once _load_fork_code has made one
+_SNAP_FORK = None  # its _SnapFork
 _MACHINES = {"x86_64": "amd64", "aarch64": "arm64", "riscv64": "riscv64", "ppc64le": "ppc64le",
              "s390x": "s390x", "loongarch64": "loong64"}  # os.uname().machine: Go's GOARCH
 
 
-class _SnapFork:
-    """The host's snapshot fork (internal/cpython's mp_snap_fork): machine code the host
-    compiled for its own machine, which reaches nothing but through a table of function
-    pointers, copied here into an executable mapping and called with the GIL held. It forks
-    as os.fork does (PyOS_BeforeFork, PyOS_AfterFork_Parent) but its child runs no Python:
-    it closes the worker's pipes and waits for its take-over in C, and runs CPython's
-    after-fork work (PyOS_AfterFork_Child, with the at-fork hooks in Python) only then. A
-    snapshot so writes ~20 pages where os.fork's wrote ~105, and the worker defers no hooks."""
+class _ForkCode:
+    """The host's fork code (internal/cpython's mp_fork_code): machine code the host compiled
+    for its own machine, which reaches nothing but through a table of function pointers,
+    copied here into an executable mapping once and called with the GIL held. It forks as
+    os.fork does (PyOS_BeforeFork, PyOS_AfterFork_Parent); its child runs no Python until
+    CPython's after-fork work (PyOS_AfterFork_Child, with the at-fork hooks in Python) in
+    the process that goes on in Python: a rollback snapshot (_SnapFork), or a new sandbox's
+    pid 1 (template.py's _SandboxFork)."""
 
-    __slots__ = ("mem", "table", "addr", "call")
+    __slots__ = ("mem", "call")
 
     def __init__(self, code):
         import ctypes
         import mmap
 
-        libc = _libc()
         self.mem = mmap.mmap(-1, len(code), prot=mmap.PROT_READ | mmap.PROT_WRITE)
         self.mem.write(code)
         start = ctypes.addressof(ctypes.c_char.from_buffer(self.mem))
         mprotect = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
-                                    use_errno=True)(("mprotect", libc))
+                                    use_errno=True)(("mprotect", _libc()))
         if mprotect(start, len(code), mmap.PROT_READ | mmap.PROT_EXEC) != 0:
             raise OSError(ctypes.get_errno(), "mprotect of the fork code")
-        self.table = (ctypes.c_int64 * _FT_SIZE)()
+        self.call = ctypes.PYFUNCTYPE(ctypes.c_long, ctypes.c_void_p)(start)
+
+    def table(self, op):
+        """A table for op (_OP_*) with its function pointers filled."""
+        import ctypes
+
+        libc = _libc()
+        table = (ctypes.c_int64 * _FT_SIZE)()
         api = ctypes.pythonapi
         for slot, fn in ((_FT_BEFORE_FORK, api.PyOS_BeforeFork), (_FT_AFTER_PARENT, api.PyOS_AfterFork_Parent),
                          (_FT_AFTER_CHILD, api.PyOS_AfterFork_Child), (_FT_FORK, libc.fork),
                          (_FT_CLOSE, libc.close), (_FT_RECVMSG, libc.recvmsg), (_FT_EXIT, libc._exit),
-                         (_FT_ERRNO, getattr(libc, "__errno_location"))):  # (not mangled)
-            self.table[slot] = ctypes.cast(fn, ctypes.c_void_p).value
+                         (_FT_ERRNO, getattr(libc, "__errno_location")),  # (not mangled)
+                         (_FT_SYSCALL, libc.syscall)):
+            table[slot] = ctypes.cast(fn, ctypes.c_void_p).value
+        table[_FT_OP] = op
+        return table
+
+
+class _SnapFork:
+    """A rollback snapshot forked by the host's fork code (_ForkCode): its child closes the
+    worker's pipes and waits for its take-over in C, and runs CPython's after-fork work only
+    then. A snapshot so writes ~20 pages where os.fork's wrote ~105, and the worker defers
+    no hooks."""
+
+    __slots__ = ("table", "addr", "call")
+
+    def __init__(self, code):
+        import ctypes
+
+        self.table = code.table(_OP_SNAPSHOT)
         self.table[_FT_KIND] = C_TAKE_OVER[0]
         self.table[_FT_WANT] = 4
         self.addr = ctypes.addressof(self.table)
-        self.call = ctypes.PYFUNCTYPE(ctypes.c_long, ctypes.c_void_p)(start)
+        self.call = code.call
 
     def fork(self, sock, pipes):
         """(the snapshot's pid, None) in the worker; (0, the new pipes) in the snapshot once
@@ -1062,17 +1090,18 @@ class _SnapFork:
 
 def _load_fork_code(cfg):
     """The host's fork code (config fork_code, for its machine fork_arch), when this Python
-    runs on that machine and can map it; else snapshots fork with os.fork."""
-    global _SNAP_FORK
+    runs on that machine and can map it; else snapshots and sandboxes fork with os.fork."""
+    global _FORK_CODE, _SNAP_FORK
     import ctypes
 
     code = cfg.get("fork_code")
     if not code or _MACHINES.get(os.uname().machine) != cfg.get("fork_arch") or ctypes.sizeof(ctypes.c_void_p) != 8:
         return
     try:
-        _SNAP_FORK = _SnapFork(code)
+        _FORK_CODE = _ForkCode(code)
+        _SNAP_FORK = _SnapFork(_FORK_CODE)
     except (OSError, AttributeError, ValueError):
-        pass  # (a system that refuses executable mappings: os.fork)
+        _FORK_CODE = None  # (a system that refuses executable mappings: os.fork)
 
 
 def _libc():

@@ -50,7 +50,7 @@ type Spec struct {
 	Rollback      bool     // local workers fork a snapshot after each answer
 	Preload       []string // modules every worker imports as it starts
 	// ForkCode is machine code for this machine that local workers fork their rollback
-	// snapshots with (internal/cpython's SnapForkCode; nil: os.fork).
+	// snapshots with, and a template its sandboxes (internal/cpython's ForkCode; nil: os.fork).
 	ForkCode []byte
 	Beats    Beats // Command workers'
 	// MaxTransfer caps what a worker sends the host in one answer or host call, in bytes
@@ -422,9 +422,9 @@ func (s *Spec) configFrame(dirs Dirs) []byte {
 		b.WriteString("control=1\nkicks=1\n") // (kicks: the control pipe, fd 4; the template's forks' too)
 		if s.Rollback {
 			b.WriteString("rollback=1\n")
-			if len(s.ForkCode) > 0 {
-				fmt.Fprintf(&b, "fork_code=%x\nfork_arch=%s\n", s.ForkCode, runtime.GOARCH)
-			}
+		}
+		if len(s.ForkCode) > 0 { // (a template's sandboxes fork with it too)
+			fmt.Fprintf(&b, "fork_code=%x\nfork_arch=%s\n", s.ForkCode, runtime.GOARCH)
 		}
 	}
 	if len(s.Preload) > 0 {
