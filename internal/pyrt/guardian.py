@@ -7,7 +7,9 @@ def _child_wakeup():
     """A pipe that SIGCHLD writes to (set_wakeup_fd), for a loop that polls it with others."""
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
-    signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # a handler: the wakeup fd is written
+    # A handler: the wakeup fd is written. (_signal's: signal.signal's wrapper makes enums of
+    # the old handler, ~30 pages a guardian copies.)
+    _signal.signal(_signal.SIGCHLD, lambda signum, frame: None)
     signal.set_wakeup_fd(wake_w)
     return wake_r, wake_w
 
@@ -109,7 +111,7 @@ def _out_of_reach(prctl):
     if prctl and prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE
         os.write(2, b"minipy worker: the guardian could not make itself undumpable\n")
         os._exit(70)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _signal.signal(_signal.SIGINT, _signal.SIG_IGN)  # (_signal's: _child_wakeup)
 
 
 _CMSG_FDS = 0  # the ancillary space of eight fds (_cmsg_fds)
