@@ -368,6 +368,57 @@ sys.addaudithook(_hook)
 	assert.Equal(t, []any{}, seen(false))
 }
 
+// A sandbox's guardian stays in C while all it does is take its worker's snapshot reports
+// and reap (its fds: a signalfd, not guardian.py's wake-up pipe); the worker's death hands
+// it over to guardian.py, which goes on with the snapshot C was told of: the rollback
+// brings back the state that snapshot held, and the next snapshot gets the guardian's OOM
+// score from Python.
+func TestGuardianStaysInC(t *testing.T) {
+	signalfd := func(osFork bool) (before, after bool) {
+		e := newIsolatedForking(t, minipy.IsolatedConfig{}, osFork)
+		ns := e.NewNamespace()
+		defer ns.Close()
+		where := valueIn(t, e, ns, "x = 1\n"+whereAmI).([]any)
+		for i := 2; i <= 4; i++ {
+			valueIn(t, e, ns, fmt.Sprintf("x = %d", i))
+		}
+		_, err := ns.Get("x") // (answered once the run's snapshot is made)
+		require.NoError(t, err)
+		before = guardianHasSignalfd(t, where[0].(string))
+		_, err = runIn(t, e, ns, "x = 5\nimport os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+		require.Error(t, err)
+		assert.Equal(t, int64(4), valueIn(t, e, ns, "x"), "rolled back to the snapshot the guardian was told of in C")
+		valueIn(t, e, ns, "x = 6")
+		assert.Equal(t, int64(6), valueIn(t, e, ns, "x"))
+		return before, guardianHasSignalfd(t, where[0].(string))
+	}
+	before, after := signalfd(false)
+	assert.True(t, before, "the guardian in C")
+	assert.False(t, after, "the guardian in Python once the worker died")
+	before, after = signalfd(true)
+	assert.False(t, before || after, "(a sandbox made in Python has its guardian in Python)")
+}
+
+// guardianHasSignalfd says whether pid namespace pidNS's pid 1 holds a signalfd.
+func guardianHasSignalfd(t *testing.T, pidNS string) bool {
+	t.Helper()
+	for pid, inner := range nsProcs(t, pidNS) {
+		if inner != 1 {
+			continue
+		}
+		fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+		require.NoError(t, err)
+		for _, fd := range fds {
+			if link, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); link == "anon_inode:[signalfd]" {
+				return true
+			}
+		}
+		return false
+	}
+	t.Fatalf("no pid 1 in %s", pidNS)
+	return false
+}
+
 // Workers of one engine (forked from one template by default) are in namespaces of their
 // own, each kind; one's /proc, /tmp, /dev/shm, abstract sockets and Processes count are
 // not another's.

@@ -925,11 +925,14 @@ const char *mp_libpython_file(void) {
 #include <fcntl.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 
 #ifndef SYS_open_tree  // (the generic table's numbers, the same on every 64-bit machine Go has)
 #define SYS_open_tree 428
@@ -1320,6 +1323,187 @@ MP_INLINE int mp_sandbox_p1(int64_t *t, long *err_fd) {
 	return mp_sandbox_fds(t, err_fd);
 }
 
+// mp_sigaction sets sig's disposition to SIG_DFL (0) or SIG_IGN (1) (the kernel's struct
+// sigaction: handler, flags, restorer, mask; no handler runs, so no restorer).
+MP_INLINE void mp_sigaction(int64_t *t, long sig, long disposition) {
+	unsigned long act[4];
+	volatile unsigned long *a = act;
+	a[0] = (unsigned long)disposition;
+	a[1] = a[2] = a[3] = 0;
+	MP_SYS(t, SYS_rt_sigaction, sig, (long)act, 0L, 8L);
+}
+
+// mp_recv reads the next message on fd into buf (at most cap bytes), without waiting and
+// without its fds (a message that carries some has MSG_CTRUNC in *flags; how MSG_PEEK: it
+// stays, and none is made); the message's length, 0 at the socket's end, or -1.
+MP_INLINE long mp_recv(int64_t *t, long fd, unsigned char *buf, long cap, long how, int *flags) {
+	struct iovec iov;
+	iov.iov_base = buf;
+	iov.iov_len = (size_t)cap;
+	struct msghdr msg;
+	msg.msg_name = 0;
+	msg.msg_namelen = 0;
+	msg.msg_iov = &iov;
+	msg.msg_iovlen = 1;
+	msg.msg_control = 0;
+	msg.msg_controllen = 0;
+	msg.msg_flags = 0;
+	long got = MP_SYS(t, SYS_recvmsg, fd, (long)&msg, how | MSG_DONTWAIT);
+	*flags = msg.msg_flags;
+	return got;
+}
+
+MP_INLINE uint32_t mp_u32(const unsigned char *p) {  // little-endian, as struct's "<I"
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+// mp_oom_score gives the snapshot pid the guardian's OOM score (guardian.py's
+// give_snapshot_oom_score, which says why); *oom holds the score once read (n: its length,
+// -1 before). Best effort.
+MP_INLINE void mp_oom_score(int64_t *t, long pid, char *oom, long *n) {
+	if (*n < 0) {
+		*n = 0;
+		long f = mp_open(t, AT_FDCWD, (const char *)t[MP_FT_G_OOM_SELF], O_RDONLY);
+		if (f >= 0) {
+			long got = MP_SYS(t, SYS_read, f, (long)oom, 15L);
+			mp_close(t, f);
+			for (*n = got > 0 ? got : 0; *n > 0 && (oom[*n - 1] == '\n' || oom[*n - 1] == ' '); --*n) {
+			}
+		}
+	}
+	if (*n == 0) {
+		return;
+	}
+	char path[64];
+	int k = mp_cat(path, 0, 20, (const char *)t[MP_FT_G_OOM_PID]);
+	k = mp_num(path, k, 40, pid);
+	k = mp_cat(path, k, 62, (const char *)t[MP_FT_G_OOM_PID + 1]);
+	path[k] = 0;
+	long f = mp_open(t, AT_FDCWD, path, O_WRONLY);
+	if (f >= 0) {
+		MP_SYS(t, SYS_write, f, (long)oom, *n);
+		mp_close(t, f);
+	}
+}
+
+// mp_guard is the guardian's loop while it stays in C (cpython.h): it returns when
+// something needs guardian.py's _Guardian, left unread for it. sfd is a signalfd of SIGCHLD.
+MP_INLINE void mp_guard(int64_t *t, long sfd) {
+	const long ctl = t[MP_FT_G_CTL], v = t[MP_FT_G_V];
+	char oom[16];
+	long noom = -1;
+	for (;;) {
+		for (;;) {  // the children that ended (snapshots, orphans), but the worker: _Guardian's
+			siginfo_t si;
+			((volatile siginfo_t *)&si)->si_pid = 0;
+			if (MP_SYS(t, SYS_waitid, (long)P_ALL, 0L, (long)&si, (long)(WEXITED | WNOHANG | WNOWAIT), 0L) != 0 ||
+			    si.si_pid == 0) {
+				break;
+			}
+			if (si.si_pid == t[MP_FT_G_WORKER]) {
+				return;
+			}
+			MP_SYS(t, SYS_wait4, (long)si.si_pid, 0L, (long)WNOHANG, 0L);
+			if (si.si_pid == t[MP_FT_G_SNAP]) {
+				t[MP_FT_G_SNAP] = 0;
+			}
+		}
+		struct pollfd p[3];
+		volatile struct pollfd *vp = p;
+		vp[0].fd = (int)sfd;
+		vp[1].fd = (int)ctl;
+		vp[2].fd = (int)v;
+		for (int i = 0; i < 3; i++) {
+			vp[i].events = POLLIN;
+			vp[i].revents = 0;
+		}
+		if (MP_SYS(t, SYS_ppoll, (long)p, 3L, 0L, 0L, 0L) < 0) {
+			if (mp_errno(t) == EINTR) {
+				continue;
+			}
+			return;
+		}
+		if (p[0].revents) {
+			unsigned char info[128];
+			while (MP_SYS(t, SYS_read, sfd, (long)info, 128L) > 0) {
+			}
+		}
+		unsigned char m[16];
+		int flags;
+		if (p[1].revents) {
+			long got = mp_recv(t, ctl, m, 1, MSG_PEEK, &flags);
+			if (got == 0) {
+				((void (*)(int))t[MP_FT_EXIT])(0);  // the host is done with the sandbox, or gone: the kernel kills the rest
+			}
+			if (got > 0 || mp_errno(t) != EAGAIN) {
+				return;
+			}
+		}
+		if (p[2].revents) {
+			long got = mp_recv(t, v, m, sizeof m, MSG_PEEK, &flags);
+			if (got < 0 && mp_errno(t) == EAGAIN) {
+				continue;
+			}
+			if (got != 10 || m[0] != (unsigned char)t[MP_FT_G_REPORT] || (flags & (MSG_TRUNC | MSG_CTRUNC))) {
+				return;
+			}
+			mp_recv(t, v, m, sizeof m, 0, &flags);
+			t[MP_FT_G_SNAP] = mp_u32(m + 1);
+			t[MP_FT_G_GEN] = mp_u32(m + 5);
+			if (t[MP_FT_G_SNAP]) {
+				mp_oom_score(t, t[MP_FT_G_SNAP], oom, &noom);
+			}
+			if (m[9]) {  // the snapshot it replaces had died while it waited: the host counts it
+				unsigned char died = (unsigned char)t[MP_FT_G_SNAP_DIED];
+				MP_SYS(t, SYS_sendto, ctl, (long)&died, 1L, (long)MSG_NOSIGNAL, 0L, 0L);
+			}
+		}
+	}
+}
+
+// mp_guardian forks the worker from the sandbox's pid 1 (the worker returns at once) and
+// guards it in C until it hands over (cpython.h); the step that failed, or -1.
+MP_INLINE int mp_guardian(int64_t *t) {
+	int pair[2];
+	unsigned long chld = 1UL << (SIGCHLD - 1), old = 0;
+	if (MP_SYS(t, SYS_socketpair, (long)AF_UNIX, (long)(SOCK_SEQPACKET | SOCK_CLOEXEC), 0L, (long)pair) != 0 ||
+	    MP_SYS(t, SYS_rt_sigprocmask, (long)SIG_BLOCK, (long)&chld, (long)&old, 8L) != 0) {
+		return MP_SS_GUARDIAN;
+	}
+	long sfd = MP_SYS(t, SYS_signalfd4, -1L, (long)&chld, 8L, (long)(O_CLOEXEC | O_NONBLOCK));
+	int pid = sfd < 0 ? -1 : ((int (*)(void))t[MP_FT_FORK])();
+	if (pid < 0) {
+		return MP_SS_GUARDIAN;
+	}
+	if (pid == 0) {  // the worker
+		MP_SYS(t, SYS_rt_sigprocmask, (long)SIG_SETMASK, (long)&old, 0L, 8L);
+		mp_close(t, sfd);
+		mp_close(t, pair[0]);
+		mp_close(t, t[MP_FT_G_CTL]);  // the guardian's
+		mp_close(t, t[MP_FT_S_LIFE]);  // the guardian's: the host sees it close when the guardian exits
+		t[MP_FT_G_WORKER] = 0;
+		t[MP_FT_G_V] = pair[1];
+		return -1;
+	}
+	mp_close(t, pair[1]);
+	// Out of the code's reach (guardian.py's _out_of_reach, which says why).
+	if (MP_SYS(t, SYS_prctl, (long)PR_SET_DUMPABLE, 0L, 0L, 0L, 0L) != 0) {
+		return MP_SS_DUMPABLE;
+	}
+	mp_sigaction(t, SIGINT, 1L);
+	mp_close(t, t[MP_FT_G_KICK]);  // the worker's
+	t[MP_FT_G_WORKER] = pid;
+	t[MP_FT_G_V] = pair[0];
+	t[MP_FT_G_SNAP] = t[MP_FT_G_GEN] = 0;
+	mp_guard(t, sfd);
+	// Handed over: SIGCHLD back as _Guardian expects it (its default flushes one pending; it
+	// reaps before it waits), and the signalfd gone.
+	mp_sigaction(t, SIGCHLD, 0L);
+	MP_SYS(t, SYS_rt_sigprocmask, (long)SIG_SETMASK, (long)&old, 0L, 8L);
+	mp_close(t, sfd);
+	return -1;
+}
+
 // mp_sandbox forks a new sandbox from the template (see cpython.h).
 MP_INLINE long mp_sandbox(int64_t *t) {
 	((mp_void_fn)t[MP_FT_BEFORE_FORK])();
@@ -1333,6 +1517,9 @@ MP_INLINE long mp_sandbox(int64_t *t) {
 	int step = mp_sandbox_t(t);
 	if (step < 0) {
 		step = mp_sandbox_p1(t, &err_fd);
+	}
+	if (step < 0) {
+		step = mp_guardian(t);
 	}
 	if (step >= 0) {
 		mp_fail(t, err_fd, step);

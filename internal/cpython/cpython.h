@@ -117,6 +117,17 @@ enum {
 	MP_FT_S_FILTER,       // the seccomp filter (struct sock_fprog)
 	MP_FT_S_LIFE,         // the last fd it keeps (the life pipe's, 5)
 	MP_FT_S_WHY,          // an array of strings: MP_SS_*'s names, for the message of a failure
+	// The sandbox's guardian in C (guardian.py's _Guardian while it has nothing else to do):
+	MP_FT_G_CTL,          // the host's control socket (3)
+	MP_FT_G_KICK,         // the worker's control pipe (4), which the guardian closes
+	MP_FT_G_REPORT,       // the first byte of a worker's snapshot report (b"S" u32 pid, u32 number, u8 died)
+	MP_FT_G_SNAP_DIED,    // the first byte of the message that tells the host a snapshot had died
+	MP_FT_G_OOM_SELF,     // "/proc/self/oom_score_adj"
+	MP_FT_G_OOM_PID,      // 2 slots: "/proc/", "/oom_score_adj"
+	MP_FT_G_WORKER = MP_FT_G_OOM_PID + 2,  // (out) the worker's pid in the guardian, 0 in the worker
+	MP_FT_G_V,            // (out) the guardian's end of the reports' socket; the worker's, in the worker
+	MP_FT_G_SNAP,         // (out) the worker's snapshot's pid, 0: none
+	MP_FT_G_GEN,          // (out) its number
 	MP_FT_SIZE,
 };
 
@@ -128,7 +139,7 @@ enum {
 	MP_SS_SETSID, MP_SS_CGROUP, MP_SS_TREE_NS, MP_SS_TREE_SLAVE, MP_SS_TREE_OPEN, MP_SS_TREE_COPY,
 	MP_SS_TREE_DETACH, MP_SS_TREE_MOVE, MP_SS_USERNS, MP_SS_MAPS, MP_SS_UNSHARE, MP_SS_EGRESS,
 	MP_SS_FORK, MP_SS_HOSTNAME, MP_SS_PROC, MP_SS_HOME, MP_SS_BIND_HOME, MP_SS_TMPFS, MP_SS_COVERED,
-	MP_SS_CAPS, MP_SS_SECCOMP, MP_SS_FDS, MP_SS_COUNT,
+	MP_SS_CAPS, MP_SS_SECCOMP, MP_SS_FDS, MP_SS_GUARDIAN, MP_SS_DUMPABLE, MP_SS_COUNT,
 };
 
 // mp_fork_code forks; the parent returns the child's pid, or -errno.
@@ -141,7 +152,15 @@ enum {
 // namespace of its own, makes a user namespace mapping its user alone and the rest (and the
 // egress listener), forks the sandbox's pid 1 and exits; pid 1 names the host, mounts its
 // /proc, working directory and tmpfs, drops every capability, applies the seccomp filter,
-// takes its six fds as 0-5, closes every other, runs PyOS_AfterFork_Child and returns 0.
+// takes its six fds as 0-5, closes every other, and forks the worker, which runs
+// PyOS_AfterFork_Child and returns 0 (G_WORKER 0, G_V its end of the reports' socket). pid 1
+// stays in C as the guardian while all it does is the common case: it takes the worker's
+// snapshot reports (gives each snapshot its OOM score, tells the host of one that had died),
+// reaps the snapshots, and exits when the host closes the control socket (the kernel kills
+// the rest of the pid namespace). Anything else (the worker's end, a message of the host's
+// but its end, a report that is not a snapshot's) it leaves unread and hands over to Python:
+// it runs PyOS_AfterFork_Child then and returns 0 with G_WORKER, G_V, G_SNAP and G_GEN set,
+// and guardian.py's _Guardian goes on from there.
 long mp_fork_code(int64_t *t);
 
 #endif

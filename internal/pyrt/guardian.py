@@ -32,6 +32,9 @@ def _become_guardian(cfg, runtime):
     the worker's wait status as the last frame (b"X", i32) and exits. As pid 1 it also
     shields the worker from the kernel's rule that pid 1 ignores signals it has no handler
     for (SIGXCPU from RLIMIT_CPU, the code's own os.kill)."""
+    if _GUARDED is not None:
+        _guarded(cfg, *_GUARDED)
+        return
     import select
 
     init = os.getpid() == 1
@@ -56,14 +59,9 @@ def _become_guardian(cfg, runtime):
         if _tenant:
             os.close(_LIFE_FD)  # the guardian's: it tells the host when the guardian is gone
         if control:
-            global _snap_sock, _forkable
             os.close(_CTL_FD)
             v_g.close()
-            _snap_sock = v_w.detach()
-            # A snapshot or a copy starts its threads again under the worker's RLIMIT_AS; a
-            # free-threaded build's allocator has reserved too much address space by then
-            # for any new thread, so there such a worker neither snapshots nor forks.
-            _forkable = not (cfg.get("memory") and not getattr(sys, "_is_gil_enabled", lambda: True)())
+            _guarded_worker(cfg, v_w.detach())
         return
     _out_of_reach(prctl)
     if cfg.get("kicks"):
@@ -99,6 +97,33 @@ def _become_guardian(cfg, runtime):
     if status is not None and not host_gone:
         _report_exit(status)
     os._exit(0)
+
+
+def _guarded(cfg, worker, v, snap, gen):
+    """_become_guardian where the host's fork code made the sandbox (template.py's
+    _SandboxFork): it forked the worker, which goes on (worker 0) with its end v of the
+    socket to the guardian; the guardian stayed in C until something needed more than its
+    loop there (internal/cpython's cpython.h), and goes on here as _Guardian, with the
+    snapshot the worker reported to it; it never returns."""
+    if not worker:
+        _guarded_worker(cfg, v)
+        return
+    import socket
+
+    wake_r, _ = _child_wakeup()  # (undumpable, SIGINT ignored and KICK_FD closed in C)
+    g = _Guardian(worker, socket.socket(fileno=v), wake_r, cfg)
+    g.first.snap, g.first.gen = snap, gen
+    g.serve()
+
+
+def _guarded_worker(cfg, v):
+    """The worker's side of a guardian of local workers: v, its socket to the guardian."""
+    global _snap_sock, _forkable
+    _snap_sock = v
+    # A snapshot or a copy starts its threads again under the worker's RLIMIT_AS; a
+    # free-threaded build's allocator has reserved too much address space by then for any
+    # new thread, so there such a worker neither snapshots nor forks.
+    _forkable = not (cfg.get("memory") and not getattr(sys, "_is_gil_enabled", lambda: True)())
 
 
 def _out_of_reach(prctl):
@@ -343,7 +368,7 @@ class _Guardian:
 
         if not msg:  # no worker or snapshot holds the other end any more
             self.unwatch(line.v)
-        elif msg[:1] == b"S" and len(msg) == 10 and not line.dead:
+        elif msg[:1] == _V_SNAP and len(msg) == _SNAP_MSG.size and not line.dead:
             line.snap, line.gen = int.from_bytes(msg[1:5], "little"), int.from_bytes(msg[5:9], "little")
             if line.snap:
                 self.give_snapshot_oom_score(line.snap)
@@ -352,7 +377,7 @@ class _Guardian:
                     line.ctl.send(C_SNAP_DIED)
                 except OSError:
                     pass
-        elif msg[:1] == b"F" and len(msg) == 13 and len(fds) == 1:
+        elif msg[:1] == _V_FORK and len(msg) == 13 and len(fds) == 1:
             token = msg[1:9]
             self.from_copy[token] = (int.from_bytes(msg[9:13], "little"), socket.socket(fileno=fds.pop()))
             self.pair(token)

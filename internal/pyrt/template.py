@@ -9,6 +9,7 @@ _template_binds = []  # the targets of the template's binds (_enter_sandbox), fo
 _tenant_hooks = []  # in a tenant: the after-fork hooks its worker runs (_defer_child_hooks)
 _tree_owner = None  # the owner of the trees' tmpfs (_tree_root): root where it is mapped
 _SANDBOX_FORK = None  # a _SandboxFork, where the host's fork code runs here
+_GUARDED = None  # in a sandbox that the fork code made: (the worker's pid, 0 in the worker; its v; the snapshot's pid; its number)
 
 
 def _serve_template(cfg, runtime):
@@ -157,7 +158,7 @@ def _tenant_made(cfg):
 _SS_SETSID, _SS_CGROUP, _SS_TREE_NS, _SS_TREE_SLAVE, _SS_TREE_OPEN, _SS_TREE_COPY, _SS_TREE_DETACH = 0, 1, 2, 3, 4, 5, 6
 _SS_TREE_MOVE, _SS_USERNS, _SS_MAPS, _SS_UNSHARE, _SS_EGRESS, _SS_FORK, _SS_HOSTNAME = 7, 8, 9, 10, 11, 12, 13
 _SS_PROC, _SS_HOME, _SS_BIND_HOME, _SS_TMPFS, _SS_COVERED, _SS_CAPS, _SS_SECCOMP = 14, 15, 16, 17, 18, 19, 20
-_SS_FDS, _SS_COUNT = 21, 22
+_SS_FDS, _SS_GUARDIAN, _SS_DUMPABLE, _SS_COUNT = 21, 22, 23, 24
 _SS_WHY = {
     _SS_SETSID: "setsid", _SS_CGROUP: "join the cgroup", _SS_TREE_NS: "unshare a mount namespace",
     _SS_TREE_SLAVE: "make the trees slaves", _SS_TREE_OPEN: "open the tree", _SS_TREE_COPY: "copy the tree",
@@ -167,6 +168,7 @@ _SS_WHY = {
     _SS_HOME: "open the working directory", _SS_BIND_HOME: "bind the working directory",
     _SS_TMPFS: "mount /tmp and /dev/shm", _SS_COVERED: "bind again what they cover",
     _SS_CAPS: "drop every capability", _SS_SECCOMP: "seccomp", _SS_FDS: "take the fds",
+    _SS_GUARDIAN: "fork the worker", _SS_DUMPABLE: "make the guardian undumpable",
 }
 _SS_FAILED = "minipy worker: making the sandbox of a worker forked from the template failed: "
 
@@ -174,8 +176,8 @@ _SS_FAILED = "minipy worker: making the sandbox of a worker forked from the temp
 class _SandboxFork:
     """The template's fork of a new sandbox by the host's fork code (_ForkCode, MP_OP_SANDBOX):
     _become_tenant's work, done in C by the fork (T) and its child (the sandbox's pid 1),
-    which runs Python only once it is made (each page Python writes in a fork is a page
-    copied: ~600 of a sandbox's start). The table holds what every tenant shares, made once
+    which forks the worker and guards it in C until something needs _Guardian (each page
+    Python writes in a fork is a page copied: ~1,000 of a sandbox's start). The table holds what every tenant shares, made once
     here; each fork writes its fds and names."""
 
     __slots__ = ("table", "addr", "call", "keep")
@@ -183,8 +185,8 @@ class _SandboxFork:
     @classmethod
     def make(cls, cfg):
         """One, or None where the code is not here or the tenants' set-up does not fit it."""
-        if _FORK_CODE is None:
-            return None
+        if _FORK_CODE is None or not (cfg.get("control") and cfg.get("kicks")):
+            return None  # (a template's workers have both: launch.go)
         workdir = cfg["workdir"]
         covered = sorted((t for t in _template_binds if t == workdir or t.startswith((workdir + "/", "/tmp/", "/dev/shm/"))),
                          key=len)
@@ -219,6 +221,10 @@ class _SandboxFork:
         t[_FT_S_COVERED], t[_FT_S_COVERED_DIR], t[_FT_S_WHY] = (ctypes.addressof(a) for a in (paths, dirs, why))
         t[_FT_S_FILTER] = ctypes.addressof(_filter)
         t[_FT_S_LIFE] = _LIFE_FD
+        t[_FT_G_CTL], t[_FT_G_KICK], t[_FT_G_REPORT], t[_FT_G_SNAP_DIED] = _CTL_FD, KICK_FD, _V_SNAP[0], C_SNAP_DIED[0]
+        for slot, text in ((_FT_G_OOM_SELF, "/proc/self/oom_score_adj"), (_FT_G_OOM_PID, "/proc/"),
+                           (_FT_G_OOM_PID + 1, "/oom_score_adj")):
+            t[slot] = self.string(text)
         self.addr = ctypes.addressof(t)
         self.call = code.call
 
@@ -231,7 +237,8 @@ class _SandboxFork:
         return ctypes.addressof(b)
 
     def fork(self, fds, tree_name, home_name):
-        """The fork's pid in the template; 0 in the sandbox's pid 1, made, its fds 0-5."""
+        """The fork's pid in the template; 0 in the new sandbox, made, its fds 0-5: in its
+        worker, or in its pid 1 once its guardian leaves C (_GUARDED says which)."""
         import ctypes
 
         t = self.table
@@ -243,6 +250,9 @@ class _SandboxFork:
         pid = self.call(self.addr)
         if pid < 0:
             raise OSError(-pid, os.strerror(-pid))
+        if pid == 0:
+            global _GUARDED
+            _GUARDED = tuple(t[i] for i in (_FT_G_WORKER, _FT_G_V, _FT_G_SNAP, _FT_G_GEN))
         return pid
 
 

@@ -704,7 +704,7 @@ class _Worker:
         # The guardian learns of the new one before the old one goes, so that a crash
         # in between still finds a snapshot; the old one is reaped later, without waiting.
         try:
-            os.write(self.snap_sock, _SNAP_MSG.pack(b"S", pid, self.gen & 0xFFFFFFFF, died))
+            os.write(self.snap_sock, _SNAP_MSG.pack(_V_SNAP, pid, self.gen & 0xFFFFFFFF, died))
         except OSError:
             pass
         if old and not died:
@@ -798,7 +798,7 @@ class _Worker:
 
         # To the guardian, over the parent's socket: who the copy is, and its own socket.
         parent = socket.socket(fileno=os.dup(self.snap_sock))
-        parent.sendmsg([b"F" + struct.pack("<QI", token, os.getpid())],
+        parent.sendmsg([_V_FORK + struct.pack("<QI", token, os.getpid())],
                        [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [theirs.fileno()]).tobytes())])
         parent.close()
         theirs.close()
@@ -911,7 +911,8 @@ def _deferrable_hooks():
     return hooks
 
 
-_SNAP_MSG = struct.Struct("<cIIB")  # a snapshot's report to the guardian: b"S", pid, number, the old one died
+_V_SNAP, _V_FORK = b"S", b"F"  # what a worker tells its guardian over its v: a snapshot, a Fork's copy
+_SNAP_MSG = struct.Struct("<cIIB")  # a snapshot's report to the guardian: _V_SNAP, pid, number, the old one died
 _FORK_FILTER = None  # the warnings filter that _quiet_snapshot_forks installed, on 3.12+
 _no_context = None  # contextlib.nullcontext(), once _quiet_snapshot_forks has run
 
@@ -1006,7 +1007,8 @@ _FT_FDS, _FT_OP, _FT_SYSCALL, _FT_S_FDS, _FT_S_NCG, _FT_S_CG, _FT_S_TREES, _FT_S
 _FT_S_HOME, _FT_S_WORKDIR, _FT_S_MAPS, _FT_S_UNSHARE, _FT_S_PORT, _FT_S_LISTEN = 41, 42, 43, 49, 50, 51
 _FT_S_HOSTNAME, _FT_S_PROC, _FT_S_PROC_DIR, _FT_S_TMPFS, _FT_S_TMP_DIRS, _FT_S_TMP_DATA = 52, 53, 54, 55, 56, 58
 _FT_S_FD_PATH, _FT_S_NCOVERED, _FT_S_COVERED, _FT_S_COVERED_DIR, _FT_S_FILTER, _FT_S_LIFE = 59, 60, 61, 62, 63, 64
-_FT_S_WHY, _FT_SIZE = 65, 66
+_FT_S_WHY, _FT_G_CTL, _FT_G_KICK, _FT_G_REPORT, _FT_G_SNAP_DIED, _FT_G_OOM_SELF, _FT_G_OOM_PID = 65, 66, 67, 68, 69, 70, 71
+_FT_G_WORKER, _FT_G_V, _FT_G_SNAP, _FT_G_GEN, _FT_SIZE = 73, 74, 75, 76, 77
 _OP_SNAPSHOT, _OP_SANDBOX = 0, 1  # (MP_OP_*)
 _FORK_CODE = None  # a _ForkCode, once _load_fork_code has made one
 _SNAP_FORK = None  # its _SnapFork
