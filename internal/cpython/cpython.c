@@ -932,6 +932,7 @@ const char *mp_libpython_file(void) {
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #ifndef SYS_open_tree  // (the generic table's numbers, the same on every 64-bit machine Go has)
@@ -958,7 +959,7 @@ const char *mp_libpython_file(void) {
 #define MP_INLINE static inline __attribute__((always_inline))
 #endif
 #else
-#define MP_CODE_OPTIMIZE optimize("no-stack-protector", "no-tree-loop-distribute-patterns", "no-jump-tables")
+#define MP_CODE_OPTIMIZE optimize("Os", "no-stack-protector", "no-tree-loop-distribute-patterns", "no-jump-tables")
 #define MP_CODE_ATTRS __attribute__((section("minipy_fork_code"), used, noinline, MP_CODE_OPTIMIZE))
 #define MP_INLINE static inline __attribute__((always_inline, MP_CODE_OPTIMIZE))
 #endif
@@ -1009,10 +1010,9 @@ MP_INLINE int mp_num(char *buf, int n, int cap, long v) {
 	return n;
 }
 
-// mp_fail writes why the sandbox's set-up failed at step (MP_SS_*) to fd and exits 70, as
-// sandbox.py's _become_tenant does.
-MP_INLINE void mp_fail(int64_t *t, long fd, int step) {
-	int err = mp_errno(t);
+// mp_say writes why the sandbox's set-up failed at step (MP_SS_*), errno err, to fd; mp_fail
+// then exits 70, as sandbox.py's _become_tenant does.
+MP_INLINE void mp_say(int64_t *t, long fd, int step, int err) {
 	const char *const *why = (const char *const *)t[MP_FT_S_WHY];
 	char buf[512];
 	int n = mp_cat(buf, 0, 480, why[MP_SS_COUNT]);  // "minipy worker: ... failed: "
@@ -1022,6 +1022,10 @@ MP_INLINE void mp_fail(int64_t *t, long fd, int step) {
 	buf[n++] = ']';
 	buf[n++] = '\n';
 	MP_SYS(t, SYS_write, fd, (long)buf, (long)n);
+}
+
+MP_INLINE void mp_fail(int64_t *t, long fd, int step) {
+	mp_say(t, fd, step, mp_errno(t));
 	((void (*)(int))t[MP_FT_EXIT])(70);
 }
 
@@ -1100,6 +1104,34 @@ MP_INLINE int mp_own_tree(int64_t *t) {
 	return -1;
 }
 
+// mp_send_fd sends fd over sock in a one-byte message (kind); sendmsg's result.
+MP_INLINE long mp_send_fd(int64_t *t, long sock, unsigned char kind, long fd) {
+	union {
+		struct cmsghdr h;
+		unsigned char space[CMSG_SPACE(sizeof(int))];
+	} cm;
+	struct iovec iov;
+	iov.iov_base = &kind;
+	iov.iov_len = 1;
+	struct msghdr msg;
+	msg.msg_name = 0;
+	msg.msg_namelen = 0;
+	msg.msg_iov = &iov;
+	msg.msg_iovlen = 1;
+	msg.msg_control = cm.space;
+	msg.msg_controllen = sizeof cm.space;
+	msg.msg_flags = 0;
+	volatile struct cmsghdr *c = CMSG_FIRSTHDR(&msg);  // (volatile: stored, not loaded from .rodata)
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	int f = (int)fd;
+	for (unsigned k = 0; k < sizeof f; k++) {
+		CMSG_DATA(c)[k] = ((unsigned char *)&f)[k];
+	}
+	return MP_SYS(t, SYS_sendmsg, sock, (long)&msg, (long)MSG_NOSIGNAL);
+}
+
 // mp_egress brings the loopback up, listens on 127.0.0.1:port and hands the listening socket
 // to the host over the control socket, as sandbox.py's _egress_listener; -1 on failure.
 MP_INLINE long mp_egress(int64_t *t, long port) {
@@ -1140,31 +1172,7 @@ MP_INLINE long mp_egress(int64_t *t, long port) {
 	if (MP_SYS(t, SYS_bind, l, (long)&a, (long)sizeof a) != 0 || MP_SYS(t, SYS_listen, l, 128L) != 0) {
 		return -1;
 	}
-	unsigned char kind = (unsigned char)t[MP_FT_S_LISTEN];
-	union {
-		struct cmsghdr h;
-		unsigned char space[CMSG_SPACE(sizeof(int))];
-	} cm;
-	struct iovec iov;
-	iov.iov_base = &kind;
-	iov.iov_len = 1;
-	struct msghdr msg;
-	msg.msg_name = 0;
-	msg.msg_namelen = 0;
-	msg.msg_iov = &iov;
-	msg.msg_iovlen = 1;
-	msg.msg_control = cm.space;
-	msg.msg_controllen = sizeof cm.space;
-	msg.msg_flags = 0;
-	volatile struct cmsghdr *c = CMSG_FIRSTHDR(&msg);  // (volatile: stored, not loaded from .rodata)
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(sizeof(int));
-	int fd = (int)l;
-	for (unsigned k = 0; k < sizeof fd; k++) {
-		CMSG_DATA(c)[k] = ((unsigned char *)&fd)[k];
-	}
-	if (MP_SYS(t, SYS_sendmsg, t[MP_FT_S_FDS + 3], (long)&msg, 0L) != 1) {
+	if (mp_send_fd(t, t[MP_FT_S_FDS + 3], (unsigned char)t[MP_FT_S_LISTEN], l) != 1) {
 		return -1;
 	}
 	mp_close(t, l);
@@ -1504,14 +1512,237 @@ MP_INLINE int mp_guardian(int64_t *t) {
 	return -1;
 }
 
+// ---- the template's loop (MP_OP_TEMPLATE) ----
+
+// mp_name_ok says whether s is one path component, as template.py's _check_names wants.
+MP_INLINE int mp_name_ok(const unsigned char *s) {
+	if (!s[0] || (s[0] == '.' && (!s[1] || (s[1] == '.' && !s[2])))) {
+		return 0;
+	}
+	for (; *s; s++) {
+		if (*s == '/') {
+			return 0;
+		}
+	}
+	return 1;
+}
+
+// mp_fields splits m[0:n] at its NULs into up to k C strings (m[n] is writable); how many.
+MP_INLINE int mp_fields(unsigned char *m, long n, unsigned char **f, int k) {
+	int got = 0;
+	m[n] = 0;
+	f[got++] = m;
+	for (long i = 0; i < n; i++) {
+		if (!m[i]) {
+			if (got == k) {
+				return k + 1;
+			}
+			f[got++] = m + i + 1;
+		}
+	}
+	return got;
+}
+
+MP_INLINE long mp_dev(int64_t *t, long fd, unsigned long *dev) {
+	struct stat st;
+	if (MP_SYS(t, SYS_fstat, fd, (long)&st) != 0) {
+		return -1;
+	}
+	*dev = (unsigned long)st.st_dev;
+	return 0;
+}
+
+// mp_tmpfs mounts a tmpfs of size bytes over fd (template.py's _tree_root and _mount_home,
+// which say why), with the options data (up to the size).
+MP_INLINE long mp_tmpfs(int64_t *t, long fd, const char *data, long size) {
+	char path[64], opts[256];
+	int n = mp_cat(opts, 0, 200, data);
+	n = mp_num(opts, n, 230, size);
+	n = mp_cat(opts, n, 240, (const char *)t[MP_FT_T_DATA + 2]);
+	n = mp_num(opts, n, 255, size >> 12 > 1024 ? size >> 12 : 1024);
+	opts[n] = 0;
+	const char *fs = (const char *)t[MP_FT_S_TMPFS];
+	return mp_mount(t, fs, mp_fd_path(t, path, fd), fs, MS_NOSUID | MS_NODEV, opts);
+}
+
+// mp_workdir_mount does what template.py's _mount_workdir does for a message b"TREE\0NAME\0SIZE":
+// the fd of the tmpfs's root to send; -2 when it moved while it was mounted; -1 when it
+// leaves the message to template.py (nothing mounted: a bad name or size, a directory not
+// there, a refusal; template.py does the same again and says why).
+MP_INLINE long mp_workdir_mount(int64_t *t, unsigned char *m, long n) {
+	unsigned char *f[3];
+	if (mp_fields(m, n, f, 3) != 3 || !mp_name_ok(f[0]) || (f[1][0] && !mp_name_ok(f[1])) || !f[2][0]) {
+		return -1;
+	}
+	long size = 0;
+	for (unsigned char *d = f[2]; *d; d++) {
+		if (*d < '0' || *d > '9' || d - f[2] > 17) {
+			return -1;
+		}
+		size = size * 10 + (*d - '0');
+	}
+	if (size <= 0) {
+		return -1;
+	}
+	const long dir = O_PATH | O_DIRECTORY | O_NOFOLLOW;
+	unsigned long trees_dev, dev, root_dev;
+	long trees = mp_open(t, AT_FDCWD, (const char *)t[MP_FT_S_TREES], dir);
+	long tree = trees < 0 ? -1 : mp_open(t, trees, (const char *)f[0], dir);
+	long r = -1, root = -1;
+	if (tree < 0 || mp_dev(t, trees, &trees_dev) != 0 || mp_dev(t, tree, &dev) != 0) {
+		goto out;
+	}
+	if (!f[1][0]) {  // the tree's own tmpfs
+		if (dev != trees_dev) {
+			r = MP_SYS(t, SYS_fcntl, tree, (long)F_DUPFD_CLOEXEC, 0L);  // mounted already
+			goto out;
+		}
+		if (mp_tmpfs(t, tree, (const char *)t[MP_FT_T_DATA], size) != 0) {
+			goto out;
+		}
+		root = mp_open(t, trees, (const char *)f[0], dir);  // a lookup by name enters the mount
+		dev = trees_dev;
+	} else {  // a working directory's, in the tree's
+		long d = dev == trees_dev ? -1 : mp_open(t, tree, (const char *)f[1], dir);
+		if (d < 0 || mp_dev(t, d, &dev) != 0 || mp_tmpfs(t, d, (const char *)t[MP_FT_T_DATA + 1], size) != 0) {
+			if (d >= 0) {
+				mp_close(t, d);
+			}
+			goto out;
+		}
+		mp_close(t, d);
+		root = mp_open(t, tree, (const char *)f[1], dir);
+	}
+	r = -2;
+	if (root >= 0 && mp_dev(t, root, &root_dev) == 0 && root_dev != dev) {
+		r = root;
+	} else if (root >= 0) {
+		mp_close(t, root);
+	}
+out:
+	if (tree >= 0) {
+		mp_close(t, tree);
+	}
+	if (trees >= 0) {
+		mp_close(t, trees);
+	}
+	return r;
+}
+
+// mp_template_next serves the template's control socket until the host asks for a new
+// sandbox (1: its fds in the table, its names in names, 512 bytes), or something needs
+// template.py (0: left unread).
+MP_INLINE int mp_template_next(int64_t *t, unsigned char *names) {
+	const long ctl = t[MP_FT_G_CTL], sfd = t[MP_FT_T_SFD];
+	for (;;) {
+		while (MP_SYS(t, SYS_wait4, -1L, 0L, (long)WNOHANG, 0L) > 0) {  // the forks (T), the sandboxes' pid 1s
+		}
+		struct pollfd p[2];
+		volatile struct pollfd *vp = p;
+		vp[0].fd = (int)sfd;
+		vp[1].fd = (int)ctl;
+		vp[0].events = vp[1].events = POLLIN;
+		vp[0].revents = vp[1].revents = 0;
+		if (MP_SYS(t, SYS_ppoll, (long)p, 2L, 0L, 0L, 0L) < 0) {
+			if (mp_errno(t) == EINTR) {
+				continue;
+			}
+			return 0;
+		}
+		if (p[0].revents) {
+			unsigned char info[128];
+			while (MP_SYS(t, SYS_read, sfd, (long)info, 128L) > 0) {
+			}
+		}
+		if (!p[1].revents) {
+			continue;
+		}
+		unsigned char m[512];
+		int flags;
+		long got = mp_recv(t, ctl, m, sizeof m - 1, MSG_PEEK, &flags);
+		if (got < 0 && mp_errno(t) == EAGAIN) {
+			continue;
+		}
+		if (got <= 1 || (flags & MSG_TRUNC)) {
+			return 0;
+		}
+		if (m[0] == (unsigned char)t[MP_FT_T_MOUNT] && !(flags & MSG_CTRUNC)) {
+			long root = mp_workdir_mount(t, m + 1, got - 1);
+			if (root == -1) {
+				return 0;
+			}
+			mp_recv(t, ctl, m, sizeof m - 1, 0, &flags);  // (taken only now: template.py reads what is left)
+			if (root >= 0) {
+				mp_send_fd(t, ctl, (unsigned char)t[MP_FT_T_MOUNT], root);
+				mp_close(t, root);
+			} else {
+				unsigned char no[128];
+				int k = mp_cat((char *)no, 1, 120, (const char *)t[MP_FT_T_MOVED]);
+				no[0] = (unsigned char)t[MP_FT_T_REFUSED];
+				MP_SYS(t, SYS_sendto, ctl, (long)no, (long)k, (long)MSG_NOSIGNAL, 0L, 0L);
+			}
+			continue;
+		}
+		unsigned char *f[2] = {m, m};
+		if (m[0] != (unsigned char)t[MP_FT_T_NEW] || mp_fields(m + 1, got - 1, f, 2) != 2 || !mp_name_ok(f[0]) ||
+		    !mp_name_ok(f[1])) {
+			return 0;
+		}
+		// Taken, with its fds: six, then the cgroup.procs (at most two).
+		union {
+			struct cmsghdr h;
+			unsigned char space[CMSG_SPACE(8 * sizeof(int))];
+		} cm;
+		struct iovec iov;
+		iov.iov_base = names;
+		iov.iov_len = 511;
+		struct msghdr msg;
+		msg.msg_name = 0;
+		msg.msg_namelen = 0;
+		msg.msg_iov = &iov;
+		msg.msg_iovlen = 1;
+		msg.msg_control = cm.space;
+		msg.msg_controllen = sizeof cm.space;
+		msg.msg_flags = 0;
+		got = MP_SYS(t, SYS_recvmsg, ctl, (long)&msg, (long)(MSG_DONTWAIT | MSG_CMSG_CLOEXEC));
+		int nfds = 0;
+		struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+		if (got > 0 && c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len >= CMSG_LEN(0)) {
+			nfds = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+			const unsigned char *d = CMSG_DATA(c);
+			for (int i = 0; i < nfds && i < 8; i++) {
+				int fd = 0;
+				for (unsigned k = 0; k < sizeof fd; k++) {
+					((unsigned char *)&fd)[k] = d[i * sizeof fd + k];
+				}
+				t[i < 6 ? MP_FT_S_FDS + i : MP_FT_S_CG + i - 6] = fd;
+			}
+		}
+		if (nfds < 6 || got <= 1) {
+			for (int i = 0; i < nfds && i < 8; i++) {
+				mp_close(t, t[i < 6 ? MP_FT_S_FDS + i : MP_FT_S_CG + i - 6]);
+			}
+			continue;  // (refused, as template.py does: the host's reads end)
+		}
+		mp_fields(names + 1, got - 1, f, 2);
+		t[MP_FT_S_NCG] = nfds - 6;
+		t[MP_FT_S_TREE] = (int64_t)f[0];
+		t[MP_FT_S_HOME] = (int64_t)f[1];
+		return 1;
+	}
+}
+
 // mp_sandbox forks a new sandbox from the template (see cpython.h).
-MP_INLINE long mp_sandbox(int64_t *t) {
+MP_INLINE long mp_sandbox(int64_t *t, int loop) {
 	((mp_void_fn)t[MP_FT_BEFORE_FORK])();
 	int pid = ((int (*)(void))t[MP_FT_FORK])();
 	if (pid != 0) {
 		int err = mp_errno(t);
 		((mp_void_fn)t[MP_FT_AFTER_PARENT])();
 		return pid > 0 ? pid : -err;
+	}
+	if (loop) {
+		MP_SYS(t, SYS_rt_sigprocmask, (long)SIG_SETMASK, (long)&t[MP_FT_T_MASK], 0L, 8L);
 	}
 	long err_fd = t[MP_FT_S_FDS + 2];
 	int step = mp_sandbox_t(t);
@@ -1594,8 +1825,32 @@ MP_INLINE long mp_snapshot(int64_t *t) {
 }
 
 MP_CODE_ATTRS long mp_fork_code(int64_t *t) {
-	if (t[MP_FT_OP] == MP_OP_SANDBOX) {
-		return mp_sandbox(t);
+	if (t[MP_FT_OP] == MP_OP_SNAPSHOT) {
+		return mp_snapshot(t);
 	}
-	return mp_snapshot(t);
+	const int loop = t[MP_FT_OP] == MP_OP_TEMPLATE;
+	unsigned long chld = 1UL << (SIGCHLD - 1);
+	unsigned char names[512];
+	if (loop) {  // SIGCHLD through the signalfd while in here; the forks get the mask back
+		MP_SYS(t, SYS_rt_sigprocmask, (long)SIG_BLOCK, (long)&chld, (long)&t[MP_FT_T_MASK], 8L);
+		if (t[MP_FT_T_SFD] < 0) {
+			t[MP_FT_T_SFD] = MP_SYS(t, SYS_signalfd4, -1L, (long)&chld, 8L, (long)(O_CLOEXEC | O_NONBLOCK));
+		}
+	}
+	for (;;) {
+		if (loop && (t[MP_FT_T_SFD] < 0 || !mp_template_next(t, names))) {
+			MP_SYS(t, SYS_rt_sigprocmask, (long)SIG_SETMASK, (long)&t[MP_FT_T_MASK], 0L, 8L);
+			return 1;
+		}
+		long pid = mp_sandbox(t, loop);
+		if (!loop || pid == 0) {
+			return pid;
+		}
+		if (pid < 0) {  // (T's own failures it says itself, on the same fd)
+			mp_say(t, t[MP_FT_S_FDS + 2], MP_SS_TEMPLATE_FORK, (int)-pid);
+		}
+		for (int i = 0; i < 6 + t[MP_FT_S_NCG] && i < 8; i++) {  // the fork's now: the host's reads end with it
+			mp_close(t, t[i < 6 ? MP_FT_S_FDS + i : MP_FT_S_CG + i - 6]);
+		}
+	}
 }

@@ -128,10 +128,19 @@ enum {
 	MP_FT_G_V,            // (out) the guardian's end of the reports' socket; the worker's, in the worker
 	MP_FT_G_SNAP,         // (out) the worker's snapshot's pid, 0: none
 	MP_FT_G_GEN,          // (out) its number
+	// The template's loop in C (MP_OP_TEMPLATE: template.py's _serve_template while all it
+	// does is make sandboxes and mount their working directories):
+	MP_FT_T_NEW,          // the first byte of the host's message that asks for a new sandbox
+	MP_FT_T_MOUNT,        // ... that asks for a working directory's tmpfs, and of the answer
+	MP_FT_T_REFUSED,      // the first byte of a refusal
+	MP_FT_T_MOVED,        // a refusal's text: the tmpfs moved while it was mounted
+	MP_FT_T_DATA,         // 3 slots: a tree's tmpfs options, up to the size; a working directory's; ",nr_inodes="
+	MP_FT_T_SFD = MP_FT_T_DATA + 3,  // a signalfd of SIGCHLD, made once (-1 before)
+	MP_FT_T_MASK,         // (out) the signal mask the loop found, the forks' own
 	MP_FT_SIZE,
 };
 
-enum { MP_OP_SNAPSHOT, MP_OP_SANDBOX };
+enum { MP_OP_SNAPSHOT, MP_OP_SANDBOX, MP_OP_TEMPLATE };
 
 // The steps of a sandbox's set-up in C; a failure writes "...failed: " + the step's name
 // (worker.py's _SS_*, pinned by a test) + its errno to the new stderr and exits 70.
@@ -139,7 +148,7 @@ enum {
 	MP_SS_SETSID, MP_SS_CGROUP, MP_SS_TREE_NS, MP_SS_TREE_SLAVE, MP_SS_TREE_OPEN, MP_SS_TREE_COPY,
 	MP_SS_TREE_DETACH, MP_SS_TREE_MOVE, MP_SS_USERNS, MP_SS_MAPS, MP_SS_UNSHARE, MP_SS_EGRESS,
 	MP_SS_FORK, MP_SS_HOSTNAME, MP_SS_PROC, MP_SS_HOME, MP_SS_BIND_HOME, MP_SS_TMPFS, MP_SS_COVERED,
-	MP_SS_CAPS, MP_SS_SECCOMP, MP_SS_FDS, MP_SS_GUARDIAN, MP_SS_DUMPABLE, MP_SS_COUNT,
+	MP_SS_CAPS, MP_SS_SECCOMP, MP_SS_FDS, MP_SS_GUARDIAN, MP_SS_DUMPABLE, MP_SS_TEMPLATE_FORK, MP_SS_COUNT,
 };
 
 // mp_fork_code forks; the parent returns the child's pid, or -errno.
@@ -161,6 +170,13 @@ enum {
 // but its end, a report that is not a snapshot's) it leaves unread and hands over to Python:
 // it runs PyOS_AfterFork_Child then and returns 0 with G_WORKER, G_V, G_SNAP and G_GEN set,
 // and guardian.py's _Guardian goes on from there.
+//
+// MP_OP_TEMPLATE: the template's loop. It serves the control socket (G_CTL) as template.py's
+// _serve_template does while the host asks only for new sandboxes (forked as MP_OP_SANDBOX,
+// returning 0 in them as there) and working directories' tmpfs (mounted, their root's fd
+// sent), and reaps its children. It returns 1, with the message it has not read, for
+// anything else: another message, one it refuses to guess at (a bad name or size, a mount
+// the kernel refused: template.py answers those, with the reason), the socket's end.
 long mp_fork_code(int64_t *t);
 
 #endif

@@ -83,7 +83,18 @@ def _serve_template(cfg, runtime):
                     break
             except ChildProcessError:
                 break
-        for fd, _ in _poll(poller):
+        if _SANDBOX_FORK is not None:
+            # The loop in C while the host asks only for sandboxes and working directories:
+            # each page the template writes after a fork is a page copied (~200 a start in
+            # Python). The after-fork hooks in Python (threading's, logging's) run once, in
+            # the worker (main), not in each process on the way (each run writes ~100 pages).
+            deferred = _defer_child_hooks(0)
+            if _SANDBOX_FORK.serve() == 0:
+                _in_new_sandbox(ctl, deferred)
+                _tenant_made(cfg)  # (the wakeup pipe closed)
+                return
+            _run_deferred(deferred, False)
+        for fd, _ in _poll(poller):  # what the loop in C left to this one
             if fd == wake_r:
                 os.read(wake_r, 512)
                 continue
@@ -98,21 +109,11 @@ def _serve_template(cfg, runtime):
                 continue
             pid = -1
             if msg[:1] == C_NEW and len(fds) >= 6:
-                # The after-fork hooks in Python (threading's, logging's) run once, in the
-                # worker (main), not in each process on the way (this fork, the sandbox's
-                # pid 1, the worker): each run writes ~100 pages of its process.
                 deferred = _defer_child_hooks(0)
                 pid = _fork_tenant(fds, msg[1:])
                 if pid == 0:
-                    global _tenant_hooks
-                    _tenant_hooks = deferred
-                    gc.enable()
-                    ctl.detach()  # fd 3 is the tenant's control socket from here on
-                    signal.set_wakeup_fd(-1)
-                    # (_signal's: signal.signal's wrapper turns the old handler into an enum, ~35 pages of
-                    # Python objects copied in each fork)
-                    _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
-                    if _SANDBOX_FORK is not None:  # the sandbox's pid 1, made (the wakeup pipe closed)
+                    _in_new_sandbox(ctl, deferred)
+                    if _SANDBOX_FORK is not None:  # made (the wakeup pipe closed)
                         _tenant_made(cfg)
                         return
                     os.close(wake_r)
@@ -122,6 +123,21 @@ def _serve_template(cfg, runtime):
                 _run_deferred(deferred, False)
             for f in fds:  # the fork's now, or (refused) closed here: the host's reads end
                 os.close(f)
+
+
+def _in_new_sandbox(ctl, deferred):
+    """In a new sandbox forked from the template (its pid 1, or its worker when the fork code
+    made it): what the template's loop set up is not its own."""
+    global _tenant_hooks
+    import gc
+
+    _tenant_hooks = deferred
+    gc.enable()
+    ctl.detach()  # fd 3 is the tenant's control socket from here on
+    signal.set_wakeup_fd(-1)
+    # (_signal's: signal.signal's wrapper turns the old handler into an enum, ~35 pages of
+    # Python objects copied in each fork)
+    _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
 
 
 def _fork_tenant(fds, dirs):
@@ -158,7 +174,7 @@ def _tenant_made(cfg):
 _SS_SETSID, _SS_CGROUP, _SS_TREE_NS, _SS_TREE_SLAVE, _SS_TREE_OPEN, _SS_TREE_COPY, _SS_TREE_DETACH = 0, 1, 2, 3, 4, 5, 6
 _SS_TREE_MOVE, _SS_USERNS, _SS_MAPS, _SS_UNSHARE, _SS_EGRESS, _SS_FORK, _SS_HOSTNAME = 7, 8, 9, 10, 11, 12, 13
 _SS_PROC, _SS_HOME, _SS_BIND_HOME, _SS_TMPFS, _SS_COVERED, _SS_CAPS, _SS_SECCOMP = 14, 15, 16, 17, 18, 19, 20
-_SS_FDS, _SS_GUARDIAN, _SS_DUMPABLE, _SS_COUNT = 21, 22, 23, 24
+_SS_FDS, _SS_GUARDIAN, _SS_DUMPABLE, _SS_TEMPLATE_FORK, _SS_COUNT = 21, 22, 23, 24, 25
 _SS_WHY = {
     _SS_SETSID: "setsid", _SS_CGROUP: "join the cgroup", _SS_TREE_NS: "unshare a mount namespace",
     _SS_TREE_SLAVE: "make the trees slaves", _SS_TREE_OPEN: "open the tree", _SS_TREE_COPY: "copy the tree",
@@ -169,6 +185,7 @@ _SS_WHY = {
     _SS_TMPFS: "mount /tmp and /dev/shm", _SS_COVERED: "bind again what they cover",
     _SS_CAPS: "drop every capability", _SS_SECCOMP: "seccomp", _SS_FDS: "take the fds",
     _SS_GUARDIAN: "fork the worker", _SS_DUMPABLE: "make the guardian undumpable",
+    _SS_TEMPLATE_FORK: "fork the template",
 }
 _SS_FAILED = "minipy worker: making the sandbox of a worker forked from the template failed: "
 
@@ -222,9 +239,14 @@ class _SandboxFork:
         t[_FT_S_FILTER] = ctypes.addressof(_filter)
         t[_FT_S_LIFE] = _LIFE_FD
         t[_FT_G_CTL], t[_FT_G_KICK], t[_FT_G_REPORT], t[_FT_G_SNAP_DIED] = _CTL_FD, KICK_FD, _V_SNAP[0], C_SNAP_DIED[0]
+        owner, uid, gid = _tree_owner_here(), os.getuid(), os.getgid()
         for slot, text in ((_FT_G_OOM_SELF, "/proc/self/oom_score_adj"), (_FT_G_OOM_PID, "/proc/"),
-                           (_FT_G_OOM_PID + 1, "/oom_score_adj")):
+                           (_FT_G_OOM_PID + 1, "/oom_score_adj"),
+                           (_FT_T_MOVED, "OSError: [Errno 16] the tmpfs moved while it was mounted"),
+                           (_FT_T_DATA, _TREE_TMPFS % (owner, owner)), (_FT_T_DATA + 1, _HOME_TMPFS % (uid, gid)),
+                           (_FT_T_DATA + 2, ",nr_inodes=")):
             t[slot] = self.string(text)
+        t[_FT_T_NEW], t[_FT_T_MOUNT], t[_FT_T_REFUSED], t[_FT_T_SFD] = C_NEW[0], C_MOUNT[0], C_REFUSED[0], -1
         self.addr = ctypes.addressof(t)
         self.call = code.call
 
@@ -235,6 +257,18 @@ class _SandboxFork:
         b = ctypes.create_string_buffer(os.fsencode(text))
         self.keep.append(b)
         return ctypes.addressof(b)
+
+    def serve(self):
+        """The template's loop in C (MP_OP_TEMPLATE) until it has a message for the loop in
+        Python (1), or in a new sandbox (0, as fork)."""
+        t = self.table
+        t[_FT_OP] = _OP_TEMPLATE
+        r = self.call(self.addr)
+        if r == 0:
+            global _GUARDED
+            _GUARDED = tuple(t[i] for i in (_FT_G_WORKER, _FT_G_V, _FT_G_SNAP, _FT_G_GEN))
+        t[_FT_OP] = _OP_SANDBOX
+        return r
 
     def fork(self, fds, tree_name, home_name):
         """The fork's pid in the template; 0 in the new sandbox, made, its fds 0-5: in its
@@ -262,6 +296,22 @@ def _check_names(tree_name, name):
         raise OSError(22, "bad working directory names %r, %r" % (tree_name, name))
 
 
+# The options of a tree's tmpfs and of a working directory's, up to their size (then
+# ",nr_inodes=", an inode per 4 KiB, at least 1024: _tree_root, _mount_home, and the
+# template's loop in C).
+_TREE_TMPFS = "mode=0755,uid=%d,gid=%d,size="
+_HOME_TMPFS = "mode=0700,uid=%d,gid=%d,size="
+
+
+def _tree_owner_here():
+    """The owner of the trees' tmpfs: root where it is mapped here, else the sandbox's user."""
+    global _tree_owner
+    if _tree_owner is None:
+        with open("/proc/self/uid_map") as f:
+            _tree_owner = 0 if any(line.split()[0] == "0" for line in f) else os.getuid()
+    return _tree_owner
+
+
 def _tree_root(cfg, tree_name, size):
     """An O_PATH fd of the root of the tree tree_name's tmpfs, mounting it first over the
     host's empty directory (the tree's first request): a file system of its own, so that a
@@ -276,14 +326,9 @@ def _tree_root(cfg, tree_name, size):
         try:
             if os.fstat(tree).st_dev != os.fstat(trees).st_dev:
                 return os.dup(tree)  # mounted already
-            global _tree_owner
-            if _tree_owner is None:
-                with open("/proc/self/uid_map") as f:
-                    _tree_owner = 0 if any(line.split()[0] == "0" for line in f) else os.getuid()
-            owner = _tree_owner
+            owner = _tree_owner_here()
             _Mounter("").mount("tmpfs", "/proc/self/fd/%d" % tree, "tmpfs", _MS_NOSUID | _MS_NODEV,
-                               "mode=0755,uid=%d,gid=%d,size=%d,nr_inodes=%d" % (
-                                   owner, owner, size, max(size >> 12, 1024)))
+                               (_TREE_TMPFS + "%d,nr_inodes=%d") % (owner, owner, size, max(size >> 12, 1024)))
         finally:
             os.close(tree)
         root = os.open(tree_name, flags, dir_fd=trees)  # a lookup by name enters the mount
@@ -310,8 +355,8 @@ def _mount_home(cfg, tree_name, name, size):
             try:
                 st = os.fstat(d)
                 _Mounter("").mount("tmpfs", "/proc/self/fd/%d" % d, "tmpfs", _MS_NOSUID | _MS_NODEV,
-                                   "mode=0700,uid=%d,gid=%d,size=%d,nr_inodes=%d" % (
-                                       os.getuid(), os.getgid(), size, max(size >> 12, 1024)))
+                                   (_HOME_TMPFS + "%d,nr_inodes=%d") % (os.getuid(), os.getgid(), size,
+                                                                        max(size >> 12, 1024)))
             finally:
                 os.close(d)
             root = os.open(name, flags, dir_fd=tree)  # a lookup by name enters the mount
