@@ -1,6 +1,7 @@
 package minipy_test
 
 import (
+	"context"
 	"fmt"
 	"io/fs"
 	"os"
@@ -397,6 +398,35 @@ func TestGuardianStaysInC(t *testing.T) {
 	assert.False(t, after, "the guardian in Python once the worker died")
 	before, after = signalfd(true)
 	assert.False(t, before || after, "(a sandbox made in Python has its guardian in Python)")
+}
+
+// The template prepares the runtime for its workers (runtime.py's prepare), but the kick
+// handler is the worker's alone: a sandbox's pid 1 with a handler would take the kick
+// signal from the sandbox's code (pid 1 ignores only signals it has no handler for), and
+// its Python would run the worker's kick handler. The code sends it the kick anyway.
+func TestOnlyTheWorkerCatchesTheKick(t *testing.T) {
+	const kick = 40
+	code := fmt.Sprintf(`import os
+def caught(pid):
+    for line in open("/proc/%%s/status" %% pid):
+        if line.startswith("SigCgt:"):
+            return int(line.split()[1], 16) >> (%d - 1) & 1
+os.kill(1, %d)
+[caught(1), caught("self"), os.getppid()]`, kick, kick)
+	for _, osFork := range []bool{false, true} {
+		e := newIsolatedForking(t, minipy.IsolatedConfig{KickSignal: kick}, osFork)
+		ns := e.NewNamespace()
+		got := valueIn(t, e, ns, code).([]any)
+		assert.Equal(t, []any{int64(0), int64(1), int64(1)}, got, "osFork %v: pid 1 and the worker's handlers", osFork)
+		assert.Equal(t, int64(1), valueIn(t, e, ns, "os.getppid()"), "the guardian lives on")
+		res, err := e.Run(context.Background(), "import time; time.sleep(30)", &minipy.Options{Globals: ns, Timeout: 200 * time.Millisecond})
+		var stopped *minipy.InterruptedError
+		require.ErrorAs(t, err, &stopped, "%+v", res)
+		assert.ErrorIs(t, err, minipy.ErrTimeout)
+		assert.NotErrorIs(t, err, minipy.ErrStateLost, "stopped by the kick, not killed")
+		assert.Equal(t, int64(2), valueIn(t, e, ns, "1 + 1"))
+		ns.Close()
+	}
 }
 
 // guardianHasSignalfd says whether pid namespace pidNS's pid 1 holds a signalfd.

@@ -50,7 +50,7 @@ def _become_guardian(cfg, runtime):
         import socket
 
         v_g, v_w = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    pid = os.fork()
+    pid = _real_fork()  # (not the runtime's wrapper, which the template prepared: no run's child)
     if pid == 0:
         signal.set_wakeup_fd(-1)
         _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)  # (not the enum wrapper: template.py)
@@ -458,7 +458,7 @@ class _Guardian:
             env.update(kv.split("=", 1) for kv in fields[2 + nargs:] if "=" in kv)
             if not args:
                 raise ValueError("no command")
-            pid = os.fork()
+            pid = _real_fork()
             if pid == 0:
                 _exec_command(self.cfg, fds, cwd, args, env)
             try:  # (the child does it too: whichever runs first, the group is there before the answer)

@@ -1774,7 +1774,26 @@ def install(kick_signal, native, executable=""):
     libpython, which Go found from the library's file: embedded, CPython would guess
     sys.executable from the host program or the first python3 on PATH, and
     subprocess/multiprocessing would start another build."""
-    global _native, call_host
+    prepare(native, executable)
+    signal.signal(kick_signal, _on_kick)
+    if native is not None:
+        _guard_in_process(kick_signal)
+        sys.stdout, sys.stderr, sys.stdin = _discard, _discard, _eof_stdin
+    return dispatch
+
+
+_prepared = False
+
+
+def prepare(native=None, executable=""):
+    """What install does that is the interpreter's, not the process's (no signal handler):
+    once. A template (template.py) prepares the runtime for every worker it forks, whose
+    install then only sets its kick handler: each page a worker's own preparation wrote
+    would be a copy-on-write fault of each worker's start."""
+    global _native, call_host, _prepared
+    if _prepared:
+        return
+    _prepared = True
     _native = native
     _minipy_module()
     if native is not None:
@@ -1783,13 +1802,53 @@ def install(kick_signal, native, executable=""):
         sys.argv = [""]
     if executable:
         sys.executable = sys._base_executable = executable
-    signal.signal(kick_signal, _on_kick)
     _track_processes()
     threading.excepthook = _thread_excepthook
     time.sleep = _sliced_sleep
-    if native is not None:
-        _guard_in_process(kick_signal)
-        sys.stdout, sys.stderr, sys.stdin = _discard, _discard, _eof_stdin
     _install_notebook()
     new_namespace()  # DEFAULT_NAMESPACE
-    return dispatch
+
+
+def fill_pools():
+    """Fill the free blocks of pymalloc's pools that are in use, so that a process forked from
+    this one puts its new small objects in pools of its own, packed, rather than in the free
+    blocks scattered over pages it shares with this process: each such page written is a
+    copy-on-write fault in the fork (a template's worker wrote ~50 more pages at its start
+    before). What it allocates is never freed (the free blocks' worth: a few hundred KiB).
+    Twice: the first pass's own objects, freed, leave a few blocks. Where the stats do not
+    say (another allocator), it does nothing."""
+    import ctypes
+
+    malloc = ctypes.pythonapi.PyObject_Malloc
+    malloc.restype, malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    for _ in range(2):
+        for size, free in _free_blocks():
+            for _ in range(free):
+                malloc(size)
+
+
+def _free_blocks():
+    """[(block size, free blocks in its pools in use)] from sys._debugmallocstats."""
+    r, w = os.pipe()  # (the stats go to the C stderr; a few KiB, well under a pipe's buffer)
+    saved = os.dup(2)
+    try:
+        os.dup2(w, 2)
+        try:
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+        os.close(w)
+        w = -1
+        stats = b""
+        while True:
+            chunk = os.read(r, 65536)
+            if not chunk:
+                break
+            stats += chunk
+    finally:
+        for fd in (r, w, saved):
+            if fd >= 0:
+                os.close(fd)
+    # "class size num_pools blocks_in_use avail_blocks", one line a size class
+    rows = [line.split() for line in stats.decode("ascii", "replace").splitlines()]
+    return [(int(f[1]), int(f[4])) for f in rows if len(f) == 5 and all(x.isdigit() for x in f)]

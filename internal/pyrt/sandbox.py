@@ -614,7 +614,7 @@ def _become_tenant(cfg, fds, dirs):
         check("unshare", libc.unshare(flags))
         if cfg.get("egress"):
             _egress_listener(fds[3])
-        if os.fork():
+        if _real_fork():
             os._exit(0)  # the template reaps this one and adopts its child (it is a subreaper)
         global _tenant
         _tenant = True

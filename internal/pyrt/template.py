@@ -66,7 +66,13 @@ def _serve_template(cfg, runtime):
             os.write(2, ("minipy worker: IsolatedConfig.Preload: importing %s failed: %s: %s\n" % (
                 name, _rt.type_name(type(exc)), exc)).encode())
             os._exit(70)
+    # The runtime prepared and warmed up once here, for every worker (each page a worker
+    # writes is a copy of its own): its install then only sets its kick handler, which no
+    # process on the way (the template, T, the sandbox's pid 1) has.
+    _rt.prepare()
+    _rt.warm_up()
     gc.freeze()
+    _rt.fill_pools()  # (last: what the workers allocate goes to pools of their own)
     ready = _rt.encode(["%d.%d.%d" % sys.version_info[:3], sys.executable, os.getpid()] + compiled)
     os.write(1, _LEN.pack(len(ready) + 1) + F_READY + ready)
     wake_r, wake_w = _child_wakeup()
@@ -146,7 +152,7 @@ def _fork_tenant(fds, dirs):
     the template reaps, or -1 (a failure the host sees as the new worker's pipes ending)."""
     if _SANDBOX_FORK is None:
         try:
-            return os.fork()
+            return _real_fork()
         except OSError:
             return -1
     try:

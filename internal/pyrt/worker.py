@@ -52,7 +52,7 @@ def _write_all(fd, parts):
                 break
             n -= len(views[0])
             del views[0]
-_real_fork = os.fork  # before the runtime wraps it: a snapshot is not a child of a run
+_real_fork = os.fork  # before the runtime wraps it: a snapshot, a sandbox's processes are no run's children
 _snap_sock = None  # the worker's end of its socket to the guardian (config control=1)
 _forkable = False  # the worker can fork snapshots and copies that start their threads again
 _CTL_FD = 3  # the host's control socket, when the config says control=1

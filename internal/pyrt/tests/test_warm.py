@@ -55,3 +55,19 @@ class WarmUpTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+
+class FillPoolsTest(unittest.TestCase):
+    """runtime.py's fill_pools, which a template calls last before it forks workers: what a
+    worker allocates then goes to pools of its own, packed, not to free blocks scattered
+    over pages it shares with the template."""
+
+    def test_new_objects_are_packed(self):
+        rt = load()
+        kept = [bytes(15) for _ in range(3000)]  # 48-byte blocks (33 bytes of header)
+        del kept[::2]  # free blocks all over the pools in use
+        rt["fill_pools"]()
+        new = [bytes(15) for _ in range(100)]
+        steps = [id(b) - id(a) for a, b in zip(new, new[1:])]
+        self.assertLessEqual(sum(step != 48 for step in steps), 2, steps)  # (one pool's end, maybe)
