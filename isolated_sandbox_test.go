@@ -429,6 +429,29 @@ os.kill(1, %d)
 	}
 }
 
+// A worker forked from the template has its deadman (worker.py's _Deadman, whose ctypes
+// objects the template makes once): a POSIX timer that sends SIGKILL on the monotonic clock.
+// So does a snapshot once it takes over (timers are not inherited by a fork).
+func TestWorkersHaveADeadman(t *testing.T) {
+	const timers = `open("/proc/self/timers").read()`
+	for _, osFork := range []bool{false, true} {
+		e := newIsolatedForking(t, minipy.IsolatedConfig{}, osFork)
+		ns := e.NewNamespace()
+		for _, when := range []string{"first", "after a rollback"} {
+			got := valueIn(t, e, ns, timers).(string)
+			assert.Contains(t, got, "signal: 9/", "osFork %v, %s", osFork, when)
+			assert.Contains(t, got, "ClockID: 1", "osFork %v, %s", osFork, when)
+			valueIn(t, e, ns, "x = 1")
+			_, err := ns.Get("x") // (answered once the run's snapshot is made)
+			require.NoError(t, err)
+			_, err = runIn(t, e, ns, "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+			require.Error(t, err)
+			assert.Equal(t, int64(1), valueIn(t, e, ns, "x"), "rolled back")
+		}
+		ns.Close()
+	}
+}
+
 // guardianHasSignalfd says whether pid namespace pidNS's pid 1 holds a signalfd.
 func guardianHasSignalfd(t *testing.T, pidNS string) bool {
 	t.Helper()

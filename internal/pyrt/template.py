@@ -71,6 +71,10 @@ def _serve_template(cfg, runtime):
     # process on the way (the template, T, the sandbox's pid 1) has.
     _rt.prepare()
     _rt.warm_up()
+    try:
+        _Deadman.prepare()
+    except (OSError, AttributeError):
+        pass  # (no POSIX timers: the workers find out themselves)
     gc.freeze()
     _rt.fill_pools()  # (last: what the workers allocate goes to pools of their own)
     ready = _rt.encode(["%d.%d.%d" % sys.version_info[:3], sys.executable, os.getpid()] + compiled)

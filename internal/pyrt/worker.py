@@ -863,7 +863,7 @@ class _Worker:
         self.running = self.kicked = self.host_calls = False
         self.calls = {}
         self.snap_pid, self.unreaped, self.changed = 0, [], True  # the worker's, not this one's
-        self.deadman = None  # POSIX timers are not inherited by a fork
+        self.deadman = _deadman()  # (POSIX timers are not inherited by a fork)
         self.main_ident = threading.get_ident()
         _rt._main_ident = self.main_ident
         self.fault_file = os.fdopen(self.host_err, "w", closefd=False)
@@ -1151,6 +1151,15 @@ def _set_limits(cfg):
     cap(resource.RLIMIT_NPROC, cfg.get("processes", 0))
 
 
+def _deadman():
+    """A new _Deadman, or None where there are no POSIX timers (not Linux): the guardian
+    still sees a dead host."""
+    try:
+        return _Deadman()
+    except (OSError, AttributeError):
+        return None
+
+
 class _Deadman:
     """A POSIX timer that SIGKILLs the worker when it expires: the host arms it with each
     run's hard-kill time plus slack, so the run's deadline holds even when the host cannot
@@ -1158,21 +1167,34 @@ class _Deadman:
     the GIL: the control thread never reads the closed stdin). The kernel delivers it; no
     Python code has to run."""
 
+    made = None  # what every deadman shares: made once (the template makes it for its workers)
+
+    @classmethod
+    def prepare(cls):
+        """(timer_create, timer_settime, the sigevent, the itimerspec type): made once, so that
+        a template's worker only makes its timer (each page its own ctypes calls wrote would
+        be a copy of its start)."""
+        if cls.made is None:
+            import ctypes
+
+            libc = _libc()
+            if not hasattr(libc, "timer_create"):
+                libc = ctypes.CDLL("librt.so.1", use_errno=True)  # glibc before 2.34
+            event = (ctypes.c_byte * 64)()  # struct sigevent: sigval, then signo and notify ints
+            offset = ctypes.sizeof(ctypes.c_void_p)
+            ctypes.c_int.from_buffer(event, offset).value = signal.SIGKILL
+            ctypes.c_int.from_buffer(event, offset + 4).value = 0  # SIGEV_SIGNAL
+            cls.made = libc.timer_create, libc.timer_settime, event, ctypes.c_long * 4  # (itimerspec: interval, value)
+        return cls.made
+
     def __init__(self):
         import ctypes
 
-        libc = _libc()
-        if not hasattr(libc, "timer_create"):
-            libc = ctypes.CDLL("librt.so.1", use_errno=True)  # glibc before 2.34
-        self.settime = libc.timer_settime
-        event = (ctypes.c_byte * 64)()  # struct sigevent: sigval, then signo and notify ints
-        offset = ctypes.sizeof(ctypes.c_void_p)
-        ctypes.c_int.from_buffer(event, offset).value = signal.SIGKILL
-        ctypes.c_int.from_buffer(event, offset + 4).value = 0  # SIGEV_SIGNAL
+        create, self.settime, event, spec = self.prepare()
         self.timer = ctypes.c_void_p()
-        if libc.timer_create(time.CLOCK_MONOTONIC, event, ctypes.byref(self.timer)) != 0:
+        if create(time.CLOCK_MONOTONIC, event, ctypes.byref(self.timer)) != 0:
             raise OSError(ctypes.get_errno(), "timer_create")
-        self.spec = (ctypes.c_long * 4)()  # struct itimerspec: interval, then value
+        self.spec = spec()
 
     def arm(self, ms):
         self.spec[2], self.spec[3] = ms // 1000, ms % 1000 * 1000000
@@ -1396,10 +1418,7 @@ def _start(w, cfg, runtime):
     _quiet_snapshot_forks()
     _rt.call_host = w.call_host
     _rt.adopter = os.getppid()  # the guardian
-    try:
-        w.deadman = _Deadman()
-    except (OSError, AttributeError):
-        w.deadman = None  # no POSIX timers (not Linux): the guardian still sees a dead host
+    w.deadman = _deadman()
     sys.stdout, sys.stderr, sys.stdin = _rt._discard, _rt._discard, io.StringIO()
     # A crash (segfault, abort) prints where it happened to the host's stderr pipe, which the
     # Go side keeps for the crash error.
