@@ -79,7 +79,9 @@ func TestResidentLimit(t *testing.T) {
 	_, err := runIn(t, e, ns, "import resource\nx = resource.getrlimit(resource.RLIMIT_AS)[0] == resource.RLIM_INFINITY")
 	require.NoError(t, err)
 	assert.Equal(t, true, valueIn(t, e, ns, "x"), "no address space limit")
-	assert.Equal(t, strconv.Itoa(limit), memoryLimitFile(t, e, minipy.CgroupDirs(ns)[0]))
+	dir := minipy.CgroupDirs(ns)[0]
+	assert.Equal(t, strconv.Itoa(limit), memoryLimitFile(t, e, filepath.Join(dir, "w")), "the code's processes")
+	assert.Equal(t, strconv.Itoa(limit+minipy.TakeOverReserve), memoryLimitFile(t, e, dir), "with the guardian's")
 	_, err = runIn(t, e, ns, touch(512))
 	requireMemoryLimit(t, err)
 	assert.Equal(t, true, valueIn(t, e, ns, "x"), "as before the run")

@@ -153,9 +153,20 @@ x = "not rolled back"`, where))
 	}
 }
 
+// removeSysV removes the sandbox's SysV shared memory segments and gives how many.
+const removeSysV = `import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+ids = [int(l.split()[1]) for l in open("/proc/sysvipc/shm").read().splitlines()[1:]]
+for i in ids:
+    libc.shmctl(i, 0, None)  # IPC_RMID
+len(ids)`
+
 // SysV shared memory counts too, for as long as its segments exist: they outlive the
-// worker that the limit killed, and hold the sandbox at its limit until they are removed
-// (here with the namespace, whose IPC namespace goes with its sandbox).
+// worker that the limit killed, and hold the sandbox at its limit until they are removed.
+// The rollback has room all the same (the group's reserve beyond the limit: the guardian's
+// first Python and the snapshot's take-over), every time (the rolled-back worker is killed
+// again as it runs, the sandbox at its limit); the code that removes the segments gets
+// its namespace back.
 func TestMemoryLimitCountsSysV(t *testing.T) {
 	e := newIsolated(t, minipy.IsolatedConfig{MemoryLimit: 256 << 20})
 	needCgroup(t, e)
@@ -166,8 +177,99 @@ func TestMemoryLimitCountsSysV(t *testing.T) {
 	var lost *minipy.WorkerLostError
 	require.ErrorAs(t, err, &lost, "a page fault past the limit is the OOM killer's")
 	requireMemoryLimit(t, err)
+	removed := false
+	for i := 0; i < 5 && !removed; i++ {
+		res, err := runIn(t, e, ns, removeSysV)
+		if err != nil {
+			requireMemoryLimit(t, err)
+			continue
+		}
+		assert.Equal(t, int64(4), res.Value, "the bomb's segments: three filled, the fourth the limit stopped")
+		t.Logf("the segments removed by run %d", i+1)
+		removed = true
+	}
+	require.True(t, removed, "the segments' removal ran once the sandbox was at its limit")
+	assert.Equal(t, int64(1), valueIn(t, e, ns, "x"), "as before the bomb")
+	_, err = runIn(t, e, ns, sysvBomb)
+	requireMemoryLimit(t, err)
 	require.NoError(t, ns.Close())
 	assert.Equal(t, int64(3), valueIn(t, e, e.NewNamespace(), "1 + 2"), "the engine serves on")
+}
+
+// A sandbox with a memory limit has two memory groups: "g", with its guardian alone (its
+// pid 1), and "w", with the rest: the worker, its snapshot, what the code and the host
+// start (a command, the guardian's child: it joins "w" before it runs anything); so after
+// a rollback, whose snapshot takes over in "g" (the reserve's room), and when the
+// guardian's Python serves (a command's start).
+func TestSandboxMemoryGroups(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		cfg  minipy.IsolatedConfig
+	}{{"forked", minipy.IsolatedConfig{MemoryLimit: 256 << 20}},
+		{"started", minipy.IsolatedConfig{MemoryLimit: 256 << 20, NoTemplate: true}}} {
+		t.Run(c.name, func(t *testing.T) { testSandboxMemoryGroups(t, c.cfg) })
+	}
+}
+
+func testSandboxMemoryGroups(t *testing.T, cfg minipy.IsolatedConfig) {
+	e := newIsolated(t, cfg)
+	needCgroup(t, e)
+	ns := e.NewNamespace()
+	defer ns.Close()
+	_, err := runIn(t, e, ns, "x = 1")
+	require.NoError(t, err)
+	dir := minipy.CgroupDirs(ns)[0]
+	check := func(when string) {
+		t.Helper()
+		guard := procsOf(t, filepath.Join(dir, "g"))
+		require.Len(t, guard, 1, when)
+		assert.Equal(t, "1", nsPid(t, guard[0]), "%s: the guardian, the sandbox's pid 1", when)
+		work := procsOf(t, filepath.Join(dir, "w"))
+		assert.NotEmpty(t, work, when)
+		for _, p := range work {
+			assert.NotEqual(t, "1", nsPid(t, p), when)
+		}
+		assert.Empty(t, procsOf(t, dir), "%s: none in the group itself", when)
+	}
+	check("started")
+	_, err = runIn(t, e, ns, "import os; os.kill(os.getpid(), 9)")
+	var lost *minipy.WorkerLostError
+	require.ErrorAs(t, err, &lost)
+	require.True(t, lost.RolledBack)
+	assert.Equal(t, int64(1), valueIn(t, e, ns, "x"))
+	check("rolled back")
+	p, err := ns.Start(minipy.Command{Args: []string{"/bin/sh", "-c", "grep memory /proc/self/cgroup"}})
+	require.NoError(t, err)
+	require.NoError(t, p.Stdin.Close())
+	stdout, _, st := output(t, p)
+	assert.Equal(t, 0, st.ExitStatus())
+	assert.True(t, strings.HasSuffix(strings.TrimSpace(stdout), "/w"), "a command is the code's: %q", stdout)
+	check("a command started")
+}
+
+// procsOf lists the processes of cgroup dir.
+func procsOf(t *testing.T, dir string) []int {
+	t.Helper()
+	var pids []int
+	for _, f := range strings.Fields(readTrim(t, filepath.Join(dir, "cgroup.procs"))) {
+		p, err := strconv.Atoi(f)
+		require.NoError(t, err)
+		pids = append(pids, p)
+	}
+	return pids
+}
+
+// nsPid is process pid's pid in its own pid namespace (/proc/PID/status's NSpid, last).
+func nsPid(t *testing.T, pid int) string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	require.NoError(t, err)
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 1 && f[0] == "NSpid:" {
+			return f[len(f)-1]
+		}
+	}
+	return ""
 }
 
 // cappedForkBomb forks up to 200 children that wait, then ends them and gives how many it made.
@@ -294,7 +396,9 @@ func TestEngineCloseRemovesItsCgroup(t *testing.T) {
 		assert.Equal(t, filepath.Dir(g), engine[slicesIndex(engine, filepath.Dir(g))], "under the engine's cgroup")
 	}
 	if st := e.Stats(); st.Limits == minipy.LimitsCgroupV1 {
-		assert.Equal(t, "268435456", readTrim(t, filepath.Join(minipy.CgroupDirs(a)[0], "memory.limit_in_bytes")))
+		assert.Equal(t, "268435456", readTrim(t, filepath.Join(minipy.CgroupDirs(a)[0], "w", "memory.limit_in_bytes")))
+		assert.Equal(t, strconv.Itoa(256<<20+minipy.TakeOverReserve),
+			readTrim(t, filepath.Join(minipy.CgroupDirs(a)[0], "memory.limit_in_bytes")))
 		assert.Equal(t, "64", readTrim(t, filepath.Join(minipy.CgroupDirs(a)[1], "pids.max")))
 	}
 	require.NoError(t, e.Close())

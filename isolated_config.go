@@ -99,8 +99,10 @@ type IsolatedConfig struct {
 	// space that libraries reserve, as MemoryLimit does) and the tmpfs files and shared
 	// memory of its processes. 0 means MemoryLimit (one number caps both); Unlimited, none
 	// but MemoryBudget. Past it the kernel kills the sandbox's worker (a *WorkerLostError
-	// with Limit "memory", rolled back). Without a cgroup nothing enforces it (Stats says
-	// why); MemoryLimit's address space still applies.
+	// with Limit "memory", rolled back). It bounds the sandbox's worker, snapshots, Fork
+	// copies and commands; its guardian, and a snapshot while it takes over after the
+	// worker's death, have 16 MiB beyond it (docs/isolated.md says why). Without a cgroup
+	// nothing enforces it (Stats says why); MemoryLimit's address space still applies.
 	ResidentLimit int64
 	// MemoryBudget caps the memory all the engine's sandboxes hold together, where the
 	// engine has a cgroup: the memory limit of the engine's own cgroup, above the sandboxes'

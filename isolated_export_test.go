@@ -158,6 +158,10 @@ func CgroupDirs(ns *Namespace) []string {
 	return s.cur.CgroupDirs()
 }
 
+// TakeOverReserve is the memory a sandbox's cgroup holds beyond its work group's limit,
+// for its guardian and a rollback's take-over.
+const TakeOverReserve = worker.TakeOverReserve
+
 // EngineCgroupDirs are the directories of e's cgroup (none without one).
 func EngineCgroupDirs(e *Isolated) []string {
 	if e.cgroups == nil {

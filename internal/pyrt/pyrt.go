@@ -157,7 +157,8 @@ const (
 	// ControlStart (host -> guardian): u64 token; 4 fds: a command's stdin, stdout and
 	// stderr, and a pipe holding its spec (the directory, the count of arguments, the
 	// arguments, then the environment's KEY=VALUE entries, NUL-separated; the host has
-	// written it whole and closed its end). The guardian starts the command as its child,
+	// written it whole and closed its end); a fifth, with a memory limit: the cgroup.procs
+	// of the sandbox's work group, which the child joins first. The guardian starts the command as its child,
 	// in a session of its own, under the worker's limits, and answers ControlStart, the
 	// token and the u32 pid (0 when it could not start: then the reason follows).
 	ControlStart = 'P'

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -29,8 +30,10 @@ var ErrNoCgroup = errors.New("minipy: no cgroup for the workers")
 // when its guardian has ended. A group's memory limit (memory.max, memory.limit_in_bytes)
 // counts what RLIMIT_AS cannot: shared memory, memfd, the tmpfs files of /tmp, /dev/shm
 // and the working directory that its processes write; its pids.max counts every process
-// and thread, whoever the user. Killing a group kills everything in it (cgroup.kill on v2,
-// else every process it lists), whatever the code did to its guardian.
+// and thread, whoever the user. With a memory limit, a group's memory directory holds two
+// groups of its own, the work's and the guardian's (TakeOverReserve). Killing a group
+// kills everything in it (cgroup.kill on v2, else every process it and they list),
+// whatever the code did to its guardian.
 type Cgroups struct {
 	// Version is 2 (the unified hierarchy) or 1 (the memory and pids hierarchies).
 	Version int
@@ -283,11 +286,11 @@ func SweepDeadEngines(dir string) []string {
 		if hostAlive(pid, info.ModTime()) {
 			continue
 		}
-		groups, _ := os.ReadDir(own)
-		for _, g := range groups {
-			if g.IsDir() {
-				syscall.Rmdir(filepath.Join(own, g.Name())) //nolint:errcheck // held: it stays
+		for _, g := range subgroups(own) {
+			for _, sub := range subgroups(g) { // (a group's work and guard)
+				syscall.Rmdir(sub) //nolint:errcheck // held: it stays
 			}
+			syscall.Rmdir(g) //nolint:errcheck // held: it stays
 		}
 		if syscall.Rmdir(own) == nil {
 			removed = append(removed, own)
@@ -419,11 +422,36 @@ func (c *Cgroups) newGroup() (*cgroup, error) {
 	return g, nil
 }
 
+// procsDirs are the directories whose cgroup.procs a sandbox's process joins: the work
+// group in the memory hierarchy (where there is one), the group itself in the others.
+func (g *cgroup) procsDirs() []string {
+	dirs := slices.Clone(g.dirs)
+	if g.work != "" {
+		dirs[0] = g.work
+	}
+	return dirs
+}
+
+// TakeOverReserve is the memory a sandbox's group holds beyond its MemoryLimit for its
+// guardian and for a rollback: with a memory limit, the group's memory directory has two
+// groups of its own, "w" (the work: the worker, its snapshots, its Fork copies and what
+// the code starts, at MemoryLimit) and "g" (the guardian, and a snapshot while it takes
+// over after the worker's death), with the sandbox's group at MemoryLimit plus this. What
+// outlives a worker that the limit killed (SysV shared memory, files in its tmpfs) holds
+// "w" at its limit; without the reserve the guardian's first Python (it stays in C until
+// then) and the snapshot's take-over (~2 MiB together on 3.15) would find no page left
+// there, and the OOM killer would take the snapshot: the state the rollback was for.
+const TakeOverReserve = 16 << 20
+
 // cgroup is one sandbox's group: a directory in each of the engine's hierarchies. Its
 // methods are safe on a nil group (a worker without one) and from any goroutine.
 type cgroup struct {
 	c    *Cgroups
 	dirs []string // v2: one; v1: memory's, pids'
+	// work and guard are the memory groups of the sandbox's processes and of its guardian
+	// (TakeOverReserve says why); "" without a memory limit.
+	work, guard string
+	guardian    atomic.Int64 // the guardian's pid (placeGuardian), 0 before
 
 	final   atomic.Uint64 // the OOM kills counted when it was removed
 	removed atomic.Bool
@@ -447,7 +475,22 @@ func (g *cgroup) limit() error {
 	if c.memoryLimit <= 0 {
 		return nil
 	}
-	return writeMemoryLimit(c.Version, mem, c.memoryLimit)
+	if err := writeMemoryLimit(c.Version, mem, c.memoryLimit+TakeOverReserve); err != nil {
+		return err
+	}
+	if c.Version == 2 { // (v2: a group that hands a controller down holds no process itself)
+		if err := writeCgroup(mem, "cgroup.subtree_control", "+memory"); err != nil {
+			return err
+		}
+	}
+	work, guard := filepath.Join(mem, "w"), filepath.Join(mem, "g")
+	for _, d := range []string{work, guard} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return err
+		}
+	}
+	g.work, g.guard = work, guard
+	return writeMemoryLimit(c.Version, work, c.memoryLimit)
 }
 
 // writeMemoryLimit sets the memory limit of the memory cgroup dir, swap included, so that
@@ -483,7 +526,7 @@ func writeMemoryLimit(version int, dir string, bytes int64) error {
 // host's, not the writer's).
 func (g *cgroup) procsFiles() ([]*os.File, error) {
 	var fs []*os.File
-	for _, d := range g.dirs {
+	for _, d := range g.procsDirs() {
 		f, err := os.OpenFile(filepath.Join(d, "cgroup.procs"), os.O_WRONLY, 0)
 		if err != nil {
 			closeFiles(fs...)
@@ -494,9 +537,9 @@ func (g *cgroup) procsFiles() ([]*os.File, error) {
 	return fs, nil
 }
 
-// place moves process pid (and the threads it has) into the group.
+// place moves process pid (and the threads it has) into the group (its work group).
 func (g *cgroup) place(pid int) error {
-	for _, d := range g.dirs {
+	for _, d := range g.procsDirs() {
 		if err := writeCgroup(d, "cgroup.procs", strconv.Itoa(pid)); err != nil {
 			return fmt.Errorf("minipy: moving a worker into its cgroup: %w", err)
 		}
@@ -504,21 +547,130 @@ func (g *cgroup) place(pid int) error {
 	return nil
 }
 
-// members lists the processes in the group (in any of its hierarchies).
+// members lists the processes in the group (in any of its hierarchies, and the groups
+// in it: a left group's too, whose work and guard are not known).
 func (g *cgroup) members() []int {
 	var pids []int
 	for _, d := range g.dirs {
-		b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
-		if err != nil {
-			continue
-		}
-		for _, f := range strings.Fields(string(b)) {
-			if p, err := strconv.Atoi(f); err == nil && !slices.Contains(pids, p) {
-				pids = append(pids, p)
-			}
+		pids = appendProcs(pids, d)
+		for _, sub := range subgroups(d) {
+			pids = appendProcs(pids, sub)
 		}
 	}
 	return pids
+}
+
+// appendProcs appends the pids that cgroup dir lists and pids does not hold.
+func appendProcs(pids []int, dir string) []int {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		return pids
+	}
+	for _, f := range strings.Fields(string(b)) {
+		if p, err := strconv.Atoi(f); err == nil && !slices.Contains(pids, p) {
+			pids = append(pids, p)
+		}
+	}
+	return pids
+}
+
+// subgroups are the cgroups directly under dir.
+func subgroups(dir string) []string {
+	ents, _ := os.ReadDir(dir)
+	var out []string
+	for _, e := range ents {
+		if e.IsDir() {
+			out = append(out, filepath.Join(dir, e.Name()))
+		}
+	}
+	return out
+}
+
+// workProcs opens the work group's cgroup.procs for a process of the sandbox to join it
+// (the kernel checks the opener's credentials); nil without a work group.
+func (g *cgroup) workProcs() (*os.File, error) {
+	if g == nil || g.work == "" {
+		return nil, nil
+	}
+	f, err := os.OpenFile(filepath.Join(g.work, "cgroup.procs"), os.O_WRONLY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("minipy: opening a sandbox's cgroup: %w", err)
+	}
+	return f, nil
+}
+
+// placeGuardian moves the sandbox's guardian into its guard group, once its worker is
+// ready and before the code runs (TakeOverReserve says why): of the processes in the work
+// group, the one whose parent is not there (the template's fork that made pid 1 has
+// exited; a guardian started as a process of its own is the host's child). No-op without
+// a guard group.
+func (g *cgroup) placeGuardian() error {
+	if g == nil || g.guard == "" {
+		return nil
+	}
+	in := appendProcs(nil, g.work)
+	for _, p := range in {
+		if pp, ok := parentOf(p); ok && !slices.Contains(in, pp) {
+			if err := writeCgroup(g.guard, "cgroup.procs", strconv.Itoa(p)); err != nil {
+				return fmt.Errorf("minipy: moving a sandbox's guardian into its cgroup: %w", err)
+			}
+			g.guardian.Store(int64(p))
+			return nil
+		}
+	}
+	return fmt.Errorf("minipy: moving a sandbox's guardian into its cgroup: none of %v is", in)
+}
+
+// parentOf is process pid's parent (/proc/PID/stat's fourth field).
+func parentOf(pid int) (int, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	i := bytes.LastIndexByte(b, ')') // (the command's name may hold spaces and parentheses)
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0, false
+	}
+	pp, err := strconv.Atoi(f[1])
+	return pp, err == nil
+}
+
+// lendReserve moves what is in the work group into the guard group, where a rollback's
+// snapshot takes over with TakeOverReserve's room (with it, for that moment, the other
+// processes of the sandbox: its Fork copies and commands); takeBack ends it.
+func (g *cgroup) lendReserve() {
+	if g == nil || g.guard == "" {
+		return
+	}
+	for _, p := range appendProcs(nil, g.work) {
+		writeCgroup(g.guard, "cgroup.procs", strconv.Itoa(p)) //nolint:errcheck // may have ended
+	}
+}
+
+// takeBack moves every process of the guard group but the guardian into the work group,
+// after a rollback's take-over: again while it finds any (a process moved may have forked
+// meanwhile; pids.max bounds them).
+func (g *cgroup) takeBack() {
+	if g == nil || g.guard == "" {
+		return
+	}
+	keep := int(g.guardian.Load())
+	for round := 0; round < 10; round++ {
+		moved := false
+		for _, p := range appendProcs(nil, g.guard) {
+			if p != keep {
+				writeCgroup(g.work, "cgroup.procs", strconv.Itoa(p)) //nolint:errcheck // may have ended
+				moved = true
+			}
+		}
+		if !moved {
+			return
+		}
+	}
 }
 
 // kill sends SIGKILL to everything in the group: at once through cgroup.kill (v2, Linux
@@ -597,6 +749,11 @@ func (g *cgroup) remove() error {
 func (g *cgroup) rmdirs() error {
 	var errs []error
 	for _, d := range g.dirs {
+		for _, sub := range subgroups(d) {
+			if err := rmdirCgroup(sub); err != nil {
+				errs = append(errs, err)
+			}
+		}
 		if err := rmdirCgroup(d); err != nil {
 			errs = append(errs, err)
 		}
@@ -637,7 +794,21 @@ func (g *cgroup) oomCount() uint64 {
 	if g.c.Version == 1 {
 		file = "memory.oom_control"
 	}
-	f, err := os.Open(filepath.Join(g.dirs[0], file))
+	// Its work and guard groups' too: v1 counts a kill in the group where it happened only
+	// (v2's memory.events counts those below; counted twice, the count still only grows,
+	// which is all that OOMKilled asks of it).
+	n := oomKills(filepath.Join(g.dirs[0], file))
+	for _, sub := range []string{g.work, g.guard} {
+		if sub != "" {
+			n += oomKills(filepath.Join(sub, file))
+		}
+	}
+	return n
+}
+
+// oomKills reads the "oom_kill N" line of a memory cgroup's file (0 if none).
+func oomKills(file string) uint64 {
+	f, err := os.Open(file)
 	if err != nil {
 		return 0
 	}

@@ -116,10 +116,15 @@ func TestCgroupGroupKillRemove(t *testing.T) {
 		require.NoError(t, err)
 		return strings.TrimSpace(string(b))
 	}
-	assert.Equal(t, strconv.Itoa(64<<20), read(g.dirs[0], "memory.limit_in_bytes"))
+	// The limit is the work group's; the group holds the reserve more (TakeOverReserve).
+	assert.Equal(t, filepath.Join(g.dirs[0], "w"), g.work)
+	assert.Equal(t, filepath.Join(g.dirs[0], "g"), g.guard)
+	assert.Equal(t, strconv.Itoa(64<<20), read(g.work, "memory.limit_in_bytes"))
+	assert.Equal(t, strconv.Itoa(64<<20+TakeOverReserve), read(g.dirs[0], "memory.limit_in_bytes"))
 	assert.Equal(t, "8", read(g.dirs[1], "pids.max"))
 	if _, err := os.Stat(filepath.Join(g.dirs[0], "memory.memsw.limit_in_bytes")); err == nil {
-		assert.Equal(t, strconv.Itoa(64<<20), read(g.dirs[0], "memory.memsw.limit_in_bytes"), "no swap past it")
+		assert.Equal(t, strconv.Itoa(64<<20), read(g.work, "memory.memsw.limit_in_bytes"), "no swap past it")
+		assert.Equal(t, strconv.Itoa(64<<20+TakeOverReserve), read(g.dirs[0], "memory.memsw.limit_in_bytes"))
 	}
 	// A shell in the group that starts a detached sleeper (once it is in: a line on its
 	// stdin) and waits: the group holds both.
@@ -134,6 +139,9 @@ func TestCgroupGroupKillRemove(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	require.Eventually(t, func() bool { return len(g.members()) == 2 }, 5*time.Second, 10*time.Millisecond, "the shell and its sleeper")
+	work, err := os.ReadFile(filepath.Join(g.work, "cgroup.procs"))
+	require.NoError(t, err)
+	assert.Contains(t, strings.Fields(string(work)), strconv.Itoa(cmd.Process.Pid), "placed in the work group")
 	members := g.members()
 	g.kill()
 	<-done
@@ -170,9 +178,13 @@ func TestLaunchIntoCgroup(t *testing.T) {
 	require.NoError(t, err)
 	dirs := w.CgroupDirs()
 	require.Len(t, dirs, 2)
-	procs, err := os.ReadFile(filepath.Join(dirs[0], "cgroup.procs"))
+	// Its guardian in the guard group once it is ready (placeGuardian), the worker in the work group.
+	procs, err := os.ReadFile(filepath.Join(dirs[0], "g", "cgroup.procs"))
 	require.NoError(t, err)
-	assert.Contains(t, strings.Fields(string(procs)), strconv.Itoa(w.Pid()), "the guardian is in the group")
+	assert.Equal(t, []string{strconv.Itoa(w.Pid())}, strings.Fields(string(procs)), "the guardian is in the guard group")
+	work, err := os.ReadFile(filepath.Join(dirs[0], "w", "cgroup.procs"))
+	require.NoError(t, err)
+	assert.Len(t, strings.Fields(string(work)), 1, "the worker")
 	assert.False(t, w.OOMKilled())
 	w.Kill()
 	w.AwaitExit()

@@ -149,7 +149,21 @@ func (w *Worker) StartCommand(spec CommandSpec, stdin, stdout, stderr *os.File, 
 	c.starts[token] = reply
 	c.mu.Unlock()
 	msg := binary.LittleEndian.AppendUint64([]byte{pyrt.ControlStart}, token)
-	rights := syscall.UnixRights(int(stdin.Fd()), int(stdout.Fd()), int(stderr.Fd()), int(pr.Fd()))
+	fds := []int{int(stdin.Fd()), int(stdout.Fd()), int(stderr.Fd()), int(pr.Fd())}
+	// The guardian's child joins the sandbox's work group first (it would be in the
+	// guardian's, with the rollback's reserve: cgroup.TakeOverReserve).
+	work, err := w.cg.workProcs()
+	if err != nil {
+		c.mu.Lock()
+		delete(c.starts, token)
+		c.mu.Unlock()
+		return 0, nil, err
+	}
+	if work != nil {
+		defer work.Close()
+		fds = append(fds, int(work.Fd()))
+	}
+	rights := syscall.UnixRights(fds...)
 	if _, _, err := w.ctl.WriteMsgUnix(msg, rights, nil); err != nil {
 		c.mu.Lock()
 		delete(c.starts, token)

@@ -530,6 +530,11 @@ func (s *Spec) AwaitReady(w *Worker) (*Worker, error) {
 		if tag != "" && len(code) > 0 {
 			compiledRuntimes.LoadOrStore(s.runtimeKey(), compiledRuntime{tag: tag, code: code})
 		}
+		if err := w.cg.placeGuardian(); err != nil {
+			w.Kill()
+			w.AwaitExit()
+			return nil, err
+		}
 		return w, nil
 	}
 	w.Kill()

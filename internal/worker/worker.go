@@ -723,7 +723,11 @@ func (w *Worker) AwaitDeath(wait time.Duration) (Death, bool) {
 // the guardian, and it answers with a ready frame on them. The returned worker shares w's
 // process (the guardian), line and epoch, and knows the namespaces the snapshot holds.
 func (w *Worker) RollBack(timeout time.Duration) (*Worker, error) {
+	// The snapshot takes over with the group's reserve (cgroup.TakeOverReserve), then goes
+	// back where the code runs, before it is sent anything.
+	w.cg.lendReserve()
 	nw, err := w.handOver(w.ctl, w.line, []byte{pyrt.ControlTakeOver}, nil, w.Epoch, w.snapKnown, timeout)
+	w.cg.takeBack()
 	if err != nil {
 		return nil, fmt.Errorf("minipy: the rollback snapshot did not take over: %w", err)
 	}
