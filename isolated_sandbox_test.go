@@ -369,6 +369,30 @@ sys.addaudithook(_hook)
 	assert.Equal(t, []any{}, seen(false))
 }
 
+// A worker forked from the template imports no module of its own before its first answer:
+// each import there is the import system's Python and the module's loading in every
+// sandbox's start (resource, which the worker's limits need, cost ~115 of a start's ~1,050
+// faults until the template imported it). An audit hook the template preloads sees each
+// import (CPython raises "import" only for a module not yet in sys.modules); the fork
+// clears what it saw in the template.
+func TestTemplateWorkersImportNothing(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.Chmod(dir, 0o755)) // (the sandbox's user reads it)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "minipy_import_probe.py"), []byte(`import os, sys
+seen = []
+def _hook(event, args):
+    if event == "import":
+        seen.append(args[0])
+sys.addaudithook(_hook)
+os.register_at_fork(after_in_child=seen.clear)
+`), 0o644))
+	e := newIsolated(t, minipy.IsolatedConfig{Preload: []string{"minipy_import_probe"},
+		Env: []string{"PYTHONPATH=" + dir}, CPULimit: time.Minute})
+	ns := e.NewNamespace()
+	defer ns.Close()
+	assert.Equal(t, []any{}, valueIn(t, e, ns, "import minipy_import_probe; minipy_import_probe.seen"))
+}
+
 // A sandbox's guardian stays in C while all it does is take its worker's snapshot reports
 // and reap (its fds: a signalfd, not guardian.py's wake-up pipe); the worker's death hands
 // it over to guardian.py, which goes on with the snapshot C was told of: the rollback

@@ -49,7 +49,9 @@ def _serve_template(cfg, runtime):
         getattr(_libc(), name, None)
     import faulthandler  # noqa: F401
     import fcntl  # noqa: F401
+    import resource  # noqa: F401  (the worker's limits: an import there cost ~115 faults a start)
     import stat  # noqa: F401
+    import warnings  # noqa: F401  (3.12+: _quiet_snapshot_forks; 3.15 loads it only on demand)
 
     _package_site()
     # Save and Restore's pickle (and the re it imports): a new namespace's first Restore is
