@@ -393,6 +393,32 @@ os.register_at_fork(after_in_child=seen.clear)
 	assert.Equal(t, []any{}, valueIn(t, e, ns, "import minipy_import_probe; minipy_import_probe.seen"))
 }
 
+// On CPython 3.12+ (with the GIL) what a template has loaded is immortal in its workers
+// (template.py's _immortalize): a worker that uses it writes none of its reference counts,
+// so its pages stay shared with the template and with the rollback snapshots. What the code
+// makes stays mortal (freed when its last reference goes), and so do the namespaces, the
+// default one too, which the template made; a worker started without a template has
+// nothing made immortal, and 3.11 has no immortal objects.
+func TestTemplateObjectsImmortal(t *testing.T) {
+	const probe = `import sys, os, weakref
+class A: pass
+a = A()
+r = weakref.ref(a)
+del a
+[sys.version_info >= (3, 12) and "t" not in sys.abiflags, sys.getrefcount(os.read) > 1 << 30,
+ sys.getrefcount(globals()) < 1 << 30, r() is None, sys.getrefcount(A) < 1 << 30]`
+	for _, noTemplate := range []bool{false, true} {
+		e := newIsolated(t, minipy.IsolatedConfig{NoTemplate: noTemplate})
+		ns := e.NewNamespace()
+		for _, space := range []*minipy.Namespace{nil, ns} { // (nil: the default namespace)
+			got := valueIn(t, e, space, probe).([]any)
+			immortal := got[0].(bool) && !noTemplate
+			assert.Equal(t, []any{got[0], immortal, true, true, true}, got, "NoTemplate %v, namespace %v", noTemplate, space)
+		}
+		ns.Close()
+	}
+}
+
 // A sandbox's guardian stays in C while all it does is take its worker's snapshot reports
 // and reap (its fds: a signalfd, not guardian.py's wake-up pipe); the worker's death hands
 // it over to guardian.py, which goes on with the snapshot C was told of: the rollback

@@ -252,9 +252,12 @@ func TestChildProcessOutput(t *testing.T) {
 			res := n.run(t, code)
 			assert.Equal(t, want, res.Stdout)
 			assert.Equal(t, "e\nh\n", res.Stderr)
-			// What a background child writes after its run ends is not the next run's.
+			// What a background child writes after its run ends is not the next run's. (It
+			// writes 0.2 s after the run; the next run starts 2 s after it, a margin that a
+			// loaded machine's slow start of sh does not use up: written later, it would be
+			// written during the next run, whose output it then is.)
 			n.run(t, "import subprocess\np = subprocess.Popen(['sh', '-c', 'sleep 0.2; echo late'])")
-			time.Sleep(400 * time.Millisecond)
+			time.Sleep(2 * time.Second)
 			res = n.run(t, "p.wait(); print('next')")
 			assert.Equal(t, "next\n", res.Stdout)
 		})
