@@ -196,3 +196,56 @@ func TestSandboxMountinfoNamesNoOtherNamespace(t *testing.T) {
 	assert.Equal(t, int64(1), valueIn(t, e, b, "X"))
 	assert.Len(t, valueIn(t, e, nss[2], mountPoints), 2, "not another tree's")
 }
+
+// No two sandboxes share memory that either can write. A mapping the template makes shared
+// is shared with every sandbox forked from it, and code can make it writable again
+// (mprotect): the fork code's was, until 2026-12-05, so code in one sandbox could change
+// the machine code that the other sandboxes, their guardians and the template run. Here
+// code in one sandbox makes each shared mapping it has writable where the kernel lets it
+// and changes its last byte; another sandbox, and one started after, see none of it.
+func TestSandboxesShareNoWritableMemory(t *testing.T) {
+	const poke = `import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+poked = []
+for line in open('/proc/self/maps').read().splitlines():
+    f = line.split()
+    lo, hi = (int(x, 16) for x in f[0].split('-'))
+    if f[1][3] == 's' and libc.mprotect(lo, hi - lo, 3) == 0:  # PROT_READ | PROT_WRITE
+        b = ctypes.c_uint8.from_address(hi - 1)
+        b.value ^= 0x5A
+        poked.append([hi - 1, b.value])
+poked`
+	const peek = `import ctypes
+mapped = [[int(x, 16) for x in l.split()[0].split('-')] for l in open('/proc/self/maps').read().splitlines()]
+[[at, ctypes.c_uint8.from_address(at).value] for at, _ in %s if any(lo <= at < hi for lo, hi in mapped)]`
+	e := newIsolated(t, minipy.IsolatedConfig{})
+	a, b := e.NewNamespace(), e.NewNamespace()
+	defer a.Close()
+	defer b.Close()
+	valueIn(t, e, b, "1") // (started before the poke)
+	poked := valueIn(t, e, a, poke).([]any)
+	t.Logf("made writable and changed in one sandbox: %v", poked)
+	later := e.NewNamespace()
+	defer later.Close()
+	for _, ns := range []*minipy.Namespace{b, later} {
+		seen := valueIn(t, e, ns, fmt.Sprintf(peek, pyList(poked))).([]any)
+		for _, s := range seen {
+			for _, p := range poked {
+				if s.([]any)[0] == p.([]any)[0] {
+					assert.NotEqual(t, p, s, "a byte one sandbox wrote, seen in another")
+				}
+			}
+		}
+	}
+}
+
+// pyList writes v (lists of int64) as a Python literal.
+func pyList(v []any) string {
+	s := "["
+	for _, x := range v {
+		p := x.([]any)
+		s += fmt.Sprintf("[%d, %d], ", p[0], p[1])
+	}
+	return s + "]"
+}

@@ -1032,7 +1032,10 @@ class _ForkCode:
         import ctypes
         import mmap
 
-        self.mem = mmap.mmap(-1, len(code), prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        # Private: a shared mapping is shared with every fork of the template, and code in
+        # one sandbox could make it writable again (mprotect) and change what the others run.
+        self.mem = mmap.mmap(-1, len(code), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
+                             prot=mmap.PROT_READ | mmap.PROT_WRITE)
         self.mem.write(code)
         start = ctypes.addressof(ctypes.c_char.from_buffer(self.mem))
         mprotect = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
