@@ -351,3 +351,30 @@ func TestIsolatedTemplateDiesPacked(t *testing.T) {
 	runtime.KeepAlive(a)
 	runtime.KeepAlive(b)
 }
+
+// A Fork's copy serves with its own rollback state (its snapshots, numbered from the
+// Fork's): a crash in the copy rolls it back to before that run, and neither it nor the
+// original counts a snapshot death it did not have. (The copy takes over from inside its
+// worker's loop in C, whose notes of the original's snapshots it must not keep.)
+func TestIsolatedForkCopyRollsBack(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{})
+	a := e.NewNamespace()
+	defer a.Close()
+	for i := range 3 {
+		valueIn(t, e, a, fmt.Sprintf("x = %d", i))
+	}
+	b, err := a.Fork()
+	require.NoError(t, err)
+	defer b.Close()
+	for i := range 3 {
+		valueIn(t, e, b, fmt.Sprintf("x = %d", 10+i))
+		valueIn(t, e, a, fmt.Sprintf("x = %d", 20+i))
+	}
+	_, err = runIn(t, e, b, "x = -1\nimport os; os._exit(3)")
+	var lost *minipy.WorkerLostError
+	require.ErrorAs(t, err, &lost)
+	assert.True(t, lost.RolledBack, "%v", err)
+	assert.Equal(t, int64(12), valueIn(t, e, b, "x"))
+	assert.Equal(t, int64(22), valueIn(t, e, a, "x"))
+	assert.Equal(t, minipy.ProcessDeaths{}, e.Stats().Deaths, "no death but the run's")
+}

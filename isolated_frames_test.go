@@ -1,6 +1,7 @@
 package minipy_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -297,4 +298,102 @@ func TestIsolatedTimeoutWithTheControlPipeFull(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(2), r.Value)
 	require.NoError(t, ns.Close())
+}
+
+// A local worker's loop runs in the host's fork code (worker.py's _ServeLoop, MP_OP_SERVE):
+// the Python it runs for a request is the answer's (handle, called from C). Frames larger
+// than the loop's buffer come in whole, answers of many parts and larger than a pipe go out
+// whole, the snapshots roll back, and where the fork code cannot be used (os.fork) the loop
+// is Python's.
+func TestWorkerLoopInC(t *testing.T) {
+	const caller = `import sys
+f = sys._getframe()
+while f.f_code.co_name != "handle":
+    f = f.f_back
+f.f_back.f_code.co_qualname`
+	for _, osFork := range []bool{false, true} {
+		e := newIsolatedForking(t, minipy.IsolatedConfig{}, osFork)
+		ns := e.NewNamespace()
+		want := map[bool]string{false: "_ServeLoop.run", true: "_Worker.serve"}[osFork]
+		assert.Equal(t, want, valueIn(t, e, ns, caller), "os.fork %v", osFork)
+
+		big := strings.Repeat("x", 300_000) // (a pipe holds 64 KiB)
+		assert.Equal(t, int64(len(big)), valueIn(t, e, ns, "s = '"+big+"'\nlen(s)"))
+		require.NoError(t, ns.Set("b", big))
+		got, err := ns.Get("b")
+		require.NoError(t, err)
+		assert.Equal(t, big, got)
+		valueIn(t, e, ns, "parts = [bytes([i % 256]) * 70_000 for i in range(40)]") // (a Save of many chunks)
+		var saved bytes.Buffer
+		_, err = ns.Save(&saved)
+		require.NoError(t, err)
+		copied := e.NewNamespace()
+		require.NoError(t, copied.Restore(&saved))
+		assert.Equal(t, []any{int64(40), int64(70_000), int64(39)},
+			valueIn(t, e, copied, "[len(parts), len(parts[5]), parts[39][0]]"))
+
+		_, err = runIn(t, e, ns, "s = 'changed'\nimport os; os._exit(3)")
+		var lost *minipy.WorkerLostError
+		require.ErrorAs(t, err, &lost)
+		assert.True(t, lost.RolledBack)
+		assert.Equal(t, int64(len(big)), valueIn(t, e, ns, "len(s)"), "rolled back")
+		assert.Equal(t, want, valueIn(t, e, ns, caller), "the snapshot that took over, os.fork %v", osFork)
+		copied.Close()
+		ns.Close()
+	}
+}
+
+// After a snapshot's fork the worker copies ahead the pages it wrote since the last one
+// (worker.py's _ServeLoop, MP_OP_SERVE's copy ahead), while it waits for the next request:
+// a run that writes the same pages as the last one finds them copied and takes no
+// copy-on-write fault for them. Where the loop is Python's (os.fork), and under a
+// MemoryLimit (a page copied for nothing would count towards it), each write is a fault.
+func TestRollbackCopiesAhead(t *testing.T) {
+	const touch = `import resource
+r0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for i in range(0, len(b), 4096):
+    b[i] = (b[i] + 1) % 256
+resource.getrusage(resource.RUSAGE_SELF).ru_minflt - r0`
+	for _, c := range []struct {
+		osFork bool
+		memory int64
+	}{{false, 0}, {true, 0}, {false, 512 << 20}} {
+		e := newIsolatedForking(t, minipy.IsolatedConfig{MemoryLimit: c.memory}, c.osFork)
+		ns := e.NewNamespace()
+		valueIn(t, e, ns, "b = bytearray(300 * 4096)")
+		var faults []int64
+		for range 4 {
+			faults = append(faults, valueIn(t, e, ns, touch).(int64))
+			time.Sleep(300 * time.Millisecond) // (the copies are made while the worker waits)
+		}
+		t.Logf("os.fork %v, MemoryLimit %d: the runs' faults %v", c.osFork, c.memory, faults)
+		if c.osFork || c.memory != 0 {
+			assert.GreaterOrEqual(t, faults[3], int64(300), "os.fork %v, MemoryLimit %d: %v", c.osFork, c.memory, faults)
+		} else {
+			assert.Less(t, faults[3], int64(100), "faults of the runs: %v", faults) // (an eighth is left to the run)
+		}
+		ns.Close()
+	}
+}
+
+// The copy ahead's notes read a bounded part of the address space: code that reserves
+// 64 TiB (MAP_NORESERVE) and maps thousands of areas still gets its answers at once (read
+// whole, the notes of that reservation alone would take minutes).
+func TestRollbackCopyAheadBounded(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{})
+	ns := e.NewNamespace()
+	defer ns.Close()
+	valueIn(t, e, ns, `import mmap
+flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+big = mmap.mmap(-1, 1 << 46, flags=flags | getattr(mmap, "MAP_NORESERVE", 0x4000))
+big[0] = 1
+small = [mmap.mmap(-1, 1 << 20, flags=flags) for _ in range(3000)]
+for m in small:
+    m[0] = 1`)
+	for i := range 4 {
+		r, err := e.Run(context.Background(), fmt.Sprintf("big[4096 * %d] = 1\nsmall[%d][0] = 2\n%d", i, i, i),
+			&minipy.Options{Globals: ns, Timeout: 10 * time.Second})
+		require.NoError(t, err)
+		assert.Equal(t, int64(i), r.Value)
+	}
 }

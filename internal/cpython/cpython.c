@@ -1824,9 +1824,430 @@ MP_INLINE long mp_snapshot(int64_t *t) {
 	return 0;
 }
 
+// ---- a local worker's loop (MP_OP_SERVE) ----
+
+// The loop's steps return MP_W_OK, MP_W_END (the request pipe's end), MP_W_PY_ERROR (Python's
+// error set), or -errno.
+enum { MP_W_OK, MP_W_END = 1 << 20, MP_W_PY_ERROR };
+
+MP_INLINE void *mp_unlock(int64_t *t) {  // PyEval_SaveThread: the GIL released
+	return ((void *(*)(void))t[MP_FT_W_SAVE])();
+}
+
+MP_INLINE void mp_relock(int64_t *t, void *ts) {
+	((void (*)(void *))t[MP_FT_W_RESTORE])(ts);
+}
+
+MP_INLINE void mp_decref(int64_t *t, PyObject *o) {
+	((void (*)(PyObject *))t[MP_FT_W_DECREF])(o);
+}
+
+// mp_interrupted: a call the GIL was released for failed with err; MP_W_OK to try it again
+// (EINTR, once Python's signal handlers have run), else MP_W_PY_ERROR (a handler raised) or
+// -err.
+MP_INLINE long mp_interrupted(int64_t *t, int err) {
+	if (err != EINTR) {
+		return -err;
+	}
+	return ((int (*)(void))t[MP_FT_W_SIGNALS])() ? MP_W_PY_ERROR : MP_W_OK;
+}
+
+// mp_read_some reads at most n bytes from fd into buf, the GIL released: *got bytes (0 at
+// the pipe's end), or a step's failure.
+MP_INLINE long mp_read_some(int64_t *t, long fd, unsigned char *buf, long n, long *got) {
+	for (;;) {
+		void *ts = mp_unlock(t);
+		*got = MP_SYS(t, SYS_read, fd, (long)buf, n);
+		int err = mp_errno(t);
+		mp_relock(t, ts);
+		if (*got >= 0) {
+			return *got ? MP_W_OK : MP_W_END;
+		}
+		long r = mp_interrupted(t, err);
+		if (r != MP_W_OK) {
+			return r;
+		}
+	}
+}
+
+MP_INLINE void mp_copy(unsigned char *dst, const unsigned char *src, long n) {
+	volatile unsigned char *d = dst;
+	for (long i = 0; i < n; i++) {
+		d[i] = src[i];
+	}
+}
+
+// mp_next_request reads the next frame of the request pipe into a new bytes object (*body).
+// buf (MP_W_BUF bytes) holds what was read ahead, *have bytes of it; a small frame comes in
+// one read. (The host sends a request only once the last one is answered, so that nothing
+// is left in buf when the loop returns to Python.)
+#define MP_W_BUF 4096
+MP_INLINE long mp_next_request(int64_t *t, unsigned char *buf, long *have, PyObject **body) {
+	const long fd = t[MP_FT_W_IN];
+	long got, r;
+	while (*have < 4) {
+		if ((r = mp_read_some(t, fd, buf + *have, MP_W_BUF - *have, &got)) != MP_W_OK) {
+			return r;
+		}
+		*have += got;
+	}
+	const long n = (long)mp_u32(buf);
+	while (n + 4 <= MP_W_BUF && *have < n + 4) {
+		if ((r = mp_read_some(t, fd, buf + *have, MP_W_BUF - *have, &got)) != MP_W_OK) {
+			return r;
+		}
+		*have += got;
+	}
+	long in_buf = *have - 4 < n ? *have - 4 : n;
+	PyObject *b = ((PyObject * (*)(const char *, Py_ssize_t)) t[MP_FT_W_NEW_BYTES])(0, n);
+	if (!b) {
+		return MP_W_PY_ERROR;
+	}
+	unsigned char *data = ((unsigned char *(*)(PyObject *))t[MP_FT_W_BYTES_AT])(b);
+	mp_copy(data, buf + 4, in_buf);
+	mp_copy(buf, buf + 4 + in_buf, *have - 4 - in_buf);  // (what came after it)
+	*have -= 4 + in_buf;
+	for (long at = in_buf; at < n; at += got) {  // a large frame: the rest straight into the object
+		if ((r = mp_read_some(t, fd, data + at, n - at, &got)) != MP_W_OK) {
+			mp_decref(t, b);
+			return r;
+		}
+	}
+	*body = b;
+	return MP_W_OK;
+}
+
+// mp_write_parts writes the n buffers in views to fd in a row with writev, the GIL
+// released.
+MP_INLINE long mp_write_parts(int64_t *t, long fd, Py_buffer *views, int n) {
+	struct iovec iov[16];
+	for (int i = 0; i < n; i++) {
+		iov[i].iov_base = views[i].buf;
+		iov[i].iov_len = (size_t)views[i].len;
+	}
+	int k = 0;
+	while (k < n) {
+		void *ts = mp_unlock(t);
+		long w = MP_SYS(t, SYS_writev, fd, (long)(iov + k), (long)(n - k));
+		int err = mp_errno(t);
+		mp_relock(t, ts);
+		if (w < 0) {
+			long r = mp_interrupted(t, err);
+			if (r != MP_W_OK) {
+				return r;
+			}
+			continue;
+		}
+		for (; k < n && w >= (long)iov[k].iov_len; k++) {
+			w -= (long)iov[k].iov_len;
+		}
+		if (k < n) {
+			iov[k].iov_base = (unsigned char *)iov[k].iov_base + w;
+			iov[k].iov_len -= (size_t)w;
+		}
+	}
+	return MP_W_OK;
+}
+
+// mp_answer writes the answer's frame (ans: W_HANDLE's tuple of buffers, its header first),
+// and notes whether the request may have changed the state (the flag in the header's last
+// byte).
+MP_INLINE long mp_answer(int64_t *t, PyObject *ans) {
+	const long n = ((Py_ssize_t(*)(PyObject *))t[MP_FT_W_TUPLE_LEN])(ans);
+	Py_buffer views[16];
+	long r = n < 1 ? MP_W_PY_ERROR : MP_W_OK;
+	for (long at = 0; at < n && r == MP_W_OK;) {
+		int k = 0;
+		for (; k < 16 && at + k < n; k++) {
+			PyObject *part = ((PyObject * (*)(PyObject *, Py_ssize_t)) t[MP_FT_W_TUPLE_AT])(ans, at + k);
+			if (!part || ((int (*)(PyObject *, Py_buffer *, int))t[MP_FT_W_GET_BUF])(part, &views[k], PyBUF_SIMPLE)) {
+				r = MP_W_PY_ERROR;
+				break;
+			}
+		}
+		if (r == MP_W_OK && at == 0) {
+			const unsigned char *head = (const unsigned char *)views[0].buf;
+			long changed = views[0].len > 0 && (head[views[0].len - 1] & t[MP_FT_W_CHANGED_BIT]);
+			t[MP_FT_W_CHANGED] = changed;
+			t[MP_FT_G_GEN] = (t[MP_FT_G_GEN] + changed) & 0xFFFFFFFF;
+		}
+		if (r == MP_W_OK) {
+			r = mp_write_parts(t, t[MP_FT_W_OUT], views, k);
+		}
+		for (int i = 0; i < k; i++) {
+			((void (*)(Py_buffer *))t[MP_FT_W_REL_BUF])(&views[i]);
+		}
+		at += k;
+	}
+	return r;
+}
+
+// mp_reap reaps the replaced snapshots that have ended (UNREAPED), and adds pid, killed,
+// to them (0: none); with all 8 slots taken, it waits for the oldest.
+MP_INLINE void mp_reap(int64_t *t, long pid) {
+	int64_t *slot = &t[MP_FT_W_UNREAPED];
+	if (pid && t[MP_FT_W_NREAPED] == 8) {
+		MP_SYS(t, SYS_wait4, slot[0], 0L, 0L, 0L);
+		slot[0] = 0;
+	}
+	long n = 0;
+	for (long i = 0; i < t[MP_FT_W_NREAPED] && i < 8; i++) {
+		if (slot[i] && MP_SYS(t, SYS_wait4, slot[i], 0L, (long)WNOHANG, 0L) == 0) {
+			slot[n++] = slot[i];  // (reaped, or not this process's child: gone)
+		}
+	}
+	if (pid && n < 8) {
+		slot[n++] = pid;
+	}
+	t[MP_FT_W_NREAPED] = n;
+}
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // (Linux 5.14; older kernels refuse it: nothing is copied ahead)
+#endif
+
+// The most of the address space the notes read each time, and of one mapping, in pages,
+// and the most lines of /proc/self/maps: the code can reserve terabytes (MAP_NORESERVE) or
+// map thousands of areas, and the notes must stay a few milliseconds.
+#define MP_W_SCAN_PAGES (1L << 19)
+#define MP_W_SCAN_MAPPING (1L << 18)
+#define MP_W_SCAN_LINES 8192
+
+// mp_note_pages adds the pages of [lo, hi) that only this process maps and are present (so
+// written since the last snapshot's fork, or new) to W_PAGES, read from pagemap (fd), each
+// with its lowest bit set when W_PREV does not have it (*j: where to look in W_PREV next,
+// whose pages are in order too); *budget: how many pages may still be read.
+MP_INLINE void mp_note_pages(int64_t *t, long pagemap, unsigned long lo, unsigned long hi, long *budget, long *j) {
+	int64_t *pages = (int64_t *)t[MP_FT_W_PAGES];
+	const int64_t *prev = (const int64_t *)t[MP_FT_W_PREV];
+	uint64_t *e = (uint64_t *)t[MP_FT_W_SCRATCH];  // 512 entries
+	if (hi <= lo || (long)((hi - lo) >> 12) > MP_W_SCAN_MAPPING || (long)((hi - lo) >> 12) > *budget) {
+		return;
+	}
+	*budget -= (long)((hi - lo) >> 12);
+	for (unsigned long p = lo; p < hi && t[MP_FT_W_NPAGES] < t[MP_FT_W_PAGES_CAP];) {
+		long n = (long)((hi - p) >> 12) < 512 ? (long)((hi - p) >> 12) : 512;
+		long got = MP_SYS(t, SYS_pread64, pagemap, (long)e, n * 8, (long)((p >> 12) * 8));
+		if (got <= 0) {
+			return;
+		}
+		for (long i = 0; i < got / 8 && t[MP_FT_W_NPAGES] < t[MP_FT_W_PAGES_CAP]; i++) {
+			if ((e[i] >> 63) & (e[i] >> 56) & 1) {  // present, exclusively mapped
+				int64_t page = (int64_t)(p + ((unsigned long)i << 12));
+				while (*j < t[MP_FT_W_NPREV] && (prev[*j] & ~1L) < page) {
+					(*j)++;
+				}
+				pages[t[MP_FT_W_NPAGES]++] = page | (*j < t[MP_FT_W_NPREV] && (prev[*j] & ~1L) == page ? 0 : 1);
+			}
+		}
+		p += (unsigned long)(got / 8) << 12;
+	}
+}
+
+// mp_hex parses the hexadecimal number at *s, moving past it.
+MP_INLINE unsigned long mp_hex(const unsigned char **s) {
+	unsigned long v = 0;
+	for (;; (*s)++) {
+		unsigned c = **s;
+		if (c >= '0' && c <= '9') {
+			v = v << 4 | (c - '0');
+		} else if (c >= 'a' && c <= 'f') {
+			v = v << 4 | (c - 'a' + 10);
+		} else {
+			return v;
+		}
+	}
+}
+
+// mp_note_written fills W_PAGES with the pages of the process's private writable mappings
+// written since the last snapshot's fork (/proc/self/maps, pagemap), the GIL released.
+MP_INLINE void mp_note_written(int64_t *t) {
+	int64_t last = t[MP_FT_W_PAGES];
+	t[MP_FT_W_PAGES] = t[MP_FT_W_PREV];
+	t[MP_FT_W_PREV] = last;
+	t[MP_FT_W_NPREV] = t[MP_FT_W_NPAGES];
+	t[MP_FT_W_NPAGES] = 0;
+	long maps = mp_open(t, AT_FDCWD, (const char *)t[MP_FT_W_MAPS], O_RDONLY);
+	long pagemap = maps < 0 ? -1 : mp_open(t, AT_FDCWD, (const char *)t[MP_FT_W_PAGEMAP], O_RDONLY);
+	unsigned char *chunk = (unsigned char *)t[MP_FT_W_SCRATCH] + 4096, line[64];  // (2 KiB)
+	int len = 0, skip = 0;
+	long budget = MP_W_SCAN_PAGES, lines = 0, j = 0;
+	for (long got; pagemap >= 0 && lines < MP_W_SCAN_LINES && t[MP_FT_W_NPAGES] < t[MP_FT_W_PAGES_CAP] &&
+	               (got = MP_SYS(t, SYS_read, maps, (long)chunk, 2048L)) > 0;) {
+		for (long i = 0; i < got; i++) {  // each line's first 63 bytes: "lo-hi perms ..."
+			unsigned char c = chunk[i];
+			if (!skip && c != '\n' && len < 63) {
+				line[len++] = c;
+				continue;
+			}
+			if (!skip) {
+				line[len] = 0;
+				const unsigned char *s = line;
+				unsigned long lo = mp_hex(&s);
+				unsigned long hi = *s == '-' ? (s++, mp_hex(&s)) : 0;
+				if (*s == ' ' && s[1] && s[2] == 'w' && s[3] && s[4] == 'p') {
+					mp_note_pages(t, pagemap, lo, hi, &budget, &j);
+				}
+				lines++;
+			}
+			skip = c != '\n';
+			len = 0;
+		}
+	}
+	if (pagemap >= 0) {
+		mp_close(t, pagemap);
+	}
+	if (maps >= 0) {
+		mp_close(t, maps);
+	}
+}
+
+// mp_request_waits says whether the request pipe has something to read (or an error, which
+// the read says).
+MP_INLINE int mp_request_waits(int64_t *t) {
+	struct pollfd p;
+	volatile struct pollfd *vp = &p;
+	vp->fd = (int)t[MP_FT_W_IN];
+	vp->events = POLLIN;
+	vp->revents = 0;
+	struct timespec now;  // (no wait)
+	volatile struct timespec *vn = &now;
+	vn->tv_sec = vn->tv_nsec = 0;
+	return MP_SYS(t, SYS_ppoll, (long)&p, 1L, (long)&now, 0L, 0L) != 0;
+}
+
+// mp_copy_ahead copies W_PAGES (their pages, shared with the new snapshot) until a request
+// comes, the GIL released, a run of adjacent pages at a time.
+MP_INLINE void mp_copy_ahead(int64_t *t) {
+	const int64_t *pages = (const int64_t *)t[MP_FT_W_PAGES];
+	const long n = t[MP_FT_W_NPAGES];
+	const long left = t[MP_FT_W_CYCLE] & 7;  // the eighth left to the run (by 32 KiB)
+	for (long i = 0, batch = 0; i < n;) {
+		if ((pages[i] & 1) || ((pages[i] >> 15) & 7) == left) {  // (noted once; the eighth left)
+			i++;
+			continue;
+		}
+		long k = 1;
+		while (i + k < n && pages[i + k] == pages[i] + (k << 12) && ((pages[i + k] >> 15) & 7) != left) {
+			k++;
+		}
+		if (MP_SYS(t, SYS_madvise, pages[i], k << 12, (long)MADV_POPULATE_WRITE) == 0) {
+			t[MP_FT_W_AHEAD] += k;
+		} else if (mp_errno(t) == EINVAL) {
+			return;  // (a kernel before 5.14)
+		}  // (else a page gone since, or no memory for its copy: the run's write finds out)
+		i += k;
+		if ((batch += k) >= 16) {
+			batch = 0;
+			if (mp_request_waits(t)) {
+				return;
+			}
+		}
+	}
+}
+
+// mp_serve_snapshot forks a rollback snapshot (MP_OP_SNAPSHOT's), tells the guardian it
+// replaces the last one (the report worker.py's snapshot_made sends), kills that one and
+// reaps what it can; 0 in the snapshot, once it takes over. A fork the kernel refused
+// (EAGAIN under the Processes limit) leaves no snapshot, and says so on the host's stderr
+// pipe: the older one is not "before this run".
+MP_INLINE long mp_serve_snapshot(int64_t *t) {
+	// What the worker wrote since the last snapshot's fork (none: all it ever wrote, which
+	// says nothing of the next run), unless the next request is there already (no time to
+	// copy ahead).
+	if (t[MP_FT_G_SNAP] && t[MP_FT_W_PAGES_CAP] && !mp_request_waits(t)) {
+		void *ts = mp_unlock(t);
+		mp_note_written(t);
+		mp_relock(t, ts);
+	} else {
+		t[MP_FT_W_NPAGES] = 0;
+	}
+	long pid = mp_snapshot(t);
+	if (pid == 0) {
+		return 0;
+	}
+	if (pid > 0 && t[MP_FT_W_NPAGES]) {
+		void *ts = mp_unlock(t);
+		mp_copy_ahead(t);
+		mp_relock(t, ts);
+	}
+	t[MP_FT_W_CYCLE]++;
+	if (pid < 0) {
+		char msg[256];
+		int n = mp_cat(msg, 0, 120, (const char *)t[MP_FT_W_NO_SNAP]);  // "... answer: [Errno "
+		n = mp_num(msg, n, 140, -pid);
+		n = mp_cat(msg, n, 142, (const char *)t[MP_FT_W_NO_SNAP] + mp_len((const char *)t[MP_FT_W_NO_SNAP]) + 1);
+		n = mp_cat(msg, n, 250, ((const char *(*)(int))t[MP_FT_W_STRERROR])((int)-pid));
+		msg[n++] = '\n';
+		MP_SYS(t, SYS_write, t[MP_FT_W_ERR], (long)msg, (long)n);
+		pid = 0;
+	}
+	long old = t[MP_FT_G_SNAP], died = 0;
+	t[MP_FT_G_SNAP] = pid;
+	if (old) {  // (ended before this one replaced it: killed from outside; the host counts it)
+		long r = MP_SYS(t, SYS_wait4, old, 0L, (long)WNOHANG, 0L);
+		died = r == old || (r < 0 && mp_errno(t) == ECHILD);
+	}
+	// The guardian learns of the new one before the old one goes, so that a crash in
+	// between still finds a snapshot.
+	unsigned char m[10];
+	volatile unsigned char *vm = m;
+	vm[0] = (unsigned char)t[MP_FT_G_REPORT];
+	for (int i = 0; i < 4; i++) {
+		vm[1 + i] = (unsigned char)(pid >> (8 * i));
+		vm[5 + i] = (unsigned char)(t[MP_FT_G_GEN] >> (8 * i));
+	}
+	vm[9] = (unsigned char)died;
+	MP_SYS(t, SYS_write, t[MP_FT_SOCK], (long)m, 10L);
+	if (old && !died) {
+		MP_SYS(t, SYS_kill, old, (long)SIGKILL);
+	}
+	mp_reap(t, old && !died ? old : 0);
+	return 1;
+}
+
+// mp_worker_loop is MP_OP_SERVE (see cpython.h).
+MP_INLINE long mp_worker_loop(int64_t *t) {
+	unsigned char *buf = (unsigned char *)t[MP_FT_W_SCRATCH] + 8192;  // (MP_W_BUF: not the stack's, which snapshots share)
+	long have = 0;
+	for (;;) {
+		if (t[MP_FT_W_SNAPSHOTS] && t[MP_FT_W_CHANGED]) {
+			t[MP_FT_W_CHANGED] = 0;
+			if (mp_serve_snapshot(t) == 0) {
+				return 1;
+			}
+		}
+		PyObject *body = 0;
+		long r = mp_next_request(t, buf, &have, &body);
+		if (r == MP_W_END) {
+			((void (*)(int))t[MP_FT_EXIT])(0);  // the host is gone: nothing may outlive it
+		}
+		if (r != MP_W_OK) {
+			return r == MP_W_PY_ERROR ? -1 : r;
+		}
+		PyObject *ans = ((PyObject * (*)(PyObject *, ...)) t[MP_FT_W_CALL])((PyObject *)t[MP_FT_W_HANDLE], body, (PyObject *)0);
+		mp_decref(t, body);
+		if (!ans) {
+			return -1;
+		}
+		if (ans == (PyObject *)t[MP_FT_W_NONE]) {
+			mp_decref(t, ans);
+			return 0;
+		}
+		r = mp_answer(t, ans);
+		mp_decref(t, ans);
+		if (r != MP_W_OK) {
+			return r == MP_W_PY_ERROR ? -1 : r;
+		}
+	}
+}
+
 MP_CODE_ATTRS long mp_fork_code(int64_t *t) {
 	if (t[MP_FT_OP] == MP_OP_SNAPSHOT) {
 		return mp_snapshot(t);
+	}
+	if (t[MP_FT_OP] == MP_OP_SERVE) {
+		return mp_worker_loop(t);
 	}
 	const int loop = t[MP_FT_OP] == MP_OP_TEMPLATE;
 	unsigned long chld = 1UL << (SIGCHLD - 1);

@@ -249,7 +249,8 @@ func readForkCode() []byte {
 }
 
 // forkTable is the layout of mp_fork_code's table (MP_FT_*), which worker.py's _FT_* must
-// match, and forkSteps its steps' numbers (MP_SS_*), template.py's _SS_* (a test pins them).
+// match, forkOps its ops (MP_OP_*, worker.py's _OP_*), and forkSteps its steps' numbers
+// (MP_SS_*), template.py's _SS_* (a test pins them).
 func forkTable() map[string]int {
 	return map[string]int{
 		"BEFORE_FORK": C.MP_FT_BEFORE_FORK, "AFTER_PARENT": C.MP_FT_AFTER_PARENT, "AFTER_CHILD": C.MP_FT_AFTER_CHILD,
@@ -268,7 +269,24 @@ func forkTable() map[string]int {
 		"G_OOM_SELF": C.MP_FT_G_OOM_SELF, "G_OOM_PID": C.MP_FT_G_OOM_PID, "G_WORKER": C.MP_FT_G_WORKER,
 		"G_V": C.MP_FT_G_V, "G_SNAP": C.MP_FT_G_SNAP, "G_GEN": C.MP_FT_G_GEN, "T_NEW": C.MP_FT_T_NEW,
 		"T_MOUNT": C.MP_FT_T_MOUNT, "T_REFUSED": C.MP_FT_T_REFUSED, "T_MOVED": C.MP_FT_T_MOVED,
-		"T_DATA": C.MP_FT_T_DATA, "T_SFD": C.MP_FT_T_SFD, "T_MASK": C.MP_FT_T_MASK, "SIZE": C.MP_FT_SIZE,
+		"T_DATA": C.MP_FT_T_DATA, "T_SFD": C.MP_FT_T_SFD, "T_MASK": C.MP_FT_T_MASK, "W_SAVE": C.MP_FT_W_SAVE,
+		"W_RESTORE": C.MP_FT_W_RESTORE, "W_NEW_BYTES": C.MP_FT_W_NEW_BYTES, "W_BYTES_AT": C.MP_FT_W_BYTES_AT,
+		"W_CALL": C.MP_FT_W_CALL, "W_DECREF": C.MP_FT_W_DECREF, "W_GET_BUF": C.MP_FT_W_GET_BUF,
+		"W_REL_BUF": C.MP_FT_W_REL_BUF, "W_TUPLE_LEN": C.MP_FT_W_TUPLE_LEN, "W_TUPLE_AT": C.MP_FT_W_TUPLE_AT,
+		"W_SIGNALS": C.MP_FT_W_SIGNALS, "W_STRERROR": C.MP_FT_W_STRERROR, "W_HANDLE": C.MP_FT_W_HANDLE,
+		"W_NONE": C.MP_FT_W_NONE, "W_IN": C.MP_FT_W_IN, "W_OUT": C.MP_FT_W_OUT, "W_ERR": C.MP_FT_W_ERR,
+		"W_SNAPSHOTS": C.MP_FT_W_SNAPSHOTS, "W_CHANGED": C.MP_FT_W_CHANGED, "W_CHANGED_BIT": C.MP_FT_W_CHANGED_BIT,
+		"W_NO_SNAP": C.MP_FT_W_NO_SNAP, "W_PAGES": C.MP_FT_W_PAGES, "W_PREV": C.MP_FT_W_PREV,
+		"W_PAGES_CAP": C.MP_FT_W_PAGES_CAP, "W_NPAGES": C.MP_FT_W_NPAGES, "W_NPREV": C.MP_FT_W_NPREV,
+		"W_AHEAD": C.MP_FT_W_AHEAD, "W_CYCLE": C.MP_FT_W_CYCLE, "W_SCRATCH": C.MP_FT_W_SCRATCH,
+		"W_MAPS": C.MP_FT_W_MAPS, "W_PAGEMAP": C.MP_FT_W_PAGEMAP, "W_NREAPED": C.MP_FT_W_NREAPED,
+		"W_UNREAPED": C.MP_FT_W_UNREAPED, "SIZE": C.MP_FT_SIZE,
+	}
+}
+
+func forkOps() map[string]int {
+	return map[string]int{
+		"SNAPSHOT": C.MP_OP_SNAPSHOT, "SANDBOX": C.MP_OP_SANDBOX, "TEMPLATE": C.MP_OP_TEMPLATE, "SERVE": C.MP_OP_SERVE,
 	}
 }
 

@@ -66,9 +66,10 @@ const char *mp_libpython_file(void);
 // mp_fork_code is machine code for the isolated engine's workers, not for this process: the
 // host sends its bytes (cpython.go's ForkCode) to each local worker's python, which copies
 // them into an executable mapping and calls them through ctypes, holding the GIL (worker.py's
-// _ForkCode). It forks, one of two ways (the table's OP): a rollback snapshot that runs no
-// Python until it takes over, or, in the template, a new sandbox whose set-up runs no Python
-// (template.py's _serve_template). So it must run at any address, in any python: it reaches
+// _ForkCode). It forks (the table's OP): a rollback snapshot that runs no Python until it
+// takes over, or, in the template, a new sandbox whose set-up runs no Python (template.py's
+// _serve_template); and it serves a worker's requests between its snapshots (calling Python
+// for each request's answer alone). So it must run at any address, in any python: it reaches
 // nothing outside itself but through the table it is given (no globals, no literals, no
 // calls but through the table's pointers, no stack protector, no jump tables), and it calls
 // only C API that every CPython 3.7+ has.
@@ -137,10 +138,46 @@ enum {
 	MP_FT_T_DATA,         // 3 slots: a tree's tmpfs options, up to the size; a working directory's; ",nr_inodes="
 	MP_FT_T_SFD = MP_FT_T_DATA + 3,  // a signalfd of SIGCHLD, made once (-1 before)
 	MP_FT_T_MASK,         // (out) the signal mask the loop found, the forks' own
-	MP_FT_SIZE,
+	// A local worker's loop in C (MP_OP_SERVE: worker.py's _Worker.serve). Its snapshots
+	// are MP_OP_SNAPSHOT's (SOCK, KIND, WANT, NCLOSE, CLOSE_FDS; FDS out), reported as the
+	// guardian expects (G_REPORT; G_SNAP, G_GEN in and out).
+	MP_FT_W_SAVE,         // PyEval_SaveThread
+	MP_FT_W_RESTORE,      // PyEval_RestoreThread
+	MP_FT_W_NEW_BYTES,    // PyBytes_FromStringAndSize
+	MP_FT_W_BYTES_AT,     // PyBytes_AsString
+	MP_FT_W_CALL,         // PyObject_CallFunctionObjArgs
+	MP_FT_W_DECREF,       // Py_DecRef
+	MP_FT_W_GET_BUF,      // PyObject_GetBuffer
+	MP_FT_W_REL_BUF,      // PyBuffer_Release
+	MP_FT_W_TUPLE_LEN,    // PyTuple_Size
+	MP_FT_W_TUPLE_AT,     // PyTuple_GetItem
+	MP_FT_W_SIGNALS,      // PyErr_CheckSignals
+	MP_FT_W_STRERROR,     // strerror
+	MP_FT_W_HANDLE,       // the Python callable that answers a request (worker.py's _Worker.handle)
+	MP_FT_W_NONE,         // None
+	MP_FT_W_IN,           // the request pipe
+	MP_FT_W_OUT,          // the answer pipe
+	MP_FT_W_ERR,          // the host's stderr pipe
+	MP_FT_W_SNAPSHOTS,    // whether to fork a rollback snapshot after a request that may change the state
+	MP_FT_W_CHANGED,      // (in, out) the last request may have changed the state: snapshot before the next
+	MP_FT_W_CHANGED_BIT,  // the answer's flag that says so (ANSWER_CHANGED), in its header's last byte
+	MP_FT_W_NO_SNAP,      // the text that says a snapshot's fork failed, up to its error
+	MP_FT_W_PAGES,        // (in, out) an int64 array: the pages noted last, to copy ahead (see MP_OP_SERVE)
+	MP_FT_W_PREV,         // (in, out) another: the ones noted before (the two swap at each notes)
+	MP_FT_W_PAGES_CAP,    // their length
+	MP_FT_W_NPAGES,       // (in, out) how many PAGES holds
+	MP_FT_W_NPREV,        // (in, out) how many PREV holds
+	MP_FT_W_AHEAD,        // (in, out) how many pages were copied ahead, all told
+	MP_FT_W_CYCLE,        // (in, out) the snapshots forked, all told: which eighth of the pages is not copied ahead
+	MP_FT_W_SCRATCH,      // 12 KiB for the notes' and the requests' reads (as PAGES and PREV, memory no snapshot shares: each cycle writes it)
+	MP_FT_W_MAPS,         // "/proc/self/maps"
+	MP_FT_W_PAGEMAP,      // "/proc/self/pagemap"
+	MP_FT_W_NREAPED,      // (in, out) how many of UNREAPED's slots are used
+	MP_FT_W_UNREAPED,     // 8 slots: replaced snapshots, killed, not reaped yet
+	MP_FT_SIZE = MP_FT_W_UNREAPED + 8,
 };
 
-enum { MP_OP_SNAPSHOT, MP_OP_SANDBOX, MP_OP_TEMPLATE };
+enum { MP_OP_SNAPSHOT, MP_OP_SANDBOX, MP_OP_TEMPLATE, MP_OP_SERVE };
 
 // The steps of a sandbox's set-up in C; a failure writes "...failed: " + the step's name
 // (worker.py's _SS_*, pinned by a test) + its errno to the new stderr and exits 70.
@@ -177,6 +214,26 @@ enum {
 // sent), and reaps its children. It returns 1, with the message it has not read, for
 // anything else: another message, one it refuses to guess at (a bad name or size, a mount
 // the kernel refused: template.py answers those, with the reason), the socket's end.
+//
+// MP_OP_SERVE: a local worker's loop, so that the pages a rollback cycle writes are the
+// run's and few more (each is a copy-on-write fault: docs/benchmarks.md). Before each
+// request, when the last one may have changed the state (W_CHANGED), it forks a snapshot as
+// MP_OP_SNAPSHOT does, reports it to the guardian and kills and reaps the one it replaces;
+// then it reads the request's frame from W_IN with the GIL released, into a new bytes
+// object, calls W_HANDLE with it, and writes the tuple of buffers it returns (the answer's
+// frame, its header first) to W_OUT, the GIL released. It ends the process at the request
+// pipe's end, as worker.py does. Each page the worker writes after a snapshot's fork is
+// copied at its first write, and a run writes much the same pages each time: so before the
+// fork it notes the pages written since the last one (those /proc/self/pagemap shows
+// exclusively mapped, up to W_PAGES_CAP), and after it copies them ahead
+// (MADV_POPULATE_WRITE), the GIL released, until a request comes: the next run finds them
+// copied. A page copied ahead is exclusively mapped whether the run writes it or not, so
+// only pages noted twice in a row are copied ahead (a page written once is left to the
+// run), and of those an eighth (by address, another each time) is left to the run too: the
+// ones it does not write drop out of the next notes, so no page is copied for nothing more
+// than 8 times in a row. It returns 1 in a snapshot that took over (FDS), 0 when
+// W_HANDLE returned None (the worker goes on in Python: a Fork's copy on its own pipes),
+// -1 with Python's error set, or -errno of a read or write that failed.
 long mp_fork_code(int64_t *t);
 
 #endif

@@ -58,7 +58,7 @@ def _serve_template(cfg, runtime):
     # what a paused sandbox's resume and a saved session's bring-back run, and importing
     # them there cost 15-40 ms (state.py imports them on first use where there is no template).
     _rt._state_picklers()
-    _load_fork_code(cfg)  # (the sandboxes fork with it, and the workers' snapshots: _SnapFork)
+    _load_fork_code(cfg)  # (the sandboxes fork with it, and the workers their snapshots and their loop)
     global _SANDBOX_FORK
     _SANDBOX_FORK = _SandboxFork.make(cfg)
     for name in filter(None, cfg.get("preload", "").split(",")):

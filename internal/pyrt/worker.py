@@ -52,6 +52,12 @@ def _write_all(fd, parts):
                 break
             n -= len(views[0])
             del views[0]
+def _answer(request, flags, resp):
+    """An answer's frame (F_ANSWER) to the request frame request, as a tuple of buffers: its
+    header (the length, the kind, the run id, flags last), then the reply's parts."""
+    return (_LEN.pack(10 + sum(map(len, resp))) + F_ANSWER + request[1:9] + bytes((flags,)),) + tuple(resp)
+
+
 _real_fork = os.fork  # before the runtime wraps it: a snapshot, a sandbox's processes are no run's children
 _snap_sock = None  # the worker's end of its socket to the guardian (config control=1)
 _forkable = False  # the worker can fork snapshots and copies that start their threads again
@@ -323,6 +329,8 @@ class _Worker:
         self.cwds = {}  # packed: namespace id -> the directory it was in when another one ran
         self.space = DEFAULT_NAMESPACE  # the namespace whose directory is the process's
         self.moving = None  # a Fork copy's (source root, own root, current directory) until it has moved
+        self.serve_loop = None  # the loop in the host's fork code (_ServeLoop), once serving
+        self.copy_ahead = True  # the loop copies ahead the pages the next run will write (_ServeLoop)
 
     # -- frames ---------------------------------------------------------------------------
 
@@ -450,78 +458,93 @@ class _Worker:
                 os._exit(70)
 
     def serve(self, dispatch):
-        state = _rt._state
-        warm = True
+        self.dispatch = dispatch
+        if self.snapshots and self.changed:
+            while self.snapshot():  # a snapshot that took over snapshots itself again
+                pass
+        # Once, and only when no request waits: a spare's first run then finds its pages its
+        # own (not shared with the template's, which copies each written).
+        if not self.waiting():
+            _rt.warm_up()
+        # A local worker's loop is the host's fork code's (_ServeLoop), when it has it.
+        loop = self.serve_loop = _SERVE_LOOP.bind(self) if _SERVE_LOOP is not None and self.cin is not None else None
         while True:
-            if self.snapshots and self.changed:
-                while self.snapshot():  # a snapshot that took over snapshots itself again
-                    pass
-            if warm:
-                # Once, and only when no request waits: a spare's first run then finds its
-                # pages its own (not shared with the template's, which copies each written).
-                warm = False
-                if not self.waiting():
-                    _rt.warm_up()
-            body = self.next_request()
-            run_id = _RUN_ID.unpack_from(body, 1)[0]
-            stop_ms = _STOP_MS.unpack_from(body, 9)[0]
-            count = _COUNT.unpack_from(body, 13)[0]
-            pos = 15
-            for ident in struct.unpack_from("<%dI" % count, body, pos):
-                if ident not in _rt._spaces:
-                    _rt.new_namespace(ident)
-                    if self.packed and ident != DEFAULT_NAMESPACE:
-                        try:
-                            os.makedirs(self.root_of(ident), exist_ok=True)
-                        except OSError:
-                            pass  # the host made it (local workers); enter() falls back
-            pos += 4 * count
-            if self.cpu_limit:
-                self.arm_cpu_limit()
-            # (A Restore's megabytes are not copied out of the frame: decode takes a view.)
-            request = memoryview(body)[pos:] if body[pos:pos + 1] == bytes((OP_RESTORE,)) else body[pos:]
-            if self.packed and request[:1] == bytes((OP_RUN,)):
-                self.enter(_COUNT_ID.unpack_from(request, 1)[0])
-            # Reading requests change nothing: the snapshot stays good.
-            self.changed = bool(count) or request[:1] not in (
-                bytes((OP_GET,)), bytes((OP_NAMES,)), bytes((OP_INFO,)), bytes((OP_FORK,)),
-                bytes((OP_SAVE,)))
-            self.gen += self.changed
-            changed = ANSWER_CHANGED if self.changed else 0
-            if request[:1] == bytes((OP_FORK,)):
-                resp = self.fork(request)
-                if resp is None:
-                    continue  # in the copy, which has taken over: its requests come on its own pipes
-                self.write_frame(F_ANSWER, body[1:9], bytes((changed,)), resp)
-                self.busy = False
+            if loop is not None:
+                loop.run()
                 continue
-            host_calls = request[0] == OP_RUN and bool(_FLAGS.unpack_from(request, 13)[0] & RUN_HOST_CALLS)
-            with self.lock:
-                # stage 0 first: a kick signal of an earlier run that is delivered late then
-                # finds nothing to raise (runtime._on_kick ignores stage 0).
-                state.stage = 0
-                self.current = run_id
-                self.running = True
-                self.kicked = False
-                self.host_calls = host_calls
-            if stop_ms and self.deadman is not None:
-                self.deadman.arm(stop_ms)
-            self.run_id = body[1:9]  # for captures() and call_host(): the run id of events
-            resp = dispatch(request)  # (buffers: runtime.dispatch_parts)
-            self.pump.stop()
-            if stop_ms and self.deadman is not None:
-                self.deadman.disarm()
-            with self.lock:
-                self.running = False
-                self.host_calls = False
-                kicked = self.kicked
-                state.stage = 0
-            if self.packed and request[:1] == bytes((OP_FREE,)):
-                for ident in [i for i in self.cwds if i not in _rt._spaces]:
-                    del self.cwds[ident]
-            self.write_frame(F_ANSWER, body[1:9], bytes((changed | (ANSWER_KICKED if kicked else 0),)), *resp)
+            if self.snapshots and self.changed:
+                while self.snapshot():
+                    pass
+            answer = self.handle(self.next_request())
+            if answer is None:
+                continue  # in a Fork's copy, which has taken over: its requests come on its own pipes
+            with self.write_lock:
+                _write_all(self.out_fd, answer)
+            self.changed = bool(answer[0][-1] & ANSWER_CHANGED)
+            self.gen += self.changed
             self.heard = time.monotonic()  # (beats that queued while the GIL was held are read after)
             self.busy = False
+
+    def handle(self, body):
+        """The answer to the request frame body: a tuple of buffers, its frame's header first
+        (whose last byte holds the answer's flags), or None in a Fork's copy, which has taken
+        over on pipes of its own. Nothing else writes to the answer pipe until it has been
+        written: the run's live output and host calls have ended."""
+        if body[:1] != F_REQUEST:
+            os.write(self.host_err, b"minipy worker: frame kind %r on the request pipe\n" % body[:1])
+            os._exit(70)
+        state = _rt._state
+        run_id = _RUN_ID.unpack_from(body, 1)[0]
+        stop_ms = _STOP_MS.unpack_from(body, 9)[0]
+        count = _COUNT.unpack_from(body, 13)[0]
+        pos = 15
+        for ident in struct.unpack_from("<%dI" % count, body, pos):
+            if ident not in _rt._spaces:
+                _rt.new_namespace(ident)
+                if self.packed and ident != DEFAULT_NAMESPACE:
+                    try:
+                        os.makedirs(self.root_of(ident), exist_ok=True)
+                    except OSError:
+                        pass  # the host made it (local workers); enter() falls back
+        pos += 4 * count
+        if self.cpu_limit:
+            self.arm_cpu_limit()
+        # (A Restore's megabytes are not copied out of the frame: decode takes a view.)
+        request = memoryview(body)[pos:] if body[pos:pos + 1] == bytes((OP_RESTORE,)) else body[pos:]
+        if self.packed and request[:1] == bytes((OP_RUN,)):
+            self.enter(_COUNT_ID.unpack_from(request, 1)[0])
+        # Reading requests change nothing: the snapshot stays good.
+        changed = ANSWER_CHANGED if count or request[:1] not in (
+            bytes((OP_GET,)), bytes((OP_NAMES,)), bytes((OP_INFO,)), bytes((OP_FORK,)),
+            bytes((OP_SAVE,))) else 0
+        if request[:1] == bytes((OP_FORK,)):
+            resp = self.fork(request)
+            return None if resp is None else _answer(body, changed, (resp,))
+        host_calls = request[0] == OP_RUN and bool(_FLAGS.unpack_from(request, 13)[0] & RUN_HOST_CALLS)
+        with self.lock:
+            # stage 0 first: a kick signal of an earlier run that is delivered late then
+            # finds nothing to raise (runtime._on_kick ignores stage 0).
+            state.stage = 0
+            self.current = run_id
+            self.running = True
+            self.kicked = False
+            self.host_calls = host_calls
+        if stop_ms and self.deadman is not None:
+            self.deadman.arm(stop_ms)
+        self.run_id = body[1:9]  # for captures() and call_host(): the run id of events
+        resp = self.dispatch(request)  # (buffers: runtime.dispatch_parts)
+        self.pump.stop()
+        if stop_ms and self.deadman is not None:
+            self.deadman.disarm()
+        with self.lock:
+            self.running = False
+            self.host_calls = False
+            kicked = self.kicked
+            state.stage = 0
+        if self.packed and request[:1] == bytes((OP_FREE,)):
+            for ident in [i for i in self.cwds if i not in _rt._spaces]:
+                del self.cwds[ident]
+        return _answer(body, changed | (ANSWER_KICKED if kicked else 0), resp)
 
     def waiting(self):
         """Whether a request has come that the worker has not taken yet."""
@@ -538,16 +561,12 @@ class _Worker:
             self.request_ready.acquire()
             body, self.request = self.request, None
             return body
-        while True:
-            body = self.read_frame()
-            if body is None:
-                os._exit(0)  # the host is gone: nothing may outlive it
-            if body[:1] == F_REQUEST:
-                self.heard = time.monotonic()
-                self.busy = True
-                return body
-            os.write(self.host_err, b"minipy worker: frame kind %r on the request pipe\n" % body[:1])
-            os._exit(70)
+        body = self.read_frame()
+        if body is None:
+            os._exit(0)  # the host is gone: nothing may outlive it
+        self.heard = time.monotonic()
+        self.busy = True
+        return body  # (handle() checks its kind)
 
     def hear_host(self, silence):
         """A Command worker's watch on its host (config silence_ms): a transport that never
@@ -656,11 +675,15 @@ class _Worker:
         if fds is None:
             self.snapshot_made(pid)
             return False
+        self.took_over(fds)
+        return True
+
+    def took_over(self, fds):
+        """In a snapshot that has taken over: become the worker on fds."""
         # The objects over the worker's pipes, which the wait closed, are kept: collected,
         # they would close their fd numbers, which the new pipes may have (leave_pipes).
         _kept.extend((self.rin, self.cin, getattr(self, "fault_file", None)))
         self.become(fds)
-        return True
 
     def py_snapshot(self):
         """snapshot() through os.fork: (the snapshot's pid, None) in the worker, (0, the new
@@ -1009,10 +1032,17 @@ _FT_S_HOSTNAME, _FT_S_PROC, _FT_S_PROC_DIR, _FT_S_TMPFS, _FT_S_TMP_DIRS, _FT_S_T
 _FT_S_FD_PATH, _FT_S_NCOVERED, _FT_S_COVERED, _FT_S_COVERED_DIR, _FT_S_FILTER, _FT_S_LIFE = 59, 60, 61, 62, 63, 64
 _FT_S_WHY, _FT_G_CTL, _FT_G_KICK, _FT_G_REPORT, _FT_G_SNAP_DIED, _FT_G_OOM_SELF, _FT_G_OOM_PID = 65, 66, 67, 68, 69, 70, 71
 _FT_G_WORKER, _FT_G_V, _FT_G_SNAP, _FT_G_GEN, _FT_T_NEW, _FT_T_MOUNT, _FT_T_REFUSED, _FT_T_MOVED = 73, 74, 75, 76, 77, 78, 79, 80
-_FT_T_DATA, _FT_T_SFD, _FT_T_MASK, _FT_SIZE = 81, 84, 85, 86
-_OP_SNAPSHOT, _OP_SANDBOX, _OP_TEMPLATE = 0, 1, 2  # (MP_OP_*)
+_FT_T_DATA, _FT_T_SFD, _FT_T_MASK, _FT_W_SAVE, _FT_W_RESTORE, _FT_W_NEW_BYTES, _FT_W_BYTES_AT = 81, 84, 85, 86, 87, 88, 89
+_FT_W_CALL, _FT_W_DECREF, _FT_W_GET_BUF, _FT_W_REL_BUF, _FT_W_TUPLE_LEN, _FT_W_TUPLE_AT = 90, 91, 92, 93, 94, 95
+_FT_W_SIGNALS, _FT_W_STRERROR, _FT_W_HANDLE, _FT_W_NONE, _FT_W_IN, _FT_W_OUT, _FT_W_ERR = 96, 97, 98, 99, 100, 101, 102
+_FT_W_SNAPSHOTS, _FT_W_CHANGED, _FT_W_CHANGED_BIT, _FT_W_NO_SNAP, _FT_W_PAGES, _FT_W_PREV = 103, 104, 105, 106, 107, 108
+_FT_W_PAGES_CAP, _FT_W_NPAGES, _FT_W_NPREV, _FT_W_AHEAD, _FT_W_CYCLE, _FT_W_SCRATCH = 109, 110, 111, 112, 113, 114
+_FT_W_MAPS, _FT_W_PAGEMAP, _FT_W_NREAPED, _FT_W_UNREAPED, _FT_SIZE = 115, 116, 117, 118, 126
+# Its ops (MP_OP_*, pinned by the same test).
+_OP_SNAPSHOT, _OP_SANDBOX, _OP_TEMPLATE, _OP_SERVE = 0, 1, 2, 3
 _FORK_CODE = None  # a _ForkCode, once _load_fork_code has made one
 _SNAP_FORK = None  # its _SnapFork
+_SERVE_LOOP = None  # its _ServeLoop
 _MACHINES = {"x86_64": "amd64", "aarch64": "arm64", "riscv64": "riscv64", "ppc64le": "ppc64le",
              "s390x": "s390x", "loongarch64": "loong64"}  # os.uname().machine: Go's GOARCH
 
@@ -1030,10 +1060,44 @@ class _ForkCode:
 
     def __init__(self, code):
         import ctypes
+
+        start = self._sealed(code) or self._private(code)
+        self.call = ctypes.PYFUNCTYPE(ctypes.c_long, ctypes.c_void_p)(start)
+
+    @staticmethod
+    def _sealed(code):
+        """The code in a sealed memfd, mapped shared, read and execute: no process, not one
+        the template forks, can make it writable (the seals take write access from every
+        mapping of it, for good), and the forks share its pages without copying their page
+        tables. Its address, or 0 where memfds or seals are refused."""
+        import ctypes
+        import fcntl
         import mmap
 
-        # Private: a shared mapping is shared with every fork of the template, and code in
-        # one sandbox could make it writable again (mprotect) and change what the others run.
+        try:
+            fd = os.memfd_create("minipy-fork-code", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        except (OSError, AttributeError):
+            return 0
+        try:
+            _write_all(fd, [code])
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW |
+                        fcntl.F_SEAL_SEAL)
+            mm = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                                  ctypes.c_int, ctypes.c_long)(("mmap", _libc()))
+            start = mm(None, len(code), mmap.PROT_READ | mmap.PROT_EXEC, mmap.MAP_SHARED, fd, 0)
+            return 0 if start in (None, ctypes.c_void_p(-1).value) else start
+        except (OSError, AttributeError):
+            return 0
+        finally:
+            os.close(fd)
+
+    def _private(self, code):
+        """The code in a private mapping (a shared anonymous one would be shared with every
+        fork of the template, and code in one sandbox could make it writable again and change
+        what the others run): its address."""
+        import ctypes
+        import mmap
+
         self.mem = mmap.mmap(-1, len(code), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
                              prot=mmap.PROT_READ | mmap.PROT_WRITE)
         self.mem.write(code)
@@ -1042,7 +1106,7 @@ class _ForkCode:
                                     use_errno=True)(("mprotect", _libc()))
         if mprotect(start, len(code), mmap.PROT_READ | mmap.PROT_EXEC) != 0:
             raise OSError(ctypes.get_errno(), "mprotect of the fork code")
-        self.call = ctypes.PYFUNCTYPE(ctypes.c_long, ctypes.c_void_p)(start)
+        return start
 
     def table(self, op):
         """A table for op (_OP_*) with its function pointers filled."""
@@ -1094,10 +1158,101 @@ class _SnapFork:
         return 0, [t[i] for i in range(_FT_FDS, _FT_FDS + 4)]
 
 
+class _ServeLoop:
+    """A local worker's loop in the host's fork code (MP_OP_SERVE): it forks the rollback
+    snapshots (as _SnapFork does), reports them to the guardian, reads each request and
+    writes its answer in C, and calls Python for the answer alone (_Worker.handle). A
+    rollback cycle then writes the pages the run writes and few more: the loop in Python
+    (its functions, its frames, the objects it made and the counts it wrote) wrote ~30
+    more. After each snapshot's fork it copies ahead, while it waits, the pages the worker
+    wrote since the last one: the next run finds most of its pages copied
+    (docs/benchmarks.md). Made once, in the template when there is one; bind() gives it
+    its worker."""
+
+    __slots__ = ("w", "table", "addr", "call", "handle", "strings", "pages")
+
+    # The most pages copied ahead after a snapshot's fork (4 MiB): past that, a run that
+    # writes more each time finds the rest to copy, as without.
+    _AHEAD = 1024
+
+    def __init__(self, code):
+        import ctypes
+
+        self.w = self.handle = None
+        t = self.table = code.table(_OP_SERVE)
+        api = ctypes.pythonapi
+        for slot, fn in ((_FT_W_SAVE, api.PyEval_SaveThread), (_FT_W_RESTORE, api.PyEval_RestoreThread),
+                         (_FT_W_NEW_BYTES, api.PyBytes_FromStringAndSize), (_FT_W_BYTES_AT, api.PyBytes_AsString),
+                         (_FT_W_CALL, api.PyObject_CallFunctionObjArgs), (_FT_W_DECREF, api.Py_DecRef),
+                         (_FT_W_GET_BUF, api.PyObject_GetBuffer), (_FT_W_REL_BUF, api.PyBuffer_Release),
+                         (_FT_W_TUPLE_LEN, api.PyTuple_Size), (_FT_W_TUPLE_AT, api.PyTuple_GetItem),
+                         (_FT_W_SIGNALS, api.PyErr_CheckSignals), (_FT_W_STRERROR, _libc().strerror)):
+            t[slot] = ctypes.cast(fn, ctypes.c_void_p).value
+        self.strings = [ctypes.create_string_buffer(b) for b in (
+            b"minipy worker: no rollback snapshot after this answer: [Errno \0] ", b"/proc/self/maps",
+            b"/proc/self/pagemap")]
+        for slot, text in zip((_FT_W_NO_SNAP, _FT_W_MAPS, _FT_W_PAGEMAP), self.strings):
+            t[slot] = ctypes.addressof(text)
+        # The loop's memory (the notes' two lists of pages, the buffers of the notes' and the
+        # requests' reads), which each cycle writes: wiped in a fork's child (a snapshot
+        # takes over with no notes), so that no snapshot shares it and the worker's writes
+        # copy none of it.
+        import mmap
+
+        self.pages = mmap.mmap(-1, 16 * self._AHEAD + 12288, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        try:
+            self.pages.madvise(mmap.MADV_WIPEONFORK)
+        except (AttributeError, OSError):
+            pass  # (before Linux 4.14: kept in a fork's child, and copied)
+        start = ctypes.addressof(ctypes.c_char.from_buffer(self.pages))
+        t[_FT_W_PAGES], t[_FT_W_PREV], t[_FT_W_SCRATCH] = start, start + 8 * self._AHEAD, start + 16 * self._AHEAD
+        t[_FT_W_PAGES_CAP] = self._AHEAD
+        t[_FT_W_NONE] = id(None)
+        t[_FT_KIND], t[_FT_WANT], t[_FT_G_REPORT] = C_TAKE_OVER[0], 4, _V_SNAP[0]
+        t[_FT_W_CHANGED_BIT] = ANSWER_CHANGED
+        self.addr = ctypes.addressof(t)
+        self.call = code.call
+
+    def bind(self, w):
+        """The loop of worker w (this process's only one)."""
+        self.w, self.handle = w, w.handle  # (the table holds the handle's address: kept alive here)
+        self.table[_FT_W_HANDLE] = id(self.handle)
+        self.table[_FT_W_PAGES_CAP] = self._AHEAD if w.copy_ahead else 0
+        return self
+
+    def copied_ahead(self):
+        """How many pages the loop has copied ahead (for the benchmarks: a copy made ahead
+        is no page fault of the kernel's counters)."""
+        return self.table[_FT_W_AHEAD]
+
+    def run(self):
+        """Serve until the loop returns: in a snapshot once it has taken over (it becomes the
+        worker), in a Fork's copy (handle's None), or on an error (raised)."""
+        w, t = self.w, self.table
+        pipes = (w.in_fd, w.out_fd, w.host_err, w.kick_fd)
+        for slot, value in ((_FT_SOCK, w.snap_sock if w.snap_sock is not None else -1), (_FT_NCLOSE, len(pipes)),
+                            (_FT_W_IN, w.in_fd), (_FT_W_OUT, w.out_fd), (_FT_W_ERR, w.host_err),
+                            (_FT_W_SNAPSHOTS, int(w.snapshots)), (_FT_W_CHANGED, int(w.changed)),
+                            (_FT_G_SNAP, w.snap_pid), (_FT_G_GEN, w.gen & 0xFFFFFFFF),
+                            (_FT_W_NREAPED, len(w.unreaped[:8]))) + tuple(enumerate(pipes, _FT_CLOSE_FDS)) + \
+                tuple(enumerate(w.unreaped[:8], _FT_W_UNREAPED)):
+            t[slot] = value
+        del w.unreaped[:8]  # (the loop's now; more than 8 stay here, reaped by snapshot_made)
+        r = self.call(self.addr)
+        w.gen = t[_FT_G_GEN]  # (a snapshot's or a Fork copy's too: the requests its state has seen)
+        if r == 1:  # the snapshot, taken over (take_over makes the rollback state its own)
+            w.took_over([t[i] for i in range(_FT_FDS, _FT_FDS + 4)])
+        elif r < 0:  # (0: a Fork's copy, which has taken over: the loop's state is its worker's)
+            w.changed, w.snap_pid = bool(t[_FT_W_CHANGED]), t[_FT_G_SNAP]
+            w.unreaped.extend(t[i] for i in range(_FT_W_UNREAPED, _FT_W_UNREAPED + t[_FT_W_NREAPED]))
+            raise OSError(-r, os.strerror(-r))
+
+
 def _load_fork_code(cfg):
     """The host's fork code (config fork_code, for its machine fork_arch), when this Python
-    runs on that machine and can map it; else snapshots and sandboxes fork with os.fork."""
-    global _FORK_CODE, _SNAP_FORK
+    runs on that machine and can map it; else snapshots and sandboxes fork with os.fork, and
+    the workers' loop is Python's."""
+    global _FORK_CODE, _SNAP_FORK, _SERVE_LOOP
     import ctypes
 
     code = cfg.get("fork_code")
@@ -1106,8 +1261,9 @@ def _load_fork_code(cfg):
     try:
         _FORK_CODE = _ForkCode(code)
         _SNAP_FORK = _SnapFork(_FORK_CODE)
+        _SERVE_LOOP = _ServeLoop(_FORK_CODE)
     except (OSError, AttributeError, ValueError):
-        _FORK_CODE = None  # (a system that refuses executable mappings: os.fork)
+        _FORK_CODE = _SNAP_FORK = _SERVE_LOOP = None  # (a system that refuses executable mappings: os.fork)
 
 
 def _libc():
@@ -1412,8 +1568,11 @@ def _start(w, cfg, runtime):
     _rt.new_captures = w.captures
     w.kick_signal = cfg["kick_signal"]
     w.cpu_limit = cfg.get("cpu_seconds", 0)
+    # Under a MemoryLimit the loop copies nothing ahead: a page copied for a run that does
+    # not write it would count towards the limit (and could bring its OOM killer).
+    w.copy_ahead = not cfg.get("memory")
     w.snapshots = bool(cfg.get("rollback")) and _forkable and w.snap_sock is not None
-    if w.snapshots and _SNAP_FORK is None:  # (a template's fork has it)
+    if _FORK_CODE is None:  # (a template's fork has it)
         _load_fork_code(cfg)
     _rt.max_transfer = cfg.get("max_transfer", -1)
     _rt.install(w.kick_signal, None)
