@@ -118,11 +118,12 @@ func TestIsolatedIdleDeathRollsBack(t *testing.T) {
 	assert.Equal(t, int64(42), valueIn(t, e, ns, "x + 1"), "the state of the last run, no error")
 
 	// Killed by a thread the code left running: the snapshot (which has no threads) takes over.
-	valueIn(t, e, ns, `import os, signal, threading
-y = 2
-threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGKILL)).start()`)
+	// The thread kills once the file "go" is there, which the test writes once the run's
+	// snapshot is made (a timer's 0.2 s was too short for a loaded machine).
+	valueIn(t, e, ns, killWhenGo+"y = 2\n")
 	_, err = ns.Get("y")
 	require.NoError(t, err)
+	require.NoError(t, ns.WriteFile("go", nil))
 	d = awaitIdleDeath(t, deaths)
 	assert.True(t, d.How.RolledBack)
 	assert.Equal(t, []any{int64(41), int64(2)}, valueIn(t, e, ns, "[x, y]"))
@@ -131,6 +132,16 @@ threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGKILL)).start()`)
 	assert.Equal(t, uint64(2), st.IdleDeaths)
 	assert.Zero(t, st.IdleStateLost)
 }
+
+// killWhenGo is code that leaves a thread running which SIGKILLs the worker once the file
+// "go" is in its working directory: the test says when, after the answers it needs.
+const killWhenGo = `import os, signal, threading, time
+def _kill_when_go():
+    while not os.path.exists("go"):
+        time.sleep(0.005)
+    os.kill(os.getpid(), signal.SIGKILL)
+threading.Thread(target=_kill_when_go, daemon=True).start()
+`
 
 // Without a snapshot, the namespace learns of the loss at its next use, once, with when and
 // how the worker ended; then it starts fresh.
@@ -301,9 +312,10 @@ func TestCommandWorkerIdleDeath(t *testing.T) {
 	e := newIsolated(t, cfg)
 	ns := e.NewNamespace()
 	defer ns.Close()
-	valueIn(t, e, ns, `import os, signal, threading
-x = 1
-threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGKILL)).start()`)
+	// (Its files are the host's: "go" is a path of the test's.)
+	goFile := filepath.Join(t.TempDir(), "go")
+	valueIn(t, e, ns, strings.ReplaceAll(killWhenGo, `"go"`, strconv.Quote(goFile))+"x = 1\n")
+	require.NoError(t, os.WriteFile(goFile, nil, 0o644)) // (after the answer: the worker dies idle)
 	d := awaitIdleDeath(t, deaths)
 	assert.False(t, d.How.RolledBack)
 	assert.Equal(t, 1, d.Namespaces)

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -42,6 +44,7 @@ type recorder struct {
 type recorderLog struct {
 	mu     sync.Mutex
 	writes []liveWrite
+	seen   func(all string) // if set, called after each write with everything written so far
 }
 
 type liveWrite struct {
@@ -59,7 +62,11 @@ func (r *recorder) Write(p []byte) (int, error) {
 	}
 	r.all.mu.Lock()
 	r.all.writes = append(r.all.writes, liveWrite{r.stream, string(p), time.Now()})
+	seen := r.all.seen
 	r.all.mu.Unlock()
+	if seen != nil {
+		seen(r.all.text(""))
+	}
 	if r.err != nil {
 		return 0, r.err
 	}
@@ -107,18 +114,48 @@ func TestLiveOutputArrivesWhileRunning(t *testing.T) {
 			ns := tc.eng.NewNamespace()
 			defer ns.Close()
 			opts, log := liveOpts(ns)
-			code := "import sys, time\nprint('first')\nsys.stdout.flush()\ntime.sleep(0.4)\nprint('oops', file=sys.stderr)\ntime.sleep(0.4)\nprint('last')\n42"
+			// The code goes on only once the writer has its output (a file the writer makes
+			// says so), which it could not if the output came when the run ends: no clock.
+			dir := ns.WorkDir() // (the isolated worker's working directory, its cwd)
+			prefix := ""
+			if dir == "" {
+				dir = t.TempDir()
+				prefix = dir + "/"
+			}
+			var mu sync.Mutex
+			made := map[string]bool{}
+			log.seen = func(all string) {
+				mu.Lock()
+				defer mu.Unlock()
+				for _, s := range []string{"first", "oops"} {
+					if !made[s] && strings.Contains(all, s) {
+						made[s] = true
+						assert.NoError(t, os.WriteFile(filepath.Join(dir, "seen-"+s), nil, 0o644))
+					}
+				}
+			}
+			code := fmt.Sprintf(`import os, sys, time
+def seen(name):
+    for _ in range(3000):
+        if os.path.exists(%q + "seen-" + name):
+            return True
+        time.sleep(0.01)
+    return False
+print('first')
+sys.stdout.flush()
+a = seen('first')
+print('oops', file=sys.stderr)
+b = seen('oops')
+print('last')
+[a, b]`, prefix)
 			r, err := tc.eng.Run(context.Background(), code, opts)
 			ended := time.Now()
 			require.NoError(t, err)
 			assert.Equal(t, "first\nlast\n", r.Stdout)
 			assert.Equal(t, "oops\n", r.Stderr)
-			assert.Equal(t, int64(42), r.Value)
+			assert.Equal(t, []any{true, true}, r.Value, "the writer had first and oops while the code ran")
 			assert.Equal(t, "first\nlast\n", log.text("out"))
 			assert.Equal(t, "oops\n", log.text("err"))
-			// Generous bounds: the sleeps are 400 ms each.
-			assert.Greater(t, ended.Sub(log.firstAt(t, "first")), 600*time.Millisecond, "first arrived late")
-			assert.Greater(t, ended.Sub(log.firstAt(t, "oops")), 200*time.Millisecond, "oops arrived late")
 			assert.False(t, log.firstAt(t, "last").After(ended), "Run returned before the writer got the last output")
 		})
 	}
@@ -145,15 +182,23 @@ func TestLiveOutputKeepsOrderAcrossStreams(t *testing.T) {
 // In a worker, what C code and child processes write to fds 1 and 2 streams too.
 func TestLiveOutputOfChildProcessesInWorker(t *testing.T) {
 	eng := newIsolated(t, minipy.IsolatedConfig{})
-	opts, log := liveOpts(eng.NewNamespace())
-	code := "import os, subprocess, time\nos.write(1, b'raw\\n')\nsubprocess.run(['echo', 'child'])\nsubprocess.run('echo err >&2', shell=True)\ntime.sleep(0.5)"
+	ns := eng.NewNamespace()
+	opts, log := liveOpts(ns)
+	// The run ends only once the writer has the child's line (it makes a file then).
+	var once sync.Once
+	log.seen = func(all string) {
+		if strings.Contains(all, "child\n") {
+			once.Do(func() { assert.NoError(t, os.WriteFile(filepath.Join(ns.WorkDir(), "seen"), nil, 0o644)) })
+		}
+	}
+	code := "import os, subprocess, time\nos.write(1, b'raw\\n')\nsubprocess.run(['echo', 'child'])\nsubprocess.run('echo err >&2', shell=True)\n" +
+		"for _ in range(3000):\n    if os.path.exists('seen'):\n        break\n    time.sleep(0.01)\nos.path.exists('seen')"
 	r, err := eng.Run(context.Background(), code, opts)
-	ended := time.Now()
 	require.NoError(t, err)
+	assert.Equal(t, true, r.Value, "the writer had the child's output while the run went on")
 	assert.Equal(t, "raw\nchild\n", r.Stdout)
 	assert.Equal(t, "raw\nchild\n", log.text("out"))
 	assert.Equal(t, "err\n", log.text("err"))
-	assert.Greater(t, ended.Sub(log.firstAt(t, "child")), 300*time.Millisecond)
 }
 
 // A writer that cannot keep up never stalls the code: output beyond the backlog is dropped

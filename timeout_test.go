@@ -560,8 +560,13 @@ func TestTimeoutAbandonedRunFinishesLater(t *testing.T) {
 	}
 	ns := minipy.NewNamespace()
 	defer ns.Close()
+	// The loop's length is the machine's: ~2 s of it here, and never less than 10**8 (a
+	// fixed 10**8 ended within the grace on a machine twice as fast as this VM).
+	_, err := minipy.Run(context.Background(), "import time\nt = time.perf_counter()\nsum(range(10**7))\n"+
+		"n = max(10**8, int(2 * 10**7 / (time.perf_counter() - t)))", &minipy.Options{Globals: ns, Timeout: time.Minute})
+	require.NoError(t, err)
 	start := time.Now()
-	_, err := minipy.Run(context.Background(), "before = 1\ntotal = sum(range(10**8))\nafter = 1", &minipy.Options{Globals: ns, Timeout: 100 * time.Millisecond})
+	_, err = minipy.Run(context.Background(), "before = 1\ntotal = sum(range(n))\nafter = 1", &minipy.Options{Globals: ns, Timeout: 100 * time.Millisecond})
 	abandonedAfter := time.Since(start)
 	var ie *minipy.InterruptedError
 	require.ErrorAs(t, err, &ie)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -188,6 +189,16 @@ func (c *e2bClient) sandbox(sb e2bSandbox, token string, port int, method, path 
 	return c.do(req)
 }
 
+// awaitFile waits (up to 30 s) until the sandbox has the file path: what a run in
+// progress made, to say it is running.
+func (c *e2bClient) awaitFile(sb e2bSandbox, path string) {
+	c.t.Helper()
+	require.Eventually(c.t, func() bool {
+		code, _ := c.sandbox(sb, sb.EnvdAccessToken, 49983, "GET", "/files?path="+url.QueryEscape(path), nil)
+		return code == http.StatusOK
+	}, 30*time.Second, 10*time.Millisecond, "the run started (%s)", path)
+}
+
 func (c *e2bClient) do(req *http.Request) (int, []byte) {
 	c.t.Helper()
 	resp, err := http.DefaultClient.Do(req)
@@ -316,7 +327,7 @@ func TestE2BFilesStayInside(t *testing.T) {
 func TestE2BSandboxTimeout(t *testing.T) {
 	s := startE2B(t)
 	alice := &e2bClient{t, s.base, aliceKey}
-	sb := alice.create(map[string]any{"timeout": 1})
+	sb := alice.create(map[string]any{"timeout": 3}) // (its first call comes well within 3 s, even on a loaded machine)
 	code, _ := alice.sandbox(sb, sb.EnvdAccessToken, 49983, "GET", "/health", nil)
 	assert.Equal(t, http.StatusNoContent, code)
 	assert.Eventually(t, func() bool {
@@ -339,8 +350,10 @@ func TestE2BKillDuringRun(t *testing.T) {
 	alice := &e2bClient{t, s.base, aliceKey}
 	sb := alice.create(nil)
 	done := make(chan []map[string]any, 1)
-	go func() { done <- alice.execute(sb, "import time\nprint('started', flush=True)\ntime.sleep(60)") }()
-	time.Sleep(500 * time.Millisecond)
+	go func() {
+		done <- alice.execute(sb, "import time\nopen('started', 'w').close()\nprint('started', flush=True)\ntime.sleep(60)")
+	}()
+	alice.awaitFile(sb, "/home/user/started")
 	start := time.Now()
 	code, body := alice.api("DELETE", "/sandboxes/"+sb.SandboxID, nil)
 	require.Equal(t, http.StatusNoContent, code, "%s", body)
@@ -393,8 +406,10 @@ func TestE2BDrain(t *testing.T) {
 	alice := &e2bClient{t, s.base, aliceKey}
 	sb := alice.create(nil)
 	done := make(chan []map[string]any, 1)
-	go func() { done <- alice.execute(sb, "import time\ntime.sleep(2)\nprint('finished')") }()
-	time.Sleep(500 * time.Millisecond)
+	go func() {
+		done <- alice.execute(sb, "import time\nopen('started', 'w').close()\ntime.sleep(2)\nprint('finished')")
+	}()
+	alice.awaitFile(sb, "/home/user/started")
 	require.NoError(t, s.cmd.Process.Signal(syscall.SIGTERM))
 	msgs := <-done
 	assert.Equal(t, "finished\n", msgs[len(msgs)-1]["text"], "%v", msgs)

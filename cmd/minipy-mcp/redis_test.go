@@ -44,8 +44,14 @@ func (s *serverProc) kill(t *testing.T) {
 func TestServeRedisReplicasKilled(t *testing.T) {
 	r := redistest.Start(t)
 	bl := startBalanced(t, "-state-store", r.URL(), "-state-idle", "1s")
+	store, err := session.Open(r.URL(), session.StoreOptions{}) // (to see the saves)
+	require.NoError(t, err)
+	defer store.Close()
+	lastCall := time.Now() // (startBalanced's call answered before)
 	for round := range 2 {
-		time.Sleep(2 * time.Second) // saved after 1 s idle
+		// Saved after 1 s idle: the kill comes once the save is in the store, however long
+		// a loaded machine takes to make it.
+		require.True(t, savedSince(store, bl.cs.ID(), lastCall, 30*time.Second), "round %d: the idle save", round)
 		holder, port := &bl.a, bl.pa
 		if !holds(bl.a) {
 			holder, port = &bl.b, bl.pb
@@ -55,6 +61,7 @@ func TestServeRedisReplicasKilled(t *testing.T) {
 		start := time.Now()
 		text, isError := runText(t, bl.cs, map[string]any{"code": fmt.Sprintf(
 			"open('log.txt', 'a').write('round %d\\n')\nbump(), open('log.txt').read()", round)})
+		lastCall = time.Now()
 		require.False(t, isError, "round %d: %s", round, text)
 		want := "start\\n"
 		for i := range round + 1 {
@@ -233,7 +240,7 @@ func chaosSession(t *testing.T, ctx context.Context, cs *mcp.ClientSession, stor
 		answered.Add(1)
 		if !isStarted || rng.IntN(3) == 0 {
 			// Idle past -state-idle: saved, unless a kill came first (seen in the store).
-			if savedSince(store, cs.ID(), answeredAt) && killed.Load() == before {
+			if savedSince(store, cs.ID(), answeredAt, 5*time.Second) && killed.Load() == before {
 				saved = v
 				if !isStarted {
 					isStarted = true
@@ -246,9 +253,9 @@ func chaosSession(t *testing.T, ctx context.Context, cs *mcp.ClientSession, stor
 	}
 }
 
-// savedSince waits (up to 5 s) for a save of MCP session id made after since.
-func savedSince(store *session.Store, id string, since time.Time) bool {
-	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+// savedSince waits (up to within) for a save of MCP session id made after since.
+func savedSince(store *session.Store, id string, since time.Time, within time.Duration) bool {
+	for end := time.Now().Add(within); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
 		if meta, err := store.Stat(session.KindSession, id); err == nil && meta.Saved.After(since) {
 			return true
 		}

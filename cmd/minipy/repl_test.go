@@ -134,8 +134,10 @@ func testREPL(t *testing.T, args ...string) {
 	term.expect("ZeroDivisionError: division by zero")
 	term.expect(">>> ")
 	// Ctrl-C stops a running cell, not the REPL; the namespace lives on.
-	term.send("import time\rwhile True: time.sleep(0.01)\r")
-	time.Sleep(300 * time.Millisecond)
+	// (The cell says it runs, in words its echo does not have: a Ctrl-C typed before it
+	// starts is a byte readline reads, not an interrupt.)
+	term.send("import time\rprint('sp' + 'in', flush=True); [time.sleep(0.01) for _ in iter(int, 1)]\r")
+	term.expect("spin\r\n")
 	term.send("\x03")
 	term.expect("KeyboardInterrupt")
 	term.expect(">>> ")

@@ -22,9 +22,15 @@ def _serve_template(cfg, runtime):
     new sandbox's pid 1 (_become_tenant), which goes on as a guardian. The host closing the
     socket ends the template alone: the sandboxes forked from it are in pid namespaces of
     their own, each ended by its own guardian (docs/isolated.md, "Who may die")."""
+    _prepare_template(cfg, runtime)
+    _template_loop(cfg)
+
+
+def _prepare_template(cfg, runtime):
+    """The template's work before its loop: everything its workers share, loaded, warmed
+    up and frozen once here; then it tells the host it is ready (F_READY)."""
     import gc
     import importlib
-    import select
 
     # Copy-on-write: what the template loads is shared by every worker forked from it until
     # one writes to its page, and each such write costs the worker a page fault and a copy.
@@ -82,9 +88,15 @@ def _serve_template(cfg, runtime):
     _rt.fill_pools()  # (last: what the workers allocate goes to pools of their own)
     ready = _rt.encode(["%d.%d.%d" % sys.version_info[:3], sys.executable, os.getpid()] + compiled)
     os.write(1, _LEN.pack(len(ready) + 1) + F_READY + ready)
-    wake_r, wake_w = _child_wakeup()
+
+
+def _template_loop(cfg):
+    """The template's loop (_serve_template): it reaps, and forks a sandbox for each
+    request. It returns only in a fork, as the new sandbox's pid 1."""
+    import select
     import socket
 
+    wake_r, wake_w = _child_wakeup()
     ctl = socket.socket(fileno=_CTL_FD)
     poller = select.poll()
     poller.register(wake_r, select.POLLIN)
@@ -110,33 +122,37 @@ def _serve_template(cfg, runtime):
         for fd, _ in _poll(poller):  # what the loop in C left to this one
             if fd == wake_r:
                 os.read(wake_r, 512)
-                continue
-            try:
-                msg, fds = _recv_fds(ctl)
-            except OSError:
-                msg, fds = b"", []
-            if not msg:
-                os._exit(0)  # the engine is closed (or the host gone)
-            if msg[:1] == C_MOUNT and not fds:
-                _mount_workdir(cfg, ctl, msg[1:])
-                continue
-            pid = -1
-            if msg[:1] == C_NEW and len(fds) >= 6:
-                deferred = _defer_child_hooks(0)
-                pid = _fork_tenant(fds, msg[1:])
-                if pid == 0:
-                    _in_new_sandbox(ctl, deferred)
-                    if _SANDBOX_FORK is not None:  # made (the wakeup pipe closed)
-                        _tenant_made(cfg)
-                        return
-                    os.close(wake_r)
-                    os.close(wake_w)
-                    _become_tenant(cfg, fds, msg[1:])
-                    return
-                _run_deferred(deferred, False)
-            for f in fds:  # the fork's now, or (refused) closed here: the host's reads end
-                os.close(f)
+            elif _template_request(cfg, ctl, wake_r, wake_w):
+                return
 
+
+def _template_request(cfg, ctl, wake_r, wake_w):
+    """Serves one message of the host's on the control socket (a working directory's mount,
+    or a new sandbox). True in the new sandbox's pid 1, made."""
+    try:
+        msg, fds = _recv_fds(ctl)
+    except OSError:
+        msg, fds = b"", []
+    if not msg:
+        os._exit(0)  # the engine is closed (or the host gone)
+    if msg[:1] == C_MOUNT and not fds:
+        _mount_workdir(cfg, ctl, msg[1:])
+        return False
+    if msg[:1] == C_NEW and len(fds) >= 6:
+        deferred = _defer_child_hooks(0)
+        if _fork_tenant(fds, msg[1:]) == 0:
+            _in_new_sandbox(ctl, deferred)
+            if _SANDBOX_FORK is not None:  # made (the wakeup pipe closed)
+                _tenant_made(cfg)
+                return True
+            os.close(wake_r)
+            os.close(wake_w)
+            _become_tenant(cfg, fds, msg[1:])
+            return True
+        _run_deferred(deferred, False)
+    for f in fds:  # the fork's now, or (refused) closed here: the host's reads end
+        os.close(f)
+    return False
 
 def _immortal_refcount():
     """The reference count that makes an object immortal (PEP 683: Python never writes it
