@@ -26,6 +26,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -311,12 +312,14 @@ func TestEgressCaps(t *testing.T) {
 	in := newInternet(t)
 	big := strings.Repeat("x", 300<<10)
 	release := make(chan struct{})
+	var slow atomic.Int32 // the /slow requests that reached the server
 	in.http.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/big" {
 			fmt.Fprint(w, big)
 			return
 		}
 		if r.URL.Path == "/slow" {
+			slow.Add(1)
 			select { // (held until the third was refused, or the test ended)
 			case <-release:
 			case <-time.After(time.Minute):
@@ -330,11 +333,21 @@ func TestEgressCaps(t *testing.T) {
 	ns := e.NewNamespace()
 	defer ns.Close()
 	valueIn(t, e, ns, fmt.Sprintf(`import http.client
-def fetch(method, path):
+import time
+def fetch_once(method, path):
     c = http.client.HTTPConnection("127.0.0.1", 3128, timeout=20)
-    c.request(method, "http://example.test:%s" + path)
-    r = c.getresponse()
-    return r.status, len(r.read())
+    try:
+        c.request(method, "http://example.test:%s" + path)
+        r = c.getresponse()
+        return r.status, r.read()
+    finally:
+        c.close()
+def fetch(method, path):  # (past a connection of before that the proxy has not seen close yet)
+    for _ in range(500):
+        status, body = fetch_once(method, path)
+        if status != 429 or b"MaxConnections" not in body:
+            return status, len(body)
+        time.sleep(0.01)
 `, in.port(in.http)))
 	v := valueIn(t, e, ns, `[fetch("GET", "/ok"), fetch("POST", "/no")]`).([]any)
 	assert.Equal(t, []any{int64(200), int64(7)}, v[0]) // "GET /ok"
@@ -353,15 +366,22 @@ out`).([]any)
 	assert.Equal(t, int64(429), v[2].([]any)[0])
 	assert.Equal(t, []any{int64(200), int64(300 << 10)}, valueIn(t, e, ns, `fetch("GET", "/big")`), "a new run, a new count")
 
-	// Two slow requests hold the two connections; a third gets 429 at once. The code tries
-	// the third until the two are held (until then it goes through: 200); the two are
-	// released once the proxy has refused one (its event), whatever a loaded machine's pace.
-	for len(events) > 0 {
-		<-events
-	}
+	// Two slow requests hold the two connections; a third gets 429 at once. The code sends
+	// the third once the two have reached the server (the test says so with a file "go"),
+	// and the two are released once the proxy has refused it (its event), whatever a
+	// loaded machine's pace. (The proxy accepts one connection after another, each refusal's
+	// event sent before the next: once the two are in, the refusals before them are in the
+	// channel, and drained.)
 	refused := make(chan string, 1)
 	go func() {
 		defer close(release)
+		for end := time.Now().Add(time.Minute); slow.Load() < 2 && time.Now().Before(end); {
+			time.Sleep(5 * time.Millisecond)
+		}
+		for len(events) > 0 {
+			<-events
+		}
+		assert.NoError(t, os.WriteFile(filepath.Join(ns.WorkDir(), "go"), nil, 0o644))
 		for {
 			select {
 			case ev := <-events:
@@ -375,20 +395,19 @@ out`).([]any)
 			}
 		}
 	}()
-	v = valueIn(t, e, ns, `import threading, time
+	v = valueIn(t, e, ns, `import os, threading, time
 held = []
 def hold():
     held.append(fetch("GET", "/slow"))
 ts = [threading.Thread(target=hold) for _ in range(2)]
 for t in ts: t.start()
-tries = []
-while len(tries) < 3000:
-    tries.append(fetch("GET", "/ok")[0])
-    if tries[-1] != 200:
+for _ in range(6000):
+    if os.path.exists("go"):
         break
     time.sleep(0.01)
+third = fetch_once("GET", "/ok")
 for t in ts: t.join()
-[tries[-1], sorted(held)]`).([]any)
+[third[0], sorted(held)]`).([]any)
 	assert.Equal(t, int64(429), v[0])
 	assert.Equal(t, []any{[]any{int64(200), int64(9)}, []any{int64(200), int64(9)}}, v[1], "both held to the end")
 	assert.Contains(t, <-refused, "2 connections are open")
