@@ -128,7 +128,10 @@ func TestWorkSizeForkAndPacked(t *testing.T) {
 // Closing a namespace lets go of its tmpfs: the host closes its fd and the template's
 // mount is gone.
 func TestWorkSizeClose(t *testing.T) {
-	e := newIsolated(t, minipy.IsolatedConfig{WorkSize: 1 << 20})
+	// One spare, fixed: the adaptive pool holds two after two namespaces in 10 s, and went
+	// back to one only as the first aged out, 10 s on: the test passed only on a slow
+	// enough machine (0.15 s to spare on a fast one).
+	e := newIsolated(t, minipy.IsolatedConfig{WorkSize: 1 << 20, Spares: 1})
 	first := e.NewNamespace() // (and a spare, whose start makes its directory, for the next)
 	defer first.Close()
 	valueIn(t, e, first, "1")
