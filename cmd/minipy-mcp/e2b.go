@@ -40,7 +40,8 @@ func (f *flags) e2bConfig(eng minipy.Engine, toks *session.Tokens, g *session.Ga
 				return nil, refusal
 			}
 			return func() { g.Release(user) }, ""
-		}}
+		},
+		HoldPaused: g.HoldUser}
 	if cfg.MemoryLimit > 0 {
 		c.MemoryMB = int(cfg.MemoryLimit >> 20)
 	}
@@ -48,7 +49,7 @@ func (f *flags) e2bConfig(eng minipy.Engine, toks *session.Tokens, g *session.Ga
 		c.DiskMB = int(cfg.WorkSize >> 20)
 	}
 	if toks != nil {
-		c.Authenticate = toks.User
+		c.Authenticate, c.HasUser = toks.User, toks.Has
 	}
 	return c
 }
@@ -56,8 +57,8 @@ func (f *flags) e2bConfig(eng minipy.Engine, toks *session.Tokens, g *session.Ga
 // serveE2B serves srv on ln until ctx ends, then drains: no new sandbox (nor session of
 // g's), the running requests (executions) get drainTimeout to finish, then every sandbox
 // is killed.
-func serveE2B(ctx context.Context, srv *e2b.Server, g *session.Gate, ln net.Listener, drainTimeout time.Duration) error {
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+func serveE2B(ctx context.Context, srv *e2b.Server, g *session.Gate, ln net.Listener, drainTimeout, connIdle time.Duration) error {
+	hs := session.HTTPServer(srv, connIdle)
 	log.Printf("minipy-mcp: serving E2B's API and sandboxes at http://%s (E2B_API_URL and E2B_SANDBOX_URL)", ln.Addr())
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()

@@ -64,6 +64,8 @@
 //	                    but -max-sessions; without -tokens every client is one user)
 //	-drain-timeout d    with -http or -e2b: how long SIGTERM waits for running calls
 //	                    (default 30s)
+//	-conn-idle-timeout d  with -http or -e2b: close a kept-alive connection idle this
+//	                    long (default 1m)
 //	-e2b addr           serve E2B's API and sandboxes on addr (host:port), beside -http or
 //	                    alone: E2B's SDKs run unchanged with E2B_API_URL and E2B_SANDBOX_URL
 //	                    set to http://addr and a -tokens token as E2B_API_KEY; needs
@@ -194,6 +196,7 @@ type flags struct {
 	maxPerUser     int
 	maxResource    int64
 	drainTimeout   time.Duration
+	connIdle       time.Duration
 	stateDir       string
 	stateStore     string
 	stateMaxBytes  int64
@@ -229,6 +232,7 @@ func parseFlags() *flags {
 	flag.IntVar(&f.maxPerUser, "max-sessions-per-user", 0, "with -http: the most sessions one user (one -tokens NAME; all clients without tokens are one user) may hold at once (0: no limit besides -max-sessions)")
 	flag.Int64Var(&f.maxResource, "max-resource-size", mcpfront.DefaultMaxResourceSize, "with -backend isolated: the largest file of a session's working directory that resources/read returns, in `bytes`")
 	flag.DurationVar(&f.drainTimeout, "drain-timeout", 30*time.Second, "with -http: at SIGTERM, how long running calls may take to finish before the server closes")
+	flag.DurationVar(&f.connIdle, "conn-idle-timeout", session.DefaultConnIdle, "with -http or -e2b: close a kept-alive connection after this long without a request")
 	flag.StringVar(&f.stateDir, "state-dir", "", "save sessions (variables, functions, files) in this `directory`: -http's when they idle and at SIGTERM, resumed under the same Mcp-Session-Id for the same user; -e2b's paused sandboxes, and those running at SIGTERM; in this process or another replica sharing it")
 	flag.StringVar(&f.stateStore, "state-store", "", "as -state-dir, in this store `URL`: dir://PATH (-state-dir PATH), or redis://[user:pass@]host:port/db (rediss:// for TLS), which replicas on many hosts share")
 	flag.Int64Var(&f.stateMaxBytes, "state-max-bytes", defaultStateMaxBytes, "with -state-dir or -state-store: the largest save (a session's variables and files, a paused sandbox) the store takes, in `bytes`")
@@ -377,9 +381,6 @@ func (f *flags) serve(ctx context.Context, eng minipy.Engine, icfg minipy.Isolat
 		limitText(f.maxSessions), limitText(f.maxPerUser))
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if toks != nil {
-		reloadTokensOnHUP(ctx, toks)
-	}
 	store := f.openStore(ctx, lns.http == nil)
 	if store != nil {
 		defer store.Close()
@@ -391,6 +392,7 @@ func (f *flags) serve(ctx context.Context, eng minipy.Engine, icfg minipy.Isolat
 	}
 	errs := make(chan error, 2)
 	n := 0
+	var enders []func(user string) // each front's, for a revoked user
 	if lns.e2b != nil {
 		if err := checkE2B(eng, f.workers); err != nil {
 			log.Fatalf("minipy-mcp: %v", err)
@@ -400,14 +402,28 @@ func (f *flags) serve(ctx context.Context, eng minipy.Engine, icfg minipy.Isolat
 		ecfg.Store, ecfg.Metrics, ecfg.Ops = store, m, opsHandler(g, m, ready, store)
 		srv := e2b.New(ecfg)
 		countE2B(m, srv)
-		go func() { errs <- serveE2B(ctx, srv, g, lns.e2b, f.drainTimeout) }()
+		enders = append(enders, func(user string) {
+			paused, killed := srv.EndUser(user)
+			log.Printf("minipy-mcp: user %q's E2B sandboxes: %d paused into the store, %d killed", user, paused, killed)
+		})
+		go func() { errs <- serveE2B(ctx, srv, g, lns.e2b, f.drainTimeout, f.connIdle) }()
 	}
 	if lns.http != nil {
 		n++
 		front := mcpfront.New(mcpfront.Config{Engine: eng, Options: *opts, Functions: fns, Version: version, Metrics: m,
 			Transport: "tcp", Gate: g, Tokens: toks, MaxResourceSize: f.maxResource, Store: store,
-			StateIdle: f.stateIdle, Handles: true, Idle: f.sessionTimeout})
+			StateIdle: f.stateIdle, Handles: true, Idle: f.sessionTimeout, ConnIdle: f.connIdle})
+		enders = append(enders, func(user string) {
+			log.Printf("minipy-mcp: user %q's MCP sessions: %d ended (saved first, with a store)", user, front.EndUser(user))
+		})
 		go func() { errs <- front.Serve(ctx, lns.http, opsHandler(g, m, ready, store), f.drainTimeout) }()
+	}
+	if toks != nil {
+		reloadTokensOnHUP(ctx, toks, func(user string) {
+			for _, end := range enders {
+				end(user)
+			}
+		})
 	}
 	var first error
 	for range n {

@@ -71,15 +71,22 @@ func isLoopback(addr string) bool {
 }
 
 // reloadTokensOnHUP reads the -tokens file again at each SIGHUP until ctx ends; a file
-// that cannot be read leaves the tokens as they were.
-func reloadTokensOnHUP(ctx context.Context, t *session.Tokens) {
+// that went bad leaves the tokens as they were. A user left without a token is cut off at
+// once: endUser ends their sessions and sandboxes (saved or paused into the store first,
+// where there is one).
+func reloadTokensOnHUP(ctx context.Context, t *session.Tokens, endUser func(user string)) {
 	onHUP(ctx, func() {
-		if err := t.Reload(); err != nil {
+		revoked, err := t.Reload()
+		if err != nil {
 			log.Printf("minipy-mcp: -tokens: reading it again failed, the tokens stay as they were: %v", err)
 			return
 		}
 		n, users := t.Users()
 		log.Printf("minipy-mcp: -tokens: read again: %d tokens of %d users", n, users)
+		for _, user := range revoked {
+			log.Printf("minipy-mcp: -tokens: user %q has no token now: their sessions and sandboxes end", user)
+			endUser(user)
+		}
 	})
 }
 

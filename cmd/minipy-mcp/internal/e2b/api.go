@@ -30,7 +30,7 @@ func (s *Server) routes() {
 			s.cfg.Ops.ServeHTTP(w, r)
 			return
 		}
-		writeError(w, http.StatusNotFound, r.Method+" "+r.URL.Path+" is not part of what minipy serves of E2B's API "+
+		writeError(w, http.StatusNotFound, r.Method+" "+echo(r.URL.Path)+" is not part of what minipy serves of E2B's API "+
 			"(docs/e2b.md lists what is)")
 	})
 	s.interpreterRoutes()
@@ -72,7 +72,7 @@ func (s *Server) owned(next func(http.ResponseWriter, *http.Request, *sandbox)) 
 			}
 		}
 		if sb == nil || sb.user != user {
-			writeError(w, http.StatusNotFound, "sandbox "+r.PathValue("id")+" not found")
+			writeError(w, http.StatusNotFound, "sandbox "+echo(r.PathValue("id"))+" not found")
 			return
 		}
 		next(w, r, sb)
@@ -145,7 +145,7 @@ func (s *Server) checkCreate(req *createRequest) (template string, life time.Dur
 	}
 	if !slices.Contains(Templates, template) {
 		return "", 0, fmt.Sprintf("template %q: minipy serves the templates %s, each its engine's Python "+
-			"(what it can import is the server's configuration)", template, strings.Join(Templates, ", "))
+			"(what it can import is the server's configuration)", echo(template), strings.Join(Templates, ", "))
 	}
 	switch {
 	case len(req.VolumeMounts) > 0:
@@ -167,7 +167,7 @@ func (s *Server) checkCreate(req *createRequest) (template string, life time.Dur
 func checkEnvs(envs map[string]string) string {
 	for k, v := range envs {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
-			return fmt.Sprintf("environment variable %q: a name is not empty and holds no '=' nor NUL, a value no NUL", k)
+			return fmt.Sprintf("environment variable %q: a name is not empty and holds no '=' nor NUL, a value no NUL", echo(k))
 		}
 	}
 	return ""
@@ -352,16 +352,8 @@ func matches(metadata map[string]string, want url.Values) bool {
 // userListed lists user's sandboxes, oldest first: those of this server's memory and,
 // with a store, those paused into it.
 func (s *Server) userListed(user string) []listedSandbox {
-	s.mu.Lock()
-	var mine []*sandbox
-	for _, sb := range s.sandboxes {
-		if sb.user == user {
-			mine = append(mine, sb)
-		}
-	}
-	s.mu.Unlock()
 	var all []listedSandbox
-	for _, sb := range mine {
+	for _, sb := range s.sandboxesOf(user) {
 		if !sb.storedPaused() { // (the store's listing has it)
 			all = append(all, s.listed(sb))
 		}

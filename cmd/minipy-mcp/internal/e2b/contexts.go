@@ -53,10 +53,10 @@ func (s *Server) createContext(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sb.mu.Lock()
-	if sb.dead {
+	if sb.dead || sb.state != stateRunning { // (its place would outlive it: places.go)
 		sb.mu.Unlock()
 		cc.close()
-		writeError(w, http.StatusBadGateway, "the sandbox "+sb.id+" was killed")
+		writeError(w, http.StatusBadGateway, "the sandbox "+sb.id+" was killed or paused meanwhile")
 		return
 	}
 	sb.contexts = append(sb.contexts, cc)
@@ -80,7 +80,7 @@ func (s *Server) removeContext(w http.ResponseWriter, r *http.Request) {
 	case i == 0:
 		writeError(w, http.StatusBadRequest, "the sandbox's default context cannot be removed (restart it instead)")
 	case cc == nil:
-		writeError(w, http.StatusNotFound, "context "+id+" not found")
+		writeError(w, http.StatusNotFound, "context "+echo(id)+" not found")
 	default:
 		cc.close()
 		w.WriteHeader(http.StatusNoContent)
@@ -93,7 +93,7 @@ func (s *Server) restartContext(w http.ResponseWriter, r *http.Request) {
 	sb := sandboxOf(r)
 	cc := sb.context(r.PathValue("id"))
 	if cc == nil || r.PathValue("id") == "" {
-		writeError(w, http.StatusNotFound, "context "+r.PathValue("id")+" not found")
+		writeError(w, http.StatusNotFound, "context "+echo(r.PathValue("id"))+" not found")
 		return
 	}
 	fresh := s.cfg.Engine.NewNamespace()
@@ -106,11 +106,11 @@ func (s *Server) restartContext(w http.ResponseWriter, r *http.Request) {
 	old := cc.ns.Swap(fresh)
 	cc.count = 0
 	sb.mu.Lock()
-	dead := sb.dead // killed meanwhile: its close may have closed either namespace
+	gone := !sb.holds(cc) // killed, paused, or removed meanwhile: its close may have closed either namespace
 	sb.mu.Unlock()
 	cc.mu.Unlock()
 	old.Close() //nolint:errcheck // closing a namespace does not fail
-	if dead {
+	if gone {
 		fresh.Close() //nolint:errcheck // closing a namespace does not fail
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -159,7 +159,12 @@ func TestRouting(t *testing.T) {
 	assert.Equal(t, http.StatusNoContent, call("49983-sb1.sandboxes.example.com", map[string]string{"X-Access-Token": "tok"}))
 	assert.Equal(t, http.StatusUnauthorized, call("49983-sb1.example.com", nil))
 	assert.Equal(t, http.StatusUnauthorized, call("49983-sb1.example.com", map[string]string{"X-Access-Token": "tok2"}))
-	assert.Equal(t, http.StatusBadGateway, call("49983-nope.example.com", map[string]string{"X-Access-Token": "tok"}))
+	// A sandbox that does not run: 502 to a token the server made for it, which its client
+	// had; else 401, as for a live one without its token (which ids live is no one's to learn).
+	assert.Equal(t, http.StatusBadGateway, call("49983-nope.example.com", map[string]string{"X-Access-Token": s.tokens.make("nope")}))
+	assert.Equal(t, http.StatusUnauthorized, call("49983-nope.example.com", map[string]string{"X-Access-Token": "tok"}))
+	assert.Equal(t, http.StatusUnauthorized, call("49983-nope.example.com", nil))
+	assert.Equal(t, http.StatusUnauthorized, call("49983-nope.example.com", map[string]string{"X-Access-Token": s.tokens.make("sb1")}))
 	assert.Equal(t, http.StatusBadGateway, call("8080-sb1.example.com", map[string]string{"X-Access-Token": "tok"}))
 	assert.Equal(t, http.StatusOK, call("49999-sb1.example.com", map[string]string{"E2B-Traffic-Access-Token": "tok"}))
 	assert.Equal(t, http.StatusNotFound, call("api.example.com", nil), "the API has no /health")

@@ -8,6 +8,7 @@ import (
 	"mime"
 	"net/http"
 	"path"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -32,14 +33,29 @@ func (s *Server) envdRoutes() {
 	s.filesystemRoutes()
 	s.processRoutes()
 	s.envd.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, r.Method+" "+r.URL.Path+" is not part of what minipy serves of envd "+
+		writeError(w, http.StatusNotFound, r.Method+" "+echo(r.URL.Path)+" is not part of what minipy serves of envd "+
 			"(docs/e2b.md lists what is)")
 	})
+}
+
+// maxPath bounds a path (Linux's PATH_MAX): a longer one is refused before it reaches
+// the files, or an error.
+const maxPath = 4096
+
+// echo is at most 200 bytes of what a request gave, for an error that repeats it.
+func echo(s string) string {
+	if len(s) > 200 {
+		return strconv.Quote(s[:200]) + "..."
+	}
+	return s
 }
 
 // workPath is an E2B path as a name in the working directory: Home and what is under it,
 // or a relative path. Elsewhere is refused: the sandbox's other files are its own.
 func workPath(p string) (string, bool) {
+	if len(p) > maxPath {
+		return "", false
+	}
 	if !strings.HasPrefix(p, "/") {
 		p = path.Join(Home, p)
 	}
@@ -54,7 +70,7 @@ func workPath(p string) (string, bool) {
 func (s *Server) download(w http.ResponseWriter, r *http.Request) {
 	name, ok := workPath(r.URL.Query().Get("path"))
 	if !ok || name == "" {
-		writeError(w, http.StatusBadRequest, "path "+r.URL.Query().Get("path")+": minipy reaches the files of "+Home+
+		writeError(w, http.StatusBadRequest, "path "+echo(r.URL.Query().Get("path"))+": minipy reaches the files of "+Home+
 			" (the sandbox's working directory) only")
 		return
 	}
@@ -125,7 +141,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 			}
 			body = z
 		default:
-			writeError(w, http.StatusUnsupportedMediaType, "Content-Encoding "+r.Header.Get("Content-Encoding")+
+			writeError(w, http.StatusUnsupportedMediaType, "Content-Encoding "+echo(r.Header.Get("Content-Encoding"))+
 				": gzip or none")
 			return
 		}
@@ -172,7 +188,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 func (s *Server) writeFile(w http.ResponseWriter, ns *minipy.Namespace, target string, body io.Reader) (entryInfo, bool) {
 	name, ok := workPath(target)
 	if !ok || name == "" {
-		writeError(w, http.StatusBadRequest, "path "+target+": minipy writes files under "+Home+
+		writeError(w, http.StatusBadRequest, "path "+echo(target)+": minipy writes files under "+Home+
 			" (the sandbox's working directory) only")
 		return entryInfo{}, false
 	}

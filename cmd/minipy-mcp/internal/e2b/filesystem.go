@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io/fs"
 	"path"
+	"strconv"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -24,7 +25,7 @@ type filesystemService struct {
 }
 
 func (s *Server) filesystemRoutes() {
-	p, h := filesystemconnect.NewFilesystemHandler(filesystemService{})
+	p, h := filesystemconnect.NewFilesystemHandler(filesystemService{}, connect.WithReadMaxBytes(maxEnvdMessage))
 	s.envd.Handle(p, h)
 }
 
@@ -36,8 +37,9 @@ func fsTarget(ctx context.Context, p string) (*minipy.Namespace, string, error) 
 	}
 	name, ok := workPath(p)
 	if !ok {
-		return nil, "", connect.NewError(connect.CodeInvalidArgument, errors.New("path "+p+
-			": minipy reaches the files of "+Home+" (the sandbox's working directory) only"))
+		return nil, "", connect.NewError(connect.CodeInvalidArgument, errors.New("path "+echo(p)+
+			": minipy reaches the files of "+Home+" (the sandbox's working directory) only, by a path of at most "+
+			strconv.Itoa(maxPath)+" bytes"))
 	}
 	return ns, name, nil
 }
@@ -92,7 +94,7 @@ func (filesystemService) MakeDir(ctx context.Context, req *connect.Request[files
 		return nil, err
 	}
 	if _, err := ns.Stat(name); err == nil {
-		return nil, connect.NewError(connect.CodeAlreadyExists, errors.New(req.Msg.GetPath()+" exists already"))
+		return nil, connect.NewError(connect.CodeAlreadyExists, errors.New(echo(req.Msg.GetPath())+" exists already"))
 	}
 	if err := ns.MakeDir(name); err != nil {
 		return nil, fsError(err)

@@ -31,7 +31,7 @@ func (s *Server) interpreterRoutes() {
 	s.interpreter.HandleFunc("DELETE /contexts/{id}", s.removeContext)
 	s.interpreter.HandleFunc("POST /contexts/{id}/restart", s.restartContext)
 	s.interpreter.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, r.Method+" "+r.URL.Path+" is not part of the code interpreter")
+		writeError(w, http.StatusNotFound, r.Method+" "+echo(r.URL.Path)+" is not part of the code interpreter")
 	})
 }
 
@@ -44,7 +44,7 @@ func checkLanguage(w http.ResponseWriter, language string) bool {
 	case "", "python", "python3":
 		return true
 	}
-	writeError(w, http.StatusBadRequest, "language "+language+": minipy runs Python only")
+	writeError(w, http.StatusBadRequest, "language "+echo(language)+": minipy runs Python only")
 	return false
 }
 
@@ -65,7 +65,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	sb := sandboxOf(r)
 	cc := sb.context(req.ContextID)
 	if cc == nil {
-		writeError(w, http.StatusNotFound, "context "+req.ContextID+" not found")
+		writeError(w, http.StatusNotFound, "context "+echo(req.ContextID)+" not found")
 		return
 	}
 	ctx, stop := context.WithCancel(r.Context())

@@ -69,12 +69,12 @@ func (s *Server) pause(sb *sandbox) (int, string) {
 	case err != nil:
 	case s.cfg.Store != nil:
 		err = s.storePaused(sb, paused)
-	case !s.reservePaused(size):
-		err = fmt.Errorf("the server holds its limit of %d bytes of paused sandboxes", s.cfg.MaxPausedBytes)
+	default:
+		err = s.reservePaused(sb.user, size)
 	}
 	sb.mu.Lock()
-	defer sb.mu.Unlock()
 	if err != nil || sb.dead {
+		defer sb.mu.Unlock()
 		sb.state = stateRunning
 		if !sb.dead {
 			sb.timer.Reset(time.Until(sb.end))
@@ -83,15 +83,14 @@ func (s *Server) pause(sb *sandbox) (int, string) {
 			if s.cfg.Store != nil {
 				s.cfg.Store.Remove(session.KindSandbox, sb.id)
 			} else {
-				s.releasePaused(size)
+				s.releasePaused(sb.user, size)
 			}
 			return http.StatusNotFound, "sandbox " + sb.id + " was killed"
 		}
 		return http.StatusInsufficientStorage, "the sandbox could not be paused: " + err.Error()
 	}
-	for _, cc := range contexts {
-		cc.close()
-	}
+	s.holdPausedPlace(sb)  // (first: the contexts' places go back as they close)
+	closing := sb.contexts // (those saved, but any removed meanwhile)
 	sb.contexts, sb.state = nil, statePaused
 	if s.cfg.Store != nil {
 		sb.stored, sb.end = true, s.storedEnd(time.Now())
@@ -99,6 +98,10 @@ func (s *Server) pause(sb *sandbox) (int, string) {
 		sb.paused, sb.pausedBytes, sb.end = paused, size, time.Now().Add(s.cfg.PausedTTL)
 	}
 	sb.timer.Reset(time.Until(sb.end))
+	sb.mu.Unlock()
+	for _, cc := range closing { // (not under sb.mu: a context's restart holds its lock, then takes sb.mu)
+		cc.close()
+	}
 	s.logf("minipy-mcp: E2B sandbox %s of user %q paused (%d bytes)", sb.id, sb.user, size)
 	return 0, ""
 }
@@ -122,20 +125,38 @@ func saveContexts(contexts []*codeContext) ([]pausedContext, int64, error) {
 	return out, size, nil
 }
 
-// reservePaused counts size more bytes of paused sandboxes, if they fit.
-func (s *Server) reservePaused(size int64) bool {
+// reservePaused counts size more bytes of user's paused sandboxes, if they fit the
+// server's bound and the user's share.
+func (s *Server) reservePaused(user string, size int64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.pausedBytes+size > s.cfg.MaxPausedBytes {
-		return false
+	if err := s.pausedFits(s.pausedBytes, s.pausedByUser[user], size); err != nil {
+		return err
 	}
 	s.pausedBytes += size
-	return true
+	s.pausedByUser[user] += size
+	return nil
 }
 
-func (s *Server) releasePaused(size int64) {
+// pausedFits says why size more bytes of a user's paused sandboxes do not fit, beside all
+// and theirs, if they do not.
+func (s *Server) pausedFits(all, theirs, size int64) error {
+	switch {
+	case theirs+size > s.cfg.MaxPausedBytesPerUser:
+		return fmt.Errorf("your paused sandboxes hold %d bytes, and one user's may hold %d; kill one of them first",
+			theirs, s.cfg.MaxPausedBytesPerUser)
+	case all+size > s.cfg.MaxPausedBytes:
+		return fmt.Errorf("the server holds its limit of %d bytes of paused sandboxes", s.cfg.MaxPausedBytes)
+	}
+	return nil
+}
+
+func (s *Server) releasePaused(user string, size int64) {
 	s.mu.Lock()
 	s.pausedBytes -= size
+	if s.pausedByUser[user] -= size; s.pausedByUser[user] <= 0 {
+		delete(s.pausedByUser, user)
+	}
 	s.mu.Unlock()
 }
 
@@ -156,6 +177,7 @@ func (s *Server) resume(sb *sandbox, life time.Duration) (int, string) {
 	}
 	sb.state = stateChanging
 	paused, stored := sb.paused, sb.stored
+	sb.dropPausedPlace() // (its contexts take theirs)
 	sb.mu.Unlock()
 	var contexts []*codeContext
 	code, why := 0, ""
@@ -172,6 +194,9 @@ func (s *Server) resume(sb *sandbox, life time.Duration) (int, string) {
 		for _, cc := range contexts {
 			cc.close()
 		}
+		if !sb.dead {
+			s.holdPausedPlace(sb)
+		}
 		if stored && paused != nil {
 			s.cfg.Store.ReleaseLease(session.KindSandbox, sb.id)
 		}
@@ -187,7 +212,7 @@ func (s *Server) resume(sb *sandbox, life time.Duration) (int, string) {
 		s.cfg.Store.Remove(session.KindSandbox, sb.id)
 		s.cfg.Store.ReleaseLease(session.KindSandbox, sb.id)
 	}
-	s.releasePaused(sb.pausedBytes)
+	s.releasePaused(sb.user, sb.pausedBytes)
 	sb.contexts, sb.paused, sb.pausedBytes, sb.state, sb.stored = contexts, nil, 0, stateRunning, false
 	sb.end = time.Now().Add(life)
 	sb.timer.Reset(life)

@@ -28,7 +28,7 @@ type processService struct {
 }
 
 func (s *Server) processRoutes() {
-	p, h := processconnect.NewProcessHandler(processService{})
+	p, h := processconnect.NewProcessHandler(processService{}, connect.WithReadMaxBytes(maxEnvdMessage))
 	s.envd.Handle(p, h)
 }
 
@@ -104,6 +104,7 @@ func (processService) Start(ctx context.Context, req *connect.Request[process.St
 		return err
 	}
 	defer sb.cmds.remove(pid)
+	leaveInflight(ctx) // (a command now: maxCommands bounds its stream)
 	send := func(ev *process.ProcessEvent) error { return stream.Send(&process.StartResponse{Event: ev}) }
 	if err := send(&process.ProcessEvent{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: pid}}}); err != nil {
 		cmd.proc.Signal(syscall.SIGKILL) //nolint:errcheck // its client is gone

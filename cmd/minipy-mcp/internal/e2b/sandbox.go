@@ -2,7 +2,6 @@ package e2b
 
 import (
 	"context"
-	"crypto/rand"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -36,17 +35,19 @@ type sandbox struct {
 	autoPause   bool            // its time's end pauses it (E2B's lifecycle onTimeout: pause)
 	paused      []pausedContext // while paused, in memory
 	pausedBytes int64
-	stored      bool // paused into Config.Store: its state is there (stored.go)
+	stored      bool   // paused into Config.Store: its state is there (stored.go)
+	pausedPlace func() // while paused: gives back its place under its user's cap (places.go)
 }
 
 // codeContext is one of a sandbox's code contexts (E2B's Jupyter kernels): a namespace.
 type codeContext struct {
 	id, language, cwd string
 
-	mu      sync.Mutex                       // held by a run, and by a restart, which replaces ns
-	ns      atomic.Pointer[minipy.Namespace] // (files reach it during a run)
-	release func()
-	count   int // executions so far (Jupyter's execution_count)
+	mu       sync.Mutex                       // held by a run, and by a restart, which replaces ns
+	ns       atomic.Pointer[minipy.Namespace] // (files reach it during a run)
+	release  func()                           // gives its place back (places.go)
+	released sync.Once                        // ... once
+	count    int                              // executions so far (Jupyter's execution_count)
 }
 
 // maxInflight caps the requests in progress on one sandbox's ports.
@@ -60,6 +61,16 @@ func withSandbox(ctx context.Context, sb *sandbox) context.Context {
 
 func sandboxOf(r *http.Request) *sandbox { return r.Context().Value(sandboxKey{}).(*sandbox) }
 
+type releaseKey struct{}
+
+// leaveInflight gives up the place of ctx's request among its sandbox's requests in
+// progress, before the request ends (a command's stream, once the command has started).
+func leaveInflight(ctx context.Context) {
+	if release, ok := ctx.Value(releaseKey{}).(func()); ok {
+		release()
+	}
+}
+
 // authorized reports whether r carries the sandbox's access token: envd's header, or the
 // one the code interpreter's client sends.
 func (sb *sandbox) authorized(r *http.Request) bool {
@@ -71,7 +82,8 @@ func (sb *sandbox) authorized(r *http.Request) bool {
 // the request.
 func (s *Server) newSandbox(user, template string, req *createRequest, life time.Duration) (*sandbox, int, string) {
 	now := time.Now()
-	sb := &sandbox{id: randomID(), token: rand.Text(), user: user, template: template, metadata: req.Metadata,
+	id := randomID()
+	sb := &sandbox{id: id, token: s.tokens.make(id), user: user, template: template, metadata: req.Metadata,
 		envs: req.EnvVars, started: now, end: now.Add(life), state: stateRunning, inflight: make(chan struct{}, maxInflight),
 		autoPause: req.AutoPause != nil && *req.AutoPause}
 	if sb.metadata == nil {
@@ -160,7 +172,7 @@ func (cc *codeContext) close() {
 	cc.mu.Lock()
 	cc.ns.Load().Close() //nolint:errcheck // closing a namespace does not fail
 	cc.mu.Unlock()
-	cc.release()
+	cc.released.Do(cc.release) // (once: a context removed while its sandbox pauses is closed twice)
 }
 
 // kill ends sb, if it still runs: its runs stop, its namespaces close, their places free.
@@ -181,7 +193,8 @@ func (s *Server) kill(sb *sandbox, why string) bool {
 	}
 	contexts := sb.contexts
 	sb.contexts, sb.paused = nil, nil
-	s.releasePaused(sb.pausedBytes)
+	s.releasePaused(sb.user, sb.pausedBytes)
+	sb.dropPausedPlace()
 	sb.mu.Unlock()
 	sb.cancel()
 	for _, cc := range contexts {

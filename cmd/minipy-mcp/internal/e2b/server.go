@@ -18,6 +18,7 @@
 package e2b
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/json"
@@ -31,7 +32,7 @@ import (
 	"time"
 
 	"github.com/minipy-go/minipy"
-	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/e2b/envd/proto/process/processconnect"
+	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/loopguard"
 	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/session"
 )
 
@@ -55,6 +56,7 @@ const (
 	DefaultSandboxTimeout = 5 * time.Minute // E2B's
 	DefaultMaxTimeout     = time.Hour       // E2B's Hobby tier
 	DefaultMaxContexts    = 8
+	DefaultMaxUpload      = 1 << 30
 )
 
 // Config is what a Server serves with.
@@ -69,12 +71,19 @@ type Config struct {
 	// minipy.DefaultMaxOutput); the live stream carries all of it up to the cap.
 	MaxOutput int
 	// Authenticate returns the user an API key belongs to. Nil accepts every key, all as
-	// one user.
+	// one user. HasUser reports whether a user still has a key: a sandbox of one who has
+	// none (revoked) serves nothing more, whatever access token its client holds (nil:
+	// every user has).
 	Authenticate func(key string) (user string, ok bool)
+	HasUser      func(user string) bool
 	// Admit reserves the place of a namespace of user under the server's caps: it returns
 	// the function that gives it back, or why not (the client gets 429 with the reason).
 	// Nil admits everything.
 	Admit func(user string) (release func(), refusal string)
+	// HoldPaused counts a paused sandbox of user under the user's cap, and returns the
+	// function that gives its place back; it is never refused (a pause gives back a place
+	// per context, and takes one). Nil: paused sandboxes hold no place.
+	HoldPaused func(user string) (release func())
 	// DefaultTimeout is a sandbox's life when its creator gives none (0:
 	// DefaultSandboxTimeout); MaxTimeout the most it may ask for (0: DefaultMaxTimeout).
 	// A sandbox is killed when its time ends, as E2B's are.
@@ -87,6 +96,9 @@ type Config struct {
 	// is kept PausedTTL (0: DefaultPausedTTL), then forgotten.
 	MaxPausedBytes int64
 	PausedTTL      time.Duration
+	// MaxPausedBytesPerUser caps what one user's paused sandboxes hold of MaxPausedBytes
+	// (0: a quarter of it), so that one user cannot fill it for every other.
+	MaxPausedBytesPerUser int64
 	// Metrics, if set, counts the executions (minipy_runs_total, by outcome) and the
 	// requests refused for their API key or access token.
 	Metrics *session.Metrics
@@ -97,6 +109,9 @@ type Config struct {
 	Store *session.Store
 	// CPUCount, MemoryMB and DiskMB are what a sandbox's info reports.
 	CPUCount, MemoryMB, DiskMB int
+	// MaxUpload bounds an upload's body (envd's POST /files), in bytes (0: DiskMB's,
+	// and 1 MiB for a form's headers; DefaultMaxUpload where DiskMB is 0).
+	MaxUpload int64
 	// Logf, if set, logs sandboxes created and ended.
 	Logf func(format string, args ...any)
 	// Ops, if set, serves the API's paths that E2B's API does not have: the server's
@@ -112,10 +127,13 @@ type Server struct {
 	sandboxes map[string]*sandbox
 	closed    bool // no new sandbox: draining or closed
 	stats     Stats
-	// pausedBytes is what the paused sandboxes hold (within Config.MaxPausedBytes).
-	pausedBytes int64
+	// pausedBytes is what the paused sandboxes hold in memory (within Config.MaxPausedBytes),
+	// in all and by user (within MaxPausedBytesPerUser).
+	pausedBytes  int64
+	pausedByUser map[string]int64
 
 	api, interpreter, envd *http.ServeMux
+	tokens                 accessTokens
 }
 
 // New returns a server of cfg's sandboxes.
@@ -138,8 +156,26 @@ func New(cfg Config) *Server {
 	if cfg.PausedTTL <= 0 {
 		cfg.PausedTTL = DefaultPausedTTL
 	}
-	s := &Server{cfg: cfg, sandboxes: map[string]*sandbox{}}
+	if cfg.MaxPausedBytesPerUser <= 0 {
+		cfg.MaxPausedBytesPerUser = cfg.MaxPausedBytes / 4
+	}
+	if cfg.MaxUpload <= 0 {
+		cfg.MaxUpload = DefaultMaxUpload
+		if cfg.DiskMB > 0 {
+			cfg.MaxUpload = int64(cfg.DiskMB)<<20 + 1<<20
+		}
+	}
+	s := &Server{cfg: cfg, sandboxes: map[string]*sandbox{}, pausedByUser: map[string]int64{},
+		tokens: newAccessTokens(cfg.Store)}
 	s.routes()
+	if cfg.Store != nil { // (the store's paused sandboxes hold their users' places here too)
+		for _, one := range cfg.Store.List(session.KindSandbox) {
+			var si storedInfo
+			if json.Unmarshal(one.Init, &si) == nil {
+				s.fromStore(si.ID, one.User)
+			}
+		}
+	}
 	return s
 }
 
@@ -151,10 +187,16 @@ func (s *Server) logf(format string, args ...any) {
 
 // ServeHTTP routes a request: to a sandbox's port when it names a sandbox, else to the API.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := loopguard.Check(r, s.cfg.Authenticate == nil); err != nil { // (DNS rebinding, web pages)
+		writeError(w, http.StatusForbidden, err.Error())
+		return
+	}
 	id, port := r.Header.Get("E2b-Sandbox-Id"), r.Header.Get("E2b-Sandbox-Port")
 	if id == "" {
 		id, port = hostSandbox(r.Host)
 	}
+	// Every body is bounded as it is read, before anything decompresses or parses it.
+	r.Body = http.MaxBytesReader(w, r.Body, s.bodyLimit(id, port, r))
 	if id == "" {
 		s.api.ServeHTTP(w, r)
 		return
@@ -162,35 +204,69 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sb := s.lookup(id)
 	if sb == nil || !sb.running() {
 		// E2B's proxy answers 502 for a sandbox that is not running: the SDKs read it as
-		// "the sandbox timed out" (and isRunning as false).
-		writeError(w, http.StatusBadGateway, "the sandbox "+id+" is not running (it was killed, or its time ended)")
-		return
-	}
-	if !sb.authorized(r) {
-		s.cfg.Metrics.Unauthorized()
-		writeError(w, http.StatusUnauthorized, "a sandbox's requests need its access token (X-Access-Token)")
-		return
-	}
-	if r.URL.Path != processconnect.ProcessStartProcedure { // (a command's stream: maxCommands bounds them)
-		select {
-		case sb.inflight <- struct{}{}:
-			defer func() { <-sb.inflight }()
-		default:
-			writeError(w, http.StatusTooManyRequests, fmt.Sprintf("the sandbox has %d requests in progress, its most; "+
-				"wait for one to end", maxInflight))
+		// "the sandbox timed out" (and isRunning as false). Only to a token the server made
+		// for this id: without one, a sandbox that runs and one that never did answer alike
+		// (401), which says nothing of which ids are live.
+		if !s.tokens.made(id, r) {
+			s.cfg.Metrics.Unauthorized()
+			writeError(w, http.StatusUnauthorized, "a sandbox's requests need its access token (X-Access-Token)")
 			return
 		}
+		writeError(w, http.StatusBadGateway, "the sandbox "+echo(id)+" is not running (it was killed, or its time ended)")
+		return
 	}
-	r = r.WithContext(withSandbox(r.Context(), sb))
+	if !sb.authorized(r) || s.cfg.HasUser != nil && !s.cfg.HasUser(sb.user) {
+		s.cfg.Metrics.Unauthorized()
+		writeError(w, http.StatusUnauthorized, "a sandbox's requests need its access token (X-Access-Token), "+
+			"and its user a key of the server's")
+		return
+	}
+	// A request holds its place among the sandbox's requests in progress until it ends; a
+	// command's (Process/Start) until its command has started: then it is one of the
+	// sandbox's commands, which maxCommands bounds.
+	select {
+	case sb.inflight <- struct{}{}:
+	default:
+		writeError(w, http.StatusTooManyRequests, fmt.Sprintf("the sandbox has %d requests in progress, its most; "+
+			"wait for one to end", maxInflight))
+		return
+	}
+	release := sync.OnceFunc(func() { <-sb.inflight })
+	defer release()
+	r = r.WithContext(context.WithValue(withSandbox(r.Context(), sb), releaseKey{}, release))
 	switch port {
 	case strconv.Itoa(InterpreterPort):
 		s.interpreter.ServeHTTP(w, r)
 	case strconv.Itoa(EnvdPort):
 		s.envd.ServeHTTP(w, r)
 	default:
-		writeError(w, http.StatusBadGateway, "port "+port+" of the sandbox serves nothing: minipy serves envd ("+
+		writeError(w, http.StatusBadGateway, "port "+echo(port)+" of the sandbox serves nothing: minipy serves envd ("+
 			strconv.Itoa(EnvdPort)+") and the code interpreter ("+strconv.Itoa(InterpreterPort)+")")
 	}
+}
+
+// The bounds of a request's body (bodyLimit): a connect call's message as sent (envd's
+// filesystem and process calls; connect's own bound, maxEnvdMessage, holds it once
+// decompressed), an API call's JSON, an execution's (its code: maxCode).
+const (
+	maxEnvdMessage = 1 << 20
+	maxAPIBody     = 1 << 20
+)
+
+// bodyLimit is the most that the body of r, to the sandbox id's port (none: the API),
+// may hold. An upload (envd's POST /files) may hold what the sandbox's working directory
+// can (its size's ENOSPC stops it there anyway, and a gzipped upload inflates into it, not
+// into the server's memory).
+func (s *Server) bodyLimit(id, port string, r *http.Request) int64 {
+	switch {
+	case id == "":
+		return maxAPIBody
+	case port == strconv.Itoa(InterpreterPort):
+		return maxCode
+	case r.Method == http.MethodPost && r.URL.Path == "/files":
+		return s.cfg.MaxUpload
+	}
+	return maxEnvdMessage + 64 // (a streaming call's envelope)
 }
 
 // hostSandbox reads E2B's sandbox host name, PORT-ID.domain.
@@ -234,23 +310,59 @@ func (s *Server) Close() {
 	}
 	s.mu.Unlock()
 	for _, sb := range all {
-		if s.cfg.Store != nil {
-			if sb.storedPaused() {
-				s.forget(sb)
-				continue
-			}
-			if sb.running() {
-				sb.cancel() // (the runs still going when the drain's time is up)
-				if code, why := s.pause(sb); code != 0 {
-					s.logf("minipy-mcp: E2B sandbox %s: pausing it as the server closes failed (%s)", sb.id, why)
-				} else {
-					s.forget(sb)
-					continue
-				}
-			}
-		}
-		s.kill(sb, "the server closed")
+		s.end(sb, "the server closed")
 	}
+}
+
+// EndUser ends the sandboxes of user, whose key was revoked: with a store, each running
+// one is paused into it (its runs stopped first), to be resumed if the user gets a key
+// again; without (or when its pause fails), each is killed, and so is each paused in the
+// server's memory. It returns how many were paused and killed.
+func (s *Server) EndUser(user string) (paused, killed int) {
+	for _, sb := range s.sandboxesOf(user) {
+		if s.end(sb, "its user's key was revoked") {
+			paused++
+		} else {
+			killed++
+		}
+	}
+	return paused, killed
+}
+
+// sandboxesOf is user's sandboxes in the server's memory.
+func (s *Server) sandboxesOf(user string) []*sandbox {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var theirs []*sandbox
+	for _, sb := range s.sandboxes {
+		if sb.user == user {
+			theirs = append(theirs, sb)
+		}
+	}
+	return theirs
+}
+
+// end ends sb: with a store, paused into it if it runs (its runs stopped first) and
+// forgotten here, or forgotten if it is there already; else, or when the pause fails,
+// killed (why says why). True: it is in the store.
+func (s *Server) end(sb *sandbox, why string) (stored bool) {
+	if s.cfg.Store != nil {
+		if sb.storedPaused() {
+			s.forget(sb)
+			return true
+		}
+		if sb.running() {
+			sb.cancel() // (the runs still going)
+			code, failed := s.pause(sb)
+			if code == 0 {
+				s.forget(sb)
+				return true
+			}
+			s.logf("minipy-mcp: E2B sandbox %s: pausing it as %s failed (%s)", sb.id, why, failed)
+		}
+	}
+	s.kill(sb, why)
+	return false
 }
 
 // Stats are a server's counts of sandboxes, for its metrics.

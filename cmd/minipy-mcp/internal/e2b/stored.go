@@ -13,11 +13,9 @@ package e2b
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io/fs"
 	"net/http"
 	"time"
@@ -104,15 +102,18 @@ func (s *Server) storePaused(sb *sandbox, paused []pausedContext) error {
 	if err != nil {
 		return err
 	}
-	var held int64
+	var held, theirs int64
 	for _, one := range s.cfg.Store.List(session.KindSandbox) {
 		var si storedInfo
 		if json.Unmarshal(one.Init, &si) == nil && si.ID != sb.id {
 			held += one.Size
+			if one.User == sb.user {
+				theirs += one.Size
+			}
 		}
 	}
-	if held+int64(len(blob)) > s.cfg.MaxPausedBytes {
-		return fmt.Errorf("the store holds its limit of %d bytes of paused sandboxes", s.cfg.MaxPausedBytes)
+	if err := s.pausedFits(held, theirs, int64(len(blob))); err != nil {
+		return err
 	}
 	return s.cfg.Store.Save(session.KindSandbox, sb.id, session.Meta{User: sb.user, Init: info}, blob)
 }
@@ -134,19 +135,21 @@ func (s *Server) fromStore(id, user string) *sandbox {
 	if err != nil || meta.User != user || json.Unmarshal(meta.Init, &si) != nil || si.ID != id {
 		return nil
 	}
-	sb := &sandbox{id: id, token: rand.Text(), user: user, template: si.Template, metadata: si.Metadata,
+	sb := &sandbox{id: id, token: s.tokens.make(id), user: user, template: si.Template, metadata: si.Metadata,
 		started: si.Started, end: s.storedEnd(meta.Saved), state: statePaused, stored: true,
 		inflight: make(chan struct{}, maxInflight)}
 	if sb.metadata == nil {
 		sb.metadata = map[string]string{}
 	}
 	sb.ctx, sb.cancel = context.WithCancel(context.Background())
+	s.holdPausedPlace(sb) // (sb is this call's alone yet)
 	sb.timer = time.AfterFunc(time.Until(sb.end), func() { s.expired(sb) })
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if other := s.sandboxes[id]; other != nil { // (another call placed it meanwhile)
 		sb.timer.Stop()
 		sb.cancel()
+		sb.dropPausedPlace()
 		return other
 	}
 	s.sandboxes[id] = sb
@@ -178,6 +181,7 @@ func (s *Server) forget(sb *sandbox) {
 	}
 	sb.dead = true
 	sb.timer.Stop()
+	sb.dropPausedPlace()
 	sb.mu.Unlock()
 	sb.cancel()
 	s.mu.Lock()

@@ -12,17 +12,20 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/loopguard"
 	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/session"
 )
 
 // Handler serves the server's Streamable HTTP transport, with sessions closed after
-// Config.Idle without a request: behind the tokens (401), a saved session brought back
+// Config.Idle without a request: behind loopguard's rule (403), the tokens (401), a saved session brought back
 // (-state-dir), a new session admitted under the caps (503), and the SDK.
 func (f *Front) Handler() http.Handler {
 	getServer := func(*http.Request) *mcp.Server { return f.server }
+	// (The SDK's own Host check is loopguard's first half: one rule for both fronts.)
 	var endpoint http.Handler = byRevision(
-		mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{SessionTimeout: f.cfg.Idle}),
-		mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{Stateless: true}))
+		mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{SessionTimeout: f.cfg.Idle,
+			DisableLocalhostProtection: true}),
+		mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{Stateless: true, DisableLocalhostProtection: true}))
 	if f.cfg.Gate != nil {
 		endpoint = admit(f.cfg.Gate, endpoint)
 	}
@@ -32,7 +35,7 @@ func (f *Front) Handler() http.Handler {
 	if f.cfg.Tokens != nil {
 		endpoint = requireTokens(f.cfg.Tokens, endpoint, f.cfg.Metrics.Unauthorized)
 	}
-	return endpoint
+	return loopguard.Handler(endpoint, f.cfg.Tokens == nil)
 }
 
 // SessionlessRevision is the first MCP revision without protocol sessions (SEP-2567).
@@ -65,7 +68,7 @@ func (f *Front) Serve(ctx context.Context, ln net.Listener, mux *http.ServeMux, 
 	if f.state != nil {
 		go f.state.KeepUp(ctx, session.KindSession, f.sessions.keptIDs, f.sessions.giveUp)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := session.HTTPServer(mux, f.cfg.ConnIdle)
 	log.Printf("minipy-mcp: serving MCP over HTTP at http://%s/mcp", ln.Addr())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

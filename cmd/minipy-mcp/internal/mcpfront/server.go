@@ -53,6 +53,9 @@ type Config struct {
 	// session or handle lives idle (-session-timeout), as the tools' descriptions say.
 	Handles bool
 	Idle    time.Duration
+	// ConnIdle closes an HTTP connection kept alive this long without a request (0:
+	// session.DefaultConnIdle).
+	ConnIdle time.Duration
 }
 
 // Front is an MCP server over minipy with its sessions.
@@ -96,7 +99,7 @@ func New(cfg Config) *Front {
 	s := &sessions{eng: cfg.Engine, opts: cfg.Options, fns: fns, metrics: cfg.Metrics, gate: cfg.Gate,
 		spaces: map[*mcp.ServerSession]*minipy.Namespace{}, maxResourceSize: cfg.MaxResourceSize,
 		state: f.state, stateIdle: cfg.StateIdle, kept: map[string]*keptSession{},
-		handles: map[string]*handleSession{}}
+		handles: map[string]*handleSession{}, users: map[*mcp.ServerSession]string{}}
 	if s.maxResourceSize <= 0 {
 		s.maxResourceSize = DefaultMaxResourceSize
 	}
@@ -120,8 +123,63 @@ func New(cfg Config) *Front {
 	if cfg.Gate != nil {
 		server.AddReceivingMiddleware(bindTickets(cfg.Gate))
 	}
+	server.AddReceivingMiddleware(s.noteUsers)
 	s.addTools(cfg)
 	return f
+}
+
+// noteUsers (receiving middleware) notes the user of each session that initializes, until
+// it ends, for EndUser.
+func (s *sessions) noteUsers(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if ss, ok := req.GetSession().(*mcp.ServerSession); ok && method == "initialize" {
+			user := ""
+			if extra := req.GetExtra(); extra != nil && extra.TokenInfo != nil {
+				user = extra.TokenInfo.UserID
+			}
+			s.mu.Lock()
+			_, known := s.users[ss]
+			s.users[ss] = user
+			s.mu.Unlock()
+			if !known {
+				go func() {
+					ss.Wait() //nolint:errcheck // over either way
+					s.mu.Lock()
+					delete(s.users, ss)
+					s.mu.Unlock()
+				}()
+			}
+		}
+		return next(ctx, method, req)
+	}
+}
+
+// EndUser ends the sessions and session handles of user, whose token was revoked: each is
+// saved first, with a store (-state-dir), and comes back if the user gets a token again.
+// It returns how many it ended.
+func (f *Front) EndUser(user string) int {
+	s := f.sessions
+	s.mu.Lock()
+	var theirs []*mcp.ServerSession
+	for ss, u := range s.users {
+		if u == user {
+			theirs = append(theirs, ss)
+		}
+	}
+	var handles []string
+	for h, hs := range s.handles {
+		if hs.kept.user == user {
+			handles = append(handles, h)
+		}
+	}
+	s.mu.Unlock()
+	for _, ss := range theirs {
+		ss.Close() //nolint:errcheck // closing anyway
+	}
+	for _, h := range handles {
+		s.closeHandle(h)
+	}
+	return len(theirs) + len(handles)
 }
 
 // addTools adds the minipy tool and the reset tool, and the sessions' files as resources.
@@ -166,6 +224,7 @@ type sessions struct {
 	spaces          map[*mcp.ServerSession]*minipy.Namespace
 	kept            map[string]*keptSession // -state-dir: by session id
 	handles         map[string]*handleSession
+	users           map[*mcp.ServerSession]string // each session's user, from its initialize (noteUsers)
 }
 
 // existing is the session's namespace, or nil if it has none yet.

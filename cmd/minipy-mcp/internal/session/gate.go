@@ -115,6 +115,29 @@ func (g *Gate) Hold(user string) (refusal string) {
 	return refusal
 }
 
+// HoldUser counts a place of user's that is no session (a paused E2B sandbox: no process,
+// but its user's) under the per-user cap alone; it is never refused. The function it
+// returns gives the place back, once.
+func (g *Gate) HoldUser(user string) (release func()) {
+	g.mu.Lock()
+	g.byUser[user]++
+	g.mu.Unlock()
+	return sync.OnceFunc(func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.byUser[user]--; g.byUser[user] <= 0 {
+			delete(g.byUser, user)
+		}
+	})
+}
+
+// Held is the number of places user holds (sessions, and places of HoldUser).
+func (g *Gate) Held(user string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.byUser[user]
+}
+
 // Bind gives ticket id's place to the session just made: it returns the ticket's user, whose
 // place the session gives back with Release when it ends. False: no such ticket, or bound
 // already.

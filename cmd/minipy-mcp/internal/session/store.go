@@ -17,6 +17,7 @@ package session
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
@@ -126,6 +127,7 @@ type Store struct {
 	b     backend
 	o     StoreOptions
 	owner string // this replica, in its leases
+	key   []byte // the state key (Derive)
 }
 
 // StoreOptions are a store's: the zero value keeps saves for ever, of any size, with
@@ -178,7 +180,16 @@ func Open(url string, o StoreOptions) (*Store, error) {
 	var r [8]byte
 	rand.Read(r[:]) //nolint:errcheck // crypto/rand.Read does not fail
 	host, _ := os.Hostname()
-	return &Store{b: b, o: o, owner: host + "/" + strconv.Itoa(os.Getpid()) + "/" + hex.EncodeToString(r[:])}, nil
+	return &Store{b: b, o: o, owner: host + "/" + strconv.Itoa(os.Getpid()) + "/" + hex.EncodeToString(r[:]),
+		key: bytes.TrimSpace(key)}, nil
+}
+
+// Derive is a secret of the store's for purpose, the same in every replica that shares the
+// store's key, and apart from the key itself and from any other purpose's.
+func (d *Store) Derive(purpose string) []byte {
+	m := hmac.New(sha256.New, d.key)
+	m.Write([]byte("minipy-mcp derived key\x00" + purpose)) //nolint:errcheck // a hash does not fail
+	return m.Sum(nil)
 }
 
 // newKey is a fresh state key, as a store keeps it.

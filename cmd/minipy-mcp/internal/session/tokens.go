@@ -43,26 +43,52 @@ type Tokens struct {
 // LoadTokens reads the token file at path.
 func LoadTokens(path string) (*Tokens, error) {
 	t := &Tokens{path: path}
-	if err := t.Reload(); err != nil {
+	if _, err := t.Reload(); err != nil {
 		return nil, err
 	}
 	return t, nil
 }
 
-// Reload reads the file again; on an error the tokens stay as they were.
-func (t *Tokens) Reload() error {
+// Reload reads the file again; on an error the tokens stay as they were. It returns the
+// users that had a token before and have none now: revoked, whose sessions and sandboxes
+// the fronts end (docs/deploy.md, "Revoking a key").
+func (t *Tokens) Reload() (revoked []string, err error) {
 	data, err := os.ReadFile(t.path)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	list, err := parseTokens(data)
 	if err != nil {
-		return fmt.Errorf("%s: %w", t.path, err)
+		return nil, fmt.Errorf("%s: %w", t.path, err)
+	}
+	now := map[string]bool{}
+	for _, e := range list {
+		now[e.user] = true
 	}
 	t.mu.Lock()
+	defer t.mu.Unlock()
+	seen := map[string]bool{}
+	for _, e := range t.list {
+		if !now[e.user] && !seen[e.user] {
+			seen[e.user] = true
+			revoked = append(revoked, e.user)
+		}
+	}
 	t.list = list
-	t.mu.Unlock()
-	return nil
+	return revoked, nil
+}
+
+// Has reports whether user has a token now: a session or sandbox of a user without one
+// serves nothing more, whatever else its client holds (an E2B access token).
+func (t *Tokens) Has(user string) bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	for _, e := range t.list {
+		if e.user == user {
+			return true
+		}
+	}
+	return false
 }
 
 // parseTokens reads NAME:TOKEN lines; blank lines and lines starting with # are skipped. A

@@ -30,13 +30,20 @@ func TestTokens(t *testing.T) {
 
 	// A file that went bad leaves the tokens as they were.
 	require.NoError(t, os.WriteFile(path, []byte("carl:short\n"), 0o600))
-	require.Error(t, toks.Reload())
+	_, err = toks.Reload()
+	require.Error(t, err)
 	_, ok := toks.User("bbbbbbbbbbbbbbbb")
 	assert.True(t, ok)
-	require.NoError(t, os.WriteFile(path, []byte("carl:cccccccccccccccc\n"), 0o600))
-	require.NoError(t, toks.Reload())
+	// Users left without a token are revoked: the reload names them, once each.
+	require.NoError(t, os.WriteFile(path, []byte("carl:cccccccccccccccc\nann:0123456789abcdef\n"), 0o600))
+	revoked, err := toks.Reload()
+	require.NoError(t, err)
+	assert.Equal(t, []string{"bob"}, revoked, "ann keeps one of her two tokens")
 	_, ok = toks.User("bbbbbbbbbbbbbbbb")
 	assert.False(t, ok, "dropped")
+	assert.False(t, toks.Has("bob"))
+	assert.True(t, toks.Has("ann"))
+	assert.True(t, toks.Has("carl"))
 }
 
 // The errors name lines, never a token.
