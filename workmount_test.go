@@ -223,6 +223,35 @@ func TestWorkSizeSparseFile(t *testing.T) {
 	assert.Equal(t, "fine", string(got))
 }
 
+// Issue 66: 8 sparse files of just under 16 MiB each in a 16 MiB working directory, each
+// within WorkSize alone: Save read them whole (the server of a paused E2B sandbox grew by
+// 920 MiB for 32 MiB files). The files together may claim WorkSize, counted before any is
+// read: Save refuses them, having read none of them. Real files that fill the directory
+// still save.
+func TestWorkSizeSparseFilesTogether(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{WorkSize: 16 << 20})
+	ns := e.NewNamespace()
+	defer ns.Close()
+	valueIn(t, e, ns, "import os\nfor i in range(8):\n    with open('s%d.bin' % i, 'wb') as f:\n"+
+		"        f.truncate((16 << 20) - 4096)\nsum(os.stat('s%d.bin' % i).st_blocks for i in range(8))")
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := ns.Save(io.Discard)
+	require.ErrorIs(t, err, minipy.ErrFileTooLarge)
+	assert.Contains(t, err.Error(), "in all")
+	runtime.ReadMemStats(&after)
+	assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(4<<20), "the host read none of it")
+	_, err = ns.Fork() // (its copy is the sandbox's, into a tmpfs of the same size: ENOSPC)
+	require.Error(t, err, "a fork's copy of the files")
+
+	valueIn(t, e, ns, "import os\nfor i in range(8):\n    os.remove('s%d.bin' % i)\n"+
+		"open('real.bin', 'wb').write(os.urandom(12 << 20))")
+	var saved bytes.Buffer
+	_, err = ns.Save(&saved)
+	require.NoError(t, err)
+	assert.Greater(t, saved.Len(), 12<<20)
+}
+
 // countingWriter counts and drops what is written.
 type countingWriter struct{ n int64 }
 

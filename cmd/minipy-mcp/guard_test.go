@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -371,4 +372,87 @@ func TestSandboxIDsTellNothing(t *testing.T) {
 	assert.Equal(t, http.StatusUnauthorized, code, "another sandbox's token")
 	code, _ = alice.sandbox(live, live.EnvdAccessToken, 49983, "GET", "/health", nil)
 	assert.Equal(t, http.StatusNoContent, code)
+}
+
+// sparseCode makes 8 sparse files of just under 32 MiB each: 0 bytes of the working
+// directory, each within -work-size 32 MiB alone, 256 MiB claimed in all.
+const sparseCode = "for i in range(8):\n    with open('s%d.bin' % i, 'wb') as f:\n        f.truncate((32 << 20) - 4096)\n"
+
+// Sparse files at pause: a pause read them whole (the server grew by 920 MiB before it
+// answered 507), and MCP's idle save did the same with no request at all, writing a 268 MB
+// save to the host's disk. The files together may claim -work-size: the pause is 507 and
+// the idle save fails, having read none of them, and the server's memory stays put.
+func TestSparseFilesAtPause(t *testing.T) {
+	dir := t.TempDir()
+	s := startE2B(t, "-work-size", "33554432", "-state-dir", dir)
+	alice := &e2bClient{t, s.base, aliceKey}
+	sb := alice.create(nil)
+	alice.execute(sb, sparseCode)
+	before := rssOf(t, s.cmd.Process.Pid)
+	code, body := alice.api("POST", "/sandboxes/"+sb.SandboxID+"/pause", nil)
+	assert.Equal(t, http.StatusInsufficientStorage, code, "%s", body)
+	assert.Contains(t, string(body), "in all")
+	grew := rssOf(t, s.cmd.Process.Pid) - before
+	t.Logf("the E2B server's RSS grew by %d KiB", grew>>10)
+	assert.Less(t, grew, int64(64<<20))
+	assert.Equal(t, "1", lastText(alice.execute(sb, "1")), "the sandbox runs on")
+
+	m := startServer(t, "-backend", "isolated", "-work-size", "33554432", "-state-dir", dir, "-state-idle", "100ms")
+	cs := m.connect(t, "")
+	text, isError := runText(t, cs, map[string]any{"code": sparseCode})
+	require.False(t, isError, text)
+	before = rssOf(t, m.cmd.Process.Pid)
+	require.Eventually(t, func() bool { return strings.Contains(m.log.String(), "-state-dir: saving") },
+		10*time.Second, 10*time.Millisecond, "the idle save")
+	assert.Contains(t, m.log.String(), "in all")
+	grew = rssOf(t, m.cmd.Process.Pid) - before
+	t.Logf("the MCP server's RSS grew by %d KiB", grew>>10)
+	assert.Less(t, grew, int64(64<<20))
+	assert.Empty(t, savedSessions(t, dir), "no save of the sparse files on the host's disk")
+}
+
+// Someone who can write the state directory but not read the key (-state-key-file
+// elsewhere) copies bob's paused sandbox over alice's: alice's resume once ran bob's
+// planted function. Now nothing of either is in clear on disk, and the moved save does not
+// open: alice's connect fails, and nothing of bob's runs as alice's.
+func TestStoredSandboxMoved(t *testing.T) {
+	dir := t.TempDir()
+	keyFile := filepath.Join(t.TempDir(), "state-key")
+	require.NoError(t, os.WriteFile(keyFile, []byte("an-operators-secret-key-0123456789\n"), 0o600))
+	s := startE2B(t, "-state-dir", dir, "-state-key-file", keyFile)
+	alice, bob := &e2bClient{t, s.base, aliceKey}, &e2bClient{t, s.base, bobKey}
+	pausedFile := func(c *e2bClient, code string) (e2bSandbox, string) {
+		before, _ := filepath.Glob(filepath.Join(dir, "*.paused"))
+		sb := c.create(map[string]any{"envVars": map[string]string{"SECRET_ENV": "env-value-in-clear"}})
+		c.execute(sb, code)
+		status, body := c.api("POST", "/sandboxes/"+sb.SandboxID+"/pause", nil)
+		require.Equal(t, http.StatusNoContent, status, "%s", body)
+		after, _ := filepath.Glob(filepath.Join(dir, "*.paused"))
+		require.Len(t, after, len(before)+1)
+		for _, f := range after {
+			if !slices.Contains(before, f) {
+				return sb, f
+			}
+		}
+		return sb, ""
+	}
+	sa, fa := pausedFile(alice, "x = 'alice-value-in-clear'")
+	sbob, fb := pausedFile(bob, "def planted():\n    return 'bob-planted-in-clear'")
+	for _, f := range []string{fa, fb} {
+		raw, err := os.ReadFile(f)
+		require.NoError(t, err)
+		for _, clear := range []string{"in-clear", "alice", "bob", "SECRET_ENV", "planted"} {
+			assert.NotContains(t, string(raw), clear, "in clear in %s", f)
+		}
+	}
+	// The attack: bob's save in alice's place, its metadata rewritten as alice's where it
+	// can be read (it could, before saves were sealed).
+	raw, err := os.ReadFile(fb)
+	require.NoError(t, err)
+	raw = bytes.ReplaceAll(raw, []byte(`"user":"bob"`), []byte(`"user":"alice"`))
+	raw = bytes.ReplaceAll(raw, []byte(sbob.SandboxID), []byte(sa.SandboxID))
+	require.NoError(t, os.WriteFile(fa, raw, 0o600))
+	code, body := alice.api("POST", "/v2/sandboxes/"+sa.SandboxID+"/connect", map[string]any{"timeout": 60})
+	require.NotEqual(t, http.StatusCreated, code, "the moved save resumed: %s", body)
+	assert.NotContains(t, s.log.String(), "resumed")
 }

@@ -204,6 +204,7 @@ type flags struct {
 	stateTTL       time.Duration
 	stateIdle      time.Duration
 	stateKey       string
+	statePrefix    string
 }
 
 // parseFlags registers minipy-mcp's flags on the command line's set and parses them.
@@ -240,6 +241,7 @@ func parseFlags() *flags {
 	flag.DurationVar(&f.stateTTL, "state-ttl", 24*time.Hour, "with -state-dir or -state-store: forget a saved session this long after its last save (0: never)")
 	flag.DurationVar(&f.stateIdle, "state-idle", 30*time.Second, "with -state-dir or -state-store: save a session this long after a call, if no other call came")
 	flag.StringVar(&f.stateKey, "state-key-file", "", "with -state-dir or -state-store: the `file` of the secret (16 bytes or more) that seals saved sessions; replicas sharing the store share it (default: the store's own, made on first use: DIR/.key, Redis's minipy:key)")
+	flag.StringVar(&f.statePrefix, "state-prefix", "", "with -state-dir or -state-store: the `name` of this deployment in a store that others share: its own names, its own Redis keys and key (minipy:NAME:...), and saves that open in no other deployment")
 	flag.Parse()
 	if *isolated {
 		f.backend = minipy.BackendIsolated
@@ -255,7 +257,7 @@ func (f *flags) transport() (protocol *os.File, ln, e2bLn net.Listener, toks *se
 		flag.Visit(func(fl *flag.Flag) {
 			switch fl.Name {
 			case "tokens", "allow-anonymous", "max-sessions", "max-sessions-per-user", "drain-timeout", "session-timeout",
-				"state-dir", "state-store", "state-max-bytes", "state-lease", "state-ttl", "state-idle", "state-key-file",
+				"state-dir", "state-store", "state-max-bytes", "state-lease", "state-ttl", "state-idle", "state-key-file", "state-prefix",
 				"e2b-max-timeout":
 				log.Fatalf("minipy-mcp: -%s applies to -http and -e2b; over stdio the client that started the server is "+
 					"its only user", fl.Name)
@@ -450,7 +452,7 @@ func (f *flags) openStore(ctx context.Context, alone bool) *session.Store {
 	case where == "":
 		return nil
 	}
-	store, err := session.Open(where, session.StoreOptions{TTL: f.stateTTL, KeyFile: f.stateKey,
+	store, err := session.Open(where, session.StoreOptions{TTL: f.stateTTL, KeyFile: f.stateKey, Prefix: f.statePrefix,
 		MaxBytes: f.stateMaxBytes, Lease: f.stateLease})
 	if err != nil {
 		log.Fatalf("minipy-mcp: %v", err)

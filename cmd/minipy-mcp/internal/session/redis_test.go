@@ -117,10 +117,10 @@ func TestStoreClaimAsksTheHolder(t *testing.T) {
 
 // A store takes saves up to its most (-state-max-bytes).
 func TestStoreMaxBytes(t *testing.T) {
-	st, err := Open(t.TempDir(), StoreOptions{TTL: time.Hour, MaxBytes: 100})
+	st, err := Open(t.TempDir(), StoreOptions{TTL: time.Hour, MaxBytes: 300}) // (a sealed head is ~150 bytes)
 	require.NoError(t, err)
 	require.NoError(t, st.Save(KindSession, "s", Meta{}, make([]byte, 10)))
-	err = st.Save(KindSession, "s", Meta{}, make([]byte, 100))
+	err = st.Save(KindSession, "s", Meta{}, make([]byte, 300))
 	assert.ErrorIs(t, err, ErrTooLarge)
 	_, blob, err := st.Load(KindSession, "s")
 	require.NoError(t, err)
@@ -148,7 +148,7 @@ func TestStoreRedis(t *testing.T) {
 	}
 	require.NoError(t, st.Save(KindSession, "s", Meta{User: "u"}, make([]byte, 2*chunkSize+1)))
 	assert.Equal(t, 3, chunks())
-	require.NoError(t, st.Save(KindSession, "s", Meta{User: "u"}, make([]byte, chunkSize)))
+	require.NoError(t, st.Save(KindSession, "s", Meta{User: "u"}, make([]byte, chunkSize-64))) // (and its seal's 28)
 	assert.Equal(t, 1, chunks(), "the replaced save's chunks are gone")
 
 	short, err := Open(r.URL(), StoreOptions{TTL: 300 * time.Millisecond})
@@ -164,7 +164,7 @@ func TestStoreRedis(t *testing.T) {
 	r.Restart()
 	_, blob, err := st.Load(KindSession, "s")
 	require.NoError(t, err, "kept across Redis's restart")
-	assert.Len(t, blob, chunkSize)
+	assert.Equal(t, chunkSize-64, len(blob))
 
 	r.Stop()
 	start := time.Now()
@@ -270,7 +270,7 @@ func TestStoreRedisKilledMidSave(t *testing.T) {
 	ctx := context.Background()
 	n := name(KindSession, "s")
 	for _, gen := range []string{newGen(time.Now().Add(-time.Hour)), newGen(time.Now())} { // a dead writer's, one in progress
-		require.NoError(t, c.Set(ctx, chunkKey(n, gen, 0), "half a save", 0).Err())
+		require.NoError(t, c.Set(ctx, (&redisBackend{ns: "minipy:"}).chunkKey(n, gen, 0), "half a save", 0).Err())
 	}
 	_, blob, err := st.Load(KindSession, "s")
 	require.NoError(t, err)
@@ -282,4 +282,34 @@ func TestStoreRedisKilledMidSave(t *testing.T) {
 	_, blob, err = st.Load(KindSession, "s")
 	require.NoError(t, err)
 	assert.Equal(t, "whole", string(blob))
+}
+
+// Two deployments sharing one Redis database (-state-prefix) never meet: each has its own
+// keys, its own state key, its own saves for users of the same name.
+func TestStoreRedisPrefix(t *testing.T) {
+	r := redistest.Start(t)
+	a, err := Open(r.URL(), StoreOptions{})
+	require.NoError(t, err)
+	defer a.Close()
+	b, err := Open(r.URL(), StoreOptions{Prefix: "staging"})
+	require.NoError(t, err)
+	defer b.Close()
+	require.NoError(t, a.Save(KindSession, "s", Meta{User: "u"}, []byte("production's")))
+	require.NoError(t, b.Save(KindSession, "s", Meta{User: "u"}, []byte("staging's")))
+	for st, want := range map[*Store]string{a: "production's", b: "staging's"} {
+		_, blob, err := st.Load(KindSession, "s")
+		require.NoError(t, err)
+		assert.Equal(t, want, string(blob))
+		assert.Len(t, st.List(KindSession), 1)
+	}
+	c := r.Client()
+	ctx := context.Background()
+	keyA, err := c.Get(ctx, "minipy:key").Result()
+	require.NoError(t, err)
+	keyB, err := c.Get(ctx, "minipy:staging:key").Result()
+	require.NoError(t, err)
+	assert.NotEqual(t, keyA, keyB)
+	staging, err := c.Keys(ctx, "minipy:staging:*").Result()
+	require.NoError(t, err)
+	assert.Len(t, staging, 4, "its key, its index, its save and its chunk: %v", staging)
 }

@@ -17,17 +17,17 @@ package session
 import (
 	"bytes"
 	"context"
+	"crypto/cipher"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -67,6 +67,9 @@ type Meta struct {
 	Init json.RawMessage `json:"init"`
 	// Saved is when; the save sets it.
 	Saved time.Time `json:"saved"`
+	// ID is the session's id, as the save sets it: a save read under another id is
+	// another session's (moved), and not found.
+	ID string `json:"id"`
 }
 
 // Saved is a save that List found: its meta and its size in bytes.
@@ -118,6 +121,7 @@ type backend interface {
 
 // listed is one save in a backend's list.
 type listed struct {
+	name string
 	head []byte
 	size int64
 }
@@ -126,8 +130,9 @@ type listed struct {
 type Store struct {
 	b     backend
 	o     StoreOptions
-	owner string // this replica, in its leases
-	key   []byte // the state key (Derive)
+	owner string      // this replica, in its leases
+	key   []byte      // the state key (Derive)
+	aead  cipher.AEAD // the saves' seal (seal.go)
 }
 
 // StoreOptions are a store's: the zero value keeps saves for ever, of any size, with
@@ -142,6 +147,9 @@ type StoreOptions struct {
 	MaxBytes int64
 	// Lease is how long a lease lasts unless renewed (0: DefaultLease).
 	Lease time.Duration
+	// Prefix keeps a deployment's saves apart from another's in a store they share
+	// (-state-prefix): its own names, its own Redis keys, and seals that open in no other.
+	Prefix string
 }
 
 // Open opens the store at url: dir://PATH or a plain path (a directory, made if missing),
@@ -151,13 +159,16 @@ func Open(url string, o StoreOptions) (*Store, error) {
 	if o.Lease <= 0 {
 		o.Lease = DefaultLease
 	}
+	if o.Prefix != "" && !prefixName.MatchString(o.Prefix) {
+		return nil, fmt.Errorf("-state-prefix %q: 1-64 letters, digits or ._- (it names the deployment's keys)", o.Prefix)
+	}
 	keyFile := o.KeyFile
 	var b backend
 	var key []byte
 	var err error
 	switch {
 	case strings.HasPrefix(url, "redis://"), strings.HasPrefix(url, "rediss://"):
-		b, key, err = openRedis(url, keyFile == "")
+		b, key, err = openRedis(url, o.Prefix, keyFile == "")
 	case strings.Contains(url, "://") && !strings.HasPrefix(url, "dir://"):
 		return nil, fmt.Errorf("-state-store %s: a store is dir://PATH, redis://HOST:PORT/DB or rediss://...",
 			strings.SplitN(url, "://", 2)[0]+"://...")
@@ -180,8 +191,13 @@ func Open(url string, o StoreOptions) (*Store, error) {
 	var r [8]byte
 	rand.Read(r[:]) //nolint:errcheck // crypto/rand.Read does not fail
 	host, _ := os.Hostname()
-	return &Store{b: b, o: o, owner: host + "/" + strconv.Itoa(os.Getpid()) + "/" + hex.EncodeToString(r[:]),
-		key: bytes.TrimSpace(key)}, nil
+	d := &Store{b: b, o: o, owner: host + "/" + strconv.Itoa(os.Getpid()) + "/" + hex.EncodeToString(r[:]),
+		key: bytes.TrimSpace(key)}
+	if d.aead, err = newSeal(d.Derive("the saves' seal")); err != nil {
+		b.close()
+		return nil, err
+	}
+	return d, nil
 }
 
 // Derive is a secret of the store's for purpose, the same in every replica that shares the
@@ -191,6 +207,9 @@ func (d *Store) Derive(purpose string) []byte {
 	m.Write([]byte("minipy-mcp derived key\x00" + purpose)) //nolint:errcheck // a hash does not fail
 	return m.Sum(nil)
 }
+
+// prefixName is what StoreOptions.Prefix may be.
+var prefixName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 
 // newKey is a fresh state key, as a store keeps it.
 func newKey() []byte {
@@ -213,6 +232,14 @@ func (d *Store) TTL() time.Duration { return d.o.TTL }
 // Ready reports whether the store answers (/readyz).
 func (d *Store) Ready(ctx context.Context) error { return d.b.ping(ctx) }
 
+// name is the backend's name of session id of kind in this store's deployment (Prefix).
+func (d *Store) name(kind, id string) string {
+	if d.o.Prefix != "" {
+		return name(kind, d.o.Prefix+"\x00"+id)
+	}
+	return name(kind, id)
+}
+
 // name is the backend's name of session id of kind: a hash, with the kind as its
 // extension. MCP's sessions are named by their id alone, as before kinds.
 func name(kind, id string) string {
@@ -234,85 +261,63 @@ func (d *Store) SaveNamespace(kind, id string, meta Meta, ns *minipy.Namespace) 
 	return info, d.Save(kind, id, meta, blob.Bytes())
 }
 
-// Save writes session id of kind, its meta and blob, whole: a save that fails leaves the
-// previous one. ErrFenced: another replica holds the session's lease.
+// Save writes session id of kind, its meta and blob, whole and sealed: a save that fails
+// leaves the previous one. ErrFenced: another replica holds the session's lease.
 func (d *Store) Save(kind, id string, meta Meta, blob []byte) error {
-	meta.Saved = time.Now()
-	head, err := headerOf(meta)
+	meta.Saved, meta.ID = time.Now(), id
+	head, nonce, err := d.sealHead(kind, meta)
 	if err != nil {
 		return err
 	}
-	if d.o.MaxBytes > 0 && int64(len(head)+len(blob)) > d.o.MaxBytes {
-		return fmt.Errorf("%w: %d bytes, past %d", ErrTooLarge, len(head)+len(blob), d.o.MaxBytes)
+	if size := len(head) + len(blob) + d.aead.NonceSize() + d.aead.Overhead(); d.o.MaxBytes > 0 && int64(size) > d.o.MaxBytes {
+		return fmt.Errorf("%w: %d bytes, past %d", ErrTooLarge, size, d.o.MaxBytes)
 	}
-	return d.b.put(name(kind, id), d.owner, head, blob, d.o.TTL)
-}
-
-// headerOf is a save's start: the meta's length (4 bytes, little endian) and its JSON.
-func headerOf(meta Meta) ([]byte, error) {
-	js, err := json.Marshal(meta)
-	if err != nil {
-		return nil, err
-	}
-	var n [4]byte
-	binary.LittleEndian.PutUint32(n[:], uint32(len(js)))
-	return append(n[:], js...), nil
+	return d.b.put(d.name(kind, id), d.owner, head, d.seal(blob, d.blobAAD(kind, id, meta.User, nonce)), d.o.TTL)
 }
 
 // Load reads session id's meta and saved namespace: fs.ErrNotExist when there is none, or
-// it has expired (then it is removed).
+// it has expired (then it is removed); an error when it does not open (errDamaged).
 func (d *Store) Load(kind, id string) (Meta, []byte, error) {
-	data, err := d.b.get(name(kind, id))
+	data, err := d.b.get(d.name(kind, id))
 	if err != nil {
 		return Meta{}, nil, err
 	}
-	meta, n, err := readMeta(bytes.NewReader(data), int64(len(data)))
+	meta, n, nonce, err := d.openHead(kind, data)
+	if err == nil && meta.ID != id {
+		err = errDamaged
+	}
 	if err != nil {
-		return meta, nil, fmt.Errorf("the save of %s: %w", name(kind, id), err)
+		return Meta{}, nil, fmt.Errorf("the save of %s: %w", d.name(kind, id), err)
 	}
 	if d.expired(meta) {
 		d.Remove(kind, id)
 		return meta, nil, fs.ErrNotExist
 	}
-	return meta, data[n:], nil
+	blob, _, err := d.open(data[n:], d.blobAAD(kind, id, meta.User, nonce))
+	if err != nil {
+		return Meta{}, nil, fmt.Errorf("the save of %s: %w", d.name(kind, id), err)
+	}
+	return meta, blob, nil
 }
 
 // Stat reads session id's meta only: fs.ErrNotExist when there is no save, or it has
-// expired.
+// expired; an error when its head does not open.
 func (d *Store) Stat(kind, id string) (Meta, error) {
-	head, size, err := d.b.head(name(kind, id))
+	head, _, err := d.b.head(d.name(kind, id))
 	if err != nil {
 		return Meta{}, err
 	}
-	meta, _, err := readMeta(bytes.NewReader(head), size)
+	meta, _, _, err := d.openHead(kind, head)
+	if err == nil && meta.ID != id {
+		err = errDamaged
+	}
 	if err != nil {
-		return meta, fmt.Errorf("the save of %s: %w", name(kind, id), err)
+		return Meta{}, fmt.Errorf("the save of %s: %w", d.name(kind, id), err)
 	}
 	if d.expired(meta) {
 		return meta, fs.ErrNotExist
 	}
 	return meta, nil
-}
-
-// readMeta reads the meta at the start of a save of size bytes; n is where its blob
-// starts.
-func readMeta(r io.Reader, size int64) (meta Meta, n int, err error) {
-	var head [4]byte
-	if _, err := io.ReadFull(r, head[:]); err != nil {
-		return meta, 0, errors.New("cut short")
-	}
-	length := int64(binary.LittleEndian.Uint32(head[:]))
-	if length > size-4 {
-		return meta, 0, errors.New("cut short")
-	}
-	js := make([]byte, length)
-	if _, err := io.ReadFull(r, js); err != nil {
-		return meta, 0, errors.New("cut short")
-	}
-	if err := json.Unmarshal(js, &meta); err != nil {
-		return meta, 0, err
-	}
-	return meta, 4 + int(length), nil
 }
 
 func (d *Store) expired(meta Meta) bool { return d.o.TTL > 0 && time.Since(meta.Saved) > d.o.TTL }
@@ -321,8 +326,9 @@ func (d *Store) expired(meta Meta) bool { return d.o.TTL > 0 && time.Since(meta.
 func (d *Store) List(kind string) []Saved {
 	var list []Saved
 	for _, l := range d.b.list(kind) {
-		meta, _, err := readMeta(bytes.NewReader(l.head), l.size)
-		if err == nil && !d.expired(meta) {
+		// (Another deployment's, a damaged one, or one under another's name: left out.)
+		meta, _, _, err := d.openHead(kind, l.head)
+		if err == nil && l.name == d.name(kind, meta.ID) && !d.expired(meta) {
 			list = append(list, Saved{Meta: meta, Size: l.size})
 		}
 	}
@@ -330,14 +336,14 @@ func (d *Store) List(kind string) []Saved {
 }
 
 // Remove forgets session id's save.
-func (d *Store) Remove(kind, id string) { d.b.remove(name(kind, id)) }
+func (d *Store) Remove(kind, id string) { d.b.remove(d.name(kind, id)) }
 
 // TakeLease makes this replica the holder of session id, waiting up to wait for another
 // holder to give it up or for its lease to expire; false if it is still held. While it
 // waits, a want mark asks the holder to give the session up (KeepUp): it saves it and
 // lets go, so a session whose requests reach another replica moves there.
 func (d *Store) TakeLease(ctx context.Context, kind, id, user string, wait time.Duration) bool {
-	n := name(kind, id)
+	n := d.name(kind, id)
 	end := time.Now().Add(wait)
 	wanted := false
 	defer func() {
@@ -364,7 +370,7 @@ func (d *Store) TakeLease(ctx context.Context, kind, id, user string, wait time.
 
 // TryLease takes session id's lease if it is free, expired or this replica's already.
 func (d *Store) TryLease(kind, id, user string) bool {
-	return d.b.tryLease(name(kind, id), d.owner, user, d.o.Lease)
+	return d.b.tryLease(d.name(kind, id), d.owner, user, d.o.Lease)
 }
 
 // ErrHeld: another replica holds the session and did not let go of it within LeaseWait.
@@ -375,7 +381,7 @@ var ErrHeld = errors.New("another replica holds this session and did not let go 
 // may be newer than its last save), and Claim waits for that (ErrHeld if in vain).
 // fs.ErrNotExist: neither a holder nor a save has it for user.
 func (d *Store) Claim(ctx context.Context, kind, id, user string) (Meta, []byte, error) {
-	if l, ok := d.b.readLease(name(kind, id)); ok && l.Owner != d.owner && time.Now().Before(l.Until) {
+	if l, ok := d.b.readLease(d.name(kind, id)); ok && l.Owner != d.owner && time.Now().Before(l.Until) {
 		if l.User != user {
 			return Meta{}, nil, fs.ErrNotExist
 		}
@@ -398,7 +404,7 @@ func (d *Store) Claim(ctx context.Context, kind, id, user string) (Meta, []byte,
 }
 
 // ReleaseLease gives up session id's lease if this replica holds it.
-func (d *Store) ReleaseLease(kind, id string) { d.b.releaseLease(name(kind, id), d.owner) }
+func (d *Store) ReleaseLease(kind, id string) { d.b.releaseLease(d.name(kind, id), d.owner) }
 
 // Sweep removes what expired, where the backend does not expire it itself.
 func (d *Store) Sweep() { d.b.sweep(d.o.TTL, d.o.Lease) }
@@ -421,11 +427,11 @@ func (d *Store) KeepUp(ctx context.Context, kind string, held func() map[string]
 			return
 		case <-renew.C:
 			for id, user := range held() {
-				d.b.tryLease(name(kind, id), d.owner, user, d.o.Lease) // (renewed at the next tick if the store is away)
+				d.b.tryLease(d.name(kind, id), d.owner, user, d.o.Lease) // (renewed at the next tick if the store is away)
 			}
 		case <-wanted.C:
 			for id := range held() {
-				if d.b.wanted(name(kind, id)) {
+				if d.b.wanted(d.name(kind, id)) {
 					go giveUp(id)
 				}
 			}

@@ -128,7 +128,7 @@ func (d *dirBackend) list(kind string) []listed {
 			continue
 		}
 		if head, size, err := d.head(e.Name()); err == nil {
-			out = append(out, listed{head: head, size: size})
+			out = append(out, listed{name: e.Name(), head: head, size: size})
 		}
 	}
 	return out

@@ -11,6 +11,9 @@ package session
 //	minipy:index:KIND        a set of the saves' names of a kind (for List)
 //	minipy:key               the state key (made once, SET NX)
 //
+// With a prefix (StoreOptions.Prefix, -state-prefix), every key starts minipy:PREFIX:
+// instead, its own state key among them: deployments sharing a database never meet.
+//
 // A save writes its chunks under a new generation, then switches the save's hash to it in
 // one script that first checks the lease (the fence: a replica that lost its lease cannot
 // write over a newer save), then removes the old generation's chunks. A reader that finds
@@ -33,18 +36,24 @@ import (
 // single-threaded; a 100 MB value would stall every other replica's calls).
 const chunkSize = 1 << 20
 
-type redisBackend struct{ c *redis.Client }
+type redisBackend struct {
+	c  *redis.Client
+	ns string // what every key starts with: minipy:, or minipy:PREFIX:
+}
 
 // openRedis connects to url (and checks it answers); makeKey: read the store's key,
 // made with a random one when missing.
-func openRedis(url string, makeKey bool) (backend, []byte, error) {
+func openRedis(url, prefix string, makeKey bool) (backend, []byte, error) {
 	opts, err := redis.ParseURL(url)
 	if err != nil {
 		return nil, nil, fmt.Errorf("-state-store: %w", err)
 	}
 	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = 2*time.Second, 5*time.Second, 5*time.Second
 	opts.MaxRetries = 1
-	b := &redisBackend{c: redis.NewClient(opts)}
+	b := &redisBackend{c: redis.NewClient(opts), ns: "minipy:"}
+	if prefix != "" {
+		b.ns = "minipy:" + prefix + ":"
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := b.c.Ping(ctx).Err(); err != nil {
@@ -54,11 +63,11 @@ func openRedis(url string, makeKey bool) (backend, []byte, error) {
 	if !makeKey {
 		return b, nil, nil
 	}
-	if err := b.c.SetNX(ctx, "minipy:key", newKey(), 0).Err(); err != nil {
+	if err := b.c.SetNX(ctx, b.ns+"key", newKey(), 0).Err(); err != nil {
 		b.c.Close()
 		return nil, nil, fmt.Errorf("-state-store: making its key: %w", err)
 	}
-	key, err := b.c.Get(ctx, "minipy:key").Bytes()
+	key, err := b.c.Get(ctx, b.ns+"key").Bytes()
 	if err != nil {
 		b.c.Close()
 		return nil, nil, fmt.Errorf("-state-store: reading its key: %w", err)
@@ -66,19 +75,19 @@ func openRedis(url string, makeKey bool) (backend, []byte, error) {
 	return b, key, nil
 }
 
-func saveKey(name string) string  { return "minipy:{" + name + "}:save" }
-func leaseKey(name string) string { return "minipy:{" + name + "}:lease" }
-func wantKey(name string) string  { return "minipy:{" + name + "}:want" }
-func chunkKey(name, gen string, i int) string {
-	return "minipy:{" + name + "}:c:" + gen + ":" + strconv.Itoa(i)
+func (b *redisBackend) saveKey(name string) string  { return b.ns + "{" + name + "}:save" }
+func (b *redisBackend) leaseKey(name string) string { return b.ns + "{" + name + "}:lease" }
+func (b *redisBackend) wantKey(name string) string  { return b.ns + "{" + name + "}:want" }
+func (b *redisBackend) chunkKey(name, gen string, i int) string {
+	return b.ns + "{" + name + "}:c:" + gen + ":" + strconv.Itoa(i)
 }
-func indexKey(name string) string {
+func (b *redisBackend) indexKey(name string) string {
 	for _, kind := range kinds {
 		if len(name) > len(kind) && name[len(name)-len(kind):] == kind {
-			return "minipy:index:" + kind
+			return b.ns + "index:" + kind
 		}
 	}
-	return "minipy:index:"
+	return b.ns + "index:"
 }
 
 // opTimeout bounds one of the store's calls (each is a few round trips).
@@ -111,13 +120,13 @@ func (b *redisBackend) put(name, owner string, head, blob []byte, ttl time.Durat
 	}
 	pipe := b.c.Pipeline()
 	for i := range n {
-		pipe.Set(ctx, chunkKey(name, gen, i), blob[i*chunkSize:min(len(blob), (i+1)*chunkSize)], chunkTTL)
+		pipe.Set(ctx, b.chunkKey(name, gen, i), blob[i*chunkSize:min(len(blob), (i+1)*chunkSize)], chunkTTL)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && n > 0 {
 		b.removeChunks(ctx, name, gen, n)
 		return err
 	}
-	res, err := switchSave.Run(ctx, b.c, []string{leaseKey(name), saveKey(name)}, owner, head,
+	res, err := switchSave.Run(ctx, b.c, []string{b.leaseKey(name), b.saveKey(name)}, owner, head,
 		len(head)+len(blob), gen, n, ttl.Milliseconds()).Slice()
 	if err != nil || len(res) == 0 || res[0] == int64(0) {
 		b.removeChunks(ctx, name, gen, n)
@@ -126,7 +135,7 @@ func (b *redisBackend) put(name, owner string, head, blob []byte, ttl time.Durat
 		}
 		return err
 	}
-	b.c.SAdd(ctx, indexKey(name), name) //nolint:errcheck // List prunes what it misses; a save without its entry is found by id
+	b.c.SAdd(ctx, b.indexKey(name), name) //nolint:errcheck // List prunes what it misses; a save without its entry is found by id
 	if len(res) == 3 {
 		if oldGen, _ := res[1].(string); oldGen != "" {
 			oldN, _ := strconv.Atoi(fmt.Sprint(res[2]))
@@ -139,7 +148,7 @@ func (b *redisBackend) put(name, owner string, head, blob []byte, ttl time.Durat
 func (b *redisBackend) removeChunks(ctx context.Context, name, gen string, n int) {
 	keys := make([]string, n)
 	for i := range n {
-		keys[i] = chunkKey(name, gen, i)
+		keys[i] = b.chunkKey(name, gen, i)
 	}
 	if n > 0 {
 		b.c.Unlink(ctx, keys...) //nolint:errcheck // chunks expire with their save, or are left for the sweep
@@ -150,7 +159,7 @@ func (b *redisBackend) get(name string) ([]byte, error) {
 	ctx, cancel := opContext()
 	defer cancel()
 	for range 3 {
-		v, err := b.c.HMGet(ctx, saveKey(name), "head", "gen", "chunks").Result()
+		v, err := b.c.HMGet(ctx, b.saveKey(name), "head", "gen", "chunks").Result()
 		if err != nil {
 			return nil, err
 		}
@@ -166,7 +175,7 @@ func (b *redisBackend) get(name string) ([]byte, error) {
 		}
 		keys := make([]string, n)
 		for i := range n {
-			keys[i] = chunkKey(name, gen, i)
+			keys[i] = b.chunkKey(name, gen, i)
 		}
 		chunks, err := b.c.MGet(ctx, keys...).Result()
 		if err != nil {
@@ -191,7 +200,7 @@ func (b *redisBackend) get(name string) ([]byte, error) {
 func (b *redisBackend) head(name string) ([]byte, int64, error) {
 	ctx, cancel := opContext()
 	defer cancel()
-	v, err := b.c.HMGet(ctx, saveKey(name), "head", "size").Result()
+	v, err := b.c.HMGet(ctx, b.saveKey(name), "head", "size").Result()
 	if err != nil {
 		return nil, 0, err
 	}
@@ -206,14 +215,14 @@ func (b *redisBackend) head(name string) ([]byte, int64, error) {
 func (b *redisBackend) list(kind string) []listed {
 	ctx, cancel := opContext()
 	defer cancel()
-	names, err := b.c.SMembers(ctx, "minipy:index:"+kind).Result()
+	names, err := b.c.SMembers(ctx, b.ns+"index:"+kind).Result()
 	if err != nil {
 		return nil
 	}
 	pipe := b.c.Pipeline()
 	cmds := make([]*redis.SliceCmd, len(names))
 	for i, n := range names {
-		cmds[i] = pipe.HMGet(ctx, saveKey(n), "head", "size")
+		cmds[i] = pipe.HMGet(ctx, b.saveKey(n), "head", "size")
 	}
 	pipe.Exec(ctx) //nolint:errcheck // each command's own error is read below
 	var out []listed
@@ -224,11 +233,11 @@ func (b *redisBackend) list(kind string) []listed {
 		}
 		head, ok := v[0].(string)
 		if !ok {
-			b.c.SRem(ctx, "minipy:index:"+kind, names[i]) //nolint:errcheck // expired: pruned again next time if this fails
+			b.c.SRem(ctx, b.ns+"index:"+kind, names[i]) //nolint:errcheck // expired: pruned again next time if this fails
 			continue
 		}
 		size, _ := strconv.ParseInt(fmt.Sprint(v[1]), 10, 64)
-		out = append(out, listed{head: []byte(head), size: size})
+		out = append(out, listed{name: names[i], head: []byte(head), size: size})
 	}
 	return out
 }
@@ -236,12 +245,12 @@ func (b *redisBackend) list(kind string) []listed {
 func (b *redisBackend) remove(name string) {
 	ctx, cancel := opContext()
 	defer cancel()
-	v, err := b.c.HMGet(ctx, saveKey(name), "gen", "chunks").Result()
+	v, err := b.c.HMGet(ctx, b.saveKey(name), "gen", "chunks").Result()
 	if err != nil {
 		return
 	}
-	b.c.Del(ctx, saveKey(name))         //nolint:errcheck // best effort, as a file's remove
-	b.c.SRem(ctx, indexKey(name), name) //nolint:errcheck // (List prunes it otherwise)
+	b.c.Del(ctx, b.saveKey(name))         //nolint:errcheck // best effort, as a file's remove
+	b.c.SRem(ctx, b.indexKey(name), name) //nolint:errcheck // (List prunes it otherwise)
 	if gen, ok := v[0].(string); ok {
 		n, _ := strconv.Atoi(fmt.Sprint(v[1]))
 		b.removeChunks(ctx, name, gen, n)
@@ -264,7 +273,7 @@ return 0`)
 func (b *redisBackend) tryLease(name, owner, user string, length time.Duration) bool {
 	ctx, cancel := opContext()
 	defer cancel()
-	n, err := takeLease.Run(ctx, b.c, []string{leaseKey(name)}, owner, user, length.Milliseconds()).Int()
+	n, err := takeLease.Run(ctx, b.c, []string{b.leaseKey(name)}, owner, user, length.Milliseconds()).Int()
 	return err == nil && n == 1
 }
 
@@ -272,8 +281,8 @@ func (b *redisBackend) readLease(name string) (lease, bool) {
 	ctx, cancel := opContext()
 	defer cancel()
 	pipe := b.c.Pipeline()
-	fields := pipe.HMGet(ctx, leaseKey(name), "owner", "user")
-	ttl := pipe.PTTL(ctx, leaseKey(name))
+	fields := pipe.HMGet(ctx, b.leaseKey(name), "owner", "user")
+	ttl := pipe.PTTL(ctx, b.leaseKey(name))
 	if _, err := pipe.Exec(ctx); err != nil {
 		return lease{}, false
 	}
@@ -289,25 +298,25 @@ func (b *redisBackend) readLease(name string) (lease, bool) {
 func (b *redisBackend) releaseLease(name, owner string) {
 	ctx, cancel := opContext()
 	defer cancel()
-	dropLease.Run(ctx, b.c, []string{leaseKey(name)}, owner) //nolint:errcheck // it expires otherwise
+	dropLease.Run(ctx, b.c, []string{b.leaseKey(name)}, owner) //nolint:errcheck // it expires otherwise
 }
 
 func (b *redisBackend) want(name, owner string) bool {
 	ctx, cancel := opContext()
 	defer cancel()
-	return b.c.Set(ctx, wantKey(name), owner, time.Hour).Err() == nil
+	return b.c.Set(ctx, b.wantKey(name), owner, time.Hour).Err() == nil
 }
 
 func (b *redisBackend) unwant(name string) {
 	ctx, cancel := opContext()
 	defer cancel()
-	b.c.Del(ctx, wantKey(name)) //nolint:errcheck // it expires otherwise
+	b.c.Del(ctx, b.wantKey(name)) //nolint:errcheck // it expires otherwise
 }
 
 func (b *redisBackend) wanted(name string) bool {
 	ctx, cancel := opContext()
 	defer cancel()
-	n, err := b.c.Exists(ctx, wantKey(name)).Result()
+	n, err := b.c.Exists(ctx, b.wantKey(name)).Result()
 	return err == nil && n > 0
 }
 
@@ -339,17 +348,17 @@ func (b *redisBackend) sweep(_, _ time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	current := map[string]string{} // name -> its save's generation
-	iter := b.c.Scan(ctx, 0, "minipy:{*}:c:*", 1000).Iterator()
+	iter := b.c.Scan(ctx, 0, b.ns+"{*}:c:*", 1000).Iterator()
 	for iter.Next(ctx) {
 		key := iter.Val()
-		name, rest, ok := strings.Cut(strings.TrimPrefix(key, "minipy:{"), "}:c:")
+		name, rest, ok := strings.Cut(strings.TrimPrefix(key, b.ns+"{"), "}:c:")
 		gen, _, ok2 := strings.Cut(rest, ":")
 		if !ok || !ok2 || genAge(gen) < strayAfter {
 			continue
 		}
 		cur, seen := current[name]
 		if !seen {
-			cur, _ = b.c.HGet(ctx, saveKey(name), "gen").Result()
+			cur, _ = b.c.HGet(ctx, b.saveKey(name), "gen").Result()
 			current[name] = cur
 		}
 		if gen != cur {

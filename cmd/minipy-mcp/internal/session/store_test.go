@@ -72,10 +72,7 @@ func TestStoreExpires(t *testing.T) {
 	dir := t.TempDir()
 	d, err := OpenStore(dir, 200*time.Millisecond, "")
 	require.NoError(t, err)
-	write := func(id string) {
-		js, _ := json.Marshal(Meta{User: "u", Saved: time.Now()})
-		require.NoError(t, os.WriteFile(savePath(dir, KindSession, id), append([]byte{byte(len(js)), 0, 0, 0}, js...), 0o600))
-	}
+	write := func(id string) { require.NoError(t, d.Save(KindSession, id, Meta{User: "u"}, nil)) }
 	write("s")
 	meta, _, err := d.Load(KindSession, "s")
 	require.NoError(t, err)
@@ -159,4 +156,77 @@ func TestStoreClaim(t *testing.T) {
 	assert.False(t, a.TryLease(KindSandbox, "sb", "ann"), "b holds it")
 	b.ReleaseLease(KindSandbox, "sb")
 	assert.True(t, a.TryLease(KindSandbox, "sb", "ann"))
+}
+
+// Saves are sealed (issue 66): nothing of them is in clear on disk, and someone who can
+// write the store but does not hold the key cannot move a save to another session, user,
+// kind or deployment, nor change a byte of it: it does not open, and a resume never trusts
+// it. (The save of one user's paused sandbox, copied over another's with its metadata
+// rewritten, once resumed there and ran its planted function.)
+func TestStoreSeals(t *testing.T) {
+	dir := t.TempDir()
+	keyFile := filepath.Join(t.TempDir(), "key")
+	require.NoError(t, os.WriteFile(keyFile, []byte("0123456789abcdef0123456789abcdef\n"), 0o600))
+	d, err := Open(dir, StoreOptions{KeyFile: keyFile})
+	require.NoError(t, err)
+	require.NoError(t, d.Save(KindSandbox, "ann-sb", Meta{User: "ann", Init: json.RawMessage(`{"env":"ann-secret-env"}`)},
+		[]byte("ann's variables: ann-secret-value")))
+	require.NoError(t, d.Save(KindSandbox, "bob-sb", Meta{User: "bob", Init: json.RawMessage(`{}`)},
+		[]byte("bob's planted function")))
+	for _, f := range saves(t, dir) {
+		raw, err := os.ReadFile(f)
+		require.NoError(t, err)
+		assert.NotContains(t, string(raw), "secret", "in clear on disk: %s", f)
+		assert.NotContains(t, string(raw), "planted", "in clear on disk: %s", f)
+		assert.NotContains(t, string(raw), `"user"`, "the meta in clear on disk: %s", f)
+	}
+	copyOver := func(from, to string) {
+		raw, err := os.ReadFile(savePath(dir, KindSandbox, from))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(savePath(dir, KindSandbox, to), raw, 0o600))
+	}
+
+	copyOver("bob-sb", "ann-sb") // (the attack: bob's save in ann's sandbox's place)
+	_, _, err = d.Load(KindSandbox, "ann-sb")
+	assert.ErrorIs(t, err, errDamaged, "another session's save")
+	_, err = d.Stat(KindSandbox, "ann-sb")
+	assert.ErrorIs(t, err, errDamaged)
+	_, _, err = d.Claim(context.Background(), KindSandbox, "ann-sb", "ann")
+	assert.Error(t, err)
+
+	require.NoError(t, d.Save(KindSandbox, "ann-sb", Meta{User: "ann"}, []byte("ann's variables")))
+	for i := range []int{4, 40, -20, -1} {
+		raw, err := os.ReadFile(savePath(dir, KindSandbox, "ann-sb"))
+		require.NoError(t, err)
+		at := []int{4, 40, len(raw) - 20, len(raw) - 1}[i]
+		raw[at] ^= 1
+		require.NoError(t, os.WriteFile(savePath(dir, KindSandbox, "ann-sb"), raw, 0o600))
+		_, _, err = d.Load(KindSandbox, "ann-sb")
+		assert.Error(t, err, "a byte changed at %d", at)
+		raw[at] ^= 1
+		require.NoError(t, os.WriteFile(savePath(dir, KindSandbox, "ann-sb"), raw, 0o600))
+	}
+	meta, blob, err := d.Load(KindSandbox, "ann-sb")
+	require.NoError(t, err)
+	assert.Equal(t, "ann", meta.User)
+	assert.Equal(t, "ann's variables", string(blob))
+	_, _, err = d.Load(KindSession, "ann-sb")
+	assert.ErrorIs(t, err, fs.ErrNotExist, "another kind's")
+
+	// Another deployment (-state-prefix) on the same directory and key: its own names, and
+	// seals that open in no other.
+	other, err := Open(dir, StoreOptions{KeyFile: keyFile, Prefix: "staging"})
+	require.NoError(t, err)
+	_, _, err = other.Load(KindSandbox, "ann-sb")
+	assert.ErrorIs(t, err, fs.ErrNotExist)
+	assert.Empty(t, other.List(KindSandbox), "another deployment's saves")
+	require.NoError(t, other.Save(KindSandbox, "ann-sb", Meta{User: "ann"}, []byte("staging's")))
+	raw, err := os.ReadFile(savePath(dir, KindSandbox, "ann-sb"))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(other.b.(*dirBackend).path(other.name(KindSandbox, "ann-sb")), raw, 0o600))
+	_, _, err = other.Load(KindSandbox, "ann-sb")
+	assert.ErrorIs(t, err, errDamaged, "production's save in staging's place")
+	assert.Len(t, d.List(KindSandbox), 2, "production lists its own two")
+	_, err = Open(dir, StoreOptions{Prefix: "no/slash"})
+	assert.Error(t, err)
 }
