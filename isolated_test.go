@@ -757,26 +757,39 @@ func TestIsolatedSwallowerStoppedInPython(t *testing.T) {
 	// Code that swallows the first interrupt meets the worker's hard stage (a tracer that
 	// raises at the next line, re-armed by each repeated kick) before the kill.
 	e := newIsolated(t, minipy.IsolatedConfig{NoRollback: true})
-	ns := e.NewNamespace()
-	_, err := e.Minipy("pass", &minipy.Options{Globals: ns}) // its worker first (the timeout counts the wait)
-	require.NoError(t, err)
 	code := "swallowed = 0\nwhile True:\n    try:\n        n = 0\n        while True:\n            n += 1\n    except:\n        swallowed += 1\n"
-	_, err = e.Minipy(code, &minipy.Options{Globals: ns, Timeout: 100 * time.Millisecond})
-	require.ErrorIs(t, err, minipy.ErrTimeout)
-	if minipy.LinkedVersion() == "3.11" {
-		// 3.11 has no sys.monitoring, and a sys.settrace tracer is dropped once it raises:
-		// the swallower catches each raise, so the kill after the grace period stops it.
-		assert.ErrorIs(t, err, minipy.ErrStateLost, "3.11: the kill is what stops a swallower in a worker")
+	// On a machine loaded past what the grace accounts for (it subtracts the time the code
+	// waited for a CPU; seen once, compat 3.14 beside compat 3.15 and 8 busy loops on 2 cores,
+	// not with the busy loops alone in 45 runs), the kill can come first: the hard stage is
+	// shown to work by one run it stopped, of up to 5 (a hard stage that never stops one
+	// fails all 5).
+	for attempt := 1; ; attempt++ {
+		ns := e.NewNamespace()
+		_, err := e.Minipy("pass", &minipy.Options{Globals: ns}) // its worker first (the timeout counts the wait)
+		require.NoError(t, err)
+		_, err = e.Minipy(code, &minipy.Options{Globals: ns, Timeout: 100 * time.Millisecond})
+		require.ErrorIs(t, err, minipy.ErrTimeout)
+		if minipy.LinkedVersion() == "3.11" {
+			// 3.11 has no sys.monitoring, and a sys.settrace tracer is dropped once it raises:
+			// the swallower catches each raise, so the kill after the grace period stops it.
+			assert.ErrorIs(t, err, minipy.ErrStateLost, "3.11: the kill is what stops a swallower in a worker")
+			return
+		}
+		if errors.Is(err, minipy.ErrStateLost) && attempt < 5 {
+			t.Logf("attempt %d: killed before the hard stage stopped it (a loaded machine): %v", attempt, err)
+			ns.Close()
+			continue
+		}
+		require.NotErrorIs(t, err, minipy.ErrStateLost, "stopped in Python, not killed (%d attempts)", attempt)
+		var py *minipy.PythonError
+		require.ErrorAs(t, err, &py)
+		assert.Equal(t, "minipy.TimeoutInterrupt", py.Type)
+		assertFramesOnce(t, py.Traceback)
+		swallowed, err := ns.Get("swallowed")
+		require.NoError(t, err)
+		assert.Positive(t, swallowed)
 		return
 	}
-	require.NotErrorIs(t, err, minipy.ErrStateLost, "stopped in Python, not killed")
-	var py *minipy.PythonError
-	require.ErrorAs(t, err, &py)
-	assert.Equal(t, "minipy.TimeoutInterrupt", py.Type)
-	assertFramesOnce(t, py.Traceback)
-	swallowed, err := ns.Get("swallowed")
-	require.NoError(t, err)
-	assert.Positive(t, swallowed)
 }
 
 func TestOldestPythonIsOneRule(t *testing.T) {
