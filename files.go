@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // FileInfo describes a file of a namespace's working directory (Namespace.ListFiles,
@@ -31,6 +33,9 @@ type FileInfo struct {
 	// Mode is its type and permission bits, as os.Lstat gives them (fs.ModeSymlink for a
 	// symbolic link, which is never followed).
 	Mode fs.FileMode
+	// Target is a symbolic link's target as the link holds it (os.Readlink's text: it may be
+	// relative to the link's directory, or point anywhere); "" for any other file.
+	Target string
 }
 
 // Hidden reports a file that Result.Files and minipy-mcp's resources leave out: one with a
@@ -428,7 +433,7 @@ func (r *workRoot) list(dir string) ([]FileInfo, error) {
 		if fstatat(fd, name, &st) != nil {
 			continue // gone meanwhile
 		}
-		out = append(out, fileInfo(path.Join(dir, name), &st))
+		out = append(out, fileInfoIn(fd, path.Join(dir, name), &st))
 	}
 	return out, nil
 }
@@ -436,6 +441,19 @@ func (r *workRoot) list(dir string) ([]FileInfo, error) {
 func fileInfo(name string, st *syscall.Stat_t) FileInfo {
 	return FileInfo{Name: name, Size: st.Size, ModTime: time.Unix(st.Mtim.Unix()),
 		IsDir: st.Mode&syscall.S_IFMT == syscall.S_IFDIR, Mode: fileMode(st.Mode)}
+}
+
+// fileInfoIn is fileInfo of name, which st describes, in the directory open as dir: a
+// symbolic link's with its Target (read from the link itself, never followed).
+func fileInfoIn(dir int, name string, st *syscall.Stat_t) FileInfo {
+	fi := fileInfo(name, st)
+	if st.Mode&syscall.S_IFMT == syscall.S_IFLNK {
+		buf := make([]byte, min(max(st.Size, 1), 4096)+1)
+		if n, err := unix.Readlinkat(dir, path.Base(name), buf); err == nil && n < len(buf) {
+			fi.Target = string(buf[:n])
+		}
+	}
+	return fi
 }
 
 // fileMode is a stat mode as an fs.FileMode (what os.Lstat makes of it).

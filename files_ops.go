@@ -119,7 +119,7 @@ func (r *workRoot) stat(name string) (FileInfo, error) {
 	if err := fstatat(parent, path.Base(name), &st); err != nil {
 		return FileInfo{}, &fs.PathError{Op: "stat", Path: name, Err: err}
 	}
-	return fileInfo(name, &st), nil
+	return fileInfoIn(parent, name, &st), nil
 }
 
 // removeIn removes name in the directory open as parent, with what it holds if it is a

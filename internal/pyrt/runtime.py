@@ -628,6 +628,7 @@ def exec_cell(src, name, g, l):
     """Run src in (g, l) as exec would; return (has_value, value) of its last expression.
     A cell that is not valid Python may be IPython syntax (notebook.py's transform_cell); it
     runs transformed, line for line, and any other syntax error is raised as it is."""
+    src = dedent_cell(src)
     try:
         whole, body, last = _compile_cell(src, name)
     except SyntaxError:
@@ -644,6 +645,27 @@ def exec_cell(src, name, g, l):
         return False, None
     value = _run_code(last, g, l)
     return value is not None, value
+
+
+def dedent_cell(src):
+    """src as IPython runs a cell: when its first line that is not blank is indented, that
+    indentation is taken off each line that starts with it (a cell pasted from inside a
+    function, or a model's indented code block). IPython also drops the blank lines before
+    it; here they stay, emptied, so that a traceback's line numbers are the cell's own."""
+    if not src or src[0] not in " \t\r\n\f":
+        return src  # (every cell that starts at its first column: nothing to look at)
+    lines = src.split("\n")
+    first = 0
+    while first < len(lines) and (not lines[first] or lines[first].isspace()):
+        first += 1
+    if first == len(lines):
+        return src
+    line = lines[first]
+    indent = line[:len(line) - len(line.lstrip(" \t"))]
+    if not indent:
+        return src
+    n = len(indent)
+    return "\n".join(["" for _ in range(first)] + [l[n:] if l.startswith(indent) else l for l in lines[first:]])
 
 
 def _compile_cell(src, name):

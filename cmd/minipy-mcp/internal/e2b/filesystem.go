@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/minipy-go/minipy"
@@ -70,8 +71,21 @@ func entry(fi minipy.FileInfo) *filesystem.EntryInfo {
 		t = filesystem.FileType_FILE_TYPE_DIRECTORY
 	}
 	p := path.Join(Home, fi.Name)
-	return &filesystem.EntryInfo{Name: path.Base(p), Type: t, Path: p, Size: fi.Size, Mode: uint32(fi.Mode),
+	e := &filesystem.EntryInfo{Name: path.Base(p), Type: t, Path: p, Size: fi.Size, Mode: uint32(fi.Mode.Perm()),
 		Permissions: fi.Mode.String(), Owner: "user", Group: "user", ModifiedTime: timestamppb.New(fi.ModTime)}
+	if t == filesystem.FileType_FILE_TYPE_SYMLINK {
+		e.SymlinkTarget = proto.String(linkTarget(p, fi.Target))
+	}
+	return e
+}
+
+// linkTarget is the absolute path a symbolic link at p points to (envd's symlinkTarget),
+// worked out from the target's text alone: nothing is followed.
+func linkTarget(p, target string) string {
+	if path.IsAbs(target) {
+		return path.Clean(target)
+	}
+	return path.Join(path.Dir(p), target)
 }
 
 func (filesystemService) Stat(ctx context.Context, req *connect.Request[filesystem.StatRequest]) (*connect.Response[filesystem.StatResponse], error) {
@@ -130,7 +144,7 @@ func (filesystemService) Remove(ctx context.Context, req *connect.Request[filesy
 	if err != nil {
 		return nil, err
 	}
-	if err := ns.Remove(name); err != nil {
+	if err := ns.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) { // (E2B's remove of nothing succeeds)
 		return nil, fsError(err)
 	}
 	return connect.NewResponse(&filesystem.RemoveResponse{}), nil

@@ -89,7 +89,13 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err != nil {
-		out.send(errorMessage(err, sb.ctx.Err() != nil))
+		if sb.ctx.Err() != nil {
+			// Killed during the run (the API's kill, its timeout): the connection drops, as
+			// E2B's does when its sandbox goes, and the SDK raises its TimeoutError ("the
+			// sandbox was killed while the request was in progress"), not a run's error.
+			panic(http.ErrAbortHandler)
+		}
+		out.send(errorMessage(err))
 	}
 }
 
@@ -265,13 +271,11 @@ func resultMessage(data map[string][]byte, main bool) map[string]any {
 }
 
 // errorMessage is a run's error as E2B's: the exception's name, value and traceback.
-func errorMessage(err error, killed bool) map[string]any {
+func errorMessage(err error) map[string]any {
 	msg := map[string]any{"type": "error"}
 	var pe *minipy.PythonError
 	var ie *minipy.InterruptedError
 	switch {
-	case killed:
-		msg["name"], msg["value"], msg["traceback"] = "SandboxKilled", "the sandbox was killed during the run", ""
 	case errors.As(err, &ie):
 		msg["name"], msg["value"], msg["traceback"] = "TimeoutError", ie.Error(), ""
 		if ie.Python != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"sort"
 	"strings"
 	"sync"
@@ -47,7 +48,11 @@ type command struct {
 	tag    *string
 	stdin  sync.Mutex // its writes, and its close
 	closed bool
+	gone   chan struct{} // closed once it has ended and left the sandbox's commands
 }
+
+// killWait bounds how long a SIGKILL's call waits for its command to be gone.
+const killWait = 5 * time.Second
 
 // commands are a sandbox's commands, by pid.
 type commands struct {
@@ -103,6 +108,7 @@ func (processService) Start(ctx context.Context, req *connect.Request[process.St
 	if err != nil {
 		return err
 	}
+	defer close(cmd.gone)
 	defer sb.cmds.remove(pid)
 	leaveInflight(ctx) // (a command now: maxCommands bounds its stream)
 	send := func(ev *process.ProcessEvent) error { return stream.Send(&process.StartResponse{Event: ev}) }
@@ -139,7 +145,7 @@ func startCommand(sb *sandbox, req *process.StartRequest) (*command, uint32, err
 	if err != nil {
 		return nil, 0, connect.NewError(connect.CodeInvalidArgument, err)
 	}
-	cmd := &command{proc: proc, config: cfg, tag: req.Tag}
+	cmd := &command{proc: proc, config: cfg, tag: req.Tag, gone: make(chan struct{})}
 	if !req.GetStdin() {
 		cmd.closeStdin()
 	}
@@ -216,7 +222,14 @@ func relayEvents(ctx context.Context, cmd *command, events <-chan *process.Proce
 		select {
 		case ev, ok := <-events:
 			if !ok {
-				return send(endEvent(cmd.proc.Wait()))
+				st, err := cmd.proc.Wait()
+				if err != nil && sandboxFrom(ctx).ctx.Err() != nil {
+					// Lost with its sandbox (killed, timed out): the connection drops, as E2B's
+					// does, and the SDK raises its TimeoutError ("the sandbox was killed"), not
+					// a command's exit.
+					panic(http.ErrAbortHandler)
+				}
+				return send(endEvent(st, err))
 			}
 			if err := send(ev); err != nil {
 				cmd.proc.Signal(syscall.SIGKILL) //nolint:errcheck // its client is gone
@@ -280,6 +293,17 @@ func (processService) SendSignal(ctx context.Context, req *connect.Request[proce
 	}
 	if err := cmd.proc.Signal(sig); err != nil {
 		return nil, connect.NewError(connect.CodeUnavailable, err)
+	}
+	if sig == syscall.SIGKILL {
+		// A kill's answer means it is gone: out of commands.list, its place under the cap
+		// free for the next start (a SIGTERM may be caught: its answer waits for nothing).
+		t := time.NewTimer(killWait)
+		defer t.Stop()
+		select {
+		case <-cmd.gone:
+		case <-t.C:
+		case <-ctx.Done():
+		}
 	}
 	return connect.NewResponse(&process.SendSignalResponse{}), nil
 }

@@ -158,11 +158,16 @@ func (s *Server) setUp(ctx context.Context, ns *minipy.Namespace, envs map[strin
 	return dir, nil
 }
 
-// setUpCode is the setup's run: it leaves no name behind.
+// setUpCode is the setup's run: it leaves no name behind. A cwd it cannot enter (E2B's
+// /root, which minipy's sandbox has not) leaves the context where it is, as E2B's %cd does:
+// the context's cwd says where it is.
 const setUpCode = `import os as _e2b_os
 _e2b_os.environ.update(_e2b_setup["env"])
 if _e2b_setup["cwd"]:
-    _e2b_os.chdir(_e2b_setup["cwd"])
+    try:
+        _e2b_os.chdir(_e2b_setup["cwd"])
+    except OSError:
+        pass
 del _e2b_setup, _e2b_os
 __import__("os").getcwd()`
 

@@ -39,6 +39,7 @@ out.stdin = (await bg.wait()).stdout
 const sleeper = await sbx.commands.run('sleep 60', { background: true })
 out.listedCommands = (await sbx.commands.list()).map((p) => p.pid).includes(sleeper.pid)
 out.killedCommand = await sbx.commands.kill(sleeper.pid)
+out.listedAfterKill = (await sbx.commands.list()).map((p) => p.pid).includes(sleeper.pid) // (gone once kill answers)
 try {
   await sleeper.wait()
 } catch (e) {

@@ -1,0 +1,52 @@
+// What E2B's own test suites expect (../shared/e2bpeer), through its unmodified SDKs: an
+// indented cell, a context in a directory the sandbox has not, file entries as envd gives
+// them, removing what is not there, and a sandbox killed under a run or a command. Prints
+// what it saw as one JSON object for e2b_test.go (TestE2BConformance) to check.
+import { Sandbox } from '@e2b/code-interpreter'
+
+const out = {}
+const sbx = await Sandbox.create()
+
+// A cell indented as a whole runs as IPython runs it.
+out.indented = (await sbx.runCode('\n    x = 20\n    if x:\n        x += 1\n    x * 2\n')).text
+
+// A context in a cwd it cannot enter is made where it can be, and says where.
+const ctx = await sbx.createCodeContext({ language: 'python', cwd: '/root' })
+const listed = (await sbx.listCodeContexts()).find((c) => c.id === ctx.id)
+out.context = { cwd: ctx.cwd, listed: listed?.cwd, runs: (await sbx.runCode('6 * 7', { context: ctx })).text }
+
+// Files: permission bits in mode, a link's target, a remove of nothing.
+await sbx.files.write('notes/a.txt', 'a')
+await sbx.runCode("import os\nos.symlink('a.txt', 'notes/link')\nos.symlink('/etc/hostname', 'notes/out')")
+const info = async (p) => {
+  const i = await sbx.files.getInfo(p)
+  return { type: i.type, mode: i.mode, permissions: i.permissions, symlinkTarget: i.symlinkTarget ?? null }
+}
+out.files = {
+  file: await info('notes/a.txt'), dir: await info('notes'), link: await info('notes/link'), out: await info('notes/out'),
+  listed: (await sbx.files.list('notes')).map((e) => `${e.name}:${e.mode.toString(8)}:${e.symlinkTarget ?? ''}`),
+}
+await sbx.files.remove('notes/not-there.txt')
+out.removedNothing = true
+
+// Killed under a run, and under a command, once it has started: the SDKs' TimeoutError,
+// which says so.
+const killedDuring = async (start) => {
+  const victim = await Sandbox.create()
+  let started
+  const running = new Promise((r) => (started = r))
+  const pending = start(victim, () => started()).then(
+    () => 'resolved',
+    (e) => `${e.constructor.name}: ${/sandbox was killed/i.test(e.message)}`,
+  )
+  await running
+  await victim.kill()
+  return pending
+}
+out.killedRun = await killedDuring((v, started) =>
+  v.runCode('import time\nprint("started", flush=True)\ntime.sleep(300)', { timeoutMs: 300_000, onStdout: started }))
+out.killedCommand = await killedDuring((v, started) =>
+  v.commands.run('echo started; sleep 300', { timeoutMs: 300_000, onStdout: started }))
+
+await sbx.kill()
+console.log(JSON.stringify(out))
