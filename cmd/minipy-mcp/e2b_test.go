@@ -101,7 +101,14 @@ func TestE2BConformance(t *testing.T) {
 			"listed": []any{"a.txt:644:", "link:777:/home/user/notes/a.txt", "out:777:/etc/hostname"},
 		},
 		"removedNothing": true,
-		"killedRun":      "TimeoutError: true", "killedCommand": "TimeoutError: true",
+		"fork": map[string]any{"forked": []any{
+			map[string]any{"apart": true, "running": true, "kept": "[1, 2, 3]", "file": "in first"},
+			map[string]any{"apart": true, "running": true, "kept": "[1, 2, 3]", "file": "in second"}},
+			"original": "before fork", "originalKept": "[1, 2]", "byId": 1.0, "killed": "SandboxNotFoundError"},
+		"list": map[string]any{"desc": []any{"second", "first"}, "asc": []any{"first", "second"},
+			"template": []any{"second", "first"}, "unknownTemplate": []any{}, "after": []any{"second"},
+			"pages": []any{[]any{"second"}, []any{"first"}, false}},
+		"killedRun": "TimeoutError: true", "killedCommand": "TimeoutError: true",
 	}
 	for k, v := range want {
 		assert.Equal(t, v, got[k], k)

@@ -23,6 +23,7 @@ func (s *Server) routes() {
 	s.api.HandleFunc("DELETE /sandboxes/{id}", s.authed(s.owned(s.remove)))
 	s.api.HandleFunc("POST /sandboxes/{id}/timeout", s.authed(s.owned(s.timeout)))
 	s.api.HandleFunc("POST /sandboxes/{id}/pause", s.authed(s.owned(s.pauseRequest)))
+	s.api.HandleFunc("POST /sandboxes/{id}/fork", s.authed(s.owned(s.fork)))
 	s.api.HandleFunc("POST /sandboxes/{id}/resume", s.authed(s.owned(s.connect))) // (E2B's former resume)
 	s.api.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if s.cfg.Ops != nil && r.Method == http.MethodGet && (r.URL.Path == "/healthz" || r.URL.Path == "/readyz" ||
@@ -305,34 +306,107 @@ func (s *Server) readLife(w http.ResponseWriter, r *http.Request, need bool) (ti
 	return life, true
 }
 
-// list lists the caller's sandboxes, oldest first, filtered by the query's metadata (URL
-// encoded key=value pairs) and state, a page of limit (at most 100) after nextToken.
+// listQuery is what a list asks for (E2B's GET /v2/sandboxes).
+type listQuery struct {
+	metadata      url.Values
+	states        []string // (none: every state)
+	template      string
+	after, before time.Time // startedAfter (at or after), startedBefore (before); zero: none
+	asc           bool      // order=asc; E2B's default is newest first
+	limit         int
+	from          *listPlace // nextToken: the page starts after it
+}
+
+// listPlace is a sandbox's place in a list's order, which nextToken carries: a page goes on
+// after it even when the sandbox it names has gone meanwhile.
+type listPlace struct {
+	started time.Time
+	id      string
+}
+
+func (p listPlace) token() string { return strconv.FormatInt(p.started.UnixNano(), 10) + "." + p.id }
+
+// compare orders sandboxes oldest first, by id among those started at once.
+func (p listPlace) compare(o listPlace) int {
+	if c := p.started.Compare(o.started); c != 0 {
+		return c
+	}
+	return strings.Compare(p.id, o.id)
+}
+
+// readListQuery reads a list's query, or says what is wrong with it.
+func readListQuery(q url.Values) (*listQuery, string) {
+	lq := &listQuery{limit: 100}
+	var err error
+	if lq.metadata, err = url.ParseQuery(q.Get("metadata")); err != nil {
+		return nil, "metadata: " + err.Error()
+	}
+	if q.Get("state") != "" {
+		lq.states = strings.Split(q.Get("state"), ",")
+	}
+	lq.template = q.Get("template")
+	for name, t := range map[string]*time.Time{"startedAfter": &lq.after, "startedBefore": &lq.before} {
+		if v := q.Get(name); v != "" {
+			if *t, err = time.Parse(time.RFC3339Nano, v); err != nil {
+				return nil, name + ": not a date-time (RFC 3339): " + echo(v)
+			}
+		}
+	}
+	switch q.Get("order") {
+	case "", "desc":
+	case "asc":
+		lq.asc = true
+	default:
+		return nil, "order: asc or desc, not " + echo(q.Get("order"))
+	}
+	if v := q.Get("limit"); v != "" {
+		if lq.limit, err = strconv.Atoi(v); err != nil || lq.limit < 1 || lq.limit > 100 {
+			return nil, "limit: from 1 to 100, not " + echo(v)
+		}
+	}
+	if tok := q.Get("nextToken"); tok != "" {
+		ns, id, ok := strings.Cut(tok, ".")
+		n, err := strconv.ParseInt(ns, 10, 64)
+		if !ok || err != nil {
+			return nil, "nextToken: not one this server gave: " + echo(tok)
+		}
+		lq.from = &listPlace{time.Unix(0, n).UTC(), id}
+	}
+	return lq, ""
+}
+
+// wants reports whether l passes the query's filters.
+func (lq *listQuery) wants(l listedSandbox) bool {
+	return matches(l.Metadata, lq.metadata) && (lq.states == nil || slices.Contains(lq.states, l.State)) &&
+		(lq.template == "" || lq.template == l.TemplateID) && (lq.after.IsZero() || !l.StartedAt.Before(lq.after)) &&
+		(lq.before.IsZero() || l.StartedAt.Before(lq.before))
+}
+
+// list lists the caller's sandboxes, running and paused, newest first (order=asc: oldest
+// first), filtered by the query's metadata (URL encoded key=value pairs), states, template
+// and start times, a page of limit (at most 100) after nextToken.
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	want, err := url.ParseQuery(q.Get("metadata"))
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "metadata: "+err.Error())
+	lq, why := readListQuery(r.URL.Query())
+	if why != "" {
+		writeError(w, http.StatusBadRequest, why)
 		return
 	}
-	limit := 100
-	if n, err := strconv.Atoi(q.Get("limit")); err == nil && n > 0 && n < limit {
-		limit = n
+	all := s.userListed(userOf(r))
+	if !lq.asc {
+		slices.Reverse(all)
 	}
-	states := strings.Split(q.Get("state"), ",")
 	out := []listedSandbox{}
-	after := q.Get("nextToken")
-	for _, l := range s.userListed(userOf(r)) {
-		if after != "" {
-			if l.SandboxID == after {
-				after = ""
-			}
+	for _, l := range all {
+		at := listPlace{l.StartedAt, l.SandboxID}
+		if lq.from != nil && (lq.asc && at.compare(*lq.from) <= 0 || !lq.asc && at.compare(*lq.from) >= 0) {
+			continue // on an earlier page
+		}
+		if !lq.wants(l) {
 			continue
 		}
-		if !matches(l.Metadata, want) || (q.Get("state") != "" && !slices.Contains(states, l.State)) {
-			continue
-		}
-		if len(out) == limit {
-			w.Header().Set("X-Next-Token", out[len(out)-1].SandboxID)
+		if len(out) == lq.limit {
+			last := out[len(out)-1]
+			w.Header().Set("X-Next-Token", listPlace{last.StartedAt, last.SandboxID}.token())
 			break
 		}
 		out = append(out, l)
@@ -362,10 +436,7 @@ func (s *Server) userListed(user string) []listedSandbox {
 		all = append(all, s.storedSandboxes(user)...)
 	}
 	slices.SortFunc(all, func(a, b listedSandbox) int {
-		if c := a.StartedAt.Compare(b.StartedAt); c != 0 {
-			return c
-		}
-		return strings.Compare(a.SandboxID, b.SandboxID)
+		return listPlace{a.StartedAt, a.SandboxID}.compare(listPlace{b.StartedAt, b.SandboxID})
 	})
 	return all
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -209,18 +210,25 @@ func TestCheckCreate(t *testing.T) {
 	assert.Equal(t, time.Hour, life)
 }
 
+// Sandbox.list as E2B's API serves it: newest first (order=asc: oldest first), filtered by
+// metadata, states, template and start times, in pages whose token holds the place even when
+// the sandbox it names is gone; a query it cannot read is 400.
 func TestList(t *testing.T) {
 	s, _ := newTestServer()
 	for i, user := range []string{"alice", "alice", "bob", "alice"} {
 		id := string(rune('a' + i))
-		s.sandboxes[id] = &sandbox{id: id, user: user, metadata: map[string]string{"n": id},
+		s.sandboxes[id] = &sandbox{id: id, user: user, metadata: map[string]string{"n": id}, template: "base",
 			started: time.Unix(int64(i), 0), end: time.Now(), timer: time.NewTimer(time.Hour), state: stateRunning}
 	}
-	list := func(key, query string) ([]string, string) {
+	get := func(key, query string) *httptest.ResponseRecorder {
 		r := httptest.NewRequest("GET", "/v2/sandboxes?"+query, nil)
 		r.Header.Set("X-API-KEY", key)
 		w := httptest.NewRecorder()
 		s.ServeHTTP(w, r)
+		return w
+	}
+	list := func(key, query string) ([]string, string) {
+		w := get(key, query)
 		require.Equal(t, http.StatusOK, w.Code, w.Body.String())
 		var got []listedSandbox
 		require.NoError(t, json.Unmarshal(w.Body.Bytes(), &got))
@@ -231,22 +239,61 @@ func TestList(t *testing.T) {
 		return ids, w.Header().Get("X-Next-Token")
 	}
 	ids, next := list("ka", "")
+	assert.Equal(t, []string{"sb1", "d", "b", "a"}, ids, "newest first")
+	assert.Empty(t, next)
+	ids, _ = list("ka", "order=asc")
 	assert.Equal(t, []string{"a", "b", "d", "sb1"}, ids)
-	assert.Empty(t, next)
 	ids, next = list("ka", "limit=2")
-	assert.Equal(t, []string{"a", "b"}, ids)
-	ids, next = list("ka", "limit=2&nextToken="+next)
-	assert.Equal(t, []string{"d", "sb1"}, ids)
-	assert.Empty(t, next)
+	assert.Equal(t, []string{"sb1", "d"}, ids)
+	delete(s.sandboxes, "d") // (killed between pages: the next page goes on where it was)
+	ids, next = list("ka", "limit=2&nextToken="+url.QueryEscape(next))
+	assert.Equal(t, []string{"b", "a"}, ids)
+	assert.Empty(t, next, "no page after the last")
+	ids, next = list("ka", "order=asc&limit=1")
+	assert.Equal(t, []string{"a"}, ids)
+	ids, _ = list("ka", "order=asc&limit=1&nextToken="+url.QueryEscape(next))
+	assert.Equal(t, []string{"b"}, ids)
 	ids, _ = list("ka", "metadata=n%3Db")
 	assert.Equal(t, []string{"b"}, ids)
+	ids, _ = list("ka", "template=base")
+	assert.Equal(t, []string{"b", "a"}, ids)
+	ids, _ = list("ka", "template=unknown-template")
+	assert.Empty(t, ids)
+	ids, _ = list("ka", "order=asc&startedAfter="+time.Unix(1, 0).UTC().Format(time.RFC3339Nano))
+	assert.Equal(t, []string{"b", "sb1"}, ids, "at or after")
+	ids, _ = list("ka", "startedBefore="+time.Unix(1, 0).UTC().Format(time.RFC3339Nano))
+	assert.Equal(t, []string{"a"}, ids, "before")
 	ids, _ = list("ka", "state=paused")
 	assert.Empty(t, ids)
 	s.sandboxes["b"].state = statePaused
 	ids, _ = list("ka", "state=paused")
 	assert.Equal(t, []string{"b"}, ids)
 	ids, _ = list("ka", "state=running,paused")
-	assert.Len(t, ids, 4)
+	assert.Len(t, ids, 3)
 	ids, _ = list("kb", "")
 	assert.Equal(t, []string{"c"}, ids)
+	for _, bad := range []string{"order=up", "limit=0", "limit=101", "limit=x", "startedAfter=yesterday",
+		"nextToken=abc", "metadata=a%3D%25zz"} {
+		assert.Equal(t, http.StatusBadRequest, get("ka", bad).Code, bad)
+	}
+}
+
+// A fork's request is checked before anything is copied: its count and timeout, and a
+// sandbox that does not run.
+func TestForkRefused(t *testing.T) {
+	s, _ := newTestServer()
+	s.sandboxes["p"] = &sandbox{id: "p", user: "alice", started: time.Now(), end: time.Now(),
+		timer: time.NewTimer(time.Hour), state: statePaused}
+	post := func(id, body string) int {
+		r := httptest.NewRequest("POST", "/sandboxes/"+id+"/fork", strings.NewReader(body))
+		r.Header.Set("X-API-KEY", "ka")
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, r)
+		return w.Code
+	}
+	for _, body := range []string{`{"count": 0}`, `{"count": 101}`, `{"count": "x"}`, `{"timeout": -1}`, `{"timeout": 999999}`} {
+		assert.Equal(t, http.StatusBadRequest, post("sb1", body), body)
+	}
+	assert.Equal(t, http.StatusConflict, post("p", `{}`), "paused")
+	assert.Equal(t, http.StatusNotFound, post("nope", `{}`))
 }

@@ -81,34 +81,52 @@ func (sb *sandbox) authorized(r *http.Request) bool {
 // newSandbox starts a sandbox for user, with its default context; the caller has checked
 // the request.
 func (s *Server) newSandbox(user, template string, req *createRequest, life time.Duration) (*sandbox, int, string) {
-	now := time.Now()
-	id := randomID()
-	sb := &sandbox{id: id, token: s.tokens.make(id), user: user, template: template, metadata: req.Metadata,
-		envs: req.EnvVars, started: now, end: now.Add(life), state: stateRunning, inflight: make(chan struct{}, maxInflight),
-		autoPause: req.AutoPause != nil && *req.AutoPause}
-	if sb.metadata == nil {
-		sb.metadata = map[string]string{}
-	}
-	sb.ctx, sb.cancel = context.WithCancel(context.Background())
+	sb := s.sandboxFor(user, template, req.Metadata, req.EnvVars, req.AutoPause != nil && *req.AutoPause, life)
 	cc, code, msg := s.newContext(sb, "python", "")
 	if cc == nil {
 		sb.cancel()
 		return nil, code, msg
 	}
 	sb.contexts = []*codeContext{cc}
+	if code, why := s.register(sb, life); code != 0 {
+		return nil, code, why
+	}
+	s.logf("minipy-mcp: E2B sandbox %s of user %q created (template %s, %v)", sb.id, user, template, life)
+	return sb, 0, ""
+}
+
+// sandboxFor is a new sandbox of user, running from now for life, with no context yet.
+func (s *Server) sandboxFor(user, template string, metadata, envs map[string]string, autoPause bool,
+	life time.Duration) *sandbox {
+	now := time.Now()
+	id := randomID()
+	sb := &sandbox{id: id, token: s.tokens.make(id), user: user, template: template, metadata: metadata,
+		envs: envs, started: now, end: now.Add(life), state: stateRunning, inflight: make(chan struct{}, maxInflight),
+		autoPause: autoPause}
+	if sb.metadata == nil {
+		sb.metadata = map[string]string{}
+	}
+	sb.ctx, sb.cancel = context.WithCancel(context.Background())
+	return sb
+}
+
+// register makes sb, with its contexts, one of the server's sandboxes, its time running;
+// when the server is closing, it closes sb and says why.
+func (s *Server) register(sb *sandbox, life time.Duration) (int, string) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		sb.cancel()
-		cc.close()
-		return nil, http.StatusServiceUnavailable, refusedClosed
+		for _, cc := range sb.contexts {
+			cc.close()
+		}
+		return http.StatusServiceUnavailable, refusedClosed
 	}
 	s.sandboxes[sb.id] = sb
 	s.stats.Created++
 	sb.timer = time.AfterFunc(life, func() { s.expired(sb) })
 	s.mu.Unlock()
-	s.logf("minipy-mcp: E2B sandbox %s of user %q created (template %s, %v)", sb.id, user, template, life)
-	return sb, 0, ""
+	return 0, ""
 }
 
 const refusedClosed = "minipy-mcp is shutting down and starts no new sandbox; retry in a moment (on another replica, behind a load balancer)"

@@ -29,6 +29,50 @@ out.files = {
 await sbx.files.remove('notes/not-there.txt')
 out.removedNothing = true
 
+// Fork: copies with the variables and files, apart from the sandbox and each other.
+await sbx.files.write('/home/user/state.txt', 'before fork')
+await sbx.runCode('kept = [1, 2]')
+const forks = await sbx.fork({ count: 2 })
+const forked = []
+for (const f of forks) {
+  await f.files.write('/home/user/state.txt', `in ${f.sandboxId === forks[0].sandboxId ? 'first' : 'second'}`)
+  forked.push({
+    apart: f.sandboxId !== sbx.sandboxId, running: await f.isRunning(), kept: (await f.runCode('kept.append(3); kept')).text,
+    file: await f.files.read('/home/user/state.txt'),
+  })
+}
+out.fork = {
+  forked, original: await sbx.files.read('/home/user/state.txt'), originalKept: (await sbx.runCode('kept')).text,
+}
+const byId = await Sandbox.fork(sbx.sandboxId)
+out.fork.byId = byId.length
+for (const f of [...forks, ...byId]) await f.kill()
+try {
+  const gone = await Sandbox.create()
+  await gone.kill()
+  await gone.fork()
+} catch (e) {
+  out.fork.killed = e.constructor.name
+}
+
+// Sandbox.list: newest first, order, template and startedAfter filters, pages.
+const tag = { conformance: String(Date.now()) }
+const first = await Sandbox.create({ metadata: tag })
+const second = await Sandbox.create({ metadata: tag })
+const names = (sbs) => sbs.map((s) => (s.sandboxId === first.sandboxId ? 'first' : 'second'))
+const listing = async (opts) => names(await Sandbox.list(opts).nextItems())
+const pages = Sandbox.list({ query: { metadata: tag }, limit: 1 })
+out.list = {
+  desc: await listing({ query: { metadata: tag } }),
+  asc: await listing({ query: { metadata: tag }, order: 'asc' }),
+  template: await listing({ query: { metadata: tag, template: 'code-interpreter-v1' } }),
+  unknownTemplate: await listing({ query: { metadata: tag, template: 'unknown-template' } }),
+  after: await listing({ query: { metadata: tag, startedAfter: (await second.getInfo()).startedAt } }),
+  pages: [names(await pages.nextItems()), names(await pages.nextItems()), pages.hasNext],
+}
+await first.kill()
+await second.kill()
+
 // Killed under a run, and under a command, once it has started: the SDKs' TimeoutError,
 // which says so.
 const killedDuring = async (start) => {

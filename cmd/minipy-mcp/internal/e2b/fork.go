@@ -1,0 +1,94 @@
+package e2b
+
+import (
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"time"
+)
+
+// E2B's fork (POST /sandboxes/{id}/fork, the SDK's sandbox.fork and Sandbox.fork): count
+// new sandboxes of the same user, each with a copy of every code context as it is between
+// runs (its variables and its files: what a pause keeps), its own id and access token, the
+// sandbox's template, metadata and environment; the sandbox itself goes on. Each fork is a
+// sandbox like any other, under the same caps, and apart from the sandbox and from the other
+// forks: in processes and working directories of its own.
+
+// maxForks caps the forks of one request (E2B's count is at most 100).
+const maxForks = 100
+
+// forkRequest is the body of a fork (E2B's SandboxForkRequest).
+type forkRequest struct {
+	Timeout *int `json:"timeout"` // seconds
+	Count   *int `json:"count"`
+}
+
+// forkResult is one fork's outcome (E2B's SandboxForkResult): its sandbox, or why it was
+// not started.
+type forkResult struct {
+	Sandbox *sandboxBody `json:"sandbox,omitempty"`
+	Error   *apiError    `json:"error,omitempty"`
+}
+
+func (s *Server) fork(w http.ResponseWriter, r *http.Request, sb *sandbox) {
+	var req forkRequest
+	if !readJSON(w, r, 1<<16, &req) {
+		return
+	}
+	count := 1
+	if req.Count != nil {
+		count = *req.Count
+	}
+	if count < 1 || count > maxForks {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("count %d: from 1 to %d forks", count, maxForks))
+		return
+	}
+	life, why := s.life(req.Timeout)
+	if why != "" {
+		writeError(w, http.StatusBadRequest, why)
+		return
+	}
+	if !sb.running() {
+		writeError(w, http.StatusConflict, "sandbox "+sb.id+" is paused, or being paused or resumed: resume it first")
+		return
+	}
+	sb.mu.Lock()
+	contexts := slices.Clone(sb.contexts)
+	sb.mu.Unlock()
+	saved, _, err := saveContexts(contexts) // (once for all the forks, after the runs in progress)
+	if err != nil {
+		if sb.ctx.Err() != nil {
+			writeError(w, http.StatusNotFound, "sandbox "+sb.id+" was killed")
+			return
+		}
+		writeError(w, http.StatusInternalServerError, "the sandbox could not be forked: "+err.Error())
+		return
+	}
+	out := make([]forkResult, count)
+	for i := range out {
+		if f, code, why := s.forkOf(sb, saved, life); f != nil {
+			body := f.body()
+			out[i].Sandbox = &body
+		} else {
+			out[i].Error = &apiError{Code: code, Message: why}
+		}
+	}
+	writeJSON(w, http.StatusCreated, out)
+}
+
+// forkOf starts a fork of sb whose contexts are saved, to live life.
+func (s *Server) forkOf(sb *sandbox, saved []pausedContext, life time.Duration) (*sandbox, int, string) {
+	f := s.sandboxFor(sb.user, sb.template, maps.Clone(sb.metadata), maps.Clone(sb.envs), sb.autoPause, life)
+	contexts, code, why := s.restoreContexts(f, saved)
+	if code != 0 {
+		f.cancel()
+		return nil, code, why
+	}
+	f.contexts = contexts
+	if code, why := s.register(f, life); code != 0 {
+		return nil, code, why
+	}
+	s.logf("minipy-mcp: E2B sandbox %s of user %q forked from %s (%v)", f.id, f.user, sb.id, life)
+	return f, 0, ""
+}
