@@ -135,6 +135,34 @@ class Fails:
 
 // matplotlib renders with Agg; plt.show() and the figures left open become PNG displays,
 // and are closed, as with Jupyter's inline backend.
+// Formatters registered as in IPython (__minipy__.display_formatter.formatters: a MIME type
+// to a callable) give every display and value the forms its own methods did not: a plain
+// value with one becomes a display; one that raises is noted on stderr and left out.
+func TestDisplayRegisteredFormatters(t *testing.T) {
+	inEachEngine(t, func(t *testing.T, eng minipy.Engine, opts *minipy.Options) {
+		run := func(code string) *minipy.Result {
+			t.Helper()
+			r, err := eng.Run(context.Background(), code, opts)
+			require.NoError(t, err)
+			return r
+		}
+		run(`class Point(tuple): pass
+fmts = __minipy__.display_formatter.formatters
+fmts["application/json"] = lambda o: {"x": o[0], "y": o[1]} if isinstance(o, Point) else None
+fmts["text/x-broken"] = lambda o: 1 / 0 if isinstance(o, Point) else None`)
+		defer run("for m in ('application/json', 'text/x-broken'): fmts.pop(m)") // (in-process: one interpreter for all)
+		r := run("Point((1, 2))")
+		require.Len(t, r.Displays, 1)
+		assert.True(t, r.Displays[0].Value)
+		assert.JSONEq(t, `{"x": 1, "y": 2}`, string(r.Displays[0].Data["application/json"]))
+		assert.NotContains(t, r.Displays[0].Data, "text/x-broken")
+		assert.Contains(t, r.Stderr, "the text/x-broken formatter failed on Point: ZeroDivisionError")
+		r = run("display(Point((3, 4)))\n7")
+		require.Len(t, r.Displays, 1, "7 has no form but its text")
+		assert.JSONEq(t, `{"x": 3, "y": 4}`, string(r.Displays[0].Data["application/json"]))
+	})
+}
+
 func TestDisplayFigures(t *testing.T) {
 	for _, e := range engines(t) {
 		t.Run(e.name, func(t *testing.T) {

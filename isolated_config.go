@@ -255,6 +255,13 @@ type IsolatedConfig struct {
 	// (NewIsolated, or the namespace's first use, returns the error). The imports count
 	// towards StartTimeout and run under the worker's limits.
 	Preload []string
+	// Startup is Python code that every worker runs once as it starts, after Preload and
+	// before its first run, in a module of its own, as IPython runs its startup files: to
+	// register display formatters (__minipy__.display_formatter.formatters, docs/notebook.md),
+	// patch a library, set defaults. With the template (the default) it runs there, once,
+	// and every worker forked from it starts with it done. Code that fails fails the
+	// worker's start, with its error, as a Preload import does; what it prints is dropped.
+	Startup string
 }
 
 // DefaultMemoryBudget is IsolatedConfig.MemoryBudget when it is 0: three quarters of the

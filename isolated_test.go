@@ -837,6 +837,43 @@ func TestIsolatedPreload(t *testing.T) {
 	assert.Contains(t, err.Error(), `"os; import this" is not a module name`)
 }
 
+// Startup's code runs once in each worker before its first run (in the template, which
+// each worker is forked from, or in each worker started without one), in a module of its
+// own: what it registers holds in every namespace, a crashed worker's replacement included.
+// Code that fails fails NewIsolated with its error.
+func TestIsolatedStartup(t *testing.T) {
+	startup := "import builtins\nbuiltins.startups = getattr(builtins, 'startups', 0) + 1\nprint('dropped')\n" +
+		"__minipy__.display_formatter.formatters['text/x-shout'] = lambda o: str(o).upper() if isinstance(o, str) else None"
+	for _, noTemplate := range []bool{false, true} {
+		t.Run(fmt.Sprintf("NoTemplate=%v", noTemplate), func(t *testing.T) {
+			eng := newIsolated(t, minipy.IsolatedConfig{Startup: startup, NoTemplate: noTemplate})
+			check := func() {
+				t.Helper()
+				ns := eng.NewNamespace()
+				defer ns.Close()
+				r, err := eng.Run(context.Background(), "startups, __name__, 'hey'", &minipy.Options{Globals: ns})
+				require.NoError(t, err)
+				assert.Equal(t, []any{int64(1), "__main__", "hey"}, r.Value, "once, and not in the code's module")
+				assert.Empty(t, r.Stdout)
+				_, err = eng.Run(context.Background(), "x = 'hey'\nx", &minipy.Options{Globals: ns})
+				require.NoError(t, err)
+				r, err = eng.Run(context.Background(), "x", &minipy.Options{Globals: ns})
+				require.NoError(t, err)
+				require.Len(t, r.Displays, 1, "the registered formatter's form makes the value a display")
+				assert.Equal(t, "HEY", string(r.Displays[0].Data["text/x-shout"]))
+			}
+			check()
+			check()
+			_, err := eng.Minipy("import os\nos._exit(3)", nil)
+			require.Error(t, err)
+			check()
+		})
+	}
+	_, err := minipy.NewIsolated(minipy.IsolatedConfig{Startup: "raise ValueError('no startup today')"})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "IsolatedConfig.Startup failed: ValueError: no startup today")
+}
+
 // By default each namespace is a worker process of its own: one cannot reach another's
 // objects, one's crash leaves the other's variables, and Close (the namespace's or the
 // engine's) leaves none of its processes behind.

@@ -39,7 +39,7 @@ func (e *Isolated) makeSpec() error {
 		TmpSize: cfg.TmpSize, MemoryLimit: max(cfg.MemoryLimit, 0), FileSizeLimit: max(cfg.FileSizeLimit, 0),
 		OpenFiles: max(cfg.OpenFiles, 0), Processes: cfg.processCap(e.sandbox), CPULimit: max(cfg.CPULimit, 0),
 		KickSignal: cfg.KickSignal, StartTimeout: cfg.StartTimeout,
-		Packed: !e.perNS, Rollback: !cfg.NoRollback, Preload: cfg.Preload, ForkCode: forkCode(cfg),
+		Packed: !e.perNS, Rollback: !cfg.NoRollback, Preload: cfg.Preload, Startup: cfg.Startup, ForkCode: forkCode(cfg),
 		Beats: worker.DefaultBeats, Ready: readyFrame, MaxTransfer: int(cfg.MaxTransfer), Cgroups: e.cgroups,
 		Egress: e.egress.Load() != nil, OnSnapshotDied: func() { e.deaths.snapshot.Add(1) },
 	}

@@ -140,32 +140,27 @@ func TestSyntaxErrorIsPythonError(t *testing.T) {
 // off every line that has it (a block pasted from inside a function, a model's indented
 // code), in both engines; the blank lines before it keep a traceback's line numbers.
 func TestIndentedCellRuns(t *testing.T) {
-	for _, e := range engines(t) {
-		t.Run(e.name, func(t *testing.T) {
-			ns := e.eng.NewNamespace()
-			defer ns.Close()
-			opts := &minipy.Options{Globals: ns}
-			for code, want := range map[string]any{
-				"\n    x = 1\n    x": int64(1),
-				"  \n\t\n    y = [1,\n  2]\n    if y:\n        y.append(3)\n    y": []any{int64(1), int64(2), int64(3)},
-				"\tz = 2\n\tz * 3":              int64(6),
-				"    s = '''a\n    b'''\n    s": "a\nb", // (as IPython: inside strings too)
-				"\r\n    w = 4\r\n    w":        int64(4),
-			} {
-				r, err := e.eng.Run(context.Background(), code, opts)
-				require.NoError(t, err, "%q", code)
-				assert.Equal(t, want, r.Value, "%q", code)
-			}
-			_, err := e.eng.Run(context.Background(), "\n\n    a = 1\n    1 / 0", opts)
-			pe := pyError(t, err)
-			assert.Equal(t, "ZeroDivisionError", pe.Type)
-			assert.Contains(t, pe.Traceback, ", line 4, in <module>", "the cell's own line numbers")
-			_, err = e.eng.Run(context.Background(), "    a = 1\n  b = 2", opts)
-			assert.Equal(t, "IndentationError", pyError(t, err).Type, "a line indented less than the first is an error still")
-			_, err = e.eng.Run(context.Background(), "x = 1\n    y = 2", opts)
-			assert.Equal(t, "IndentationError", pyError(t, err).Type, "only a cell whose first line is indented")
-		})
-	}
+	inEachEngine(t, func(t *testing.T, eng minipy.Engine, opts *minipy.Options) {
+		for code, want := range map[string]any{
+			"\n    x = 1\n    x": int64(1),
+			"  \n\t\n    y = [1,\n  2]\n    if y:\n        y.append(3)\n    y": []any{int64(1), int64(2), int64(3)},
+			"\tz = 2\n\tz * 3":              int64(6),
+			"    s = '''a\n    b'''\n    s": "a\nb", // (as IPython: inside strings too)
+			"\r\n    w = 4\r\n    w":        int64(4),
+		} {
+			r, err := eng.Run(context.Background(), code, opts)
+			require.NoError(t, err, "%q", code)
+			assert.Equal(t, want, r.Value, "%q", code)
+		}
+		_, err := eng.Run(context.Background(), "\n\n    a = 1\n    1 / 0", opts)
+		pe := pyError(t, err)
+		assert.Equal(t, "ZeroDivisionError", pe.Type)
+		assert.Contains(t, pe.Traceback, ", line 4, in <module>", "the cell's own line numbers")
+		_, err = eng.Run(context.Background(), "    a = 1\n  b = 2", opts)
+		assert.Equal(t, "IndentationError", pyError(t, err).Type, "a line indented less than the first is an error still")
+		_, err = eng.Run(context.Background(), "x = 1\n    y = 2", opts)
+		assert.Equal(t, "IndentationError", pyError(t, err).Type, "only a cell whose first line is indented")
+	})
 }
 
 func TestBaseExceptionsAreContained(t *testing.T) {

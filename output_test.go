@@ -31,6 +31,17 @@ func engines(t *testing.T) []struct {
 	}
 }
 
+// inEachEngine runs f in a subtest of each engine, with a fresh namespace of that engine.
+func inEachEngine(t *testing.T, f func(t *testing.T, eng minipy.Engine, opts *minipy.Options)) {
+	for _, e := range engines(t) {
+		t.Run(e.name, func(t *testing.T) {
+			ns := e.eng.NewNamespace()
+			defer ns.Close()
+			f(t, e.eng, &minipy.Options{Globals: ns})
+		})
+	}
+}
+
 // recorder is a live-output writer that notes when each write arrived.
 type recorder struct {
 	mu     sync.Mutex

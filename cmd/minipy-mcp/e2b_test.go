@@ -101,6 +101,11 @@ func TestE2BConformance(t *testing.T) {
 			"listed": []any{"a.txt:644:", "link:777:/home/user/notes/a.txt", "out:777:/etc/hostname"},
 		},
 		"removedNothing": true,
+		"results": map[string]any{
+			"data": map[string]any{"a": []any{1.0, 2.0}, "t": []any{"2026-01-02T00:00:00", nil}}, "html": "string",
+			"dict": map[string]any{"k": []any{1.0, 2.5, nil}, "n": map[string]any{"x": true}}, "list": []any{1.0, "two"},
+			"tuple": nil, "saved": []any{[]any{"string", false}, []any{"undefined", true}},
+		},
 		"fork": map[string]any{"forked": []any{
 			map[string]any{"apart": true, "running": true, "kept": "[1, 2, 3]", "file": "in first"},
 			map[string]any{"apart": true, "running": true, "kept": "[1, 2, 3]", "file": "in second"}},

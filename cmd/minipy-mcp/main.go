@@ -335,6 +335,7 @@ func (f *flags) engine() (minipy.Engine, minipy.IsolatedConfig, memoryPlan) {
 	cfg := minipy.IsolatedConfig{Workers: f.workers, Spares: f.spares, WorkSize: f.workSize, OnIdleDeath: logIdleDeath}
 	if f.e2bAddr != "" {
 		cfg.WorkDirPath = e2b.Home // where E2B's code and SDKs expect the sandbox's files
+		cfg.Startup = e2b.Startup  // its results as E2B's interpreter makes them
 	}
 	limits.apply(&cfg)
 	plan.apply(&cfg)

@@ -820,6 +820,20 @@ class _Shell:
         return None
 
 
+class _DisplayFormatter:
+    """IPython's display_formatter, as far as minipy has one: formatters maps a MIME type to
+    a callable that takes an object and returns its data of that type, or None (IPython's
+    own formatters are such callables). Every display and every run's value goes through
+    them, for the types its own _repr_*_ methods did not give (IsolatedConfig.Startup is
+    where a deployment registers its own, as IPython's startup files do)."""
+
+    __slots__ = ("formatters",)
+
+    def __init__(self):
+        self.formatters = {}
+
+
+_Shell.display_formatter = _DisplayFormatter()
 __minipy__ = _Shell()
 builtins.__minipy__ = __minipy__
 
@@ -866,6 +880,8 @@ _displays = _Displays()
 
 
 def _is_rich(obj):
+    if _Shell.display_formatter.formatters:
+        return True  # (whether one gives more than text: format_bundle says)
     t = type(obj)
     if t in _PLAIN_TYPES:
         return False
@@ -930,9 +946,27 @@ def format_bundle(obj, include=None, exclude=None, text=None):
                 got = got[0]
             if got is not None:
                 data[mime] = got
+    _registered_formats(obj, data)
     if "text/plain" not in data:
         data["text/plain"] = text if text is not None else value_repr(obj, 64 << 10)
     return _normalize(data, include, exclude)
+
+
+def _registered_formats(obj, data):
+    """Adds to data what the registered formatters (__minipy__.display_formatter) give obj,
+    for the MIME types it has not."""
+    for mime, fmt in tuple(_Shell.display_formatter.formatters.items()):
+        if mime in data or not callable(fmt):
+            continue
+        try:
+            got = fmt(obj)
+        except Exception as exc:
+            _note("the %s formatter failed on %s: %s: %s" % (mime, type(obj).__name__, type_name(type(exc)), exc))
+            continue
+        if isinstance(got, tuple):
+            got = got[0]
+        if got is not None:
+            data[mime] = got
 
 
 def _normalize(data, include=None, exclude=None):

@@ -74,6 +74,7 @@ def _prepare_template(cfg, runtime):
             os.write(2, ("minipy worker: IsolatedConfig.Preload: importing %s failed: %s: %s\n" % (
                 name, _rt.type_name(type(exc)), exc)).encode())
             os._exit(70)
+    _startup(cfg, 2)
     # The runtime prepared and warmed up once here, for every worker (each page a worker
     # writes is a copy of its own): its install then only sets its kick handler, which no
     # process on the way (the template, T, the sandbox's pid 1) has.

@@ -1507,7 +1507,7 @@ def _read_config(read):
             source, _, target = paths.partition("\t")
             target, _, fd = target.partition("\t")
             cfg["mounts"].append((source, target, mode == "rw", int(fd) if fd else None))
-        elif key in ("seccomp", "fork_code"):
+        elif key in ("seccomp", "fork_code", "startup"):
             cfg[key] = bytes.fromhex(value)
         else:
             cfg[key] = value if key in _TEXT_KEYS else int(value)
@@ -1530,6 +1530,27 @@ def _preload(w, names):
             os.write(w.host_err, ("minipy worker: IsolatedConfig.Preload: importing %s failed: %s: %s\n" % (
                 name, _rt.type_name(type(exc)), exc)).encode())
             os._exit(70)
+
+
+_startup_done = False  # IsolatedConfig.Startup has run in this process, or in the template it came from
+
+
+def _startup(cfg, err_fd):
+    """IsolatedConfig.Startup: run its code once, before the first run, in a module of its
+    own (IPython's startup files); in the template when there is one, so that each worker
+    forked from it starts with it done. What it prints is dropped with the next run's fresh
+    capture; an error ends the process, saying why, as a Preload import's does."""
+    global _startup_done
+    code = cfg.get("startup")
+    if not code or _startup_done:
+        return
+    _startup_done = True
+    try:
+        exec(compile(code, "<IsolatedConfig.Startup>", "exec"), {"__name__": "__minipy_startup__"})
+    except BaseException as exc:
+        os.write(err_fd, ("minipy worker: IsolatedConfig.Startup failed: %s: %s\n" % (
+            _rt.type_name(type(exc)), exc)).encode("utf-8", "replace"))
+        os._exit(70)
 
 
 def _load_runtime(cfg, runtime):
@@ -1596,6 +1617,7 @@ def _start(w, cfg, runtime):
     _set_limits(cfg)  # after the control thread: RLIMIT_AS must leave room for its stack
     _oom_first()
     _preload(w, cfg.get("preload", ""))
+    _startup(cfg, w.host_err)
     if cwd_first:
         sys.path.insert(0, workdir or "")
     # The worker's own objects live as long as it does: frozen, the collections of the

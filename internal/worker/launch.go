@@ -49,6 +49,7 @@ type Spec struct {
 	Packed        bool     // several namespaces share each worker (IsolatedConfig.Workers)
 	Rollback      bool     // local workers fork a snapshot after each answer
 	Preload       []string // modules every worker imports as it starts
+	Startup       string   // code every worker runs as it starts, once per process lineage
 	// ForkCode is machine code for this machine that local workers fork their rollback
 	// snapshots with, and a template its sandboxes (internal/cpython's ForkCode; nil: os.fork).
 	ForkCode []byte
@@ -429,6 +430,9 @@ func (s *Spec) configFrame(dirs Dirs) []byte {
 	}
 	if len(s.Preload) > 0 {
 		fmt.Fprintf(&b, "preload=%s\n", strings.Join(s.Preload, ","))
+	}
+	if s.Startup != "" {
+		fmt.Fprintf(&b, "startup=%x\n", s.Startup) // (hex: the code's lines are not the config's)
 	}
 	if dirs.template() {
 		b.WriteString("template=1\n")

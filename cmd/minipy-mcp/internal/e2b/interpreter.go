@@ -242,7 +242,7 @@ func results(res *minipy.Result) []map[string]any {
 var mimeKeys = map[string]string{
 	"text/plain": "text", "text/html": "html", "text/markdown": "markdown", "image/svg+xml": "svg",
 	"image/png": "png", "image/jpeg": "jpeg", "application/pdf": "pdf", "text/latex": "latex",
-	"application/json": "json", "application/javascript": "javascript",
+	"application/json": "json", "application/javascript": "javascript", "e2b/data": "data",
 }
 
 // resultMessage is a display's data as E2B's result: text forms as text, binary ones
@@ -256,7 +256,7 @@ func resultMessage(data map[string][]byte, main bool) map[string]any {
 			key = mime
 		}
 		switch {
-		case mime == "application/json" && json.Valid(b):
+		case (mime == "application/json" || mime == "e2b/data") && json.Valid(b):
 			msg[key] = json.RawMessage(b)
 		case strings.HasPrefix(mime, "text/") || mime == "image/svg+xml" || strings.HasSuffix(mime, "javascript"):
 			msg[key] = string(b)

@@ -10,6 +10,18 @@ const sbx = await Sandbox.create()
 // A cell indented as a whole runs as IPython runs it.
 out.indented = (await sbx.runCode('\n    x = 20\n    if x:\n        x += 1\n    x * 2\n')).text
 
+// Results as E2B's interpreter makes them: a DataFrame's data, JSON of dicts and lists, an
+// image that Image.save writes displayed too.
+const frame = await sbx.runCode('import pandas as pd\npd.DataFrame({"a": [1, 2], "t": pd.to_datetime(["2026-01-02", None])})')
+const saved = await sbx.runCode('import os\nfrom PIL import Image\nImage.new("RGB", (4, 4)).save("four.png")\nos.path.getsize("four.png") > 0')
+out.results = {
+  data: frame.results[0]?.data ?? null, html: typeof frame.results[0]?.html,
+  dict: (await sbx.runCode('{"k": [1, 2.5, None], "n": {"x": True}}')).results[0]?.json ?? null,
+  list: (await sbx.runCode('[1, "two"]')).results[0]?.json ?? null,
+  tuple: (await sbx.runCode('(1, 2)')).results[0]?.json ?? null,
+  saved: saved.results.map((r) => [typeof r.png, r.isMainResult]),
+}
+
 // A context in a cwd it cannot enter is made where it can be, and says where.
 const ctx = await sbx.createCodeContext({ language: 'python', cwd: '/root' })
 const listed = (await sbx.listCodeContexts()).find((c) => c.id === ctx.id)
