@@ -39,7 +39,7 @@ func BenchmarkCreateToFirstResult(b *testing.B) {
 				defer m.Close()
 			}
 			eng, err := minipy.NewIsolated(minipy.IsolatedConfig{Spares: c.spares, WorkDirPath: Home,
-				Preload: []string{"numpy"}})
+				Preload: []string{"numpy"}, Startup: Startup}) // (as minipy-mcp -e2b serves)
 			if err != nil {
 				b.Fatal(err)
 			}
