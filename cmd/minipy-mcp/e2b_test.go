@@ -217,6 +217,12 @@ func (c *e2bClient) api(method, path string, body any) (int, []byte) {
 // sandbox calls a port of sb with token (its own: sb.EnvdAccessToken).
 func (c *e2bClient) sandbox(sb e2bSandbox, token string, port int, method, path string, body io.Reader) (int, []byte) {
 	c.t.Helper()
+	return c.do(c.sandboxRequest(sb, token, port, method, path, body))
+}
+
+// sandboxRequest is a request to a port of sb with token ("": none), as the SDKs route it.
+func (c *e2bClient) sandboxRequest(sb e2bSandbox, token string, port int, method, path string, body io.Reader) *http.Request {
+	c.t.Helper()
 	req, err := http.NewRequest(method, c.base+path, body)
 	require.NoError(c.t, err)
 	req.Header.Set("E2b-Sandbox-Id", sb.SandboxID)
@@ -224,7 +230,7 @@ func (c *e2bClient) sandbox(sb e2bSandbox, token string, port int, method, path 
 	if token != "" {
 		req.Header.Set("X-Access-Token", token)
 	}
-	return c.do(req)
+	return req
 }
 
 // awaitFile waits (up to 30 s) until the sandbox has the file path: what a run in
@@ -340,12 +346,8 @@ func TestE2BFilesStayInside(t *testing.T) {
 	}
 	// The filesystem service (connect, JSON): the same bounds, and links listed, not followed.
 	rpc := func(method, body string) (int, string) {
-		req, err := http.NewRequest("POST", s.base+"/filesystem.Filesystem/"+method, strings.NewReader(body))
-		require.NoError(t, err)
+		req := alice.sandboxRequest(sb, sb.EnvdAccessToken, 49983, "POST", "/filesystem.Filesystem/"+method, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("E2b-Sandbox-Id", sb.SandboxID)
-		req.Header.Set("E2b-Sandbox-Port", "49983")
-		req.Header.Set("X-Access-Token", sb.EnvdAccessToken)
 		code, out := alice.do(req)
 		return code, string(out)
 	}
@@ -389,16 +391,9 @@ func TestE2BKillDuringRun(t *testing.T) {
 	alice := &e2bClient{t, s.base, aliceKey}
 	sb := alice.create(nil)
 	done := make(chan error, 1)
+	req := alice.sandboxRequest(sb, sb.EnvdAccessToken, 49999, "POST", "/execute", strings.NewReader(`{"code": `+
+		`"import time\nopen('started', 'w').close()\nprint('started', flush=True)\ntime.sleep(60)"}`))
 	go func() {
-		req, err := http.NewRequest("POST", s.base+"/execute", strings.NewReader(`{"code": "import time\n`+
-			`open('started', 'w').close()\nprint('started', flush=True)\ntime.sleep(60)"}`))
-		if err != nil {
-			done <- err
-			return
-		}
-		req.Header.Set("E2b-Sandbox-Id", sb.SandboxID)
-		req.Header.Set("E2b-Sandbox-Port", "49999")
-		req.Header.Set("X-Access-Token", sb.EnvdAccessToken)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			done <- err

@@ -144,11 +144,8 @@ func TestBodiesBounded(t *testing.T) {
 	alice := &e2bClient{t, s.base, aliceKey}
 	sb := alice.create(nil)
 	stat := func(body []byte, encoding string) (int, []byte) {
-		req, err := http.NewRequest(http.MethodPost, s.base+"/filesystem.Filesystem/Stat", bytes.NewReader(body))
-		require.NoError(t, err)
-		req.Header.Set("E2b-Sandbox-Id", sb.SandboxID)
-		req.Header.Set("E2b-Sandbox-Port", "49983")
-		req.Header.Set("X-Access-Token", sb.EnvdAccessToken)
+		req := alice.sandboxRequest(sb, sb.EnvdAccessToken, 49983, http.MethodPost, "/filesystem.Filesystem/Stat",
+			bytes.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		if encoding != "" {
 			req.Header.Set("Content-Encoding", encoding)
@@ -197,18 +194,14 @@ func TestStartCountsInflight(t *testing.T) {
 	slow := func(procedure string) {
 		r, w := io.Pipe()
 		writers = append(writers, w)
-		req, err := http.NewRequest(http.MethodPost, s.base+procedure, r)
-		require.NoError(t, err)
-		req.Header.Set("E2b-Sandbox-Id", sb.SandboxID)
-		req.Header.Set("E2b-Sandbox-Port", "49983")
-		req.Header.Set("X-Access-Token", sb.EnvdAccessToken)
+		req := alice.sandboxRequest(sb, sb.EnvdAccessToken, 49983, http.MethodPost, procedure, r)
 		req.Header.Set("Content-Type", "application/json")
 		go func() {
 			if resp, err := http.DefaultClient.Do(req); err == nil {
 				resp.Body.Close()
 			}
 		}()
-		_, err = w.Write([]byte(`{"path": `)) // (and no more)
+		_, err := w.Write([]byte(`{"path": `)) // (and no more)
 		require.NoError(t, err)
 	}
 	for range 16 {
@@ -218,12 +211,8 @@ func TestStartCountsInflight(t *testing.T) {
 	code, body := 0, []byte(nil)
 	for end := time.Now().Add(30 * time.Second); code != http.StatusTooManyRequests && time.Now().Before(end); {
 		time.Sleep(10 * time.Millisecond)
-		req, err := http.NewRequest(http.MethodPost, s.base+"/process.Process/Start",
+		req := alice.sandboxRequest(sb, sb.EnvdAccessToken, 49983, http.MethodPost, "/process.Process/Start",
 			strings.NewReader(`{"process": {"cmd": "/bin/true"}}`))
-		require.NoError(t, err)
-		req.Header.Set("E2b-Sandbox-Id", sb.SandboxID)
-		req.Header.Set("E2b-Sandbox-Port", "49983")
-		req.Header.Set("X-Access-Token", sb.EnvdAccessToken)
 		req.Header.Set("Content-Type", "application/connect+json")
 		code, body = alice.do(req)
 	}

@@ -296,4 +296,9 @@ func TestForkRefused(t *testing.T) {
 	}
 	assert.Equal(t, http.StatusConflict, post("p", `{}`), "paused")
 	assert.Equal(t, http.StatusNotFound, post("nope", `{}`))
+	r := httptest.NewRequest("POST", "/sandboxes/sb1/fork", strings.NewReader(`{}`))
+	r.Header.Set("X-API-KEY", "kb")
+	w := httptest.NewRecorder()
+	s.ServeHTTP(w, r)
+	assert.Equal(t, http.StatusNotFound, w.Code, "another user's sandbox is not found, not forked")
 }
