@@ -249,3 +249,68 @@ func pyList(v []any) string {
 	}
 	return s + "]"
 }
+
+// A crash's take-over (the host's new pipes, through the guardian) reaches the rollback
+// snapshot and no other process: not the processes the guardian kills as the worker ends,
+// which, until each has run once more, can still take a message waiting on a socket they
+// were waiting on (a killed old snapshot, starved on a loaded machine, took it: the
+// namespace was lost). Here the code's own children wait on every socket the worker holds,
+// as an old snapshot does, and there are enough of them that some have not run again by the
+// time the host answers.
+func TestSandboxTakeOverReachesTheSnapshot(t *testing.T) {
+	for _, osFork := range []bool{false, true} {
+		t.Run(fmt.Sprintf("os.fork=%v", osFork), func(t *testing.T) {
+			e := newIsolatedForking(t, minipy.IsolatedConfig{}, osFork)
+			ns := e.NewNamespace()
+			valueIn(t, e, ns, `import os, socket, stat, time
+socks = []
+for name in os.listdir("/proc/self/fd"):
+    try:
+        if stat.S_ISSOCK(os.fstat(int(name)).st_mode):
+            socks.append(int(name))
+    except OSError:
+        pass
+# Page tables each child has to tear down as it ends: the last to run again after the
+# kill does so after the host's answer (without the ballast: 1 time in 20 on 2 cores).
+import mmap
+ballast = os.memfd_create("ballast")
+os.ftruncate(ballast, 32 << 20)
+r, w = os.pipe()
+waiting = []
+for fd in socks:
+    for _ in range(64):
+        pid = os.fork()
+        if pid == 0:
+            m = mmap.mmap(ballast, 32 << 20)
+            m.madvise(getattr(mmap, "MADV_POPULATE_READ", 22))  # (Linux 5.14+)
+            os.write(w, b".")
+            # (as a snapshot does: nothing else of the worker's, the host's pipes above all)
+            os.closerange(0, fd)
+            os.closerange(fd + 1, 65536)
+            try:
+                socket.socket(fileno=fd).recvmsg(256, 1024)
+            finally:
+                os._exit(0)
+        waiting.append(pid)
+got = 0
+while got < len(waiting):
+    got += len(os.read(r, 4096))
+def asleep(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "S"
+while not all(asleep(p) for p in waiting):
+    time.sleep(0.01)
+X = 1`)
+			// As the worker kills its old snapshot when it makes a new one: SIGKILL, no wait.
+			_, err := runIn(t, e, ns, `import signal
+X = 2
+for pid in waiting:
+    os.kill(pid, signal.SIGKILL)
+os._exit(3)`)
+			var lost *minipy.WorkerLostError
+			require.ErrorAs(t, err, &lost)
+			require.True(t, lost.RolledBack, "%s", lost.Stderr)
+			require.Equal(t, int64(1), valueIn(t, e, ns, "X"))
+		})
+	}
+}

@@ -323,6 +323,7 @@ var sandboxPromises = []struct {
 	{"TenantsAreApart", TestSandboxTenantsAreApart},
 	{"GuardianIsOutOfReach", TestSandboxGuardianIsOutOfReach},
 	{"SeccompRefusesEscapes", TestSandboxSeccompRefusesEscapes},
+	{"TakeOverReachesTheSnapshot", TestSandboxTakeOverReachesTheSnapshot},
 }
 
 func TestSandboxWithoutTemplate(t *testing.T) {

@@ -182,12 +182,14 @@ class _Line:
     is the host's control socket for it (fd 3 for the first), v the socket over which it
     and its snapshot talk to the guardian, snap its snapshot's pid (0: none) and gen its
     number (the worker's count of requests that may have changed its state), dead that the
-    worker ended and its snapshot waits for the host's b"T"."""
+    worker ended and its snapshot waits for the host's b"T", handover the four fds of a b"T"
+    the guardian holds until it may send them (_Guardian.hand_over)."""
 
-    __slots__ = ("worker", "ctl", "v", "snap", "gen", "dead")
+    __slots__ = ("worker", "ctl", "v", "snap", "gen", "dead", "handover")
 
     def __init__(self, worker, ctl, v):
         self.worker, self.ctl, self.v, self.snap, self.gen, self.dead = worker, ctl, v, 0, 0, False
+        self.handover = None
 
 
 def _guard_lines(worker, v, wake_r, cfg):
@@ -225,6 +227,7 @@ class _Guardian:
         self.from_copy = {}  # fork token -> (pid, v), from the copy
         self.wake_r = wake_r
         self.oom = None  # the guardian's oom_score_adj, read once: its snapshots' too
+        self.dying = set()  # pidfds of the processes killed as a worker ended, until each ends
         self.poller = select.poll()
         self.poller.register(wake_r, select.POLLIN)
         self.first = _Line(worker, socket.socket(fileno=_CTL_FD), v)
@@ -266,6 +269,9 @@ class _Guardian:
         for sock in (line.ctl, line.v):
             self.unwatch(sock)
             sock.close()
+        for fd in line.handover or ():
+            os.close(fd)
+        line.handover = None
         if not self.lines:
             self.end(None)
 
@@ -276,6 +282,8 @@ class _Guardian:
         os._exit(0)
 
     def ended(self, line, status):
+        import select
+
         if line is self.first:
             # The guardian's fd 2 is the first worker's stderr pipe: the host reads it to its
             # end (a crash's traceback) before a rollback, so it must end with the worker.
@@ -286,7 +294,12 @@ class _Guardian:
         # reads the answer that preceded it, and must get that snapshot, not the one before).
         self.drain(line)
         # Its orphans are the guardian's children now: whatever is no worker or snapshot.
-        kill_tree([], self.known() - {line.worker}, self.me)
+        # Until each has ended, the snapshot is not handed the host's pipes (hand_over).
+        dying = []
+        kill_tree([], self.known() - {line.worker}, self.me, dying)
+        for fd in dying:
+            self.dying.add(fd)
+            self.poller.register(fd, select.POLLIN)
         alive = 1 if line.snap else 0
         try:
             line.ctl.send(C_DIED + struct.pack("<i", status) + bytes((alive,)) + struct.pack("<I", line.gen))
@@ -416,12 +429,10 @@ class _Guardian:
             # tree's kill spares only the snapshots known.
             self.drain(line)
             kill_tree([line.worker], self.known() - {line.worker})
-        elif msg[:1] == C_TAKE_OVER and line.dead and line.snap and len(fds) == 4:
-            try:
-                line.v.sendmsg([C_TAKE_OVER], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())])
-                line.worker, line.snap, line.dead = line.snap, 0, False
-            except OSError:
-                self.drop(line)
+        elif msg[:1] == C_TAKE_OVER and line.dead and line.snap and len(fds) == 4 and line.handover is None:
+            line.handover = fds[:]
+            del fds[:]
+            self.hand_over()
         elif msg[:1] == C_START and len(msg) == 9 and len(fds) in (4, 5):
             self.start_command(line, msg[1:9], fds)
         elif msg[:1] == C_SIGNAL and len(msg) == 6:
@@ -438,6 +449,33 @@ class _Guardian:
             self.from_host[msg[1:9]] = fds[:]
             del fds[:]
             self.pair(msg[1:9])
+
+    def hand_over(self):
+        """Sends each line's b"T" that waits (its snapshot becomes the worker), once every
+        process killed as a worker ended has ended. Until a killed process runs again, it is
+        still in the call it was killed in, and one that was waiting on the socket the snapshot
+        waits on (the worker's old snapshot, which the worker kills without waiting when it
+        makes a new one, or the code's own process) takes the message waiting there as it
+        wakes, and dies with it: on a loaded machine, the rollback was lost."""
+        import array
+        import socket
+
+        if self.dying:
+            return
+        for line in list(self.lines):
+            fds, line.handover = line.handover, None
+            if fds is None:
+                continue
+            try:
+                if not line.snap:
+                    raise OSError("the snapshot ended")
+                line.v.sendmsg([C_TAKE_OVER], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())])
+                line.worker, line.snap, line.dead = line.snap, 0, False
+            except OSError:
+                self.drop(line)
+            finally:
+                for fd in fds:
+                    os.close(fd)
 
     def start_command(self, line, token, fds):
         """Starts a command (C_START) for line's host: a child of the guardian, in a process
@@ -481,6 +519,12 @@ class _Guardian:
             for fd, _ in _poll(self.poller):
                 if fd == self.wake_r:
                     os.read(self.wake_r, 512)
+                    continue
+                if fd in self.dying:  # (a killed process ended)
+                    self.dying.discard(fd)
+                    self.poller.unregister(fd)
+                    os.close(fd)
+                    self.hand_over()
                     continue
                 sock, line = self.by_fd.get(fd, (None, None))
                 if line is None or line not in self.lines:

@@ -72,12 +72,13 @@ def _pt_signal(pid, fd, start, sig):
         pass  # it has ended
 
 
-def kill_tree(roots, spare=(), adopter=0):
+def kill_tree(roots, spare=(), adopter=0, keep=None):
     """SIGKILL the processes roots (pids, or (pid, start time) pairs: then only if it is still
     the process that started then) and all their descendants but the pids in spare and
     theirs; with adopter, its children are roots too, found again each round (a worker that
     is ending hands its children to the guardian while the scan runs). Returns the pids
-    killed."""
+    killed; with keep (a list), the pidfds they were signalled through go there, open (each
+    readable once its process has ended), instead of being closed."""
     held = {}  # pid -> (pidfd or -1, start)
     gone = set()  # scanned, but ended or replaced before it was held
     try:
@@ -111,6 +112,10 @@ def kill_tree(roots, spare=(), adopter=0):
             _pt_signal(pid, fd, start, signal.SIGKILL)
     finally:
         for fd, _ in held.values():
-            if fd >= 0:
+            if fd < 0:
+                continue
+            if keep is None:
                 os.close(fd)
+            else:
+                keep.append(fd)
     return set(held)

@@ -1002,6 +1002,8 @@ def _await_pipes(sock, *pipes):
             msg, fds = _recv_fds(sock)
         except InterruptedError:
             continue
+        except OSError:
+            msg = b""  # (raised, it would reach the worker's code as the fork's failure)
         if not msg:
             os._exit(0)  # the guardian is gone
         if msg[:1] == C_TAKE_OVER and len(fds) == 4:
