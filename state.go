@@ -1,6 +1,7 @@
 package minipy
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/hmac"
 	"crypto/rand"
@@ -15,10 +16,12 @@ import (
 	"github.com/minipy-go/minipy/internal/pyrt"
 )
 
-// Saving and restoring a namespace (docs/state.md has the format). A saved namespace is:
+// Saving and restoring a namespace (docs/state.md has the format). A saved namespace is
+// the magic, the format's version, and frames (state_stream.go). Format 1, which minipy
+// wrote before, is still read:
 //
 //	"minipyNS"          8 bytes, the magic
-//	u16                 the format's version (stateFormat)
+//	u16                 1
 //	sections            each a kind byte, a u64 length and that many bytes:
 //	                    'H' the header (JSON, stateHeader), first;
 //	                    'V' the variables (a pickle, internal/pyrt/state.py);
@@ -28,9 +31,10 @@ import (
 // All integers are little-endian.
 
 const (
-	stateMagic  = "minipyNS"
-	stateFormat = 1
-	stateTagLen = sha256.Size
+	stateMagic    = "minipyNS"
+	stateFormat   = 2 // what Save writes
+	stateFormatV1 = 1
+	stateTagLen   = sha256.Size
 )
 
 // stateHeader is a saved namespace's header section.
@@ -40,7 +44,7 @@ type stateHeader struct {
 	Saved   []string          `json:"saved"`
 	Skipped map[string]string `json:"skipped,omitempty"` // name -> why
 	Hosts   []string          `json:"hosts,omitempty"`   // host functions' names
-	Files   int               `json:"files"`             // entries of the files section
+	Files   int               `json:"files,omitempty"`   // entries of the files section (format 1)
 }
 
 // SaveInfo says what Namespace.Save saved.
@@ -93,7 +97,9 @@ func currentStateKey() []byte {
 
 // Save writes the namespace's variables, and an isolated namespace's working-directory
 // files, to w, in a form that Restore takes, in this process or another one with the same
-// Python minor version and state key (SetStateKey). It waits for a run in progress.
+// Python minor version and state key (SetStateKey). It waits for a run in progress. The
+// files stream to w as they are read (the host holds the variables and 256 KiB of files);
+// after an error, what was written to w is no saved namespace, and Restore refuses it.
 //
 // Values are pickled. What the namespace's cells made is saved by value: functions,
 // lambdas and classes (with the namespace as their functions' globals, so a restored
@@ -129,22 +135,29 @@ func (ns *Namespace) Save(w io.Writer) (SaveInfo, error) {
 	if _, ok := ns.engine.(*Isolated); ok {
 		hdr.Engine = "isolated"
 	}
-	var files bytes.Buffer
+	js, err := json.Marshal(hdr)
+	if err != nil {
+		return SaveInfo{}, fmt.Errorf("minipy: Save: %w", err)
+	}
+	sw := newStateWriter(w)
+	sw.frames('H', js) //nolint:errcheck // (sw.err, below)
 	if root, _, err := ns.fileRoot("save", ".", true); err == nil {
-		hdr.Files, err = tarFiles(root, &files)
+		fw := &frameWriter{sw: sw, kind: 'F'}
+		hdr.Files, err = tarFiles(root, fw)
 		root.close()
-		if err != nil {
+		if err == nil {
+			err = fw.Flush()
+		}
+		if err != nil && sw.err == nil {
 			return SaveInfo{}, fmt.Errorf("minipy: Save: the working directory: %w", err)
 		}
 	} else if !errors.Is(err, ErrNoFiles) {
 		return SaveInfo{}, err
 	}
-	blob, err := sealState(hdr, vars, files.Bytes())
-	if err != nil {
-		return SaveInfo{}, err
-	}
-	if _, err := w.Write(blob); err != nil {
-		return SaveInfo{}, fmt.Errorf("minipy: Save: %w", err)
+	sw.frames('V', vars) //nolint:errcheck // (sw.err, below)
+	sw.frame('E', nil)
+	if sw.err != nil {
+		return SaveInfo{}, fmt.Errorf("minipy: Save: %w", sw.err)
 	}
 	info := SaveInfo{Saved: hdr.Saved, HostFunctions: hdr.Hosts, Files: hdr.Files, Reasons: hdr.Skipped}
 	for _, s := range asList(items[2]) {
@@ -160,18 +173,19 @@ func (ns *Namespace) Save(w io.Writer) (SaveInfo, error) {
 // the saved files into an isolated namespace's working directory (replacing files of the
 // same names). It waits for a run in progress.
 //
-// It first reads r to its end and checks the saved namespace's tag under the state key
-// (SetStateKey): a saved namespace is code to the unpickler, so one that another key
-// sealed, or that was altered, gives an error matching ErrStateTag and nothing of it is
-// run. Input that is not a saved namespace (empty, truncated, foreign, a later format)
-// gives an error matching ErrBadState; a namespace saved by another Python minor version,
-// or whose values cannot be loaded here (a module that is not installed), one matching
-// ErrBadState too. In all these cases the namespace is unchanged, but for one: values that
-// cannot be loaded before the saved files are there (a module the code wrote, a package
-// %pip installed in the namespace's site) are loaded again once the files are written, and
-// when that fails too the files stay written. Files saved from an
-// isolated namespace cannot be restored into one without a working directory of its own
-// (in-process, or Command workers): ErrNoFiles, the namespace unchanged.
+// It streams: the files are written as r gives them, a piece (a frame) at a time, and the
+// variables are loaded at the end. Each frame is checked under the state key (SetStateKey)
+// before anything of it is used, and bound to those before it: a saved namespace is code
+// to the unpickler, so one that another key sealed, or that was altered, gives an error
+// matching ErrStateTag. Input that is not a saved namespace (empty, cut, foreign, a later
+// format) gives an error matching ErrBadState; a namespace saved by another Python minor
+// version, or whose values cannot be loaded here (a module that is not installed), one
+// matching ErrBadState too. In all these cases the variables are unchanged; files before
+// the damage may be written (the error says so), and a save whose variables do not load
+// leaves its files written. Files saved from an isolated namespace cannot be restored into
+// one without a working directory of its own (in-process, or Command workers): ErrNoFiles,
+// the namespace unchanged. Saves of format 1 (minipy before format 2) are read whole, then
+// checked.
 //
 // Host functions registered on the namespace stay. A saved host function that is not
 // registered on it is bound to a stand-in that raises minipy.HostError when called,
@@ -194,7 +208,12 @@ func (ns *Namespace) restore(r io.Reader, trusted bool) error {
 	if err != nil {
 		return err
 	}
-	blob, err := io.ReadAll(r)
+	br := bufio.NewReaderSize(r, 64<<10)
+	if head, _ := br.Peek(len(stateMagic) + 2); len(head) == len(stateMagic)+2 && string(head[:len(stateMagic)]) == stateMagic && binary.LittleEndian.Uint16(head[len(stateMagic):]) == stateFormat {
+		br.Discard(len(head)) //nolint:errcheck // (peeked)
+		return ns.restoreFrames(&stateReader{r: br, chain: newStateChain(stateFormat)}, trusted)
+	}
+	blob, err := io.ReadAll(br) // (format 1, or not a saved namespace: openState says which)
 	if err != nil {
 		return fmt.Errorf("minipy: Restore: reading: %w", err)
 	}
@@ -202,8 +221,8 @@ func (ns *Namespace) restore(r io.Reader, trusted bool) error {
 	if err != nil {
 		return err
 	}
-	if _, isolated := ns.engine.(*Isolated); hdr.Engine != "in-process" && !isolated && !trusted {
-		return ErrUntrustedState
+	if err := ns.mayRestore(hdr, trusted); err != nil {
+		return err
 	}
 	var root *workRoot
 	if hdr.Files > 0 {
@@ -240,28 +259,112 @@ func (ns *Namespace) restore(r io.Reader, trusted bool) error {
 	return nil
 }
 
-// sealState lays out a saved namespace and seals it with its tag.
-func sealState(hdr stateHeader, vars, files []byte) ([]byte, error) {
-	js, err := json.Marshal(hdr)
+// mayRestore refuses a saved namespace an isolated engine made, into an in-process one,
+// unless trusted (RestoreTrusted).
+func (ns *Namespace) mayRestore(hdr stateHeader, trusted bool) error {
+	if _, isolated := ns.engine.(*Isolated); hdr.Engine != "in-process" && !isolated && !trusted {
+		return ErrUntrustedState
+	}
+	return nil
+}
+
+// restoreFrames restores a saved namespace of format 2 as sr reads it: its header, then its
+// files, written into the working directory as they come, then its variables, loaded once
+// the frames have ended where they should. Nothing of a frame is used before its tag
+// matches; a save cut short or altered in its files leaves the files before that point
+// written, and the variables as they were.
+func (ns *Namespace) restoreFrames(sr *stateReader, trusted bool) error {
+	bad := func(why string) error { return fmt.Errorf("%w: %s", ErrBadState, why) }
+	f, err := sr.next()
+	if err == io.EOF {
+		return errStateCut("the header")
+	}
 	if err != nil {
-		return nil, fmt.Errorf("minipy: Save: %w", err)
+		return err
 	}
-	b := make([]byte, 0, len(stateMagic)+2+3*9+len(js)+len(vars)+len(files)+stateTagLen)
-	b = append(b, stateMagic...)
-	b = binary.LittleEndian.AppendUint16(b, stateFormat)
-	section := func(kind byte, data []byte) {
-		b = append(b, kind)
-		b = binary.LittleEndian.AppendUint64(b, uint64(len(data)))
-		b = append(b, data...)
+	var hdr stateHeader
+	if f.kind != 'H' {
+		return bad(fmt.Sprintf("a frame %q first, not the header", f.kind))
 	}
-	section('H', js)
-	section('V', vars)
-	if len(files) > 0 {
-		section('F', files)
+	if err := json.Unmarshal(f.data, &hdr); err != nil {
+		return bad("the header: " + err.Error())
 	}
-	mac := hmac.New(sha256.New, currentStateKey())
-	mac.Write(b)
-	return mac.Sum(b), nil
+	if err := ns.mayRestore(hdr, trusted); err != nil {
+		return err
+	}
+	hosts := make([]any, len(hdr.Hosts))
+	for i, h := range hdr.Hosts {
+		hosts[i] = h
+	}
+	// The Python that saved it, before a file is written (no variables: only that).
+	if _, err := ns.op(pyrt.OpRestore, nil, hosts, hdr.Python); err != nil {
+		return err
+	}
+	wrote, err := ns.restoreFiles(sr)
+	if err != nil {
+		return err
+	}
+	var vars []byte
+	for sawVars := false; ; sawVars = true {
+		kind, err := sr.peek()
+		if err != nil {
+			return err
+		}
+		if kind != 'V' {
+			if !sawVars {
+				return bad(fmt.Sprintf("a frame %q where the variables should be", kind))
+			}
+			break
+		}
+		f, _ := sr.next()
+		vars = append(vars, f.data...)
+	}
+	if f, err = sr.next(); err == io.EOF {
+		return errStateCut("its end")
+	} else if err != nil {
+		return err
+	}
+	if f.kind != 'E' || len(f.data) > 0 {
+		return bad(fmt.Sprintf("a frame %q where its end should be", f.kind))
+	}
+	if _, err := sr.r.ReadByte(); err != io.EOF {
+		return bad("bytes after its end")
+	}
+	if _, err := ns.op(pyrt.OpRestore, vars, hosts, hdr.Python); err != nil {
+		if wrote {
+			return fmt.Errorf("%w (the saved files are written in the working directory)", err)
+		}
+		return err
+	}
+	return nil
+}
+
+// restoreFiles writes the files' frames that sr reads next (none: nothing) into the
+// working directory, and says whether it wrote any.
+func (ns *Namespace) restoreFiles(sr *stateReader) (bool, error) {
+	if kind, err := sr.peek(); err != nil || kind != 'F' {
+		return false, err
+	}
+	var root *workRoot
+	open := func() (*workRoot, error) {
+		var err error
+		if root, _, err = ns.fileRoot("restore", ".", true); err != nil {
+			return nil, fmt.Errorf("minipy: Restore: the saved namespace holds files: %w", err)
+		}
+		return root, nil
+	}
+	fr := &frameReader{sr: sr, kind: 'F'}
+	err := untarFilesInto(open, fr)
+	if err == nil {
+		_, err = io.Copy(io.Discard, fr) // (the archive's padding)
+	}
+	if root != nil {
+		root.close()
+	}
+	if err != nil && root != nil {
+		return true, fmt.Errorf("minipy: Restore: not all files are written: %w", err)
+	}
+	return root != nil, err
 }
 
 // openState checks a saved namespace's magic, format, layout and tag, and returns its
@@ -277,8 +380,8 @@ func openState(blob []byte) (hdr stateHeader, vars, files []byte, err error) {
 	if len(blob) < len(stateMagic)+2 || string(blob[:len(stateMagic)]) != stateMagic {
 		return hdr, nil, nil, bad("not a saved namespace (%d bytes that do not start as one)", len(blob))
 	}
-	if v := binary.LittleEndian.Uint16(blob[len(stateMagic):]); v != stateFormat {
-		return hdr, nil, nil, bad("format %d; this minipy reads format %d", v, stateFormat)
+	if v := binary.LittleEndian.Uint16(blob[len(stateMagic):]); v != stateFormatV1 {
+		return hdr, nil, nil, bad("format %d; this minipy reads formats %d and %d", v, stateFormatV1, stateFormat)
 	}
 	if len(blob) < len(stateMagic)+2+stateTagLen {
 		return hdr, nil, nil, bad("cut short (%d bytes)", len(blob))

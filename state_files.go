@@ -15,9 +15,9 @@ import (
 // fileSink receives the entries of a working directory as walkFiles finds them: another
 // working directory (copyFiles) or a tar archive (Save).
 type fileSink interface {
-	dir(rel string, mode uint32) error     // before the directory's entries
-	dirDone(rel string, mode uint32) error // after them
-	file(rel string, mode uint32, r io.Reader) error
+	dir(rel string, mode uint32) error                           // before the directory's entries
+	dirDone(rel string, mode uint32) error                       // after them
+	file(rel string, mode uint32, size int64, r io.Reader) error // r: at most size bytes
 	symlink(rel, to string) error
 }
 
@@ -98,7 +98,7 @@ func (w *walker) dir(fd int, rel string) error {
 				if f, err = openFileAt(fd, name, sub); err == nil {
 					// (What it claimed, no more: a file made sparse and larger meanwhile
 					// would read past the sum.)
-					err = sink.file(sub, mode, io.LimitReader(f, st.Size))
+					err = sink.file(sub, mode, st.Size, io.LimitReader(f, st.Size))
 					f.Close()
 				}
 			}
@@ -160,7 +160,7 @@ func (s rootSink) dir(rel string, _ uint32) error        { return s.r.mkdirAll(r
 func (s rootSink) dirDone(rel string, mode uint32) error { return s.r.chmod(rel, mode) }
 func (s rootSink) symlink(rel, to string) error          { return s.r.symlink(to, rel) }
 
-func (s rootSink) file(rel string, mode uint32, r io.Reader) error {
+func (s rootSink) file(rel string, mode uint32, _ int64, r io.Reader) error {
 	if _, err := s.r.write(rel, r); err != nil {
 		return err
 	}
@@ -180,17 +180,42 @@ func (s *tarSink) dir(rel string, mode uint32) error {
 
 func (s *tarSink) dirDone(string, uint32) error { return nil }
 
-func (s *tarSink) file(rel string, mode uint32, r io.Reader) error {
-	data, err := io.ReadAll(r) // (its size now, which a header needs first)
-	if err != nil {
-		return &fs.PathError{Op: "read", Path: rel, Err: err}
-	}
+// file streams the file: its header says the size it had when the walk found it, and the
+// entry holds that many bytes, zeros after its end if it shrank meanwhile (never more: r
+// stops there).
+func (s *tarSink) file(rel string, mode uint32, size int64, r io.Reader) error {
 	s.n++
-	if err := s.w.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: rel, Mode: int64(mode), Size: int64(len(data))}); err != nil {
+	if err := s.w.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: rel, Mode: int64(mode), Size: size}); err != nil {
 		return err
 	}
-	_, err = s.w.Write(data)
+	n, err := io.Copy(s.w, fileReader{rel, r})
+	if err != nil {
+		return err
+	}
+	_, err = io.CopyN(s.w, zeros{}, size-n)
 	return err
+}
+
+// fileReader is the file rel's reader whose errors name it.
+type fileReader struct {
+	rel string
+	r   io.Reader
+}
+
+func (f fileReader) Read(b []byte) (int, error) {
+	n, err := f.r.Read(b)
+	if err != nil && err != io.EOF {
+		err = &fs.PathError{Op: "read", Path: f.rel, Err: err}
+	}
+	return n, err
+}
+
+// zeros reads as zeros without end.
+type zeros struct{}
+
+func (zeros) Read(b []byte) (int, error) {
+	clear(b)
+	return len(b), nil
 }
 
 func (s *tarSink) symlink(rel, to string) error {
@@ -213,6 +238,13 @@ func tarFiles(root *workRoot, w io.Writer) (int, error) {
 // of root, replacing files and links of the same names; directories get their modes last,
 // so a read-only one is filled first.
 func untarFiles(root *workRoot, r io.Reader) error {
+	return untarFilesInto(func() (*workRoot, error) { return root, nil }, r)
+}
+
+// untarFilesInto is untarFiles into the root that open gives, asked for at the archive's
+// first entry (an archive of no entry needs no working directory).
+func untarFilesInto(open func() (*workRoot, error), r io.Reader) error {
+	var root *workRoot
 	tr := tar.NewReader(r)
 	type dirMode struct {
 		name string
@@ -231,6 +263,11 @@ func untarFiles(root *workRoot, r io.Reader) error {
 		if err != nil || name == "." {
 			continue
 		}
+		if root == nil {
+			if root, err = open(); err != nil {
+				return err
+			}
+		}
 		mode := uint32(h.Mode) & 0o7777
 		switch h.Typeflag {
 		case tar.TypeDir:
@@ -241,7 +278,7 @@ func untarFiles(root *workRoot, r io.Reader) error {
 				err = root.replace(name)
 			}
 			if err == nil {
-				err = rootSink{root}.file(name, mode, tr)
+				err = rootSink{root}.file(name, mode, h.Size, tr)
 			}
 		case tar.TypeSymlink:
 			if err = root.mkdirAll(path.Dir(name)); err == nil {

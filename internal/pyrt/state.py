@@ -345,12 +345,16 @@ class _ViewReader:
 def _op_restore(ident, blob, hosts, version):
     """Replace namespace ident's variables with those of blob (a pickle _op_save made; Go has
     checked its tag): nothing changes unless it all loads. Host functions the host has
-    registered stay; the others saved get a stand-in. Returns the names restored."""
-    _, _, _SpaceUnpickler = _state_picklers()
+    registered stay; the others saved get a stand-in. Returns the names restored. With blob
+    None, only checks that this Python can load what version saved (before Go writes the
+    saved files)."""
     space = _space(ident)
     here = "%d.%d" % sys.version_info[:2]
     if version != here:
         raise _OpError("state", "the namespace was saved by Python %s; this one runs Python %s" % (version, here))
+    if blob is None:
+        return []
+    _, _, _SpaceUnpickler = _state_picklers()
     import importlib
 
     importlib.invalidate_caches()  # (the host may have just written the files a module is in)
