@@ -101,6 +101,9 @@ func TestE2BConformance(t *testing.T) {
 			"listed": []any{"a.txt:644:", "link:777:/home/user/notes/a.txt", "out:777:/etc/hostname"},
 		},
 		"removedNothing": true,
+		"signed": map[string]any{"plain": []any{200.0, "signed hello"}, "expiring": []any{200.0, "signed hello"},
+			"expired": []any{401.0, `{"code":401,"message":"signature is already expired"}` + "\n"},
+			"upload":  200.0, "uploaded": "via url"},
 		"results": map[string]any{
 			"data": map[string]any{"a": []any{1.0, 2.0}, "t": []any{"2026-01-02T00:00:00", nil}}, "html": "string",
 			"dict": map[string]any{"k": []any{1.0, 2.5, nil}, "n": map[string]any{"x": true}}, "list": []any{1.0, "two"},

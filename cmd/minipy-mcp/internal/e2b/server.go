@@ -34,6 +34,7 @@ import (
 	"github.com/minipy-go/minipy"
 	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/loopguard"
 	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/session"
+	"golang.org/x/time/rate"
 )
 
 // The ports of a sandbox that E2B's SDKs address (E2b-Sandbox-Port).
@@ -134,6 +135,7 @@ type Server struct {
 
 	api, interpreter, envd *http.ServeMux
 	tokens                 accessTokens
+	signedLookups          *rate.Limiter // searches for the sandbox of a signed file URL (signed.go)
 }
 
 // New returns a server of cfg's sandboxes.
@@ -166,7 +168,7 @@ func New(cfg Config) *Server {
 		}
 	}
 	s := &Server{cfg: cfg, sandboxes: map[string]*sandbox{}, pausedByUser: map[string]int64{},
-		tokens: newAccessTokens(cfg.Store)}
+		tokens: newAccessTokens(cfg.Store), signedLookups: newSignedLookups()}
 	s.routes()
 	if cfg.Store != nil { // (the store's paused sandboxes hold their users' places here too)
 		for _, one := range cfg.Store.List(session.KindSandbox) {
@@ -195,6 +197,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if id == "" {
 		id, port = hostSandbox(r.Host)
 	}
+	if id == "" && isSignedFileURL(r) { // (E2B_SANDBOX_URL: the URL names no sandbox)
+		sb, status := s.signedSandbox(r)
+		if sb == nil {
+			s.cfg.Metrics.Unauthorized()
+			writeError(w, status, "the file URL's signature is no running sandbox's (or too many were tried: wait)")
+			return
+		}
+		id, port = sb.id, strconv.Itoa(EnvdPort)
+	}
 	// Every body is bounded as it is read, before anything decompresses or parses it.
 	r.Body = http.MaxBytesReader(w, r.Body, s.bodyLimit(id, port, r))
 	if id == "" {
@@ -215,10 +226,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadGateway, "the sandbox "+echo(id)+" is not running (it was killed, or its time ended)")
 		return
 	}
-	if !sb.authorized(r) || s.cfg.HasUser != nil && !s.cfg.HasUser(sb.user) {
+	signed := !sb.authorized(r) && port == strconv.Itoa(EnvdPort) && sb.signs(r)
+	if !signed && !sb.authorized(r) || s.cfg.HasUser != nil && !s.cfg.HasUser(sb.user) {
 		s.cfg.Metrics.Unauthorized()
 		writeError(w, http.StatusUnauthorized, "a sandbox's requests need its access token (X-Access-Token), "+
-			"and its user a key of the server's")
+			"or a file URL it signed, and its user a key of the server's")
+		return
+	}
+	if signed && signatureExpired(r, time.Now()) {
+		s.cfg.Metrics.Unauthorized()
+		writeError(w, http.StatusUnauthorized, "signature is already expired") // (E2B's envd's words, which its tests expect)
 		return
 	}
 	// A request holds its place among the sandbox's requests in progress until it ends; a

@@ -41,6 +41,23 @@ out.files = {
 await sbx.files.remove('notes/not-there.txt')
 out.removedNothing = true
 
+// Signed file URLs, fetched without the access token (as a browser would), at the
+// server's one address (E2B_SANDBOX_URL names no sandbox).
+const fetched = async (url, init) => {
+  const r = await fetch(url, init)
+  return [r.status, await r.text()]
+}
+await sbx.files.write('signed.txt', 'signed hello')
+const form = new FormData()
+form.append('file', new Blob(['via url']), 'up.txt')
+out.signed = {
+  plain: await fetched(await sbx.downloadUrl('signed.txt')),
+  expiring: await fetched(await sbx.downloadUrl('signed.txt', { useSignatureExpiration: 600 })),
+  expired: await fetched(await sbx.downloadUrl('signed.txt', { useSignatureExpiration: -600 })),
+  upload: (await fetched(await sbx.uploadUrl('up.txt', { useSignatureExpiration: 600 }), { method: 'POST', body: form }))[0],
+}
+out.signed.uploaded = await sbx.files.read('up.txt')
+
 // Fork: copies with the variables and files, apart from the sandbox and each other.
 await sbx.files.write('/home/user/state.txt', 'before fork')
 await sbx.runCode('kept = [1, 2]')
