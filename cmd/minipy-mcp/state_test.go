@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -122,4 +125,64 @@ func postTo(t *testing.T, s *serverProc, token, id, body string) *http.Response 
 	require.NoError(t, err)
 	t.Cleanup(func() { resp.Body.Close() })
 	return resp
+}
+
+// hwmOf is the peak resident memory of process pid so far (VmHWM), in bytes.
+func hwmOf(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	require.NoError(t, err)
+	for _, line := range strings.Split(string(b), "\n") {
+		if kb, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(kb), "kB")), 10, 64)
+			require.NoError(t, err)
+			return n << 10
+		}
+	}
+	t.Fatal("no VmHWM")
+	return 0
+}
+
+// A session's save streams from its working directory into the state directory, and its
+// resume streams back: 64 MiB of files, the server's peak memory grows by less than 32 MiB
+// either way (0.4 MiB and 0.8 MiB; 197 MiB and 129 MiB when the store took a save whole).
+func TestStateStreams(t *testing.T) {
+	dir := t.TempDir()
+	args := []string{"-backend", "isolated", "-work-size", "134217728", "-state-dir", dir, "-state-idle", "100ms"}
+	a := startServer(t, args...)
+	lb := &switchable{}
+	lb.send(a)
+	client := mcp.NewClient(&mcp.Implementation{Name: "minipy-state-test", Version: "0"}, nil)
+	cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{
+		Endpoint: a.base + "/mcp", HTTPClient: &http.Client{Transport: lb}}, legacy)
+	require.NoError(t, err)
+	defer cs.Close()
+	before := hwmOf(t, a.cmd.Process.Pid)
+	text, isError := runText(t, cs, map[string]any{"code": "import hashlib, os\nh = hashlib.sha256()\n" +
+		"for i in range(8):\n    data = os.urandom(8 << 20)\n    h.update(data)\n" +
+		"    open('part%d.bin' % i, 'wb').write(data)\ndel data\nwant = h.hexdigest()\nlen(want)"})
+	require.False(t, isError, text)
+	require.Eventually(t, func() bool {
+		names := savedSessions(t, dir)
+		if len(names) != 1 {
+			return false
+		}
+		info, err := os.Stat(names[0])
+		return err == nil && info.Size() > 64<<20
+	}, 60*time.Second, 50*time.Millisecond, "saved after -state-idle")
+	grew := hwmOf(t, a.cmd.Process.Pid) - before
+	t.Logf("saving 64 MiB of files, the server's peak memory grew by %d KiB", grew>>10)
+	assert.Less(t, grew, int64(32<<20))
+
+	a.stop(t)
+	b := startServer(t, args...)
+	lb.send(b)
+	before = hwmOf(t, b.cmd.Process.Pid)
+	text, isError = runText(t, cs, map[string]any{"code": "h = hashlib.sha256()\nfor i in range(8):\n" +
+		"    h.update(open('part%d.bin' % i, 'rb').read())\nh.hexdigest() == want"})
+	require.False(t, isError, "%s\n%s", text, b.log)
+	assert.Equal(t, "[value]\nTrue\n", text)
+	grew = hwmOf(t, b.cmd.Process.Pid) - before
+	t.Logf("resuming 64 MiB of files, the server's peak memory grew by %d KiB", grew>>10)
+	assert.Less(t, grew, int64(32<<20))
 }

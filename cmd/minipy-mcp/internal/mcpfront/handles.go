@@ -143,15 +143,16 @@ func (s *sessions) acquireHandle(ctx context.Context, h, user string) (string, *
 	if hs != nil || s.state == nil {
 		return h, nil, errUnknownHandle
 	}
-	_, blob, err := s.state.Claim(ctx, session.KindSession, h, user)
+	_, blob, err := s.state.ClaimOpen(ctx, session.KindSession, h, user)
 	if errors.Is(err, fs.ErrNotExist) {
 		return h, nil, errUnknownHandle
 	}
 	if err != nil {
 		return h, nil, err
 	}
+	defer blob.Close()
 	ns := s.newNamespace()
-	if err := ns.Restore(bytes.NewReader(blob)); err != nil {
+	if err := ns.Restore(blob); err != nil {
 		ns.Close() //nolint:errcheck // freeing is best effort
 		s.state.ReleaseLease(session.KindSession, h)
 		return h, nil, err

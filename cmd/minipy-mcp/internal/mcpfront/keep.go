@@ -4,11 +4,11 @@ package mcpfront
 // and bring it back, when it is saved, and its namespace restored.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"sync"
 	"time"
@@ -170,7 +170,7 @@ func (s *sessions) keepClosed(ss *mcp.ServerSession) {
 
 // restore gives session id, just made again by its replayed initialize request, its saved
 // namespace (with the host functions registered first).
-func (s *sessions) restore(id string, meta session.Meta, blob []byte) error {
+func (s *sessions) restore(id string, meta session.Meta, blob io.Reader) error {
 	var ss *mcp.ServerSession
 	for one := range s.server.Sessions() {
 		if one.ID() == id {
@@ -181,7 +181,7 @@ func (s *sessions) restore(id string, meta session.Meta, blob []byte) error {
 		return errNoSession
 	}
 	ns := s.newNamespace()
-	if err := ns.Restore(bytes.NewReader(blob)); err != nil {
+	if err := ns.Restore(blob); err != nil {
 		ns.Close() //nolint:errcheck // freeing is best effort
 		ss.Close() //nolint:errcheck // it cannot go on
 		return err
@@ -255,15 +255,20 @@ var errNoSession = errors.New("the session was not made again")
 // errStore marks an error of the store's, not the namespace's (saveNamespace).
 var errStore = errors.New("the state store")
 
-// saveNamespace saves ns as session id (KindSession) in store; an error of the store's
-// own matches errStore, one of the namespace's Save does not.
+// saveNamespace saves ns as session id (KindSession) in store, streamed into it; an error
+// of the store's own matches errStore, one of the namespace's Save does not (nor
+// session.ErrTooLarge, which stops a save past the store's cap as it is written).
 func saveNamespace(store *session.Store, id string, meta session.Meta, ns *minipy.Namespace) (minipy.SaveInfo, error) {
-	var blob bytes.Buffer
-	info, err := ns.Save(&blob)
-	if err != nil {
+	var info minipy.SaveInfo
+	var saveErr error
+	err := store.SaveFrom(session.KindSession, id, meta, func(w io.Writer) error {
+		info, saveErr = ns.Save(w)
+		return saveErr
+	})
+	if err != nil && err == saveErr { //nolint:errorlint // (SaveFrom returns the writer's own error as it is)
 		return info, err
 	}
-	if err := store.Save(session.KindSession, id, meta, blob.Bytes()); err != nil {
+	if err != nil {
 		return info, fmt.Errorf("%w: %w", errStore, err)
 	}
 	return info, nil

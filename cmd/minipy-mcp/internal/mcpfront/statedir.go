@@ -85,7 +85,7 @@ func (d *stateDir) bringBack(s *sessions, next http.Handler) http.Handler {
 			user = info.UserID
 		}
 		if r.Method == http.MethodDelete {
-			if meta, _, err := d.Load(session.KindSession, id); err == nil && meta.User == user &&
+			if meta, err := d.Stat(session.KindSession, id); err == nil && meta.User == user &&
 				d.TakeLease(r.Context(), session.KindSession, id, user, session.LeaseWait) {
 				d.Remove(session.KindSession, id)
 				d.ReleaseLease(session.KindSession, id)
@@ -114,10 +114,11 @@ func (d *stateDir) bringBack(s *sessions, next http.Handler) http.Handler {
 // bringBackOne claims session id for user and brings it back: it replays the session's
 // initialize request to next with the id forced, and restores its namespace.
 func (d *stateDir) bringBackOne(r *http.Request, id, user string, s *sessions, next http.Handler) error {
-	meta, blob, err := d.Claim(r.Context(), session.KindSession, id, user)
+	meta, blob, err := d.ClaimOpen(r.Context(), session.KindSession, id, user)
 	if err != nil {
 		return err
 	}
+	defer blob.Close()
 	// One at a time, and no new session meanwhile: the id to force is the process's. (Under
 	// it still as the namespace is restored: a request that waits finds it restored.)
 	d.bringing.Lock()

@@ -25,6 +25,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"regexp"
@@ -70,6 +71,9 @@ type Meta struct {
 	// ID is the session's id, as the save sets it: a save read under another id is
 	// another session's (moved), and not found.
 	ID string `json:"id"`
+	// Format is how the blob is sealed: blobSegmented (seal.go), or 0, whole (saves made
+	// before the segments).
+	Format int `json:"format,omitempty"`
 }
 
 // Saved is a save that List found: its meta and its size in bytes.
@@ -94,11 +98,13 @@ var ErrTooLarge = errors.New("the saved state is larger than the store takes")
 // backend is where a Store keeps its saves, leases and want marks. A save is its meta's
 // header (headerOf) followed by its blob.
 type backend interface {
-	// put writes a save, whole, unless another owner than owner holds its lease
-	// (ErrFenced); ttl (0: none) is how long it is kept.
-	put(name, owner string, head, blob []byte, ttl time.Duration) error
-	// get reads a save whole; head its header only, and its size (fs.ErrNotExist: none).
-	get(name string) ([]byte, error)
+	// put writes a save, its head then what blob reads, unless another owner than owner
+	// holds its lease (ErrFenced); ttl (0: none) is how long it is kept. Whole or not at
+	// all: an error of blob's leaves the save before it.
+	put(name, owner string, head []byte, blob io.Reader, ttl time.Duration) error
+	// get reads a save, as a stream: its head, then its blob; head its header only, and
+	// its size (fs.ErrNotExist: none).
+	get(name string) (io.ReadCloser, error)
 	head(name string) ([]byte, int64, error)
 	// list reads the header and size of each save whose name ends with kind.
 	list(kind string) []listed
@@ -251,54 +257,163 @@ func name(kind, id string) string {
 	return hex.EncodeToString(h[:16]) + kind
 }
 
-// SaveNamespace saves ns as session id of kind with meta.
+// SaveNamespace saves ns as session id of kind with meta, streamed (SaveFrom).
 func (d *Store) SaveNamespace(kind, id string, meta Meta, ns *minipy.Namespace) (minipy.SaveInfo, error) {
-	var blob bytes.Buffer
-	info, err := ns.Save(&blob)
-	if err != nil {
-		return info, err
-	}
-	return info, d.Save(kind, id, meta, blob.Bytes())
+	var info minipy.SaveInfo
+	err := d.SaveFrom(kind, id, meta, func(w io.Writer) error {
+		var err error
+		info, err = ns.Save(w)
+		return err
+	})
+	return info, err
 }
 
 // Save writes session id of kind, its meta and blob, whole and sealed: a save that fails
 // leaves the previous one. ErrFenced: another replica holds the session's lease.
 func (d *Store) Save(kind, id string, meta Meta, blob []byte) error {
-	meta.Saved, meta.ID = time.Now(), id
+	return d.SaveFrom(kind, id, meta, func(w io.Writer) error {
+		_, err := w.Write(blob)
+		return err
+	})
+}
+
+// SaveFrom is Save of the blob that write writes, sealed and stored as it is written: the
+// store holds a segment of it at a time, not the blob. An error of write's (its own, or
+// ErrTooLarge past StoreOptions.MaxBytes, which stops it there) leaves the previous save.
+func (d *Store) SaveFrom(kind, id string, meta Meta, write func(io.Writer) error) error {
+	meta.Saved, meta.ID, meta.Format = time.Now(), id, blobSegmented
 	head, nonce, err := d.sealHead(kind, meta)
 	if err != nil {
 		return err
 	}
-	if size := len(head) + len(blob) + d.aead.NonceSize() + d.aead.Overhead(); d.o.MaxBytes > 0 && int64(size) > d.o.MaxBytes {
-		return fmt.Errorf("%w: %d bytes, past %d", ErrTooLarge, size, d.o.MaxBytes)
+	pr, pw := io.Pipe()
+	wrote := make(chan error, 1)
+	go func() {
+		cw := &capped{w: pw, n: int64(len(head)), max: d.o.MaxBytes}
+		sw := d.sealWriter(cw, d.blobAAD(kind, id, meta.User, nonce))
+		err := write(sw)
+		if err == nil {
+			err = sw.Close()
+		}
+		if err == nil {
+			err = cw.err // (a write's error the writer did not return)
+		}
+		pw.CloseWithError(err) // (nil: EOF for put)
+		wrote <- err
+	}()
+	err = d.b.put(d.name(kind, id), d.owner, head, pr, d.o.TTL)
+	pr.CloseWithError(errPutEnded) // (a put that ended early: the writer's next write fails)
+	if werr := <-wrote; werr != nil && !errors.Is(werr, errPutEnded) {
+		return werr
 	}
-	return d.b.put(d.name(kind, id), d.owner, head, d.seal(blob, d.blobAAD(kind, id, meta.User, nonce)), d.o.TTL)
+	return err
+}
+
+var errPutEnded = errors.New("the store ended the save")
+
+// capped passes writes to w while they total at most max bytes (0: any), then fails with
+// ErrTooLarge.
+type capped struct {
+	w      io.Writer
+	n, max int64
+	err    error
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	if c.err != nil {
+		return 0, c.err
+	}
+	if c.n += int64(len(p)); c.max > 0 && c.n > c.max {
+		c.err = fmt.Errorf("%w: more than %d bytes", ErrTooLarge, c.max)
+		return 0, c.err
+	}
+	n, err := c.w.Write(p)
+	if err != nil {
+		c.err = err
+	}
+	return n, err
 }
 
 // Load reads session id's meta and saved namespace: fs.ErrNotExist when there is none, or
 // it has expired (then it is removed); an error when it does not open (errDamaged).
 func (d *Store) Load(kind, id string) (Meta, []byte, error) {
-	data, err := d.b.get(d.name(kind, id))
+	meta, r, err := d.Open(kind, id)
+	if err != nil {
+		return meta, nil, err
+	}
+	defer r.Close()
+	blob, err := io.ReadAll(r)
 	if err != nil {
 		return Meta{}, nil, err
 	}
-	meta, n, nonce, err := d.openHead(kind, data)
+	return meta, blob, nil
+}
+
+// Open is Load of the blob as a stream, opened as it is read: a Read's error says when
+// what follows does not open (errDamaged: changed, cut). Close it.
+func (d *Store) Open(kind, id string) (Meta, io.ReadCloser, error) {
+	name := d.name(kind, id)
+	data, err := d.b.get(name)
+	if err != nil {
+		return Meta{}, nil, err
+	}
+	damaged := func(err error) (Meta, io.ReadCloser, error) {
+		data.Close()
+		return Meta{}, nil, fmt.Errorf("the save of %s: %w", name, err)
+	}
+	head, err := readHead(data)
+	if err != nil {
+		return damaged(err)
+	}
+	meta, _, nonce, err := d.openHead(kind, head)
 	if err == nil && meta.ID != id {
 		err = errDamaged
 	}
 	if err != nil {
-		return Meta{}, nil, fmt.Errorf("the save of %s: %w", d.name(kind, id), err)
+		return damaged(err)
 	}
 	if d.expired(meta) {
+		data.Close()
 		d.Remove(kind, id)
 		return meta, nil, fs.ErrNotExist
 	}
-	blob, _, err := d.open(data[n:], d.blobAAD(kind, id, meta.User, nonce))
-	if err != nil {
-		return Meta{}, nil, fmt.Errorf("the save of %s: %w", d.name(kind, id), err)
+	aad := d.blobAAD(kind, id, meta.User, nonce)
+	if meta.Format == blobSegmented {
+		return meta, &blobReader{r: &savedBlob{name: name, r: d.openReader(data, aad)}, c: data}, nil
 	}
-	return meta, blob, nil
+	sealed, err := io.ReadAll(data) // (a save of before the segments: sealed whole)
+	if err != nil {
+		return damaged(err)
+	}
+	blob, _, err := d.open(sealed, aad)
+	if err != nil {
+		return damaged(err)
+	}
+	data.Close()
+	return meta, io.NopCloser(bytes.NewReader(blob)), nil
 }
+
+// savedBlob names the save in its reader's errors.
+type savedBlob struct {
+	name string
+	r    io.Reader
+}
+
+func (s *savedBlob) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if err != nil && err != io.EOF {
+		err = fmt.Errorf("the save of %s: %w", s.name, err)
+	}
+	return n, err
+}
+
+type blobReader struct {
+	r io.Reader
+	c io.Closer
+}
+
+func (b *blobReader) Read(p []byte) (int, error) { return b.r.Read(p) }
+func (b *blobReader) Close() error               { return b.c.Close() }
 
 // Stat reads session id's meta only: fs.ErrNotExist when there is no save, or it has
 // expired; an error when its head does not open.
@@ -381,6 +496,23 @@ var ErrHeld = errors.New("another replica holds this session and did not let go 
 // may be newer than its last save), and Claim waits for that (ErrHeld if in vain).
 // fs.ErrNotExist: neither a holder nor a save has it for user.
 func (d *Store) Claim(ctx context.Context, kind, id, user string) (Meta, []byte, error) {
+	meta, r, err := d.ClaimOpen(ctx, kind, id, user)
+	if err != nil {
+		return meta, nil, err
+	}
+	defer r.Close()
+	blob, err := io.ReadAll(r)
+	if err != nil {
+		d.ReleaseLease(kind, id)
+		return Meta{}, nil, err
+	}
+	return meta, blob, nil
+}
+
+// ClaimOpen is Claim whose blob is a stream (Open's). The lease is this replica's when it
+// returns no error; a Read's error (the save does not open) is the caller's to give the
+// lease back for.
+func (d *Store) ClaimOpen(ctx context.Context, kind, id, user string) (Meta, io.ReadCloser, error) {
 	if l, ok := d.b.readLease(d.name(kind, id)); ok && l.Owner != d.owner && time.Now().Before(l.Until) {
 		if l.User != user {
 			return Meta{}, nil, fs.ErrNotExist
@@ -393,14 +525,16 @@ func (d *Store) Claim(ctx context.Context, kind, id, user string) (Meta, []byte,
 	if !d.TakeLease(ctx, kind, id, user, LeaseWait) {
 		return Meta{}, nil, ErrHeld
 	}
-	meta, blob, err := d.Load(kind, id)
+	meta, blob, err := d.Open(kind, id)
 	if err == nil && meta.User != user {
+		blob.Close()
 		err = fs.ErrNotExist
 	}
 	if err != nil {
 		d.ReleaseLease(kind, id)
+		return Meta{}, nil, err
 	}
-	return meta, blob, err
+	return meta, blob, nil
 }
 
 // ReleaseLease gives up session id's lease if this replica holds it.

@@ -8,6 +8,7 @@ package session
 // the write: Redis's is).
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -56,16 +57,17 @@ func (d *dirBackend) side(name, ext string) string {
 	return d.path(strings.TrimSuffix(name, KindSession) + ext)
 }
 
-// writeWhole writes data as the file name, through a temporary file and a rename.
-func (d *dirBackend) writeWhole(name, temp string, sync bool, data ...[]byte) error {
+// writeWhole writes what parts read, one after another, as the file name, through a
+// temporary file and a rename: a part's error leaves the file as it was.
+func (d *dirBackend) writeWhole(name, temp string, sync bool, parts ...io.Reader) error {
 	f, err := os.CreateTemp(d.dir, temp)
 	if err != nil {
 		return err
 	}
 	defer os.Remove(f.Name()) // (gone after the rename)
-	for _, b := range data {
+	for _, r := range parts {
 		if err == nil {
-			_, err = f.Write(b)
+			_, err = io.Copy(f, r)
 		}
 	}
 	if err == nil && sync {
@@ -77,14 +79,14 @@ func (d *dirBackend) writeWhole(name, temp string, sync bool, data ...[]byte) er
 	return os.Rename(f.Name(), d.path(name))
 }
 
-func (d *dirBackend) put(name, owner string, head, blob []byte, _ time.Duration) error {
+func (d *dirBackend) put(name, owner string, head []byte, blob io.Reader, _ time.Duration) error {
 	if l, ok := d.readLease(name); ok && l.Owner != owner && time.Now().Before(l.Until) {
 		return ErrFenced
 	}
-	return d.writeWhole(name, ".saving-*", true, head, blob)
+	return d.writeWhole(name, ".saving-*", true, bytes.NewReader(head), blob)
 }
 
-func (d *dirBackend) get(name string) ([]byte, error) { return os.ReadFile(d.path(name)) }
+func (d *dirBackend) get(name string) (io.ReadCloser, error) { return os.Open(d.path(name)) }
 
 func (d *dirBackend) head(name string) ([]byte, int64, error) {
 	f, err := os.Open(d.path(name))
@@ -143,7 +145,7 @@ func (d *dirBackend) tryLease(name, owner, user string, length time.Duration) bo
 		return false
 	}
 	js, _ := json.Marshal(lease{Owner: owner, User: user, Until: time.Now().Add(length)})
-	if d.writeWhole(filepath.Base(d.side(name, ".lease")), ".lease-*", false, js) != nil {
+	if d.writeWhole(filepath.Base(d.side(name, ".lease")), ".lease-*", false, bytes.NewReader(js)) != nil {
 		return false
 	}
 	l, ok := d.readLease(name)

@@ -24,6 +24,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"strconv"
 	"strings"
@@ -108,26 +109,38 @@ redis.call('HSET', KEYS[2], 'head', ARGV[2], 'size', ARGV[3], 'gen', ARGV[4], 'c
 if tonumber(ARGV[6]) > 0 then redis.call('PEXPIRE', KEYS[2], ARGV[6]) end
 return {1, old[1] or '', old[2] or '0'}`)
 
-func (b *redisBackend) put(name, owner string, head, blob []byte, ttl time.Duration) error {
+func (b *redisBackend) put(name, owner string, head []byte, blob io.Reader, ttl time.Duration) error {
 	ctx, cancel := opContext()
 	defer cancel()
 	gen := newGen(time.Now())
-	n := (len(blob) + chunkSize - 1) / chunkSize
 	// Chunks outlive their save by a minute (a reader between the two), else for ever.
 	chunkTTL := time.Duration(0)
 	if ttl > 0 {
 		chunkTTL = ttl + time.Minute
 	}
-	pipe := b.c.Pipeline()
-	for i := range n {
-		pipe.Set(ctx, b.chunkKey(name, gen, i), blob[i*chunkSize:min(len(blob), (i+1)*chunkSize)], chunkTTL)
-	}
-	if _, err := pipe.Exec(ctx); err != nil && n > 0 {
-		b.removeChunks(ctx, name, gen, n)
-		return err
+	// One chunk at a time, as blob gives it (the store's memory holds one).
+	buf := make([]byte, chunkSize)
+	n, size := 0, int64(len(head))
+	for {
+		k, err := io.ReadFull(blob, buf)
+		if k > 0 {
+			if err := b.c.Set(ctx, b.chunkKey(name, gen, n), buf[:k], chunkTTL).Err(); err != nil {
+				b.removeChunks(ctx, name, gen, n+1)
+				return err
+			}
+			n++
+			size += int64(k)
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			break
+		}
+		if err != nil {
+			b.removeChunks(ctx, name, gen, n)
+			return err
+		}
 	}
 	res, err := switchSave.Run(ctx, b.c, []string{b.leaseKey(name), b.saveKey(name)}, owner, head,
-		len(head)+len(blob), gen, n, ttl.Milliseconds()).Slice()
+		size, gen, n, ttl.Milliseconds()).Slice()
 	if err != nil || len(res) == 0 || res[0] == int64(0) {
 		b.removeChunks(ctx, name, gen, n)
 		if err == nil {
@@ -155,47 +168,52 @@ func (b *redisBackend) removeChunks(ctx context.Context, name, gen string, n int
 	}
 }
 
-func (b *redisBackend) get(name string) ([]byte, error) {
+func (b *redisBackend) get(name string) (io.ReadCloser, error) {
 	ctx, cancel := opContext()
 	defer cancel()
-	for range 3 {
-		v, err := b.c.HMGet(ctx, b.saveKey(name), "head", "gen", "chunks").Result()
-		if err != nil {
-			return nil, err
-		}
-		head, ok := v[0].(string)
-		if !ok {
-			return nil, fs.ErrNotExist
-		}
-		gen, _ := v[1].(string)
-		n, _ := strconv.Atoi(fmt.Sprint(v[2]))
-		data := []byte(head)
-		if n == 0 {
-			return data, nil
-		}
-		keys := make([]string, n)
-		for i := range n {
-			keys[i] = b.chunkKey(name, gen, i)
-		}
-		chunks, err := b.c.MGet(ctx, keys...).Result()
-		if err != nil {
-			return nil, err
-		}
-		whole := true
-		for _, c := range chunks {
-			s, ok := c.(string)
-			if !ok {
-				whole = false // replaced by a save meanwhile: read the new one
-				break
-			}
-			data = append(data, s...)
-		}
-		if whole {
-			return data, nil
-		}
+	v, err := b.c.HMGet(ctx, b.saveKey(name), "head", "gen", "chunks").Result()
+	if err != nil {
+		return nil, err
 	}
-	return nil, errors.New("the save kept changing while it was read")
+	head, ok := v[0].(string)
+	if !ok {
+		return nil, fs.ErrNotExist
+	}
+	gen, _ := v[1].(string)
+	n, _ := strconv.Atoi(fmt.Sprint(v[2]))
+	return &redisReader{b: b, name: name, gen: gen, n: n, cur: []byte(head)}, nil
 }
+
+// redisReader reads a save's head, then its chunks, one at a time as they are needed.
+type redisReader struct {
+	b         *redisBackend
+	name, gen string
+	n, i      int
+	cur       []byte
+}
+
+func (r *redisReader) Read(p []byte) (int, error) {
+	for len(r.cur) == 0 {
+		if r.i == r.n {
+			return 0, io.EOF
+		}
+		ctx, cancel := opContext()
+		c, err := r.b.c.Get(ctx, r.b.chunkKey(r.name, r.gen, r.i)).Bytes()
+		cancel()
+		if errors.Is(err, redis.Nil) {
+			return 0, errors.New("the save was replaced while it was read")
+		}
+		if err != nil {
+			return 0, err
+		}
+		r.cur, r.i = c, r.i+1
+	}
+	n := copy(p, r.cur)
+	r.cur = r.cur[n:]
+	return n, nil
+}
+
+func (r *redisReader) Close() error { return nil }
 
 func (b *redisBackend) head(name string) ([]byte, int64, error) {
 	ctx, cancel := opContext()
