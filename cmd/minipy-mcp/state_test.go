@@ -186,3 +186,30 @@ func TestStateStreams(t *testing.T) {
 	t.Logf("resuming 64 MiB of files, the server's peak memory grew by %d KiB", grew>>10)
 	assert.Less(t, grew, int64(32<<20))
 }
+
+// An E2B pause into the store streams each context's save through the seal into it, and
+// connect streams them back: 64 MiB of files, the server's peak memory grows by less than
+// 32 MiB either way.
+func TestE2BPauseStreams(t *testing.T) {
+	s := startE2B(t, "-work-size", "134217728", "-state-dir", t.TempDir())
+	alice := &e2bClient{t, s.base, aliceKey}
+	sb := alice.create(nil)
+	require.Equal(t, "64", lastText(alice.execute(sb, "import hashlib, os\nh = hashlib.sha256()\n"+
+		"for i in range(8):\n    data = os.urandom(8 << 20)\n    h.update(data)\n"+
+		"    open('part%d.bin' % i, 'wb').write(data)\ndel data\nwant = h.hexdigest()\nlen(want)")))
+	before := hwmOf(t, s.cmd.Process.Pid)
+	code, body := alice.api("POST", "/sandboxes/"+sb.SandboxID+"/pause", nil)
+	require.Equal(t, http.StatusNoContent, code, "%s", body)
+	grew := hwmOf(t, s.cmd.Process.Pid) - before
+	t.Logf("pausing 64 MiB of files into the store, the server's peak memory grew by %d KiB", grew>>10)
+	assert.Less(t, grew, int64(32<<20))
+
+	before = hwmOf(t, s.cmd.Process.Pid)
+	code, body = alice.api("POST", "/v2/sandboxes/"+sb.SandboxID+"/connect", map[string]any{"timeout": 60})
+	require.Equal(t, http.StatusCreated, code, "%s", body)
+	grew = hwmOf(t, s.cmd.Process.Pid) - before
+	t.Logf("resuming them, the server's peak memory grew by %d KiB", grew>>10)
+	assert.Less(t, grew, int64(32<<20))
+	assert.Equal(t, "True", lastText(alice.execute(sb, "h = hashlib.sha256()\nfor i in range(8):\n"+
+		"    h.update(open('part%d.bin' % i, 'rb').read())\nh.hexdigest() == want")))
+}

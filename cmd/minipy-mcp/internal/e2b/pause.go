@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"time"
 
@@ -31,11 +32,21 @@ const (
 	stateChanging = "changing" // pausing or resuming: neither answers
 )
 
-// pausedContext is a code context as its pause saved it.
+// pausedContext is a code context as its pause saved it: its save in memory (saved), or
+// streaming from a store (from).
 type pausedContext struct {
 	id, language, cwd string
 	count             int
 	saved             []byte
+	from              io.Reader
+}
+
+// save is the context's save to restore.
+func (p pausedContext) save() io.Reader {
+	if p.from != nil {
+		return p.from
+	}
+	return bytes.NewReader(p.saved)
 }
 
 // pauseRequest pauses sb through the API: 409 if it is paused already.
@@ -64,12 +75,12 @@ func (s *Server) pause(sb *sandbox) (int, string) {
 	contexts := sb.contexts
 	sb.timer.Stop()
 	sb.mu.Unlock()
-	paused, size, err := saveContexts(contexts)
-	switch {
-	case err != nil:
-	case s.cfg.Store != nil:
-		err = s.storePaused(sb, paused)
-	default:
+	var paused []pausedContext
+	var size int64
+	var err error
+	if s.cfg.Store != nil {
+		size, err = s.storePaused(sb, contexts)
+	} else if paused, size, err = saveContexts(contexts); err == nil {
 		err = s.reservePaused(sb.user, size)
 	}
 	sb.mu.Lock()
@@ -182,7 +193,10 @@ func (s *Server) resume(sb *sandbox, life time.Duration) (int, string) {
 	var contexts []*codeContext
 	code, why := 0, ""
 	if stored {
-		paused, code, why = s.claimStored(sb)
+		var from io.Closer
+		if paused, from, code, why = s.claimStored(sb); paused != nil {
+			defer from.Close()
+		}
 	}
 	if paused != nil {
 		contexts, code, why = s.restoreContexts(sb, paused)
@@ -236,7 +250,12 @@ func (s *Server) restoreContexts(sb *sandbox, paused []pausedContext) ([]*codeCo
 		}
 		out = append(out, cc)
 		cc.id, cc.count = p.id, p.count
-		if err := cc.ns.Load().Restore(bytes.NewReader(p.saved)); err != nil {
+		save := p.save()
+		err := cc.ns.Load().Restore(save)
+		if err == nil {
+			_, err = io.Copy(io.Discard, save) // (to the next context's save)
+		}
+		if err != nil {
 			return fail(http.StatusInternalServerError, "the sandbox could not be resumed: "+err.Error())
 		}
 		if p.cwd != Home {

@@ -11,11 +11,12 @@ package e2b
 // paused sandboxes, all together.
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"io/fs"
 	"net/http"
 	"time"
@@ -31,12 +32,14 @@ type storedInfo struct {
 	Started  time.Time         `json:"started"`
 }
 
-// storedHead is the start of a paused sandbox's blob: what it needs to run again, then
-// each context's save, one after another.
+// storedHead is the start of a paused sandbox's blob (a u32 length, then it): what it
+// needs to run again, then each context's save, one after another: streamed, each as
+// chunks (chunkWriter), else (a pause of before the streams) of its Size.
 type storedHead struct {
 	Envs      map[string]string `json:"envs"`
 	AutoPause bool              `json:"autoPause"`
 	Contexts  []storedContext   `json:"contexts"`
+	Streamed  bool              `json:"streamed,omitempty"`
 }
 
 type storedContext struct {
@@ -49,30 +52,6 @@ type storedContext struct {
 
 // errStoredCorrupt: the store holds a paused sandbox that cannot be read.
 var errStoredCorrupt = errors.New("the paused sandbox's save is damaged")
-
-// encodeStored is sb's paused contexts as the store keeps them.
-func encodeStored(sb *sandbox, paused []pausedContext) (json.RawMessage, []byte, error) {
-	info, err := json.Marshal(storedInfo{ID: sb.id, Template: sb.template, Metadata: sb.metadata, Started: sb.started})
-	if err != nil {
-		return nil, nil, err
-	}
-	head := storedHead{Envs: sb.envs, AutoPause: sb.autoPause}
-	for _, p := range paused {
-		head.Contexts = append(head.Contexts, storedContext{ID: p.id, Language: p.language, Cwd: p.cwd, Count: p.count,
-			Size: len(p.saved)})
-	}
-	js, err := json.Marshal(head)
-	if err != nil {
-		return nil, nil, err
-	}
-	var blob bytes.Buffer
-	binary.Write(&blob, binary.LittleEndian, uint32(len(js))) //nolint:errcheck // a bytes.Buffer does not fail
-	blob.Write(js)
-	for _, p := range paused {
-		blob.Write(p.saved)
-	}
-	return info, blob.Bytes(), nil
-}
 
 // decodeStored reads a paused sandbox's blob.
 func decodeStored(blob []byte) (storedHead, []pausedContext, error) {
@@ -96,11 +75,13 @@ func decodeStored(blob []byte) (storedHead, []pausedContext, error) {
 	return head, paused, nil
 }
 
-// storePaused seals sb's paused contexts into the store, within MaxPausedBytes.
-func (s *Server) storePaused(sb *sandbox, paused []pausedContext) error {
-	info, blob, err := encodeStored(sb, paused)
+// storePaused saves each of sb's contexts into the store, after its run in progress,
+// within MaxPausedBytes: each Namespace.Save streams through the store's seal into it, and
+// the server holds a chunk of it at a time. It returns the bytes saved.
+func (s *Server) storePaused(sb *sandbox, contexts []*codeContext) (int64, error) {
+	info, err := json.Marshal(storedInfo{ID: sb.id, Template: sb.template, Metadata: sb.metadata, Started: sb.started})
 	if err != nil {
-		return err
+		return 0, err
 	}
 	var held, theirs int64
 	for _, one := range s.cfg.Store.List(session.KindSandbox) {
@@ -112,10 +93,138 @@ func (s *Server) storePaused(sb *sandbox, paused []pausedContext) error {
 			}
 		}
 	}
-	if err := s.pausedFits(held, theirs, int64(len(blob))); err != nil {
+	if err := s.pausedFits(held, theirs, 0); err != nil {
+		return 0, err
+	}
+	// Every context's run in progress first, then each is saved as it stands (none runs
+	// meanwhile: a pausing sandbox answers nothing).
+	head := storedHead{Envs: sb.envs, AutoPause: sb.autoPause, Streamed: true}
+	for _, cc := range contexts {
+		cc.mu.Lock()
+		defer cc.mu.Unlock()
+		head.Contexts = append(head.Contexts, storedContext{ID: cc.id, Language: cc.language, Cwd: cc.cwd,
+			Count: cc.count})
+	}
+	js, err := json.Marshal(head)
+	if err != nil {
+		return 0, err
+	}
+	room := &pausedRoom{left: min(s.cfg.MaxPausedBytesPerUser-theirs, s.cfg.MaxPausedBytes-held)}
+	err = s.cfg.Store.SaveFrom(session.KindSandbox, sb.id, session.Meta{User: sb.user, Init: info},
+		func(w io.Writer) error {
+			room.w = w
+			if err := binary.Write(room, binary.LittleEndian, uint32(len(js))); err != nil {
+				return err
+			}
+			if _, err := room.Write(js); err != nil {
+				return err
+			}
+			for _, cc := range contexts {
+				cw := &chunkWriter{w: room}
+				if _, err := cc.ns.Load().Save(cw); err != nil {
+					return err
+				}
+				if err := cw.Close(); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	if errors.Is(err, errPausedFull) {
+		return 0, s.pausedFits(held, theirs, room.n)
+	}
+	return room.n, err
+}
+
+// pausedRoom passes writes to w while they fit in left bytes, counting them (n).
+type pausedRoom struct {
+	w       io.Writer
+	n, left int64
+}
+
+var errPausedFull = errors.New("the paused sandboxes' bytes are full")
+
+func (r *pausedRoom) Write(p []byte) (int, error) {
+	if r.n += int64(len(p)); r.n > r.left {
+		return 0, errPausedFull
+	}
+	return r.w.Write(p)
+}
+
+// chunkWriter writes what is written to it as chunks (a u32 length, then its bytes) of at
+// most chunkMax bytes; Close ends them with an empty one. A context's save goes so into a
+// paused sandbox's blob, where the next context's follows.
+type chunkWriter struct {
+	w   io.Writer
+	buf []byte
+}
+
+const chunkMax = 64 << 10
+
+func (c *chunkWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		if c.buf == nil {
+			c.buf = make([]byte, 4, 4+chunkMax)
+		}
+		k := min(len(p), 4+chunkMax-len(c.buf))
+		c.buf = append(c.buf, p[:k]...)
+		p = p[k:]
+		if len(c.buf) == 4+chunkMax {
+			if err := c.flush(); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return n, nil
+}
+
+func (c *chunkWriter) flush() error {
+	if len(c.buf) <= 4 {
+		return nil
+	}
+	binary.LittleEndian.PutUint32(c.buf, uint32(len(c.buf)-4))
+	_, err := c.w.Write(c.buf)
+	c.buf = c.buf[:4]
+	return err
+}
+
+func (c *chunkWriter) Close() error {
+	if err := c.flush(); err != nil {
 		return err
 	}
-	return s.cfg.Store.Save(session.KindSandbox, sb.id, session.Meta{User: sb.user, Init: info}, blob)
+	_, err := c.w.Write([]byte{0, 0, 0, 0})
+	return err
+}
+
+// chunkReader reads chunkWriter's chunks from r, until the empty one.
+type chunkReader struct {
+	r    io.Reader
+	left uint32
+	done bool
+}
+
+func (c *chunkReader) Read(p []byte) (int, error) {
+	for c.left == 0 {
+		if c.done {
+			return 0, io.EOF
+		}
+		var n [4]byte
+		if _, err := io.ReadFull(c.r, n[:]); err != nil {
+			return 0, fmt.Errorf("%w: %w", errStoredCorrupt, err)
+		}
+		c.left = binary.LittleEndian.Uint32(n[:])
+		if c.left > chunkMax {
+			return 0, errStoredCorrupt
+		}
+		c.done = c.left == 0
+	}
+	k, err := c.r.Read(p[:min(len(p), int(c.left))])
+	c.left -= uint32(k)
+	if err == io.EOF {
+		err = fmt.Errorf("%w: cut short", errStoredCorrupt)
+	}
+	return k, err
 }
 
 // storedEnd is when a sandbox paused now leaves the store (the store's TTL), for the API's
@@ -191,27 +300,59 @@ func (s *Server) forget(sb *sandbox) {
 	s.mu.Unlock()
 }
 
-// claimStored takes a paused sandbox out of the store to resume it: its contexts, or an
-// HTTP status and why. The claim's lease is the caller's to give up (releaseStored).
-func (s *Server) claimStored(sb *sandbox) ([]pausedContext, int, string) {
-	_, blob, err := s.cfg.Store.Claim(sb.ctx, session.KindSandbox, sb.id, sb.user)
+// claimStored takes a paused sandbox out of the store to resume it: its contexts, whose
+// saves stream from the store in their order (close the closer once they are restored),
+// or an HTTP status and why. The claim's lease is the caller's to give up.
+func (s *Server) claimStored(sb *sandbox) ([]pausedContext, io.Closer, int, string) {
+	_, blob, err := s.cfg.Store.ClaimOpen(sb.ctx, session.KindSandbox, sb.id, sb.user)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return nil, http.StatusNotFound, "sandbox " + sb.id + " not found (resumed or killed elsewhere, or expired)"
+		return nil, nil, http.StatusNotFound, "sandbox " + sb.id + " not found (resumed or killed elsewhere, or expired)"
 	case errors.Is(err, session.ErrHeld):
-		return nil, http.StatusConflict, "sandbox " + sb.id + " is being resumed or killed by another server"
+		return nil, nil, http.StatusConflict, "sandbox " + sb.id + " is being resumed or killed by another server"
 	case err != nil:
-		return nil, http.StatusInternalServerError, "the sandbox could not be resumed: " + err.Error()
+		return nil, nil, http.StatusInternalServerError, "the sandbox could not be resumed: " + err.Error()
 	}
-	head, paused, err := decodeStored(blob)
+	head, paused, err := readStored(blob)
 	if err != nil {
+		blob.Close()
 		s.cfg.Store.ReleaseLease(session.KindSandbox, sb.id)
-		return nil, http.StatusInternalServerError, "the sandbox could not be resumed: " + err.Error()
+		return nil, nil, http.StatusInternalServerError, "the sandbox could not be resumed: " + err.Error()
 	}
 	sb.mu.Lock()
 	sb.envs, sb.autoPause = head.Envs, head.AutoPause
 	sb.mu.Unlock()
-	return paused, 0, ""
+	return paused, blob, 0, ""
+}
+
+// readStored reads a paused sandbox's head from blob, and gives its contexts: streamed,
+// each reads its save from blob in turn; else (a pause of before the streams) read whole.
+func readStored(blob io.Reader) (storedHead, []pausedContext, error) {
+	var n uint32
+	if err := binary.Read(blob, binary.LittleEndian, &n); err != nil || n > 1<<20 {
+		return storedHead{}, nil, errStoredCorrupt
+	}
+	js := make([]byte, n)
+	if _, err := io.ReadFull(blob, js); err != nil {
+		return storedHead{}, nil, errStoredCorrupt
+	}
+	var head storedHead
+	if err := json.Unmarshal(js, &head); err != nil || len(head.Contexts) == 0 {
+		return head, nil, errStoredCorrupt
+	}
+	if !head.Streamed {
+		rest, err := io.ReadAll(blob)
+		if err != nil {
+			return head, nil, err
+		}
+		return decodeStored(append(binary.LittleEndian.AppendUint32(nil, n), append(js, rest...)...))
+	}
+	var paused []pausedContext
+	for _, c := range head.Contexts {
+		paused = append(paused, pausedContext{id: c.ID, language: c.Language, cwd: c.Cwd, count: c.Count,
+			from: &chunkReader{r: blob}})
+	}
+	return head, paused, nil
 }
 
 // removeStored ends a sandbox paused into the store: its save goes, once no other server

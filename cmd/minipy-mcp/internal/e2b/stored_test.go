@@ -2,7 +2,10 @@ package e2b
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/binary"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -181,6 +184,58 @@ func TestStorePausedLimit(t *testing.T) {
 	assert.Equal(t, "2", run(t, base, sb, "1 + 1"), "still running")
 }
 
+// encodeStored is sb's paused contexts as a pause of before the streams stored them (each
+// context's save sized in the head), which readStored still reads.
+func encodeStored(sb *sandbox, paused []pausedContext) (json.RawMessage, []byte, error) {
+	info, err := json.Marshal(storedInfo{ID: sb.id, Template: sb.template, Metadata: sb.metadata, Started: sb.started})
+	if err != nil {
+		return nil, nil, err
+	}
+	head := storedHead{Envs: sb.envs, AutoPause: sb.autoPause}
+	for _, p := range paused {
+		head.Contexts = append(head.Contexts, storedContext{ID: p.id, Language: p.language, Cwd: p.cwd, Count: p.count,
+			Size: len(p.saved)})
+	}
+	js, err := json.Marshal(head)
+	if err != nil {
+		return nil, nil, err
+	}
+	blob := binary.LittleEndian.AppendUint32(nil, uint32(len(js)))
+	blob = append(blob, js...)
+	for _, p := range paused {
+		blob = append(blob, p.saved...)
+	}
+	return info, blob, nil
+}
+
+// A paused sandbox's contexts' saves go into its blob as chunks, one after another, and
+// are read back each to its end; one cut short is an error.
+func TestStoredChunks(t *testing.T) {
+	var blob bytes.Buffer
+	saves := []string{"", "one", strings.Repeat("long", 50_000)}
+	for _, save := range saves {
+		cw := &chunkWriter{w: &blob}
+		_, err := io.Copy(cw, strings.NewReader(save))
+		require.NoError(t, err)
+		require.NoError(t, cw.Close())
+	}
+	whole := blob.Bytes()
+	r := bytes.NewReader(whole)
+	for _, want := range saves {
+		got, err := io.ReadAll(&chunkReader{r: r})
+		require.NoError(t, err)
+		assert.Equal(t, want, string(got))
+	}
+	_, err := io.ReadAll(&chunkReader{r: bytes.NewReader(whole[:len(whole)-100])})
+	require.NoError(t, err, "the first save is whole")
+	cut := bytes.NewReader(whole[:len(whole)-100])
+	for range 2 {
+		io.ReadAll(&chunkReader{r: cut}) //nolint:errcheck // (the first two)
+	}
+	_, err = io.ReadAll(&chunkReader{r: cut})
+	assert.ErrorIs(t, err, errStoredCorrupt, "the third, cut")
+}
+
 // A paused sandbox's blob is read back as written; a damaged one is an error.
 func TestStoredBlob(t *testing.T) {
 	sb := &sandbox{id: "i", template: "base", envs: map[string]string{"A": "1"}, autoPause: true}
@@ -199,6 +254,11 @@ func TestStoredBlob(t *testing.T) {
 		assert.Equal(t, paused[i].count, got[i].count)
 		assert.Equal(t, string(paused[i].saved), string(got[i].saved))
 	}
+	head, got, err = readStored(bytes.NewReader(blob))
+	require.NoError(t, err, "a pause of before the streams is read still")
+	assert.Equal(t, map[string]string{"A": "1"}, head.Envs)
+	require.Len(t, got, 2)
+	assert.Equal(t, "one", string(got[0].saved))
 	for _, bad := range [][]byte{nil, {1, 0, 0}, {200, 0, 0, 0, '{'}, blob[:len(blob)-1], append([]byte{2, 0, 0, 0}, "{}"...)} {
 		_, _, err := decodeStored(bad)
 		assert.ErrorIs(t, err, errStoredCorrupt, "%q", bad)
