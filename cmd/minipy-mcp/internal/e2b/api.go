@@ -24,6 +24,9 @@ func (s *Server) routes() {
 	s.api.HandleFunc("POST /sandboxes/{id}/timeout", s.authed(s.owned(s.timeout)))
 	s.api.HandleFunc("POST /sandboxes/{id}/pause", s.authed(s.owned(s.pauseRequest)))
 	s.api.HandleFunc("POST /sandboxes/{id}/fork", s.authed(s.owned(s.fork)))
+	s.api.HandleFunc("POST /sandboxes/{id}/snapshots", s.authed(s.owned(s.createSnapshot)))
+	s.api.HandleFunc("GET /snapshots", s.authed(s.listSnapshots))
+	s.api.HandleFunc("DELETE /templates/{id}", s.authed(s.deleteSnapshot))
 	s.api.HandleFunc("POST /sandboxes/{id}/resume", s.authed(s.owned(s.connect))) // (E2B's former resume)
 	s.api.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if s.cfg.Ops != nil && r.Method == http.MethodGet && (r.URL.Path == "/healthz" || r.URL.Path == "/readyz" ||
@@ -118,6 +121,10 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	if !readJSON(w, r, 1<<20, &req) {
 		return
 	}
+	sn := s.snapshotOf(userOf(r), req.TemplateID) // (a snapshot of the caller's: its sandbox's template)
+	if sn != nil {
+		req.TemplateID = sn.template
+	}
 	template, life, why := s.checkCreate(&req)
 	if why != "" {
 		writeError(w, http.StatusBadRequest, why)
@@ -130,7 +137,13 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, refusedClosed)
 		return
 	}
-	sb, code, why := s.newSandbox(userOf(r), template, &req, life)
+	var sb *sandbox
+	var code int
+	if sn != nil {
+		sb, code, why = s.fromSnapshot(userOf(r), sn, &req, life)
+	} else {
+		sb, code, why = s.newSandbox(userOf(r), template, &req, life)
+	}
 	if sb == nil {
 		writeError(w, code, why)
 		return
@@ -146,7 +159,8 @@ func (s *Server) checkCreate(req *createRequest) (template string, life time.Dur
 	}
 	if !slices.Contains(Templates, template) {
 		return "", 0, fmt.Sprintf("template %q: minipy serves the templates %s, each its engine's Python "+
-			"(what it can import is the server's configuration)", echo(template), strings.Join(Templates, ", "))
+			"(what it can import is the server's configuration), and your snapshots", echo(template),
+			strings.Join(Templates, ", "))
 	}
 	switch {
 	case len(req.VolumeMounts) > 0:

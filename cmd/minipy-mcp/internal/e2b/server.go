@@ -126,7 +126,8 @@ type Server struct {
 
 	mu        sync.Mutex // taken after a sandbox's, never before
 	sandboxes map[string]*sandbox
-	closed    bool // no new sandbox: draining or closed
+	snapshots map[string]*snapshot // by id (snapshots.go)
+	closed    bool                 // no new sandbox: draining or closed
 	stats     Stats
 	// pausedBytes is what the paused sandboxes hold in memory (within Config.MaxPausedBytes),
 	// in all and by user (within MaxPausedBytesPerUser).
@@ -167,7 +168,7 @@ func New(cfg Config) *Server {
 			cfg.MaxUpload = int64(cfg.DiskMB)<<20 + 1<<20
 		}
 	}
-	s := &Server{cfg: cfg, sandboxes: map[string]*sandbox{}, pausedByUser: map[string]int64{},
+	s := &Server{cfg: cfg, sandboxes: map[string]*sandbox{}, snapshots: map[string]*snapshot{}, pausedByUser: map[string]int64{},
 		tokens: newAccessTokens(cfg.Store), signedLookups: newSignedLookups()}
 	s.routes()
 	if cfg.Store != nil { // (the store's paused sandboxes hold their users' places here too)

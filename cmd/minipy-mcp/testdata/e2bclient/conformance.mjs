@@ -84,6 +84,21 @@ try {
   out.fork.killed = e.constructor.name
 }
 
+// Snapshots: a sandbox's contexts kept as they are; sandboxes start from one by its id;
+// listed (all, by sandbox, by name); deleted once.
+await sbx.runCode('snapped = "in snapshot"')
+const snap = await sbx.createSnapshot({ name: `conformance-${Date.now()}` })
+const fromSnap = await Sandbox.create(snap.snapshotId)
+const found = (list) => list.some((s) => s.snapshotId === snap.snapshotId)
+out.snapshots = {
+  names: snap.names.length, file: await fromSnap.files.read('/home/user/state.txt'),
+  value: (await fromSnap.runCode('snapped')).text,
+  listed: found(await Sandbox.listSnapshots().nextItems()), bySandbox: found(await sbx.listSnapshots().nextItems()),
+  byName: found(await Sandbox.listSnapshots({ name: snap.names[0] }).nextItems()),
+  deleted: await Sandbox.deleteSnapshot(snap.snapshotId), deletedAgain: await Sandbox.deleteSnapshot(snap.snapshotId),
+}
+await fromSnap.kill()
+
 // Sandbox.list: newest first, order, template and startedAfter filters, pages.
 const tag = { conformance: String(Date.now()) }
 const first = await Sandbox.create({ metadata: tag })

@@ -1,0 +1,220 @@
+package e2b
+
+import (
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// E2B's snapshots (sandbox.createSnapshot, Sandbox.listSnapshots, Sandbox.deleteSnapshot,
+// and Sandbox.create(snapshotId)): a snapshot is a sandbox's code contexts saved as a
+// pause saves them (variables and files, not threads or processes), after the runs in
+// progress; the sandbox goes on. New sandboxes start from it, each with a copy of its
+// contexts, the sandbox's template and environment (the create request's envs on top), as
+// often as its user likes. A snapshot is its user's alone, outlives its sandbox, and lives
+// until it is deleted, in the server's memory: its bytes count with the paused sandboxes'
+// (Config.MaxPausedBytes, a quarter of them per user), and a user holds at most
+// maxSnapshots. The server's end forgets them, store or not.
+
+// maxSnapshots caps one user's snapshots.
+const maxSnapshots = 100
+
+// snapshot is one of a user's snapshots.
+type snapshot struct {
+	id, user, sandboxID, template string
+	names                         []string
+	envs                          map[string]string
+	saved                         []pausedContext
+	size                          int64
+	created                       time.Time
+}
+
+// snapshotBody is a snapshot as the API gives it (E2B's SnapshotInfo).
+type snapshotBody struct {
+	SnapshotID string   `json:"snapshotID"`
+	Names      []string `json:"names"`
+}
+
+func (sn *snapshot) body() snapshotBody {
+	return snapshotBody{SnapshotID: sn.id, Names: append([]string{}, sn.names...)}
+}
+
+// snapshotName checks a snapshot's name: 1 to 128 letters, digits and ._-/:.
+func snapshotName(name string) string {
+	if name == "" || len(name) > 128 || strings.Trim(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-/:") != "" {
+		return fmt.Sprintf("snapshot name %q: 1 to 128 letters, digits and . _ - / :", echo(name))
+	}
+	return ""
+}
+
+// createSnapshot is POST /sandboxes/{id}/snapshots: a snapshot of sb (201, its body).
+func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, sb *sandbox) {
+	var req struct {
+		Name string `json:"name"`
+	}
+	if !readJSON(w, r, 1<<16, &req) {
+		return
+	}
+	if req.Name != "" {
+		if why := snapshotName(req.Name); why != "" {
+			writeError(w, http.StatusBadRequest, why)
+			return
+		}
+	}
+	if !sb.running() {
+		writeError(w, http.StatusConflict, "sandbox "+sb.id+" is paused, or being paused or resumed: resume it first")
+		return
+	}
+	s.mu.Lock()
+	held := len(s.snapshotsOf(sb.user))
+	s.mu.Unlock()
+	if held >= maxSnapshots {
+		writeError(w, http.StatusTooManyRequests, fmt.Sprintf("you hold %d snapshots, the most: delete one first", held))
+		return
+	}
+	sb.mu.Lock()
+	contexts := slices.Clone(sb.contexts)
+	sn := &snapshot{id: randomID(), user: sb.user, sandboxID: sb.id, template: sb.template, envs: maps.Clone(sb.envs),
+		created: time.Now()}
+	sb.mu.Unlock()
+	var err error
+	if sn.saved, sn.size, err = saveContexts(contexts); err != nil {
+		if sb.ctx.Err() != nil {
+			writeError(w, http.StatusNotFound, "sandbox "+sb.id+" was killed")
+			return
+		}
+		writeError(w, http.StatusInternalServerError, "the snapshot could not be made: "+err.Error())
+		return
+	}
+	if err := s.reservePaused(sb.user, sn.size); err != nil {
+		writeError(w, http.StatusInsufficientStorage, "the snapshot could not be kept: "+err.Error())
+		return
+	}
+	s.mu.Lock()
+	if req.Name != "" { // (the name moves to the new snapshot, as E2B's does to a new build)
+		for _, other := range s.snapshotsOf(sb.user) {
+			other.names = slices.DeleteFunc(other.names, func(n string) bool { return n == req.Name })
+		}
+		sn.names = []string{req.Name}
+	}
+	s.snapshots[sn.id] = sn
+	body := sn.body() // (under s.mu: another snapshot may take its name)
+	s.mu.Unlock()
+	s.logf("minipy-mcp: E2B snapshot %s of sandbox %s of user %q (%d bytes)", sn.id, sb.id, sb.user, sn.size)
+	writeJSON(w, http.StatusCreated, body)
+}
+
+// snapshotsOf is user's snapshots, newest first (s.mu held: their names change under it).
+func (s *Server) snapshotsOf(user string) []*snapshot {
+	var out []*snapshot
+	for _, sn := range s.snapshots {
+		if sn.user == user {
+			out = append(out, sn)
+		}
+	}
+	slices.SortFunc(out, func(a, b *snapshot) int {
+		return -listPlace{a.created, a.id}.compare(listPlace{b.created, b.id})
+	})
+	return out
+}
+
+// snapshotOf is user's snapshot of id or name, or nil.
+func (s *Server) snapshotOf(user, ref string) *snapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, sn := range s.snapshotsOf(user) {
+		if sn.id == ref || slices.Contains(sn.names, ref) {
+			return sn
+		}
+	}
+	return nil
+}
+
+// listSnapshots is GET /snapshots: the caller's snapshots, newest first, those of a
+// sandbox (sandboxID) or of a name or id (name), a page of limit (1 to 100) after
+// nextToken.
+func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit := 100
+	if v := q.Get("limit"); v != "" {
+		var err error
+		if limit, err = strconv.Atoi(v); err != nil || limit < 1 || limit > 100 {
+			writeError(w, http.StatusBadRequest, "limit: from 1 to 100, not "+echo(v))
+			return
+		}
+	}
+	var from *listPlace
+	if tok := q.Get("nextToken"); tok != "" {
+		ns, id, ok := strings.Cut(tok, ".")
+		n, err := strconv.ParseInt(ns, 10, 64)
+		if !ok || err != nil {
+			writeError(w, http.StatusBadRequest, "nextToken: not one this server gave: "+echo(tok))
+			return
+		}
+		from = &listPlace{time.Unix(0, n).UTC(), id}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	all := s.snapshotsOf(userOf(r))
+	out := []snapshotBody{}
+	var last *snapshot
+	for _, sn := range all {
+		at := listPlace{sn.created, sn.id}
+		if from != nil && at.compare(*from) >= 0 ||
+			q.Get("sandboxID") != "" && sn.sandboxID != q.Get("sandboxID") ||
+			q.Get("name") != "" && sn.id != q.Get("name") && !slices.Contains(sn.names, q.Get("name")) {
+			continue
+		}
+		if len(out) == limit {
+			w.Header().Set("X-Next-Token", listPlace{last.created, last.id}.token())
+			break
+		}
+		out, last = append(out, sn.body()), sn
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// deleteSnapshot is DELETE /templates/{id}: the caller's snapshot of that id or name goes
+// (204); 404 when there is none.
+func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
+	sn := s.snapshotOf(userOf(r), r.PathValue("id"))
+	if sn == nil {
+		writeError(w, http.StatusNotFound, "template "+echo(r.PathValue("id"))+" not found: minipy's templates are "+
+			"its snapshots (the image is the server's)")
+		return
+	}
+	s.mu.Lock()
+	_, there := s.snapshots[sn.id]
+	delete(s.snapshots, sn.id)
+	s.mu.Unlock()
+	if there {
+		s.releasePaused(sn.user, sn.size)
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// fromSnapshot starts a sandbox of user from sn, as req asks (its metadata, envs on top
+// of the snapshot's, autoPause), to live life.
+func (s *Server) fromSnapshot(user string, sn *snapshot, req *createRequest, life time.Duration) (*sandbox, int, string) {
+	envs := maps.Clone(sn.envs)
+	if envs == nil {
+		envs = map[string]string{}
+	}
+	maps.Copy(envs, req.EnvVars)
+	sb := s.sandboxFor(user, sn.template, req.Metadata, envs, req.AutoPause != nil && *req.AutoPause, life)
+	contexts, code, why := s.restoreContexts(sb, sn.saved)
+	if code != 0 {
+		sb.cancel()
+		return nil, code, why
+	}
+	sb.contexts = contexts
+	if code, why := s.register(sb, life); code != 0 {
+		return nil, code, why
+	}
+	s.logf("minipy-mcp: E2B sandbox %s of user %q created from snapshot %s (%v)", sb.id, user, sn.id, life)
+	return sb, 0, ""
+}
