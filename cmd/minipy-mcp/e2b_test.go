@@ -117,6 +117,7 @@ func TestE2BConformance(t *testing.T) {
 			"template": []any{"second", "first"}, "unknownTemplate": []any{}, "after": []any{"second"},
 			"pages": []any{[]any{"second"}, []any{"first"}, false}},
 		"killedRun": "TimeoutError: true", "killedCommand": "TimeoutError: true",
+		"metrics": true,
 		"snapshots": map[string]any{"names": 1.0, "file": "before fork", "value": "in snapshot", "listed": true,
 			"bySandbox": true, "byName": true, "deleted": true, "deletedAgain": false},
 	}

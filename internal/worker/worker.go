@@ -820,16 +820,24 @@ func (w *Worker) Pid() int {
 // (procstat.Waits); nil when the host cannot tell (a worker forked from the template
 // without a cgroup, a Command worker). Safe from any goroutine.
 func (w *Worker) RunQueueWaits() map[int]time.Duration {
-	var pids []int
-	if w.cg != nil {
-		pids = w.cg.members()
-	} else if p := w.Pid(); p != 0 && w.line != nil {
-		pids = procstat.Tree(p)
-	}
+	pids := w.Processes()
 	if len(pids) == 0 {
 		return nil
 	}
 	return procstat.Waits(pids...)
+}
+
+// Processes are the pids on this host of w's sandbox's processes: its cgroup's members,
+// else its process and their descendants; none when the host cannot tell (a worker forked
+// from the template without a cgroup, a Command worker). Safe from any goroutine.
+func (w *Worker) Processes() []int {
+	if w.cg != nil {
+		return w.cg.members()
+	}
+	if p := w.Pid(); p != 0 && w.line != nil {
+		return procstat.Tree(p)
+	}
+	return nil
 }
 
 // Stderr is the end of what the worker wrote on its stderr (stderrKeep bytes at most).

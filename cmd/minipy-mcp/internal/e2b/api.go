@@ -26,6 +26,7 @@ func (s *Server) routes() {
 	s.api.HandleFunc("POST /sandboxes/{id}/fork", s.authed(s.owned(s.fork)))
 	s.api.HandleFunc("POST /sandboxes/{id}/snapshots", s.authed(s.owned(s.createSnapshot)))
 	s.api.HandleFunc("GET /snapshots", s.authed(s.listSnapshots))
+	s.api.HandleFunc("GET /sandboxes/{id}/metrics", s.authed(s.owned(s.metricsRequest)))
 	s.api.HandleFunc("DELETE /templates/{id}", s.authed(s.deleteSnapshot))
 	s.api.HandleFunc("POST /sandboxes/{id}/resume", s.authed(s.owned(s.connect))) // (E2B's former resume)
 	s.api.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

@@ -35,8 +35,9 @@ type sandbox struct {
 	autoPause   bool            // its time's end pauses it (E2B's lifecycle onTimeout: pause)
 	paused      []pausedContext // while paused, in memory
 	pausedBytes int64
-	stored      bool   // paused into Config.Store: its state is there (stored.go)
-	pausedPlace func() // while paused: gives back its place under its user's cap (places.go)
+	stored      bool           // paused into Config.Store: its state is there (stored.go)
+	pausedPlace func()         // while paused: gives back its place under its user's cap (places.go)
+	metrics     []metricSample // its last samples, oldest first (metrics.go)
 }
 
 // codeContext is one of a sandbox's code contexts (E2B's Jupyter kernels): a namespace.

@@ -137,6 +137,7 @@ type Server struct {
 	api, interpreter, envd *http.ServeMux
 	tokens                 accessTokens
 	signedLookups          *rate.Limiter // searches for the sandbox of a signed file URL (signed.go)
+	stopMetrics            func()        // ends the metrics' sampling (metrics.go)
 }
 
 // New returns a server of cfg's sandboxes.
@@ -171,6 +172,9 @@ func New(cfg Config) *Server {
 	s := &Server{cfg: cfg, sandboxes: map[string]*sandbox{}, snapshots: map[string]*snapshot{}, pausedByUser: map[string]int64{},
 		tokens: newAccessTokens(cfg.Store), signedLookups: newSignedLookups()}
 	s.routes()
+	stop := make(chan struct{})
+	s.stopMetrics = sync.OnceFunc(func() { close(stop) })
+	go s.sampleMetrics(stop)
 	if cfg.Store != nil { // (the store's paused sandboxes hold their users' places here too)
 		for _, one := range cfg.Store.List(session.KindSandbox) {
 			var si storedInfo
@@ -320,6 +324,7 @@ func (s *Server) Drain() {
 // paused into it (its runs in progress stopped first), and one whose pause fails is
 // killed; without, each is killed (and the paused ones forgotten).
 func (s *Server) Close() {
+	s.stopMetrics()
 	s.mu.Lock()
 	s.closed = true
 	all := make([]*sandbox, 0, len(s.sandboxes))

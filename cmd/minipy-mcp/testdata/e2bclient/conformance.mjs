@@ -84,6 +84,12 @@ try {
   out.fork.killed = e.constructor.name
 }
 
+// Metrics: a sample at once, with every field.
+const metrics = await sbx.getMetrics()
+out.metrics = metrics.length > 0 &&
+  ['cpuCount', 'cpuUsedPct', 'memUsed', 'memTotal', 'diskUsed', 'diskTotal'].every((k) => typeof metrics[0][k] === 'number') &&
+  metrics[0].timestamp instanceof Date && !Number.isNaN(metrics[0].timestamp.getTime())
+
 // Snapshots: a sandbox's contexts kept as they are; sandboxes start from one by its id;
 // listed (all, by sandbox, by name); deleted once.
 await sbx.runCode('snapped = "in snapshot"')
