@@ -25,7 +25,7 @@ import (
 // sandbox's environment variables and the request's. Its output streams as it comes.
 
 type processService struct {
-	processconnect.UnimplementedProcessHandler // Connect, Update, StreamInput: not served
+	processconnect.UnimplementedProcessHandler // Update, StreamInput: not served
 }
 
 func (s *Server) processRoutes() {
@@ -49,6 +49,76 @@ type command struct {
 	stdin  sync.Mutex // its writes, and its close
 	closed bool
 	gone   chan struct{} // closed once it has ended and left the sandbox's commands
+	// watchers are the Connect streams that follow its events besides its own.
+	watchers watchers
+}
+
+// watchers are the streams that Connect added to a command: each gets its output events
+// as they come, then its end. One that cannot keep up (watcherBuffer events behind) is
+// dropped, its stream ended: never the command's own stream, nor its output.
+type watchers struct {
+	mu    sync.Mutex
+	chans map[chan *process.ProcessEvent]struct{}
+	ended bool
+}
+
+// A command's watchers: at most maxWatchers at once, each at most watcherBuffer events
+// behind.
+const (
+	maxWatchers   = 8
+	watcherBuffer = 256
+)
+
+// add adds a watcher: nil when the command has ended, or has maxWatchers.
+func (w *watchers) add() chan *process.ProcessEvent {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ended || len(w.chans) >= maxWatchers {
+		return nil
+	}
+	if w.chans == nil {
+		w.chans = map[chan *process.ProcessEvent]struct{}{}
+	}
+	ch := make(chan *process.ProcessEvent, watcherBuffer)
+	w.chans[ch] = struct{}{}
+	return ch
+}
+
+func (w *watchers) remove(ch chan *process.ProcessEvent) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.chans[ch]; ok {
+		delete(w.chans, ch)
+		close(ch)
+	}
+}
+
+// send gives ev to every watcher that has room; the others are dropped.
+func (w *watchers) send(ev *process.ProcessEvent) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for ch := range w.chans {
+		select {
+		case ch <- ev:
+		default:
+			delete(w.chans, ch)
+			close(ch)
+		}
+	}
+}
+
+// end gives every watcher ev (nil: none: the command's own stream ended before it knew its
+// end) and ends their streams; no watcher is added after.
+func (w *watchers) end(ev *process.ProcessEvent) {
+	if ev != nil {
+		w.send(ev)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for ch := range w.chans {
+		close(ch)
+	}
+	w.chans, w.ended = nil, true
 }
 
 // killWait bounds how long a SIGKILL's call waits for its command to be gone.
@@ -110,6 +180,7 @@ func (processService) Start(ctx context.Context, req *connect.Request[process.St
 	}
 	defer close(cmd.gone)
 	defer sb.cmds.remove(pid)
+	defer cmd.watchers.end(nil)
 	leaveInflight(ctx) // (a command now: maxCommands bounds its stream)
 	send := func(ev *process.ProcessEvent) error { return stream.Send(&process.StartResponse{Event: ev}) }
 	if err := send(&process.ProcessEvent{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: pid}}}); err != nil {
@@ -193,8 +264,10 @@ func streamCommand(ctx context.Context, cmd *command, send func(*process.Process
 			for {
 				n, err := r.from.Read(buf)
 				if n > 0 {
+					ev := &process.ProcessEvent{Event: &process.ProcessEvent_Data{Data: r.wrap(append([]byte(nil), buf[:n]...))}}
+					cmd.watchers.send(ev) // (read only from here on: each stream marshals it)
 					select {
-					case events <- &process.ProcessEvent{Event: &process.ProcessEvent_Data{Data: r.wrap(append([]byte(nil), buf[:n]...))}}:
+					case events <- ev:
 					case <-done:
 						return
 					}
@@ -229,7 +302,9 @@ func relayEvents(ctx context.Context, cmd *command, events <-chan *process.Proce
 					// a command's exit.
 					panic(http.ErrAbortHandler)
 				}
-				return send(endEvent(st, err))
+				end := endEvent(st, err)
+				cmd.watchers.end(end)
+				return send(end)
 			}
 			if err := send(ev); err != nil {
 				cmd.proc.Signal(syscall.SIGKILL) //nolint:errcheck // its client is gone
@@ -258,6 +333,48 @@ func endEvent(st syscall.WaitStatus, err error) *process.ProcessEvent {
 		end.ExitCode, end.Exited, end.Status = int32(st.ExitStatus()), true, fmt.Sprintf("exit status %d", st.ExitStatus())
 	}
 	return &process.ProcessEvent{Event: &process.ProcessEvent_End{End: end}}
+}
+
+// Connect follows a running command (commands.connect): its start (its pid), the output it
+// writes from now on, its end. The stream's end leaves the command running; a command
+// ended, or not the sandbox's, is NotFound.
+func (processService) Connect(ctx context.Context, req *connect.Request[process.ConnectRequest], stream *connect.ServerStream[process.ConnectResponse]) error {
+	pid, cmd := sandboxFrom(ctx).cmds.find(req.Msg.GetProcess())
+	var ch chan *process.ProcessEvent
+	if cmd != nil {
+		ch = cmd.watchers.add()
+	}
+	if ch == nil {
+		if cmd != nil {
+			return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("the command has %d streams following it, "+
+				"its most, or has ended", maxWatchers))
+		}
+		return connect.NewError(connect.CodeNotFound, fmt.Errorf("no running command %s",
+			strings.TrimSpace(req.Msg.GetProcess().String())))
+	}
+	defer cmd.watchers.remove(ch)
+	leaveInflight(ctx) // (maxWatchers and maxCommands bound these streams)
+	send := func(ev *process.ProcessEvent) error { return stream.Send(&process.ConnectResponse{Event: ev}) }
+	if err := send(&process.ProcessEvent{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: pid}}}); err != nil {
+		return err
+	}
+	tick := time.NewTicker(keepalive)
+	defer tick.Stop()
+	for {
+		select {
+		case ev, ok := <-ch:
+			if !ok {
+				return nil // (ended, or dropped for falling behind)
+			}
+			if err := send(ev); err != nil {
+				return err
+			}
+		case <-tick.C:
+			send(&process.ProcessEvent{Event: &process.ProcessEvent_Keepalive{Keepalive: &process.ProcessEvent_KeepAlive{}}}) //nolint:errcheck // the next send says
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // List lists the sandbox's running commands.
