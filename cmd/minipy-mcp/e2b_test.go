@@ -118,6 +118,11 @@ func TestE2BConformance(t *testing.T) {
 			"pages": []any{[]any{"second"}, []any{"first"}, false}},
 		"killedRun": "TimeoutError: true", "killedCommand": "TimeoutError: true",
 		"metrics": true,
+		"metadata": map[string]any{"wrote": map[string]any{"author": "mish", "purpose": "upload"},
+			"info": map[string]any{"author": "mish", "purpose": "upload"}, "octet": map[string]any{"source": "octet"},
+			"listed": []any{[]any{"a.txt", map[string]any{"author": "mish", "purpose": "upload"}},
+				[]any{"c.txt", map[string]any{"source": "octet"}}},
+			"renamed": map[string]any{"source": "octet"}, "cleared": nil, "after": nil},
 		"snapshots": map[string]any{"names": 1.0, "file": "before fork", "value": "in snapshot", "listed": true,
 			"bySandbox": true, "byName": true, "deleted": true, "deletedAgain": false},
 	}

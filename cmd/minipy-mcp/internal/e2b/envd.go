@@ -115,9 +115,40 @@ func fileError(w http.ResponseWriter, err error) {
 
 // entryInfo is envd's description of a file written.
 type entryInfo struct {
-	Name string `json:"name"`
-	Type string `json:"type"`
-	Path string `json:"path"`
+	Name     string            `json:"name"`
+	Type     string            `json:"type"`
+	Path     string            `json:"path"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// File metadata (envd 0.6.2): an upload's X-Metadata-KEY headers become the written
+// files' metadata, kept as their user extended attributes "user.e2b.KEY" (which the
+// sandbox's code may set too), and every EntryInfo reports them; an upload without
+// metadata clears what the file had. A key is what its header's name holds after the
+// prefix, lower-cased (HTTP's header names have no case), and a value printable ASCII.
+const (
+	metadataHeader = "X-Metadata-"
+	metadataPrefix = "e2b."
+)
+
+// uploadMetadata is the metadata an upload's headers give, or why it is refused.
+func uploadMetadata(h http.Header) (map[string]string, string) {
+	var md map[string]string
+	for name, values := range h {
+		key, ok := strings.CutPrefix(name, metadataHeader)
+		if !ok {
+			continue
+		}
+		key = strings.ToLower(key)
+		if key == "" || len(values) != 1 || strings.IndexFunc(values[0], func(r rune) bool { return r < 0x20 || r > 0x7e }) >= 0 {
+			return nil, "metadata " + echo(key) + ": one value of printable ASCII"
+		}
+		if md == nil {
+			md = map[string]string{}
+		}
+		md[key] = values[0]
+	}
+	return md, ""
 }
 
 // upload writes the files of a request: a multipart form's "file" parts (each named by the
@@ -126,6 +157,11 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 	ns := sandboxOf(r).namespace()
 	if ns == nil {
 		writeError(w, http.StatusBadGateway, "the sandbox is not running")
+		return
+	}
+	md, why := uploadMetadata(r.Header)
+	if why != "" {
+		writeError(w, http.StatusBadRequest, why)
 		return
 	}
 	param := r.URL.Query().Get("path")
@@ -145,7 +181,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 				": gzip or none")
 			return
 		}
-		if e, ok := s.writeFile(w, ns, param, body); ok {
+		if e, ok := s.writeFile(w, ns, param, body, md); ok {
 			writeJSON(w, http.StatusOK, []entryInfo{e})
 		}
 		return
@@ -175,7 +211,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 			_, disposition, _ := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
 			target = disposition["filename"]
 		}
-		e, ok := s.writeFile(w, ns, target, part)
+		e, ok := s.writeFile(w, ns, target, part, md)
 		if !ok {
 			return
 		}
@@ -184,8 +220,10 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, written)
 }
 
-// writeFile writes one uploaded file, answering the error itself when it fails.
-func (s *Server) writeFile(w http.ResponseWriter, ns *minipy.Namespace, target string, body io.Reader) (entryInfo, bool) {
+// writeFile writes one uploaded file with its metadata md, answering the error itself when
+// it fails.
+func (s *Server) writeFile(w http.ResponseWriter, ns *minipy.Namespace, target string, body io.Reader,
+	md map[string]string) (entryInfo, bool) {
 	name, ok := workPath(target)
 	if !ok || name == "" {
 		writeError(w, http.StatusBadRequest, "path "+echo(target)+": minipy writes files under "+Home+
@@ -196,5 +234,9 @@ func (s *Server) writeFile(w http.ResponseWriter, ns *minipy.Namespace, target s
 		fileError(w, err)
 		return entryInfo{}, false
 	}
-	return entryInfo{Name: path.Base(name), Type: "file", Path: path.Join(Home, name)}, true
+	if err := ns.SetFileAttrs(name, metadataPrefix, md); err != nil {
+		fileError(w, err)
+		return entryInfo{}, false
+	}
+	return entryInfo{Name: path.Base(name), Type: "file", Path: path.Join(Home, name), Metadata: md}, true
 }

@@ -61,8 +61,8 @@ func fsError(err error) error {
 	return connect.NewError(code, err)
 }
 
-// entry is envd's EntryInfo of a file of the working directory.
-func entry(fi minipy.FileInfo) *filesystem.EntryInfo {
+// entry is envd's EntryInfo of a file of ns's working directory, with its metadata.
+func entry(ns *minipy.Namespace, fi minipy.FileInfo) *filesystem.EntryInfo {
 	t := filesystem.FileType_FILE_TYPE_FILE
 	switch {
 	case fi.Mode&fs.ModeSymlink != 0:
@@ -75,6 +75,8 @@ func entry(fi minipy.FileInfo) *filesystem.EntryInfo {
 		Permissions: fi.Mode.String(), Owner: "user", Group: "user", ModifiedTime: timestamppb.New(fi.ModTime)}
 	if t == filesystem.FileType_FILE_TYPE_SYMLINK {
 		e.SymlinkTarget = proto.String(linkTarget(p, fi.Target))
+	} else if md, err := ns.FileAttrs(fi.Name, metadataPrefix); err == nil && len(md) > 0 {
+		e.Metadata = md
 	}
 	return e
 }
@@ -97,7 +99,7 @@ func (filesystemService) Stat(ctx context.Context, req *connect.Request[filesyst
 	if err != nil {
 		return nil, fsError(err)
 	}
-	return connect.NewResponse(&filesystem.StatResponse{Entry: entry(fi)}), nil
+	return connect.NewResponse(&filesystem.StatResponse{Entry: entry(ns, fi)}), nil
 }
 
 // MakeDir makes a directory and its parents; one that is there already is AlreadyExists,
@@ -117,7 +119,7 @@ func (filesystemService) MakeDir(ctx context.Context, req *connect.Request[files
 	if err != nil {
 		return nil, fsError(err)
 	}
-	return connect.NewResponse(&filesystem.MakeDirResponse{Entry: entry(fi)}), nil
+	return connect.NewResponse(&filesystem.MakeDirResponse{Entry: entry(ns, fi)}), nil
 }
 
 func (filesystemService) Move(ctx context.Context, req *connect.Request[filesystem.MoveRequest]) (*connect.Response[filesystem.MoveResponse], error) {
@@ -136,7 +138,7 @@ func (filesystemService) Move(ctx context.Context, req *connect.Request[filesyst
 	if err != nil {
 		return nil, fsError(err)
 	}
-	return connect.NewResponse(&filesystem.MoveResponse{Entry: entry(fi)}), nil
+	return connect.NewResponse(&filesystem.MoveResponse{Entry: entry(ns, fi)}), nil
 }
 
 func (filesystemService) Remove(ctx context.Context, req *connect.Request[filesystem.RemoveRequest]) (*connect.Response[filesystem.RemoveResponse], error) {
@@ -171,7 +173,7 @@ func (filesystemService) ListDir(ctx context.Context, req *connect.Request[files
 			if len(entries) == maxListed {
 				return connect.NewError(connect.CodeResourceExhausted, errors.New("more than 100000 entries: list less deep"))
 			}
-			entries = append(entries, entry(fi))
+			entries = append(entries, entry(ns, fi))
 			if fi.IsDir && level < depth {
 				if err := walk(fi.Name, level+1); err != nil && !errors.Is(err, fs.ErrNotExist) {
 					return err

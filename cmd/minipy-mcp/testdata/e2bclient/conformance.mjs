@@ -84,6 +84,19 @@ try {
   out.fork.killed = e.constructor.name
 }
 
+// File metadata: on the write's answer, in getInfo, list and rename; cleared by a write
+// without it.
+const md = { author: 'mish', purpose: 'upload' }
+const wrote = await sbx.files.write('meta/a.txt', 'a', { metadata: md })
+const octet = await sbx.files.write('meta/b.txt', 'b', { metadata: { source: 'octet' }, useOctetStream: true })
+const renamed = await sbx.files.rename('meta/b.txt', 'meta/c.txt')
+out.metadata = {
+  wrote: wrote.metadata, info: (await sbx.files.getInfo('meta/a.txt')).metadata, octet: octet.metadata,
+  listed: (await sbx.files.list('meta')).map((e) => [e.name, e.metadata ?? null]), renamed: renamed.metadata,
+  cleared: (await sbx.files.write('meta/a.txt', 'again')).metadata ?? null,
+  after: (await sbx.files.getInfo('meta/a.txt')).metadata ?? null,
+}
+
 // Metrics: a sample at once, with every field.
 const metrics = await sbx.getMetrics()
 out.metrics = metrics.length > 0 &&
