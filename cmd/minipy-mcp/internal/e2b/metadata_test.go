@@ -32,7 +32,7 @@ func TestUploadMetadata(t *testing.T) {
 	req.Header.Set("E2b-Sandbox-Id", sb["sandboxID"].(string))
 	req.Header.Set("E2b-Sandbox-Port", "49983")
 	req.Header.Set("X-Access-Token", sb["envdAccessToken"].(string))
-	req.Header.Set("X-Metadata-Good", "bad\x7fvalue")
+	req.Header.Set("X-Metadata-Good", "bad\tvalue")
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	resp.Body.Close()
