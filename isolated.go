@@ -40,10 +40,11 @@ type Isolated struct {
 	forks    atomic.Uint64 // tokens that pair a Fork's copy with its pipes in the guardian
 	spread   atomic.Uint32
 	// defaultNS is the namespace of runs that pass no Globals (id 1, on the first worker).
-	defaultNS *nsBinding
-	hostReg   hostRegistry
-	watch     fileWatch   // Result.Files
-	spec      worker.Spec // how its workers start, made once
+	defaultNS  *nsBinding
+	hostReg    hostRegistry
+	watch      fileWatch    // Result.Files
+	dirWatches atomic.Int64 // WatchDir's watches open (watchdir.go)
+	spec       worker.Spec  // how its workers start, made once
 	// cgroups is the engine's cgroup (local workers; nil without one), cgroupErr why it has
 	// none when it looked for one.
 	cgroups   *worker.Cgroups

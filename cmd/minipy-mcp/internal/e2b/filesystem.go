@@ -22,7 +22,7 @@ import (
 // getInfo call it.
 
 type filesystemService struct {
-	filesystemconnect.UnimplementedFilesystemHandler // WatchDir and the watchers: not served
+	filesystemconnect.UnimplementedFilesystemHandler // (every call is served: watch.go has the watchers)
 }
 
 func (s *Server) filesystemRoutes() {

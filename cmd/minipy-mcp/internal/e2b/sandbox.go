@@ -35,9 +35,11 @@ type sandbox struct {
 	autoPause   bool            // its time's end pauses it (E2B's lifecycle onTimeout: pause)
 	paused      []pausedContext // while paused, in memory
 	pausedBytes int64
-	stored      bool           // paused into Config.Store: its state is there (stored.go)
-	pausedPlace func()         // while paused: gives back its place under its user's cap (places.go)
-	metrics     []metricSample // its last samples, oldest first (metrics.go)
+	stored      bool                    // paused into Config.Store: its state is there (stored.go)
+	pausedPlace func()                  // while paused: gives back its place under its user's cap (places.go)
+	metrics     []metricSample          // its last samples, oldest first (metrics.go)
+	watchers    map[string]*polledWatch // CreateWatcher's, by id (watch.go)
+	watching    int                     // its watches open, both kinds (watch.go)
 }
 
 // codeContext is one of a sandbox's code contexts (E2B's Jupyter kernels): a namespace.
