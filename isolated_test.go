@@ -785,8 +785,16 @@ func TestIsolatedSwallowerStoppedInPython(t *testing.T) {
 		require.ErrorAs(t, err, &py)
 		assert.Equal(t, "minipy.TimeoutInterrupt", py.Type)
 		assertFramesOnce(t, py.Traceback)
-		swallowed, err := ns.Get("swallowed")
-		require.NoError(t, err)
+		swallowed, gerr := ns.Get("swallowed")
+		if (gerr != nil || swallowed == int64(0)) && attempt < 5 {
+			// The first interrupt came before the code was inside its try (on a loaded machine
+			// the 100 ms can end before it gets there: seen in compat 3.12 beside 8 busy
+			// loops): nothing was swallowed, so this run says nothing of the hard stage.
+			t.Logf("attempt %d: interrupted before it could swallow (%v, %v)", attempt, swallowed, gerr)
+			ns.Close()
+			continue
+		}
+		require.NoError(t, gerr)
 		assert.Positive(t, swallowed)
 		return
 	}
