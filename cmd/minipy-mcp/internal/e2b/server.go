@@ -45,9 +45,10 @@ const (
 
 // EnvdVersion is the envd version a sandbox reports: the SDKs choose their requests by it
 // (0.4.0: a file's user is optional; 0.5.2: a command's stdin can be closed; 0.5.7:
-// uploads may be a plain, or gzipped, body; 0.6.2: files have metadata, envd.go).
-// 0.6.3's filesystem events with entry info are not served.
-const EnvdVersion = "0.6.2"
+// uploads may be a plain, or gzipped, body; 0.6.2: files have metadata, envd.go; 0.6.3: a
+// watch's events may carry their entries; 0.6.4: a watch may allow network mounts, of which
+// a sandbox has none).
+const EnvdVersion = "0.6.4"
 
 // Templates are the template names a sandbox may be created from: the defaults of E2B's
 // code interpreter SDK and of its base SDK. Each is the engine's Python, as configured.
