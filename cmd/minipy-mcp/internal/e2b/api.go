@@ -379,15 +379,24 @@ func readListQuery(q url.Values) (*listQuery, string) {
 			return nil, "limit: from 1 to 100, not " + echo(v)
 		}
 	}
-	if tok := q.Get("nextToken"); tok != "" {
-		ns, id, ok := strings.Cut(tok, ".")
-		n, err := strconv.ParseInt(ns, 10, 64)
-		if !ok || err != nil {
-			return nil, "nextToken: not one this server gave: " + echo(tok)
-		}
-		lq.from = &listPlace{time.Unix(0, n).UTC(), id}
+	var why string
+	if lq.from, why = readListToken(q.Get("nextToken")); why != "" {
+		return nil, why
 	}
 	return lq, ""
+}
+
+// readListToken reads a page's nextToken (a listPlace's token; "": none), or says why not.
+func readListToken(tok string) (*listPlace, string) {
+	if tok == "" {
+		return nil, ""
+	}
+	ns, id, ok := strings.Cut(tok, ".")
+	n, err := strconv.ParseInt(ns, 10, 64)
+	if !ok || err != nil {
+		return nil, "nextToken: not one this server gave: " + echo(tok)
+	}
+	return &listPlace{time.Unix(0, n).UTC(), id}, ""
 }
 
 // wants reports whether l passes the query's filters.

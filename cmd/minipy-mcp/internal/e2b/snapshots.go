@@ -147,15 +147,10 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	var from *listPlace
-	if tok := q.Get("nextToken"); tok != "" {
-		ns, id, ok := strings.Cut(tok, ".")
-		n, err := strconv.ParseInt(ns, 10, 64)
-		if !ok || err != nil {
-			writeError(w, http.StatusBadRequest, "nextToken: not one this server gave: "+echo(tok))
-			return
-		}
-		from = &listPlace{time.Unix(0, n).UTC(), id}
+	from, why := readListToken(q.Get("nextToken"))
+	if why != "" {
+		writeError(w, http.StatusBadRequest, why)
+		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
