@@ -34,7 +34,25 @@ type Command struct {
 	// Env is added to the sandbox's environment (IsolatedConfig.Env and its own: PATH,
 	// HOME...), KEY=VALUE each.
 	Env []string
+	// Terminal, if set, runs the command on a pseudo terminal of that size instead of
+	// pipes (an interactive shell, a program that asks isatty): its stdin, stdout and
+	// stderr are the terminal, its controlling terminal, in a session of its own. The
+	// Process's Stdin then types into the terminal, its Stdout reads what the terminal
+	// shows (stdout and stderr together, as a terminal does), its Stderr is empty, and
+	// Resize changes its size. The terminal's other end is the host's: the sandbox makes
+	// no terminal of its own (it has no /dev/ptmx), and a terminal's rarely needed, riskier
+	// ioctls (line disciplines, faked input) are refused to it (docs/isolated.md).
+	Terminal *TerminalSize
 }
+
+// TerminalSize is a terminal's size in characters.
+type TerminalSize struct {
+	Rows, Cols uint16
+}
+
+// ErrNoTerminal is matched by Process.Resize's error for a process that runs on pipes,
+// not a terminal (Command.Terminal).
+var ErrNoTerminal = errors.New("minipy: the process has no terminal (Command.Terminal)")
 
 // Process is a command that Namespace.Start started. Read Stdout and Stderr to their ends
 // (both: a full pipe stops the process), then Wait. Its methods are safe from any
@@ -48,6 +66,7 @@ type Process struct {
 	Stdout, Stderr io.ReadCloser
 
 	w      *worker.Worker
+	tty    *os.File // the terminal's master end (Command.Terminal), else nil
 	exited <-chan syscall.WaitStatus
 	once   sync.Once
 	status syscall.WaitStatus
@@ -70,6 +89,15 @@ func (p *Process) Wait() (syscall.WaitStatus, error) {
 
 // Signal sends sig to the process and the processes it started (its process group).
 func (p *Process) Signal(sig syscall.Signal) error { return p.w.SignalCommand(p.Pid, sig) }
+
+// Resize sets the size of the process's terminal (its foreground programs get SIGWINCH);
+// ErrNoTerminal for a process on pipes.
+func (p *Process) Resize(size TerminalSize) error {
+	if p.tty == nil {
+		return ErrNoTerminal
+	}
+	return setTerminalSize(p.tty, size)
+}
 
 // Start starts cmd in the namespace's sandbox, beside its code: a process in the same
 // sandbox (its files, its network and egress policy, its cgroup), under the worker's limits
@@ -104,7 +132,7 @@ func (e *Isolated) start(ns *Namespace, cmd Command) (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	spec := worker.CommandSpec{Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir}
+	spec := worker.CommandSpec{Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir, Terminal: cmd.Terminal != nil}
 	if !path.IsAbs(cmd.Dir) {
 		base := e.cfg.WorkDirPath // what the sandbox sees
 		if !e.sandbox {
@@ -112,7 +140,11 @@ func (e *Isolated) start(ns *Namespace, cmd Command) (*Process, error) {
 		}
 		spec.Dir = path.Join(base, cmd.Dir)
 	}
-	return startProcess(w, spec, max(e.cfg.StartTimeout, commandStartTimeout))
+	timeout := max(e.cfg.StartTimeout, commandStartTimeout)
+	if cmd.Terminal != nil {
+		return e.startTerminal(w, spec, *cmd.Terminal, timeout)
+	}
+	return startProcess(w, spec, timeout)
 }
 
 // commandStartTimeout bounds the guardian's answer to a command's start (a fork).

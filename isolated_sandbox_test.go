@@ -314,6 +314,7 @@ var sandboxPromises = []struct {
 }{
 	{"HostEnvironmentIsAbsent", TestSandboxHostEnvironmentIsAbsent},
 	{"HostFilesAreInvisible", TestSandboxHostFilesAreInvisible},
+	{"BootIDIsItsOwn", TestSandboxBootIDIsItsOwn},
 	{"Mounts", TestSandboxMounts},
 	{"ProcShowsOnlyItsProcesses", TestSandboxProcShowsOnlyItsProcesses},
 	{"WritesOutsideWorkdirAndTmpFail", TestSandboxWritesOutsideWorkdirAndTmpFail},
@@ -526,6 +527,41 @@ func guardianHasSignalfd(t *testing.T, pidNS string) bool {
 // Workers of one engine (forked from one template by default) are in namespaces of their
 // own, each kind; one's /proc, /tmp, /dev/shm, abstract sockets and Processes count are
 // not another's.
+// A sandbox's boot id is its own: the host's would tell code in two users' sandboxes that
+// they share a kernel (and when it booted), and a new sandbox process is a new boot for
+// what runs in it (E2B's SDK reads a changed boot id as a cold boot). Its processes see
+// the same one; the code can neither write it nor take the bind away.
+func TestSandboxBootIDIsItsOwn(t *testing.T) {
+	host, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	require.NoError(t, err)
+	e := newIsolated(t, minipy.IsolatedConfig{})
+	a, b := e.NewNamespace(), e.NewNamespace()
+	probe := `import ctypes, errno, subprocess
+libc = ctypes.CDLL(None, use_errno=True)
+own = open("/proc/sys/kernel/random/boot_id").read()
+try:
+    open("/proc/sys/kernel/random/boot_id", "w").write("0" * 36)
+    wrote = "written"
+except OSError as e:
+    wrote = errno.errorcode[e.errno]
+gone = libc.umount2(b"/proc/sys/kernel/random/boot_id", 2) == 0
+(own, subprocess.run(["cat", "/proc/sys/kernel/random/boot_id"], capture_output=True, text=True).stdout,
+ wrote, gone, open("/proc/sys/kernel/random/boot_id").read())`
+	va, vb := valueIn(t, e, a, probe).([]any), valueIn(t, e, b, probe).([]any)
+	require.Len(t, va, 5)
+	idA := va[0].(string)
+	assert.Regexp(t, `^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}\n$`, idA, "a random UUID, as the kernel's")
+	assert.NotEqual(t, string(host), idA, "not the host's")
+	assert.Equal(t, idA, va[1], "the sandbox's commands see the same one")
+	assert.Contains(t, []string{"EROFS", "EACCES", "EPERM"}, va[2], "read-only")
+	assert.Equal(t, false, va[3], "the bind stays")
+	assert.Equal(t, idA, va[4])
+	assert.NotEqual(t, idA, vb[0], "another sandbox's is another")
+	assert.Equal(t, idA, valueIn(t, e, a, `open("/proc/sys/kernel/random/boot_id").read()`), "it lasts as the sandbox does")
+	runtime.KeepAlive(a)
+	runtime.KeepAlive(b)
+}
+
 func TestSandboxTenantsAreApart(t *testing.T) {
 	e := newIsolated(t, minipy.IsolatedConfig{Processes: 24})
 	a, b := e.NewNamespace(), e.NewNamespace()

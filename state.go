@@ -194,14 +194,32 @@ func (ns *Namespace) Save(w io.Writer) (SaveInfo, error) {
 // A namespace saved by an isolated engine is refused by one of the in-process engine
 // (ErrUntrustedState): the code that made its values ran in a sandbox, and unpickling
 // them would run it in the host process. RestoreTrusted says otherwise, by name.
-func (ns *Namespace) Restore(r io.Reader) error { return ns.restore(r, false) }
+func (ns *Namespace) Restore(r io.Reader) error { return ns.restore(r, restoreAll) }
 
 // RestoreTrusted is Restore, but it also restores into an in-process namespace a namespace
 // that an isolated engine saved: its values then run code of the sandboxed code's making
 // in this process as they load. Use it only for states whose code you would run yourself.
-func (ns *Namespace) RestoreTrusted(r io.Reader) error { return ns.restore(r, true) }
+func (ns *Namespace) RestoreTrusted(r io.Reader) error { return ns.restore(r, restoreTrusted) }
 
-func (ns *Namespace) restore(r io.Reader, trusted bool) error {
+// RestoreFiles restores the files of a saved namespace alone: its working directory's
+// files are written, as Restore writes them, and its variables are left as they are (a
+// machine booted again from its disk, not from its memory: E2B's filesystem-only resume).
+// The whole save is read and checked as Restore checks it, with the same errors (a save
+// altered anywhere, its variables too, writes nothing past the damage), but its variables
+// are never loaded: no value of the save's making is unpickled, in any engine.
+func (ns *Namespace) RestoreFiles(r io.Reader) error { return ns.restore(r, restoreFilesOnly) }
+
+// What a restore takes of a save.
+type restoreMode int
+
+const (
+	restoreAll       restoreMode = iota // the variables and files (Restore)
+	restoreTrusted                      // the same, an isolated engine's into an in-process namespace too (RestoreTrusted)
+	restoreFilesOnly                    // the files alone (RestoreFiles)
+)
+
+func (ns *Namespace) restore(r io.Reader, mode restoreMode) error {
+	trusted := mode != restoreAll
 	ns.mu.Lock()
 	err := ns.usable()
 	ns.mu.Unlock()
@@ -211,7 +229,7 @@ func (ns *Namespace) restore(r io.Reader, trusted bool) error {
 	br := bufio.NewReaderSize(r, 64<<10)
 	if head, _ := br.Peek(len(stateMagic) + 2); len(head) == len(stateMagic)+2 && string(head[:len(stateMagic)]) == stateMagic && binary.LittleEndian.Uint16(head[len(stateMagic):]) == stateFormat {
 		br.Discard(len(head)) //nolint:errcheck // (peeked)
-		return ns.restoreFrames(&stateReader{r: br, chain: newStateChain(stateFormat)}, trusted)
+		return ns.restoreFrames(&stateReader{r: br, chain: newStateChain(stateFormat)}, mode)
 	}
 	blob, err := io.ReadAll(br) // (format 1, or not a saved namespace: openState says which)
 	if err != nil {
@@ -230,6 +248,12 @@ func (ns *Namespace) restore(r io.Reader, trusted bool) error {
 			return fmt.Errorf("minipy: Restore: the saved namespace holds %d files: %w", hdr.Files, err)
 		}
 		defer root.close()
+	}
+	if mode == restoreFilesOnly {
+		if root == nil {
+			return nil
+		}
+		return untarFiles(root, bytes.NewReader(files))
 	}
 	hosts := make([]any, len(hdr.Hosts))
 	for i, h := range hdr.Hosts {
@@ -273,7 +297,8 @@ func (ns *Namespace) mayRestore(hdr stateHeader, trusted bool) error {
 // the frames have ended where they should. Nothing of a frame is used before its tag
 // matches; a save cut short or altered in its files leaves the files before that point
 // written, and the variables as they were.
-func (ns *Namespace) restoreFrames(sr *stateReader, trusted bool) error {
+func (ns *Namespace) restoreFrames(sr *stateReader, mode restoreMode) error {
+	filesOnly := mode == restoreFilesOnly
 	bad := func(why string) error { return fmt.Errorf("%w: %s", ErrBadState, why) }
 	f, err := sr.next()
 	if err == io.EOF {
@@ -289,16 +314,19 @@ func (ns *Namespace) restoreFrames(sr *stateReader, trusted bool) error {
 	if err := json.Unmarshal(f.data, &hdr); err != nil {
 		return bad("the header: " + err.Error())
 	}
-	if err := ns.mayRestore(hdr, trusted); err != nil {
+	if err := ns.mayRestore(hdr, mode != restoreAll); err != nil {
 		return err
 	}
 	hosts := make([]any, len(hdr.Hosts))
 	for i, h := range hdr.Hosts {
 		hosts[i] = h
 	}
-	// The Python that saved it, before a file is written (no variables: only that).
-	if _, err := ns.op(pyrt.OpRestore, nil, hosts, hdr.Python); err != nil {
-		return err
+	// The Python that saved it, before a file is written (no variables: only that; the
+	// files alone load in any Python).
+	if !filesOnly {
+		if _, err := ns.op(pyrt.OpRestore, nil, hosts, hdr.Python); err != nil {
+			return err
+		}
 	}
 	wrote, err := ns.restoreFiles(sr)
 	if err != nil {
@@ -317,7 +345,9 @@ func (ns *Namespace) restoreFrames(sr *stateReader, trusted bool) error {
 			break
 		}
 		f, _ := sr.next()
-		vars = append(vars, f.data...)
+		if !filesOnly { // (checked all the same, never kept)
+			vars = append(vars, f.data...)
+		}
 	}
 	if f, err = sr.next(); err == io.EOF {
 		return errStateCut("its end")
@@ -329,6 +359,9 @@ func (ns *Namespace) restoreFrames(sr *stateReader, trusted bool) error {
 	}
 	if _, err := sr.r.ReadByte(); err != io.EOF {
 		return bad("bytes after its end")
+	}
+	if filesOnly {
+		return nil
 	}
 	if _, err := ns.op(pyrt.OpRestore, vars, hosts, hdr.Python); err != nil {
 		if wrote {

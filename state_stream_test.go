@@ -125,3 +125,31 @@ func TestRestoreRefusesDamagedFrames(t *testing.T) {
 	require.NoError(t, ns.Restore(bytes.NewReader(whole)))
 	assert.Equal(t, "(2, 921600)", runState(t, e, ns, "x, os.path.getsize('data.bin')"))
 }
+
+// RestoreFiles writes a save's files and leaves the variables as they are (E2B's
+// filesystem-only resume), checking the whole save as Restore does.
+func TestRestoreFiles(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{})
+	src := newNS(t, e)
+	runState(t, e, src, "import os\nos.makedirs('d', exist_ok=True)\nopen('d/a.txt', 'w').write('kept')\nx = 2")
+	var saved bytes.Buffer
+	_, err := src.Save(&saved)
+	require.NoError(t, err)
+
+	ns := newNS(t, e)
+	runState(t, e, ns, "y = 1")
+	require.NoError(t, ns.RestoreFiles(bytes.NewReader(saved.Bytes())))
+	assert.Equal(t, "('kept', False, 1)", runState(t, e, ns, "open('d/a.txt').read(), 'x' in globals(), y"),
+		"the files are written, the saved variables are not loaded, the namespace's own stay")
+
+	head, frames := stateFrames(t, saved.Bytes())
+	n := len(frames)
+	require.Equal(t, byte('V'), frames[n-2][0])
+	flipped := bytes.Clone(frames[n-2])
+	flipped[len(flipped)-1] ^= 1
+	damaged := bytes.Join(append(append([][]byte{head}, frames[:n-2]...), flipped, frames[n-1]), nil)
+	other := newNS(t, e)
+	require.ErrorIs(t, other.RestoreFiles(bytes.NewReader(damaged)), minipy.ErrStateTag,
+		"variables altered: the save is refused though they would not be loaded")
+	require.ErrorIs(t, other.RestoreFiles(bytes.NewReader([]byte("not a save"))), minipy.ErrBadState)
+}

@@ -1225,6 +1225,44 @@ MP_INLINE int mp_sandbox_t(int64_t *t) {
 	return -1;
 }
 
+// mp_boot_id gives the sandbox a boot id of its own, as sandbox.py's _own_boot_id (which
+// says why): a random UUID in a file of the fresh /dev/shm, bound read-only over the
+// host's, then unlinked.
+MP_INLINE int mp_boot_id(int64_t *t) {
+	const char *file = (const char *)t[MP_FT_S_BOOT_ID], *target = (const char *)t[MP_FT_S_BOOT_ID + 1];
+	unsigned char r[16];
+	char text[40];
+	if (MP_SYS(t, SYS_getrandom, (long)r, 16L, 0L) != 16) {
+		return MP_SS_BOOT_ID;
+	}
+	r[6] = (unsigned char)((r[6] & 0x0F) | 0x40);  // a random (version 4) UUID
+	r[8] = (unsigned char)((r[8] & 0x3F) | 0x80);
+	int n = 0;
+	for (int i = 0; i < 16; i++) {
+		if (i == 4 || i == 6 || i == 8 || i == 10) {
+			text[n++] = '-';
+		}
+		for (int shift = 4; shift >= 0; shift -= 4) {
+			int d = (r[i] >> shift) & 0xF;
+			text[n++] = (char)(d < 10 ? '0' + d : 'a' + d - 10);
+		}
+	}
+	text[n++] = '\n';
+	long fd = MP_SYS(t, SYS_openat, (long)AT_FDCWD, (long)file, (long)(O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC),
+	                 0444L);
+	if (fd < 0) {
+		return MP_SS_BOOT_ID;
+	}
+	long wrote = MP_SYS(t, SYS_write, fd, (long)text, (long)n);
+	mp_close(t, fd);
+	int failed = wrote != n || mp_mount(t, file, target, 0, MS_BIND, 0) != 0 ||
+	             mp_mount(t, 0, target, 0, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, 0) != 0;
+	if (MP_SYS(t, SYS_unlinkat, (long)AT_FDCWD, (long)file, 0L) != 0 || failed) {
+		return MP_SS_BOOT_ID;
+	}
+	return -1;
+}
+
 // mp_sandbox_mounts is pid 1's file system, as sandbox.py's _tenant_mounts (which says why).
 MP_INLINE int mp_sandbox_mounts(int64_t *t) {
 	const char *const *covered = (const char *const *)t[MP_FT_S_COVERED];
@@ -1267,7 +1305,7 @@ MP_INLINE int mp_sandbox_mounts(int64_t *t) {
 		}
 		mp_close(t, held[i]);
 	}
-	return -1;
+	return mp_boot_id(t);
 }
 
 // mp_sandbox_fds takes the six fds as 0-5 (0-2 inherited by what pid 1 execs, as the

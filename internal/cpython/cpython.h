@@ -174,7 +174,9 @@ enum {
 	MP_FT_W_PAGEMAP,      // "/proc/self/pagemap"
 	MP_FT_W_NREAPED,      // (in, out) how many of UNREAPED's slots are used
 	MP_FT_W_UNREAPED,     // 8 slots: replaced snapshots, killed, not reaped yet
-	MP_FT_SIZE = MP_FT_W_UNREAPED + 8,
+	// A new sandbox again (MP_OP_SANDBOX; slots added after the rest):
+	MP_FT_S_BOOT_ID = MP_FT_W_UNREAPED + 8,  // 2 slots: the file its boot id is made in, the path it is bound over
+	MP_FT_SIZE = MP_FT_S_BOOT_ID + 2,
 };
 
 enum { MP_OP_SNAPSHOT, MP_OP_SANDBOX, MP_OP_TEMPLATE, MP_OP_SERVE };
@@ -185,7 +187,8 @@ enum {
 	MP_SS_SETSID, MP_SS_CGROUP, MP_SS_TREE_NS, MP_SS_TREE_SLAVE, MP_SS_TREE_OPEN, MP_SS_TREE_COPY,
 	MP_SS_TREE_DETACH, MP_SS_TREE_MOVE, MP_SS_USERNS, MP_SS_MAPS, MP_SS_UNSHARE, MP_SS_EGRESS,
 	MP_SS_FORK, MP_SS_HOSTNAME, MP_SS_PROC, MP_SS_HOME, MP_SS_BIND_HOME, MP_SS_TMPFS, MP_SS_COVERED,
-	MP_SS_CAPS, MP_SS_SECCOMP, MP_SS_FDS, MP_SS_GUARDIAN, MP_SS_DUMPABLE, MP_SS_TEMPLATE_FORK, MP_SS_COUNT,
+	MP_SS_CAPS, MP_SS_SECCOMP, MP_SS_FDS, MP_SS_GUARDIAN, MP_SS_DUMPABLE, MP_SS_TEMPLATE_FORK, MP_SS_BOOT_ID,
+	MP_SS_COUNT,
 };
 
 // mp_fork_code forks; the parent returns the child's pid, or -errno.

@@ -433,8 +433,8 @@ class _Guardian:
             line.handover = fds[:]
             del fds[:]
             self.hand_over()
-        elif msg[:1] == C_START and len(msg) == 9 and len(fds) in (4, 5):
-            self.start_command(line, msg[1:9], fds)
+        elif msg[:1] == C_START and len(msg) == 10 and len(fds) in (4, 5):
+            self.start_command(line, msg[1:9], fds, bool(msg[9] & START_TERMINAL))
         elif msg[:1] == C_SIGNAL and len(msg) == 6:
             pid = int.from_bytes(msg[1:5], "little")
             if pid in self.procs:  # its own command's, never another process
@@ -477,11 +477,13 @@ class _Guardian:
                 for fd in fds:
                     os.close(fd)
 
-    def start_command(self, line, token, fds):
+    def start_command(self, line, token, fds, terminal):
         """Starts a command (C_START) for line's host: a child of the guardian, in a process
         group of its own, with fds (stdin, stdout, stderr) as 0, 1, 2 and nothing else open, the
         worker's limits and signals at their defaults, the sandbox's environment plus the
-        spec's; it answers the pid, or 0 and why."""
+        spec's; it answers the pid, or 0 and why. A terminal's command (START_TERMINAL) makes
+        its own session instead, with stdin (a pseudo terminal the host holds the other end
+        of) as its controlling terminal."""
         pid, why = 0, b""
         try:
             spec = b""
@@ -498,11 +500,12 @@ class _Guardian:
                 raise ValueError("no command")
             pid = _real_fork()
             if pid == 0:
-                _exec_command(self.cfg, fds, cwd, args, env)
-            try:  # (the child does it too: whichever runs first, the group is there before the answer)
-                os.setpgid(pid, pid)
-            except OSError:
-                pass  # it has exec'd already, or ended
+                _exec_command(self.cfg, fds, cwd, args, env, terminal)
+            if not terminal:  # (a session leader's group is its own already; setsid fails in a group leader)
+                try:  # (the child does it too: whichever runs first, the group is there before the answer)
+                    os.setpgid(pid, pid)
+                except OSError:
+                    pass  # it has exec'd already, or ended
             self.procs[pid] = line
         except Exception as exc:
             why = ("%s: %s" % (type(exc).__name__, exc)).encode("utf-8", "replace")
@@ -545,14 +548,22 @@ class _Guardian:
                     os.close(f)
 
 
-def _exec_command(cfg, fds, cwd, args, env):
+def _exec_command(cfg, fds, cwd, args, env, terminal):
     """A command's child (C_START): never returns."""
     try:
         if len(fds) > 4:  # the sandbox's work group, out of the guardian's: the host's cgroup.go says why
             os.write(fds[4], b"0")
-        os.setpgid(0, 0)
+        if terminal:
+            os.setsid()  # (its group too: signals for the command reach what it started, as setpgid's)
+        else:
+            os.setpgid(0, 0)
         for i in range(3):
             os.dup2(fds[i], i)
+        if terminal:
+            import fcntl
+            import termios
+
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
         os.closerange(3, 1 << 20)
         for sig in (_signal.SIGINT, _signal.SIGPIPE, _signal.SIGXFSZ, _signal.SIGCHLD):
             _signal.signal(sig, _signal.SIG_DFL)

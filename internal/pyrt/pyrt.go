@@ -154,14 +154,18 @@ const (
 	// IsolatedConfig.Egress): the fd of a socket listening on 127.0.0.1:EgressPort in the
 	// sandbox's network namespace, which the host serves its egress proxy on.
 	ControlListen = 'L'
-	// ControlStart (host -> guardian): u64 token; 4 fds: a command's stdin, stdout and
+	// ControlStart (host -> guardian): u64 token, u8 flags (StartTerminal); 4 fds: a command's stdin, stdout and
 	// stderr, and a pipe holding its spec (the directory, the count of arguments, the
 	// arguments, then the environment's KEY=VALUE entries, NUL-separated; the host has
 	// written it whole and closed its end); a fifth, with a memory limit: the cgroup.procs
 	// of the sandbox's work group, which the child joins first. The guardian starts the command as its child,
-	// in a session of its own, under the worker's limits, and answers ControlStart, the
+	// in a process group of its own (with StartTerminal: a session, whose controlling
+	// terminal is its stdin), under the worker's limits, and answers ControlStart, the
 	// token and the u32 pid (0 when it could not start: then the reason follows).
 	ControlStart = 'P'
+	// StartTerminal (ControlStart's flags): the command's stdin, stdout and stderr are a
+	// pseudo terminal's, which it takes as its controlling terminal in a session of its own.
+	StartTerminal = 1
 	// ControlExited (guardian -> host): u32 pid, i32 wait status: a command ended.
 	ControlExited = 'Q'
 	// ControlSignal (host -> guardian): u32 pid, u8 signal: for a command's process group.
@@ -239,6 +243,7 @@ func prelude() string {
 			b(ControlDied), b(ControlKill), b(ControlTakeOver), b(ControlFork), b(ControlNew), b(ControlMount),
 			b(ControlRefused), b(ControlListen), b(ControlSnapshotDied)),
 		fmt.Sprintf("C_START, C_EXITED, C_SIGNAL = %s, %s, %s", b(ControlStart), b(ControlExited), b(ControlSignal)),
+		fmt.Sprintf("START_TERMINAL = %d", StartTerminal),
 		fmt.Sprintf("EGRESS_PORT = %d", EgressPort),
 	}
 	return strings.Join(defs, "; ")

@@ -345,6 +345,8 @@ def _enter_sandbox(cfg, template=False):
         m.mount("proc", m.root + "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
     m.pivot()
     m.dumpable()
+    if not template:
+        _own_boot_id(m)  # (the template's forks make theirs in _tenant_mounts)
     if template:
         # Shared: the workers forked from the template get slave copies of it (their user
         # namespace is another), so a working directory's tmpfs that the template mounts
@@ -530,7 +532,44 @@ def _tenant_mounts(cfg, home_name):
         dest = m.place(target, stat.S_ISDIR(os.fstat(fd).st_mode))
         m.mount("/proc/self/fd/%d" % fd, dest, None, _MS_BIND | _MS_REC)
         os.close(fd)
+    _own_boot_id(m)
     return m
+
+
+# The sandbox's own boot id (_own_boot_id; the host's fork code's mp_boot_id takes these
+# from its table): the file it is made in, in the fresh /dev/shm of a sandbox no code has
+# run in yet, and the path it is bound over.
+_BOOT_ID_FILE, _BOOT_ID = "/dev/shm/.minipy-boot-id", "/proc/sys/kernel/random/boot_id"
+
+
+def _own_boot_id(m):
+    """Gives the sandbox a boot id of its own (/proc/sys/kernel/random/boot_id, read-only):
+    the host's would tell code in two sandboxes, of two users, that they share a kernel and
+    when it booted, and a new sandbox process is a new boot for what runs in it (nothing of
+    its processes survives a pause or a crash; E2B's SDK reads a changed boot id as a cold
+    boot). The id's file is made in the fresh /dev/shm before any code runs there, bound
+    over the host's, and unlinked: the bind alone holds it."""
+    b = bytearray(os.urandom(16))
+    b[6], b[8] = b[6] & 0x0F | 0x40, b[8] & 0x3F | 0x80  # a random (version 4) UUID
+    h = b.hex()
+    text = "%s-%s-%s-%s-%s\n" % (h[:8], h[8:12], h[12:16], h[16:20], h[20:])
+    path = _BOOT_ID_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o444)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+    try:
+        target = _BOOT_ID
+        m.mount(path, target, None, _MS_BIND)
+        flags = _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
+        vfs = os.statvfs(target).f_flag
+        for st_flag, ms_flag in _LOCKED:  # (what the tmpfs has, a remount in a user namespace keeps)
+            if vfs & st_flag:
+                flags |= ms_flag
+        m.mount(None, target, None, flags)
+    finally:
+        os.unlink(path)
 
 
 def _own_tree(cfg, tree_name):

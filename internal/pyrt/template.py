@@ -260,7 +260,7 @@ def _tenant_made(cfg):
 _SS_SETSID, _SS_CGROUP, _SS_TREE_NS, _SS_TREE_SLAVE, _SS_TREE_OPEN, _SS_TREE_COPY, _SS_TREE_DETACH = 0, 1, 2, 3, 4, 5, 6
 _SS_TREE_MOVE, _SS_USERNS, _SS_MAPS, _SS_UNSHARE, _SS_EGRESS, _SS_FORK, _SS_HOSTNAME = 7, 8, 9, 10, 11, 12, 13
 _SS_PROC, _SS_HOME, _SS_BIND_HOME, _SS_TMPFS, _SS_COVERED, _SS_CAPS, _SS_SECCOMP = 14, 15, 16, 17, 18, 19, 20
-_SS_FDS, _SS_GUARDIAN, _SS_DUMPABLE, _SS_TEMPLATE_FORK, _SS_COUNT = 21, 22, 23, 24, 25
+_SS_FDS, _SS_GUARDIAN, _SS_DUMPABLE, _SS_TEMPLATE_FORK, _SS_BOOT_ID, _SS_COUNT = 21, 22, 23, 24, 25, 26
 _SS_WHY = {
     _SS_SETSID: "setsid", _SS_CGROUP: "join the cgroup", _SS_TREE_NS: "unshare a mount namespace",
     _SS_TREE_SLAVE: "make the trees slaves", _SS_TREE_OPEN: "open the tree", _SS_TREE_COPY: "copy the tree",
@@ -271,7 +271,7 @@ _SS_WHY = {
     _SS_TMPFS: "mount /tmp and /dev/shm", _SS_COVERED: "bind again what they cover",
     _SS_CAPS: "drop every capability", _SS_SECCOMP: "seccomp", _SS_FDS: "take the fds",
     _SS_GUARDIAN: "fork the worker", _SS_DUMPABLE: "make the guardian undumpable",
-    _SS_TEMPLATE_FORK: "fork the template",
+    _SS_TEMPLATE_FORK: "fork the template", _SS_BOOT_ID: "make its boot id",
 }
 _SS_FAILED = "minipy worker: making the sandbox of a worker forked from the template failed: "
 
@@ -308,7 +308,8 @@ class _SandboxFork:
         for slot, text in ((_FT_S_TREES, cfg["tree"]), (_FT_S_WORKDIR, cfg["workdir"]), (_FT_S_HOSTNAME, _HOSTNAME),
                            (_FT_S_PROC, "proc"), (_FT_S_PROC_DIR, "/proc"), (_FT_S_TMPFS, "tmpfs"),
                            (_FT_S_TMP_DIRS, "/tmp"), (_FT_S_TMP_DIRS + 1, "/dev/shm"),
-                           (_FT_S_TMP_DATA, "mode=1777,size=%d" % cfg["tmp_size"]), (_FT_S_FD_PATH, "/proc/self/fd/")
+                           (_FT_S_TMP_DATA, "mode=1777,size=%d" % cfg["tmp_size"]), (_FT_S_FD_PATH, "/proc/self/fd/"),
+                           (_FT_S_BOOT_ID, _BOOT_ID_FILE), (_FT_S_BOOT_ID + 1, _BOOT_ID)
                            ) + tuple(enumerate(maps, _FT_S_MAPS)):
             t[slot] = self.string(text)
         flags = _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWIPC | _CLONE_NEWUTS

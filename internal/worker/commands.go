@@ -92,10 +92,13 @@ func (c *commands) lost() {
 
 // CommandSpec is a command to start: Args[0] looked up in the sandbox's PATH, Dir its
 // working directory in the sandbox ("": the guardian's), Env added to the sandbox's.
+// Terminal: its stdin, stdout and stderr are a pseudo terminal's slave end, which it takes
+// as its controlling terminal in a session of its own (pyrt.StartTerminal).
 type CommandSpec struct {
-	Args []string
-	Dir  string
-	Env  []string
+	Args     []string
+	Dir      string
+	Env      []string
+	Terminal bool
 }
 
 func (spec CommandSpec) encode() ([]byte, error) {
@@ -149,6 +152,11 @@ func (w *Worker) StartCommand(spec CommandSpec, stdin, stdout, stderr *os.File, 
 	c.starts[token] = reply
 	c.mu.Unlock()
 	msg := binary.LittleEndian.AppendUint64([]byte{pyrt.ControlStart}, token)
+	var flags byte
+	if spec.Terminal {
+		flags |= pyrt.StartTerminal
+	}
+	msg = append(msg, flags)
 	fds := []int{int(stdin.Fd()), int(stdout.Fd()), int(stderr.Fd()), int(pr.Fd())}
 	// The guardian's child joins the sandbox's work group first (it would be in the
 	// guardian's, with the rollback's reserve: cgroup.TakeOverReserve).

@@ -40,6 +40,16 @@ var seccompDenied = []string{"ptrace", "process_vm_readv", "process_vm_writev", 
 // AF_ALG, Bluetooth, CAN. Raw IP sockets need CAP_NET_RAW, which workers never hold.
 var seccompSocketFamilies = []uint64{unix.AF_UNIX, unix.AF_INET, unix.AF_INET6, unix.AF_NETLINK}
 
+// seccompTerminalIoctls are the terminal ioctls a worker never gets (EPERM), though a
+// command may run on a terminal (Command.Terminal): TIOCSETD changes the terminal's line
+// discipline, which reaches kernel code few terminals use and that has had its share of
+// holes (n_gsm, n_hdlc: CVE-2023-6546, CVE-2017-2636); TIOCSTI types into the terminal as
+// if from its keyboard (the classic escape from a shell that shares a terminal with a more
+// privileged one); TIOCLINUX and TIOCCONS are the console's. Matched on the low 32 bits
+// of the request alone, as the kernel reads it (an unsigned int): set high bits do not
+// slip past.
+var seccompTerminalIoctls = []uint64{unix.TIOCSETD, unix.TIOCSTI, unix.TIOCLINUX, unix.TIOCCONS}
+
 // The filter's verdicts (linux/seccomp.h).
 const (
 	seccompAllow = 0x7FFF0000 // SECCOMP_RET_ALLOW
@@ -122,6 +132,11 @@ func newSeccompPolicy(denyShm bool) (*seccompPolicy, error) {
 				r.verdicts = append(r.verdicts, verdict)
 			}
 		}
+	}
+	ioctl := rule("ioctl")
+	for _, req := range seccompTerminalIoctls {
+		ioctl.terms = append(ioctl.terms, seccompArgs{{Index: 1, Value: 0xFFFFFFFF, ValueTwo: req, Op: specs.OpMaskedEqual}})
+		ioctl.verdicts = append(ioctl.verdicts, seccompErrno|uint32(unix.EPERM))
 	}
 	socket := rule("socket")
 	socket.otherwise = seccompErrno | uint32(unix.EAFNOSUPPORT)

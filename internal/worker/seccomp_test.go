@@ -103,6 +103,16 @@ func TestSeccompFilter(t *testing.T) {
 		unix.AF_KEY, unix.AF_XDP, unix.AF_VSOCK | 1<<32} {
 		assert.Equal(t, retErrno(unix.EAFNOSUPPORT), s.call(t, "socket", family, unix.SOCK_STREAM), "socket family %d", family)
 	}
+	// A terminal's everyday ioctls are allowed; its line disciplines, faked input and the
+	// console's are not, whatever the request's high bits (the kernel reads 32 of them).
+	for _, req := range []uint64{unix.TCGETS, unix.TCSETS, unix.TIOCGWINSZ, unix.TIOCSWINSZ, unix.TIOCSCTTY,
+		unix.TIOCGPGRP, unix.TIOCSPGRP, unix.TIOCINQ, unix.TIOCGETD} {
+		assert.Equal(t, retAllow, s.call(t, "ioctl", 0, req), "ioctl %#x", req)
+	}
+	for _, req := range []uint64{unix.TIOCSETD, unix.TIOCSTI, unix.TIOCLINUX, unix.TIOCCONS,
+		unix.TIOCSETD | 1<<32, unix.TIOCSTI | 0xFFFFFFFF00000000} {
+		assert.Equal(t, retErrno(unix.EPERM), s.call(t, "ioctl", 0, req), "ioctl %#x", req)
+	}
 	// What only attacks the kernel, the guardian or another process, or escapes.
 	for _, name := range []string{"ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd",
 		"process_madvise", "kcmp", "syslog", "name_to_handle_at", "open_by_handle_at", "userfaultfd",
