@@ -178,7 +178,7 @@ func TestE2BStateDirRestart(t *testing.T) {
 
 // E2B's base SDK: its default template, files several at once, gzipped, as bytes and as a
 // stream; commands: output, streaming, exit codes, environment, working directory, stdin,
-// background commands listed and killed.
+// background commands listed and killed; a terminal; a pause without its memory.
 func TestE2BBaseSDK(t *testing.T) {
 	s := startE2B(t)
 	got := runE2BScript(t, s, "base.mjs")
@@ -192,6 +192,8 @@ func TestE2BBaseSDK(t *testing.T) {
 		"cwd":    "/home/user/in\n", "stdin": "echoed back\n", "listedCommands": true, "killedCommand": true,
 		"listedAfterKill": false,
 		"sleeperEnd":      "CommandExitError",
+		"pty":             map[string]any{"exitCode": 0.0, "abc": true, "cols": true},
+		"coldBoot":        map[string]any{"newBoot": true, "file": "on disk"},
 	}
 	for k, v := range want {
 		assert.Equal(t, v, got[k], k)

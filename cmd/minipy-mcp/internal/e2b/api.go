@@ -28,6 +28,7 @@ func (s *Server) routes() {
 	s.api.HandleFunc("GET /snapshots", s.authed(s.listSnapshots))
 	s.api.HandleFunc("GET /sandboxes/{id}/metrics", s.authed(s.owned(s.metricsRequest)))
 	s.api.HandleFunc("DELETE /templates/{id}", s.authed(s.deleteSnapshot))
+	s.api.HandleFunc("GET /templates/aliases/{alias}", s.authed(s.templateAlias))
 	s.api.HandleFunc("POST /sandboxes/{id}/resume", s.authed(s.owned(s.connect))) // (E2B's former resume)
 	s.api.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if s.cfg.Ops != nil && r.Method == http.MethodGet && (r.URL.Path == "/healthz" || r.URL.Path == "/readyz" ||
@@ -91,7 +92,10 @@ type createRequest struct {
 	Metadata   map[string]string `json:"metadata"`
 	EnvVars    map[string]string `json:"envVars"`
 	AutoPause  *bool             `json:"autoPause"`
-	AutoResume *struct {
+	// AutoPauseMemory false makes the timeout's pause keep the files alone (E2B's
+	// lifecycle onTimeout keepMemory: false): its resume is a new boot.
+	AutoPauseMemory *bool `json:"autoPauseMemory"`
+	AutoResume      *struct {
 		Enabled bool `json:"enabled"`
 	} `json:"autoResume"`
 	VolumeMounts []any `json:"volumeMounts"`

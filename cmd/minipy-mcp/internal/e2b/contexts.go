@@ -28,14 +28,19 @@ func (s *Server) listContexts(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// createContext makes a code context: a namespace of its own, with fresh variables, in the
-// cwd asked for (the sandbox's working directory by default).
+// createContext makes a code context: a namespace of its own, with fresh variables, or a
+// shell of its own (bash.go), in the cwd asked for (the sandbox's working directory by
+// default).
 func (s *Server) createContext(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Language string `json:"language"`
 		Cwd      string `json:"cwd"`
 	}
-	if !readJSON(w, r, 1<<16, &req) || !checkLanguage(w, req.Language) {
+	if !readJSON(w, r, 1<<16, &req) {
+		return
+	}
+	language, ok := languageOf(w, req.Language)
+	if !ok {
 		return
 	}
 	sb := sandboxOf(r)
@@ -47,7 +52,7 @@ func (s *Server) createContext(w http.ResponseWriter, r *http.Request) {
 			s.cfg.MaxContexts))
 		return
 	}
-	cc, code, why := s.newContext(sb, "python", req.Cwd)
+	cc, code, why := s.newContext(sb, language, req.Cwd)
 	if cc == nil {
 		writeError(w, code, why)
 		return
@@ -87,13 +92,18 @@ func (s *Server) removeContext(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// restartContext gives a code context fresh variables: a new namespace in its place, after
-// the run in progress, if any.
+// restartContext gives a code context fresh variables: a new namespace in its place (a new
+// shell at its next cell, for bash), after the run in progress, if any.
 func (s *Server) restartContext(w http.ResponseWriter, r *http.Request) {
 	sb := sandboxOf(r)
 	cc := sb.context(r.PathValue("id"))
 	if cc == nil || r.PathValue("id") == "" {
 		writeError(w, http.StatusNotFound, "context "+echo(r.PathValue("id"))+" not found")
+		return
+	}
+	if cc.language == langBash {
+		cc.restartShell()
+		w.WriteHeader(http.StatusNoContent)
 		return
 	}
 	fresh := s.cfg.Engine.NewNamespace()

@@ -38,14 +38,17 @@ func (s *Server) interpreterRoutes() {
 // maxCode caps an execution's request body.
 const maxCode = 16 << 20
 
-// checkLanguage refuses a language other than Python.
-func checkLanguage(w http.ResponseWriter, language string) bool {
-	switch strings.ToLower(language) {
+// languageOf is the language a request names, as E2B's server reads it ("" is Python):
+// Python, or bash (bash.go); another is refused (false, 400 written).
+func languageOf(w http.ResponseWriter, language string) (string, bool) {
+	switch strings.ToLower(strings.TrimSpace(language)) {
 	case "", "python", "python3":
-		return true
+		return "python", true
+	case langBash:
+		return langBash, true
 	}
-	writeError(w, http.StatusBadRequest, "language "+echo(language)+": minipy runs Python only")
-	return false
+	writeError(w, http.StatusBadRequest, "language "+echo(language)+": minipy runs Python and bash only")
+	return "", false
 }
 
 func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
@@ -55,7 +58,15 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 		Language  string            `json:"language"`
 		EnvVars   map[string]string `json:"env_vars"`
 	}
-	if !readJSON(w, r, maxCode, &req) || !checkLanguage(w, req.Language) {
+	if !readJSON(w, r, maxCode, &req) {
+		return
+	}
+	language, ok := languageOf(w, req.Language)
+	if !ok {
+		return
+	}
+	if req.ContextID != "" && req.Language != "" { // (E2B's server refuses both too)
+		writeError(w, http.StatusBadRequest, "give a context or a language, not both: a context has its language")
 		return
 	}
 	if why := checkEnvs(req.EnvVars); why != "" {
@@ -64,6 +75,14 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	}
 	sb := sandboxOf(r)
 	cc := sb.context(req.ContextID)
+	if language == langBash {
+		var code int
+		var why string
+		if cc, code, why = s.defaultBash(sb); cc == nil {
+			writeError(w, code, why)
+			return
+		}
+	}
 	if cc == nil {
 		writeError(w, http.StatusNotFound, "context "+echo(req.ContextID)+" not found")
 		return
@@ -74,6 +93,10 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	s.count(&s.stats.Executed)
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
+	if cc.language == langBash {
+		s.executeBash(ctx, w, r, sb, cc, req.Code, req.EnvVars)
+		return
+	}
 	cc.count++
 	out := &stream{w: w}
 	w.Header().Set("Content-Type", "application/x-ndjson")
@@ -243,6 +266,7 @@ var mimeKeys = map[string]string{
 	"text/plain": "text", "text/html": "html", "text/markdown": "markdown", "image/svg+xml": "svg",
 	"image/png": "png", "image/jpeg": "jpeg", "application/pdf": "pdf", "text/latex": "latex",
 	"application/json": "json", "application/javascript": "javascript", "e2b/data": "data",
+	"e2b/chart": "chart",
 }
 
 // resultMessage is a display's data as E2B's result: text forms as text, binary ones
@@ -256,7 +280,7 @@ func resultMessage(data map[string][]byte, main bool) map[string]any {
 			key = mime
 		}
 		switch {
-		case (mime == "application/json" || mime == "e2b/data") && json.Valid(b):
+		case (mime == "application/json" || mime == "e2b/data" || mime == "e2b/chart") && json.Valid(b):
 			msg[key] = json.RawMessage(b)
 		case strings.HasPrefix(mime, "text/") || mime == "image/svg+xml" || strings.HasSuffix(mime, "javascript"):
 			msg[key] = string(b)

@@ -72,7 +72,11 @@ func (s *Server) sample(sb *sandbox) {
 	}
 	m := metricSample{at: time.Now()}
 	for _, cc := range contexts {
-		u, err := cc.ns.Load().Usage()
+		ns := cc.ns.Load()
+		if ns == nil {
+			continue // (a bash context: its shell is the default context's, and counts there)
+		}
+		u, err := ns.Usage()
 		if err != nil {
 			continue // (closed meanwhile)
 		}

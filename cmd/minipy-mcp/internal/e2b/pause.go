@@ -18,6 +18,11 @@ import (
 // processes the code left running, open files and sockets: SaveInfo's skipped values).
 // Paused sandboxes live in the server's memory, within Config.MaxPausedBytes, for
 // Config.PausedTTL, and the server's end forgets them; or in Config.Store (stored.go).
+//
+// A pause that keeps no memory (E2B's keepMemory: false, on pause or in the lifecycle's
+// onTimeout) saves as much, but its resume is a new boot: each context gets its files
+// back (Namespace.RestoreFiles) and none of its variables, its execution count starts
+// again, and the sandbox's boot id is a new one (each sandbox process has its own).
 
 // The defaults of Config's pausing.
 const (
@@ -39,6 +44,7 @@ type pausedContext struct {
 	count             int
 	saved             []byte
 	from              io.Reader
+	byDefault         bool // a bash context, its sandbox's default one (bash.go)
 }
 
 // save is the context's save to restore.
@@ -49,9 +55,16 @@ func (p pausedContext) save() io.Reader {
 	return bytes.NewReader(p.saved)
 }
 
-// pauseRequest pauses sb through the API: 409 if it is paused already.
+// pauseRequest pauses sb through the API (its body, which may be empty, says whether to
+// keep the memory: E2B's memory, true by default): 409 if it is paused already.
 func (s *Server) pauseRequest(w http.ResponseWriter, r *http.Request, sb *sandbox) {
-	code, why := s.pause(sb)
+	var req struct {
+		Memory *bool `json:"memory"`
+	}
+	if !readJSON(w, r, 1<<10, &req) { // (an empty body is none)
+		return
+	}
+	code, why := s.pause(sb, req.Memory == nil || *req.Memory)
 	if code != 0 {
 		writeError(w, code, why)
 		return
@@ -60,8 +73,9 @@ func (s *Server) pauseRequest(w http.ResponseWriter, r *http.Request, sb *sandbo
 }
 
 // pause saves each of sb's contexts and closes them, after their runs in progress; a
-// failed save leaves sb running. It returns an HTTP status and why when it cannot.
-func (s *Server) pause(sb *sandbox) (int, string) {
+// failed save leaves sb running. Without keepMemory, its resume is a new boot. It returns
+// an HTTP status and why when it cannot.
+func (s *Server) pause(sb *sandbox, keepMemory bool) (int, string) {
 	sb.mu.Lock()
 	if sb.state != stateRunning {
 		state := sb.state
@@ -71,7 +85,7 @@ func (s *Server) pause(sb *sandbox) (int, string) {
 		}
 		return http.StatusConflict, "sandbox " + sb.id + " is being paused or resumed"
 	}
-	sb.state = stateChanging
+	sb.state, sb.cold = stateChanging, !keepMemory
 	contexts := sb.contexts
 	sb.timer.Stop()
 	sb.mu.Unlock()
@@ -124,13 +138,17 @@ func saveContexts(contexts []*codeContext) ([]pausedContext, int64, error) {
 	for _, cc := range contexts {
 		cc.mu.Lock()
 		var b bytes.Buffer
-		_, err := cc.ns.Load().Save(&b)
+		var err error
+		if cc.language != langBash { // (a shell's memory cannot be saved: bash.go)
+			_, err = cc.ns.Load().Save(&b)
+		}
 		count := cc.count
 		cc.mu.Unlock()
 		if err != nil {
 			return nil, 0, err
 		}
-		out = append(out, pausedContext{id: cc.id, language: cc.language, cwd: cc.cwd, count: count, saved: b.Bytes()})
+		out = append(out, pausedContext{id: cc.id, language: cc.language, cwd: cc.cwd, count: count, saved: b.Bytes(),
+			byDefault: cc.byDefault})
 		size += int64(b.Len())
 	}
 	return out, size, nil
@@ -154,10 +172,11 @@ func (s *Server) reservePaused(user string, size int64) error {
 func (s *Server) pausedFits(all, theirs, size int64) error {
 	switch {
 	case theirs+size > s.cfg.MaxPausedBytesPerUser:
-		return fmt.Errorf("your paused sandboxes hold %d bytes, and one user's may hold %d; kill one of them first",
-			theirs, s.cfg.MaxPausedBytesPerUser)
+		return fmt.Errorf("%w: your paused sandboxes and snapshots hold %d bytes, and one user's may hold %d; "+
+			"kill or delete one of them first", errPausedFull, theirs, s.cfg.MaxPausedBytesPerUser)
 	case all+size > s.cfg.MaxPausedBytes:
-		return fmt.Errorf("the server holds its limit of %d bytes of paused sandboxes", s.cfg.MaxPausedBytes)
+		return fmt.Errorf("%w: the server holds its limit of %d bytes of paused sandboxes and snapshots", errPausedFull,
+			s.cfg.MaxPausedBytes)
 	}
 	return nil
 }
@@ -227,15 +246,19 @@ func (s *Server) resume(sb *sandbox, life time.Duration) (int, string) {
 		s.cfg.Store.ReleaseLease(session.KindSandbox, sb.id)
 	}
 	s.releasePaused(sb.user, sb.pausedBytes)
-	sb.contexts, sb.paused, sb.pausedBytes, sb.state, sb.stored = contexts, nil, 0, stateRunning, false
+	sb.contexts, sb.paused, sb.pausedBytes, sb.state, sb.stored, sb.cold = contexts, nil, 0, stateRunning, false, false
 	sb.end = time.Now().Add(life)
 	sb.timer.Reset(life)
 	s.logf("minipy-mcp: E2B sandbox %s of user %q resumed", sb.id, sb.user)
 	return 0, ""
 }
 
-// restoreContexts makes a namespace for each paused context and restores it there.
+// restoreContexts makes a namespace for each paused context and restores it there: its
+// files alone, and its count from zero, when sb was paused without its memory (sb.cold).
 func (s *Server) restoreContexts(sb *sandbox, paused []pausedContext) ([]*codeContext, int, string) {
+	sb.mu.Lock()
+	cold := sb.cold
+	sb.mu.Unlock()
 	var out []*codeContext
 	fail := func(code int, why string) ([]*codeContext, int, string) {
 		for _, cc := range out {
@@ -251,7 +274,20 @@ func (s *Server) restoreContexts(sb *sandbox, paused []pausedContext) ([]*codeCo
 		out = append(out, cc)
 		cc.id, cc.count = p.id, p.count
 		save := p.save()
-		err := cc.ns.Load().Restore(save)
+		if cc.language == langBash { // (a new shell at its next cell)
+			if cold {
+				cc.count = 0
+			}
+			if err := restoredBash(cc, p, save); err != nil {
+				return fail(http.StatusInternalServerError, "the sandbox could not be resumed: "+err.Error())
+			}
+			continue
+		}
+		restore := cc.ns.Load().Restore
+		if cold {
+			cc.count, restore = 0, cc.ns.Load().RestoreFiles
+		}
+		err := restore(save)
 		if err == nil {
 			_, err = io.Copy(io.Discard, save) // (to the next context's save)
 		}
@@ -280,7 +316,10 @@ func (s *Server) expired(sb *sandbox) {
 		return
 	}
 	if pause {
-		code, why := s.pause(sb)
+		sb.mu.Lock()
+		keepMemory := !sb.autoCold
+		sb.mu.Unlock()
+		code, why := s.pause(sb, keepMemory)
 		if code == 0 {
 			return
 		}

@@ -25,7 +25,7 @@ import (
 // sandbox's environment variables and the request's. Its output streams as it comes.
 
 type processService struct {
-	processconnect.UnimplementedProcessHandler // Update, StreamInput: not served
+	processconnect.UnimplementedProcessHandler // StreamInput: not served
 }
 
 func (s *Server) processRoutes() {
@@ -46,9 +46,11 @@ type command struct {
 	proc   *minipy.Process
 	config *process.ProcessConfig
 	tag    *string
+	pty    bool       // on a terminal (E2B's pty): its output is the terminal's, its input typed into it
 	stdin  sync.Mutex // its writes, and its close
 	closed bool
 	gone   chan struct{} // closed once it has ended and left the sandbox's commands
+	finish func()        // (once) its end: its watchers' streams end, it leaves the sandbox's commands, gone closes
 	// watchers are the Connect streams that follow its events besides its own.
 	watchers watchers
 }
@@ -170,23 +172,23 @@ func sandboxFrom(ctx context.Context) *sandbox { return ctx.Value(sandboxKey{}).
 
 // Start starts a command and streams its events: its pid, its output, its end.
 func (processService) Start(ctx context.Context, req *connect.Request[process.StartRequest], stream *connect.ServerStream[process.StartResponse]) error {
-	if req.Msg.Pty != nil {
-		return connect.NewError(connect.CodeUnimplemented, errors.New("minipy's sandboxes have no PTY: run the command without one"))
-	}
 	sb := sandboxFrom(ctx)
 	cmd, pid, err := startCommand(sb, req.Msg)
 	if err != nil {
 		return err
 	}
-	defer close(cmd.gone)
-	defer sb.cmds.remove(pid)
-	defer cmd.watchers.end(nil)
+	cmd.finish = sync.OnceFunc(func() {
+		cmd.watchers.end(nil)
+		sb.cmds.remove(pid)
+		close(cmd.gone)
+	})
 	leaveInflight(ctx) // (a command now: maxCommands bounds its stream)
 	send := func(ev *process.ProcessEvent) error { return stream.Send(&process.StartResponse{Event: ev}) }
 	if err := send(&process.ProcessEvent{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: pid}}}); err != nil {
 		cmd.proc.Signal(syscall.SIGKILL) //nolint:errcheck // its client is gone
 		cmd.proc.Stdout.Close()
 		cmd.proc.Stderr.Close()
+		cmd.finish()
 		return err
 	}
 	return streamCommand(ctx, cmd, send)
@@ -209,15 +211,22 @@ func startCommand(sb *sandbox, req *process.StartRequest) (*command, uint32, err
 		return nil, 0, connect.NewError(connect.CodeInvalidArgument, errors.New(why))
 	}
 	mc := minipy.Command{Args: append([]string{cfg.GetCmd()}, cfg.GetArgs()...), Dir: cfg.GetCwd(), Env: env}
+	if req.Pty != nil {
+		size := req.Pty.GetSize()
+		mc.Terminal = &minipy.TerminalSize{Rows: clampSize(size.GetRows(), 24), Cols: clampSize(size.GetCols(), 80)}
+	}
 	proc, err := ns.Start(mc)
+	if errors.Is(err, minipy.ErrTooManyTerminals) {
+		return nil, 0, connect.NewError(connect.CodeResourceExhausted, err)
+	}
 	if errors.Is(err, minipy.ErrNamespaceClosed) || errors.Is(err, minipy.ErrCommandLost) {
 		return nil, 0, connect.NewError(connect.CodeUnavailable, err)
 	}
 	if err != nil {
 		return nil, 0, connect.NewError(connect.CodeInvalidArgument, err)
 	}
-	cmd := &command{proc: proc, config: cfg, tag: req.Tag, gone: make(chan struct{})}
-	if !req.GetStdin() {
+	cmd := &command{proc: proc, config: cfg, tag: req.Tag, pty: req.Pty != nil, gone: make(chan struct{})}
+	if !req.GetStdin() && !cmd.pty { // (a terminal's stdin is its keyboard: its close would be a ^D)
 		cmd.closeStdin()
 	}
 	pid := uint32(proc.Pid)
@@ -230,6 +239,17 @@ func startCommand(sb *sandbox, req *process.StartRequest) (*command, uint32, err
 	return cmd, pid, nil
 }
 
+// clampSize is a terminal's rows or columns as asked (def if none), at most 1,000.
+func clampSize(n uint32, def uint16) uint16 {
+	switch {
+	case n == 0:
+		return def
+	case n > 1000:
+		return 1000
+	}
+	return uint16(n)
+}
+
 func (c *command) closeStdin() {
 	c.stdin.Lock()
 	defer c.stdin.Unlock()
@@ -240,17 +260,19 @@ func (c *command) closeStdin() {
 }
 
 // streamCommand sends cmd's output as it comes, a keepalive while it is quiet, then its
-// end; the client going away kills it.
+// end (relayEvents), and finishes it.
 func streamCommand(ctx context.Context, cmd *command, send func(*process.ProcessEvent) error) error {
 	events := make(chan *process.ProcessEvent, 16)
-	done := make(chan struct{}) // the relay has returned: the readers stop
-	defer close(done)
+	done := make(chan struct{}) // the relay has returned: the readers stop (not a detached one's)
 	var readers sync.WaitGroup
 	for _, r := range []struct {
 		from io.Reader
 		wrap func([]byte) *process.ProcessEvent_DataEvent
 	}{
 		{cmd.proc.Stdout, func(b []byte) *process.ProcessEvent_DataEvent {
+			if cmd.pty { // (what the terminal shows: stdout and stderr as one)
+				return &process.ProcessEvent_DataEvent{Output: &process.ProcessEvent_DataEvent_Pty{Pty: b}}
+			}
 			return &process.ProcessEvent_DataEvent{Output: &process.ProcessEvent_DataEvent_Stdout{Stdout: b}}
 		}},
 		{cmd.proc.Stderr, func(b []byte) *process.ProcessEvent_DataEvent {
@@ -282,39 +304,79 @@ func streamCommand(ctx context.Context, cmd *command, send func(*process.Process
 		readers.Wait()
 		close(events)
 	}()
-	return relayEvents(ctx, cmd, events, send)
+	detached, err := relayEvents(ctx, cmd, events, send)
+	if !detached {
+		close(done)
+		cmd.finish()
+	}
+	return err
 }
 
-// relayEvents sends events, then cmd's end.
-func relayEvents(ctx context.Context, cmd *command, events <-chan *process.ProcessEvent, send func(*process.ProcessEvent) error) error {
+// relayEvents sends events, then cmd's end. A client that goes away leaves the command
+// running, as envd does (commands.connect and pty.connect follow it again): the rest is
+// followDetached's, in a goroutine of its own, and the request ends (a server's shutdown does
+// not wait for a command that runs on). The request's deadline (Connect-Timeout-Ms: the
+// SDKs' timeoutMs) is the command's timeout all the same: past it, it is killed.
+func relayEvents(ctx context.Context, cmd *command, events <-chan *process.ProcessEvent, send func(*process.ProcessEvent) error) (detached bool, err error) {
 	tick := time.NewTicker(keepalive)
 	defer tick.Stop()
-	defer cmd.proc.Stdout.Close()
-	defer cmd.proc.Stderr.Close()
+	deadline, timed := ctx.Deadline()
 	for {
 		select {
 		case ev, ok := <-events:
 			if !ok {
+				defer cmd.proc.Stdout.Close()
+				defer cmd.proc.Stderr.Close()
 				st, err := cmd.proc.Wait()
 				if err != nil && sandboxFrom(ctx).ctx.Err() != nil {
 					// Lost with its sandbox (killed, timed out): the connection drops, as E2B's
 					// does, and the SDK raises its TimeoutError ("the sandbox was killed"), not
 					// a command's exit.
+					cmd.finish()
 					panic(http.ErrAbortHandler)
 				}
 				end := endEvent(st, err)
 				cmd.watchers.end(end)
-				return send(end)
+				return false, send(end)
 			}
 			if err := send(ev); err != nil {
-				cmd.proc.Signal(syscall.SIGKILL) //nolint:errcheck // its client is gone
-				return err
+				go followDetached(cmd, events, deadline, timed)
+				return true, err
 			}
 		case <-tick.C:
 			send(&process.ProcessEvent{Event: &process.ProcessEvent_Keepalive{Keepalive: &process.ProcessEvent_KeepAlive{}}}) //nolint:errcheck // the next send says
 		case <-ctx.Done():
-			cmd.proc.Signal(syscall.SIGKILL) //nolint:errcheck // its client is gone
-			return ctx.Err()
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				cmd.proc.Signal(syscall.SIGKILL) //nolint:errcheck // its time is up; its end follows
+			}
+			go followDetached(cmd, events, deadline, timed)
+			return true, ctx.Err()
+		}
+	}
+}
+
+// followDetached follows a command whose client went away until it ends (killed at deadline,
+// if timed), its output going to the streams that follow it alone; then finishes it.
+func followDetached(cmd *command, events <-chan *process.ProcessEvent, deadline time.Time, timed bool) {
+	defer cmd.finish()
+	defer cmd.proc.Stdout.Close()
+	defer cmd.proc.Stderr.Close()
+	var timeout <-chan time.Time
+	if timed {
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		timeout = t.C
+	}
+	for {
+		select {
+		case _, ok := <-events: // (each reached the watchers as it was read)
+			if !ok {
+				cmd.watchers.end(endEvent(cmd.proc.Wait()))
+				return
+			}
+		case <-timeout:
+			cmd.proc.Signal(syscall.SIGKILL) //nolint:errcheck // its time is up; its end follows
+			timeout = nil
 		}
 	}
 }
@@ -425,24 +487,46 @@ func (processService) SendSignal(ctx context.Context, req *connect.Request[proce
 	return connect.NewResponse(&process.SendSignalResponse{}), nil
 }
 
-// SendInput writes to a command's stdin.
+// SendInput writes to a command's stdin, or types into its terminal.
 func (processService) SendInput(ctx context.Context, req *connect.Request[process.SendInputRequest]) (*connect.Response[process.SendInputResponse], error) {
 	cmd, err := selected(ctx, req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
 	}
-	if req.Msg.GetInput().GetPty() != nil {
-		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("minipy's sandboxes have no PTY"))
+	input := req.Msg.GetInput().GetStdin()
+	if pty := req.Msg.GetInput().GetPty(); pty != nil {
+		if !cmd.pty {
+			return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("the command has no terminal (start it with a pty)"))
+		}
+		input = pty
 	}
 	cmd.stdin.Lock()
 	defer cmd.stdin.Unlock()
 	if cmd.closed {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("the command's stdin is closed"))
 	}
-	if _, err := cmd.proc.Stdin.Write(req.Msg.GetInput().GetStdin()); err != nil {
+	if _, err := cmd.proc.Stdin.Write(input); err != nil {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, err)
 	}
 	return connect.NewResponse(&process.SendInputResponse{}), nil
+}
+
+// Update resizes a command's terminal.
+func (processService) Update(ctx context.Context, req *connect.Request[process.UpdateRequest]) (*connect.Response[process.UpdateResponse], error) {
+	cmd, err := selected(ctx, req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	if size := req.Msg.GetPty().GetSize(); size != nil {
+		err := cmd.proc.Resize(minipy.TerminalSize{Rows: clampSize(size.GetRows(), 24), Cols: clampSize(size.GetCols(), 80)})
+		if errors.Is(err, minipy.ErrNoTerminal) {
+			return nil, connect.NewError(connect.CodeFailedPrecondition, err)
+		}
+		if err != nil {
+			return nil, connect.NewError(connect.CodeUnavailable, err)
+		}
+	}
+	return connect.NewResponse(&process.UpdateResponse{}), nil
 }
 
 // CloseStdin gives a command's stdin its end.

@@ -33,6 +33,8 @@ type sandbox struct {
 	dead        bool
 	state       string          // stateRunning, statePaused, stateChanging
 	autoPause   bool            // its time's end pauses it (E2B's lifecycle onTimeout: pause)
+	autoCold    bool            // ... keeping its files alone (onTimeout's keepMemory: false)
+	cold        bool            // paused keeping its files alone: its resume is a new boot (pause.go)
 	paused      []pausedContext // while paused, in memory
 	pausedBytes int64
 	stored      bool                    // paused into Config.Store: its state is there (stored.go)
@@ -42,15 +44,20 @@ type sandbox struct {
 	watching    int                     // its watches open, both kinds (watch.go)
 }
 
-// codeContext is one of a sandbox's code contexts (E2B's Jupyter kernels): a namespace.
+// codeContext is one of a sandbox's code contexts (E2B's Jupyter kernels): a namespace, or
+// a shell (bash.go).
 type codeContext struct {
 	id, language, cwd string
 
-	mu       sync.Mutex                       // held by a run, and by a restart, which replaces ns
+	mu       sync.Mutex                       // held by a run, and by a restart, which replaces ns (or the shell)
 	ns       atomic.Pointer[minipy.Namespace] // (files reach it during a run)
 	release  func()                           // gives its place back (places.go)
 	released sync.Once                        // ... once
 	count    int                              // executions so far (Jupyter's execution_count)
+	// A bash context (bash.go) has no namespace (ns nil): its shell, while it has one, and
+	// whether it is its sandbox's default bash context (byDefault).
+	shell     *bashShell
+	byDefault bool
 }
 
 // maxInflight caps the requests in progress on one sandbox's ports.
@@ -85,6 +92,7 @@ func (sb *sandbox) authorized(r *http.Request) bool {
 // the request.
 func (s *Server) newSandbox(user, template string, req *createRequest, life time.Duration) (*sandbox, int, string) {
 	sb := s.sandboxFor(user, template, req.Metadata, req.EnvVars, req.AutoPause != nil && *req.AutoPause, life)
+	sb.autoCold = req.AutoPauseMemory != nil && !*req.AutoPauseMemory
 	cc, code, msg := s.newContext(sb, "python", "")
 	if cc == nil {
 		sb.cancel()
@@ -138,6 +146,9 @@ const refusedClosed = "minipy-mcp is shutting down and starts no new sandbox; re
 // sandbox's environment variables, in cwd if given. It returns nil, an HTTP status and why
 // when it cannot.
 func (s *Server) newContext(sb *sandbox, language, cwd string) (*codeContext, int, string) {
+	if language == langBash {
+		return s.newBashContext(sb, cwd)
+	}
 	release := func() {}
 	if s.cfg.Admit != nil {
 		var refusal string
@@ -192,11 +203,14 @@ if _e2b_setup["cwd"]:
 del _e2b_setup, _e2b_os
 __import__("os").getcwd()`
 
-// close closes the context's namespace, after the run in progress (which the sandbox's
-// end has stopped, if that is why), and gives its place back.
+// close closes the context's namespace, or ends its shell, after the run in progress
+// (which the sandbox's end has stopped, if that is why), and gives its place back.
 func (cc *codeContext) close() {
 	cc.mu.Lock()
-	cc.ns.Load().Close() //nolint:errcheck // closing a namespace does not fail
+	if ns := cc.ns.Load(); ns != nil {
+		ns.Close() //nolint:errcheck // closing a namespace does not fail
+	}
+	cc.stopShell()
 	cc.mu.Unlock()
 	cc.released.Do(cc.release) // (once: a context removed while its sandbox pauses is closed twice)
 }

@@ -377,8 +377,8 @@ func (s *Server) end(sb *sandbox, why string) (stored bool) {
 			return true
 		}
 		if sb.running() {
-			sb.cancel() // (the runs still going)
-			code, failed := s.pause(sb)
+			sb.cancel()                       // (the runs still going)
+			code, failed := s.pause(sb, true) // (the server's move, not the user's pause: it keeps everything)
 			if code == 0 {
 				s.forget(sb)
 				return true

@@ -1,13 +1,18 @@
 package e2b
 
 import (
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"maps"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/session"
 )
 
 // E2B's snapshots (sandbox.createSnapshot, Sandbox.listSnapshots, Sandbox.deleteSnapshot,
@@ -16,9 +21,10 @@ import (
 // progress; the sandbox goes on. New sandboxes start from it, each with a copy of its
 // contexts, the sandbox's template and environment (the create request's envs on top), as
 // often as its user likes. A snapshot is its user's alone, outlives its sandbox, and lives
-// until it is deleted, in the server's memory: its bytes count with the paused sandboxes'
-// (Config.MaxPausedBytes, a quarter of them per user), and a user holds at most
-// maxSnapshots. The server's end forgets them, store or not.
+// until it is deleted: its bytes count with the paused sandboxes' (Config.MaxPausedBytes, a
+// quarter of them per user), and a user holds at most maxSnapshots. Without a store it is
+// held in the server's memory, and the server's end forgets it; with one (Config.Store),
+// it is sealed there (snapstore.go), and outlives the server.
 
 // maxSnapshots caps one user's snapshots.
 const maxSnapshots = 100
@@ -28,9 +34,10 @@ type snapshot struct {
 	id, user, sandboxID, template string
 	names                         []string
 	envs                          map[string]string
-	saved                         []pausedContext
+	saved                         []pausedContext // in memory; none when stored
 	size                          int64
 	created                       time.Time
+	stored                        bool // in Config.Store (snapstore.go)
 }
 
 // snapshotBody is a snapshot as the API gives it (E2B's SnapshotInfo).
@@ -69,20 +76,33 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, sb *sand
 		writeError(w, http.StatusConflict, "sandbox "+sb.id+" is paused, or being paused or resumed: resume it first")
 		return
 	}
-	s.mu.Lock()
-	held := len(s.snapshotsOf(sb.user))
-	s.mu.Unlock()
-	if held >= maxSnapshots {
+	if held := len(s.userSnapshots(sb.user)); held >= maxSnapshots {
 		writeError(w, http.StatusTooManyRequests, fmt.Sprintf("you hold %d snapshots, the most: delete one first", held))
 		return
 	}
 	sb.mu.Lock()
 	contexts := slices.Clone(sb.contexts)
 	sn := &snapshot{id: randomID(), user: sb.user, sandboxID: sb.id, template: sb.template, envs: maps.Clone(sb.envs),
-		created: time.Now()}
+		created: time.Now(), stored: s.cfg.Store != nil}
 	sb.mu.Unlock()
+	if req.Name != "" {
+		sn.names = []string{req.Name}
+	}
 	var err error
-	if sn.saved, sn.size, err = saveContexts(contexts); err != nil {
+	if sn.stored {
+		if err = s.storeSnapshot(sb, sn, contexts); err == nil {
+			s.logf("minipy-mcp: E2B snapshot %s of sandbox %s of user %q (%d bytes, in the store)", sn.id, sb.id, sb.user, sn.size)
+			writeJSON(w, http.StatusCreated, sn.body())
+			return
+		}
+		if sb.ctx.Err() == nil && errors.Is(err, errPausedFull) {
+			writeError(w, http.StatusInsufficientStorage, "the snapshot could not be kept: "+err.Error())
+			return
+		}
+	} else {
+		sn.saved, sn.size, err = saveContexts(contexts)
+	}
+	if err != nil {
 		if sb.ctx.Err() != nil {
 			writeError(w, http.StatusNotFound, "sandbox "+sb.id+" was killed")
 			return
@@ -99,7 +119,6 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, sb *sand
 		for _, other := range s.snapshotsOf(sb.user) {
 			other.names = slices.DeleteFunc(other.names, func(n string) bool { return n == req.Name })
 		}
-		sn.names = []string{req.Name}
 	}
 	s.snapshots[sn.id] = sn
 	body := sn.body() // (under s.mu: another snapshot may take its name)
@@ -122,11 +141,26 @@ func (s *Server) snapshotsOf(user string) []*snapshot {
 	return out
 }
 
-// snapshotOf is user's snapshot of id or name, or nil.
-func (s *Server) snapshotOf(user, ref string) *snapshot {
+// userSnapshots is user's snapshots, newest first: in the store, or in memory (copies,
+// taken under s.mu: their names change under it).
+func (s *Server) userSnapshots(user string) []*snapshot {
+	if s.cfg.Store != nil {
+		return s.storedSnapshots(user)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	var out []*snapshot
 	for _, sn := range s.snapshotsOf(user) {
+		c := *sn
+		c.names = slices.Clone(sn.names)
+		out = append(out, &c)
+	}
+	return out
+}
+
+// snapshotOf is user's snapshot of id or name, or nil.
+func (s *Server) snapshotOf(user, ref string) *snapshot {
+	for _, sn := range s.userSnapshots(user) {
 		if sn.id == ref || slices.Contains(sn.names, ref) {
 			return sn
 		}
@@ -152,9 +186,7 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, why)
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	all := s.snapshotsOf(userOf(r))
+	all := s.userSnapshots(userOf(r))
 	out := []snapshotBody{}
 	var last *snapshot
 	for _, sn := range all {
@@ -182,6 +214,11 @@ func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
 			"its snapshots (the image is the server's)")
 		return
 	}
+	if sn.stored {
+		s.cfg.Store.Remove(session.KindSnapshot, sn.id)
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
 	s.mu.Lock()
 	_, there := s.snapshots[sn.id]
 	delete(s.snapshots, sn.id)
@@ -195,13 +232,25 @@ func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
 // fromSnapshot starts a sandbox of user from sn, as req asks (its metadata, envs on top
 // of the snapshot's, autoPause), to live life.
 func (s *Server) fromSnapshot(user string, sn *snapshot, req *createRequest, life time.Duration) (*sandbox, int, string) {
+	saved := sn.saved
+	if sn.stored {
+		var from io.Closer
+		var err error
+		if sn.envs, saved, from, err = s.openSnapshot(sn); errors.Is(err, fs.ErrNotExist) {
+			return nil, http.StatusNotFound, "snapshot " + sn.id + " not found (deleted meanwhile, or expired)"
+		} else if err != nil {
+			return nil, http.StatusInternalServerError, "the snapshot could not be opened: " + err.Error()
+		}
+		defer from.Close()
+	}
 	envs := maps.Clone(sn.envs)
 	if envs == nil {
 		envs = map[string]string{}
 	}
 	maps.Copy(envs, req.EnvVars)
 	sb := s.sandboxFor(user, sn.template, req.Metadata, envs, req.AutoPause != nil && *req.AutoPause, life)
-	contexts, code, why := s.restoreContexts(sb, sn.saved)
+	sb.autoCold = req.AutoPauseMemory != nil && !*req.AutoPauseMemory
+	contexts, code, why := s.restoreContexts(sb, saved)
 	if code != 0 {
 		sb.cancel()
 		return nil, code, why
@@ -212,4 +261,21 @@ func (s *Server) fromSnapshot(user string, sn *snapshot, req *createRequest, lif
 	}
 	s.logf("minipy-mcp: E2B sandbox %s of user %q created from snapshot %s (%v)", sb.id, user, sn.id, life)
 	return sb, 0, ""
+}
+
+// templateAlias is GET /templates/aliases/{alias} (Template.exists): the served templates
+// are public, a snapshot's name is its user's (E2B's snapshots are templates, their names
+// aliases); anything else is 404.
+func (s *Server) templateAlias(w http.ResponseWriter, r *http.Request) {
+	alias := r.PathValue("alias")
+	if slices.Contains(Templates, alias) {
+		writeJSON(w, http.StatusOK, map[string]any{"templateID": alias, "public": true})
+		return
+	}
+	if sn := s.snapshotOf(userOf(r), alias); sn != nil && slices.Contains(sn.names, alias) {
+		writeJSON(w, http.StatusOK, map[string]any{"templateID": sn.id, "public": false})
+		return
+	}
+	writeError(w, http.StatusNotFound, "template alias "+echo(alias)+" not found: minipy serves "+
+		strings.Join(Templates, ", ")+" and your snapshots")
 }

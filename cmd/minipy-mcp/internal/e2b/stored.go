@@ -38,6 +38,8 @@ type storedInfo struct {
 type storedHead struct {
 	Envs      map[string]string `json:"envs"`
 	AutoPause bool              `json:"autoPause"`
+	AutoCold  bool              `json:"autoCold,omitempty"` // sandbox.autoCold
+	Cold      bool              `json:"cold,omitempty"`     // paused keeping its files alone (sandbox.cold)
 	Contexts  []storedContext   `json:"contexts"`
 	Streamed  bool              `json:"streamed,omitempty"`
 }
@@ -47,7 +49,8 @@ type storedContext struct {
 	Language string `json:"language"`
 	Cwd      string `json:"cwd"`
 	Count    int    `json:"count"`
-	Size     int    `json:"size"` // of its save in the blob
+	Size     int    `json:"size"`              // of its save in the blob
+	Default  bool   `json:"default,omitempty"` // pausedContext.byDefault
 }
 
 // errStoredCorrupt: the store holds a paused sandbox that cannot be read.
@@ -69,26 +72,39 @@ func decodeStored(blob []byte) (storedHead, []pausedContext, error) {
 		if c.Size < 0 || c.Size > len(rest) {
 			return head, nil, errStoredCorrupt
 		}
-		paused = append(paused, pausedContext{id: c.ID, language: c.Language, cwd: c.Cwd, count: c.Count, saved: rest[:c.Size]})
+		paused = append(paused, pausedContext{id: c.ID, language: c.Language, cwd: c.Cwd, count: c.Count, saved: rest[:c.Size],
+			byDefault: c.Default})
 		rest = rest[c.Size:]
 	}
 	return head, paused, nil
 }
 
-// storePaused saves each of sb's contexts into the store, after its run in progress,
-// within MaxPausedBytes: each Namespace.Save streams through the store's seal into it, and
-// the server holds a chunk of it at a time. It returns the bytes saved.
+// storePaused saves each of sb's contexts into the store, after its run in progress
+// (storeContexts). It returns the bytes saved.
 func (s *Server) storePaused(sb *sandbox, contexts []*codeContext) (int64, error) {
 	info, err := json.Marshal(storedInfo{ID: sb.id, Template: sb.template, Metadata: sb.metadata, Started: sb.started})
 	if err != nil {
 		return 0, err
 	}
+	head := storedHead{Envs: sb.envs, AutoPause: sb.autoPause, AutoCold: sb.autoCold, Cold: sb.cold, Streamed: true}
+	return s.storeContexts(session.KindSandbox, sb.id, session.Meta{User: sb.user, Init: info}, head, contexts)
+}
+
+// storeContexts seals head, then each of contexts' saves, into the store as id of kind (a
+// paused sandbox, a snapshot: what readStored reads), each after its run in progress,
+// within the paused bytes' bounds (MaxPausedBytes and a user's share of it, counting the
+// store's paused sandboxes and snapshots together, id's own earlier save aside): each
+// Namespace.Save streams through the store's seal into it, and the server holds a chunk of
+// it at a time. It returns the bytes saved.
+func (s *Server) storeContexts(kind, id string, meta session.Meta, head storedHead, contexts []*codeContext) (int64, error) {
 	var held, theirs int64
-	for _, one := range s.cfg.Store.List(session.KindSandbox) {
-		var si storedInfo
-		if json.Unmarshal(one.Init, &si) == nil && si.ID != sb.id {
+	for _, k := range []string{session.KindSandbox, session.KindSnapshot} {
+		for _, one := range s.cfg.Store.List(k) {
+			if k == kind && one.ID == id {
+				continue
+			}
 			held += one.Size
-			if one.User == sb.user {
+			if one.User == meta.User {
 				theirs += one.Size
 			}
 		}
@@ -97,39 +113,39 @@ func (s *Server) storePaused(sb *sandbox, contexts []*codeContext) (int64, error
 		return 0, err
 	}
 	// Every context's run in progress first, then each is saved as it stands (none runs
-	// meanwhile: a pausing sandbox answers nothing).
-	head := storedHead{Envs: sb.envs, AutoPause: sb.autoPause, Streamed: true}
+	// meanwhile).
 	for _, cc := range contexts {
 		cc.mu.Lock()
 		defer cc.mu.Unlock()
 		head.Contexts = append(head.Contexts, storedContext{ID: cc.id, Language: cc.language, Cwd: cc.cwd,
-			Count: cc.count})
+			Count: cc.count, Default: cc.byDefault})
 	}
 	js, err := json.Marshal(head)
 	if err != nil {
 		return 0, err
 	}
 	room := &pausedRoom{left: min(s.cfg.MaxPausedBytesPerUser-theirs, s.cfg.MaxPausedBytes-held)}
-	err = s.cfg.Store.SaveFrom(session.KindSandbox, sb.id, session.Meta{User: sb.user, Init: info},
-		func(w io.Writer) error {
-			room.w = w
-			if err := binary.Write(room, binary.LittleEndian, uint32(len(js))); err != nil {
-				return err
-			}
-			if _, err := room.Write(js); err != nil {
-				return err
-			}
-			for _, cc := range contexts {
-				cw := &chunkWriter{w: room}
+	err = s.cfg.Store.SaveFrom(kind, id, meta, func(w io.Writer) error {
+		room.w = w
+		if err := binary.Write(room, binary.LittleEndian, uint32(len(js))); err != nil {
+			return err
+		}
+		if _, err := room.Write(js); err != nil {
+			return err
+		}
+		for _, cc := range contexts {
+			cw := &chunkWriter{w: room}
+			if cc.language != langBash { // (a shell saves nothing: its chunks are none)
 				if _, err := cc.ns.Load().Save(cw); err != nil {
 					return err
 				}
-				if err := cw.Close(); err != nil {
-					return err
-				}
 			}
-			return nil
-		})
+			if err := cw.Close(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	if errors.Is(err, errPausedFull) {
 		return 0, s.pausedFits(held, theirs, room.n)
 	}
@@ -320,7 +336,7 @@ func (s *Server) claimStored(sb *sandbox) ([]pausedContext, io.Closer, int, stri
 		return nil, nil, http.StatusInternalServerError, "the sandbox could not be resumed: " + err.Error()
 	}
 	sb.mu.Lock()
-	sb.envs, sb.autoPause = head.Envs, head.AutoPause
+	sb.envs, sb.autoPause, sb.autoCold, sb.cold = head.Envs, head.AutoPause, head.AutoCold, head.Cold
 	sb.mu.Unlock()
 	return paused, blob, 0, ""
 }
@@ -350,7 +366,7 @@ func readStored(blob io.Reader) (storedHead, []pausedContext, error) {
 	var paused []pausedContext
 	for _, c := range head.Contexts {
 		paused = append(paused, pausedContext{id: c.ID, language: c.Language, cwd: c.Cwd, count: c.Count,
-			from: &chunkReader{r: blob}})
+			from: &chunkReader{r: blob}, byDefault: c.Default})
 	}
 	return head, paused, nil
 }

@@ -50,6 +50,14 @@ func listAs(t *testing.T, key, base string) map[string]string {
 	return out
 }
 
+// toInterpreter addresses req to the code interpreter (port 49999) of sandbox sb (the
+// create or connect answer), with its access token, as the SDKs do.
+func toInterpreter(req *http.Request, sb map[string]any) {
+	req.Header.Set("E2b-Sandbox-Id", sb["sandboxID"].(string))
+	req.Header.Set("E2b-Sandbox-Port", "49999")
+	req.Header.Set("X-Access-Token", sb["envdAccessToken"].(string))
+}
+
 // run executes code in sandbox sb (the create or connect answer) and returns its main
 // result's text, or its error's name and value.
 func run(t *testing.T, base string, sb map[string]any, code string) string {
@@ -57,9 +65,7 @@ func run(t *testing.T, base string, sb map[string]any, code string) string {
 	js, _ := json.Marshal(map[string]string{"code": code})
 	req, err := http.NewRequest("POST", base+"/execute", strings.NewReader(string(js)))
 	require.NoError(t, err)
-	req.Header.Set("E2b-Sandbox-Id", sb["sandboxID"].(string))
-	req.Header.Set("E2b-Sandbox-Port", "49999")
-	req.Header.Set("X-Access-Token", sb["envdAccessToken"].(string))
+	toInterpreter(req, sb)
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()

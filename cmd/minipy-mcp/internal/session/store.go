@@ -52,11 +52,12 @@ const (
 // The kinds of what a store keeps: a front's sessions are apart from another's even under
 // the same id.
 const (
-	KindSession = ".session" // an MCP session or session handle
-	KindSandbox = ".paused"  // a paused E2B sandbox
+	KindSession  = ".session"  // an MCP session or session handle
+	KindSandbox  = ".paused"   // a paused E2B sandbox
+	KindSnapshot = ".snapshot" // an E2B snapshot
 )
 
-var kinds = []string{KindSession, KindSandbox}
+var kinds = []string{KindSession, KindSandbox, KindSnapshot}
 
 // Meta is what is kept of a session beside its namespace.
 type Meta struct {

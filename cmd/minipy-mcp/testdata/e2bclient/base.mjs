@@ -45,6 +45,20 @@ try {
 } catch (e) {
   out.sleeperEnd = e.constructor.name
 }
+// A terminal (sandbox.pty): typed into, resized, its output streamed.
+let shown = ''
+const term = await sbx.pty.create({ cols: 80, rows: 24, envs: { ABC: '123' }, onData: (d) => { shown += Buffer.from(d).toString() } })
+await sbx.pty.resize(term.pid, { cols: 100, rows: 24 })
+await sbx.pty.sendInput(term.pid, new TextEncoder().encode('echo $ABC; tput cols\nexit\n'))
+const ended = await term.wait()
+out.pty = { exitCode: ended.exitCode, abc: shown.includes('123'), cols: shown.includes('100') }
+// A pause without its memory resumes as a new boot: the files, not the variables.
+const boot = async () => (await sbx.commands.run('cat /proc/sys/kernel/random/boot_id')).stdout.trim()
+await sbx.files.write('/home/user/kept.txt', 'on disk')
+const bootBefore = await boot()
+await sbx.pause({ keepMemory: false })
+await sbx.connect()
+out.coldBoot = { newBoot: (await boot()) !== bootBefore, file: await sbx.files.read('/home/user/kept.txt') }
 out.written = written.map((w) => w.path).sort()
 out.killed = await sbx.kill()
 out.runningAfter = await sbx.isRunning()

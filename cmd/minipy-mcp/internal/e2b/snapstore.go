@@ -1,0 +1,91 @@
+package e2b
+
+import (
+	"encoding/json"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/session"
+)
+
+// Snapshots in the state store (Config.Store): each is sealed there as a paused sandbox
+// is (its head, then each context's save, streamed: the server holds a chunk at a time),
+// under session.KindSnapshot, so that it outlives the server and every replica sharing the
+// store serves it. Its bytes count with the paused sandboxes' in the store (MaxPausedBytes,
+// a quarter per user); it lives until it is deleted or the store's TTL (-state-ttl) ends
+// it, as every save there. A name is kept with the snapshot that took it: the newest
+// snapshot that took a name holds it (the name moves, as E2B's does, without rewriting
+// the older one's save).
+
+// storedSnapshot is what a stored snapshot's meta holds (session.Meta.Init).
+type storedSnapshot struct {
+	ID        string    `json:"id"`
+	SandboxID string    `json:"sandboxID"`
+	Template  string    `json:"template"`
+	Name      string    `json:"name,omitempty"`
+	Created   time.Time `json:"created"`
+}
+
+// storedSnapshots is user's snapshots in the store, newest first, each name held by the
+// newest that took it.
+func (s *Server) storedSnapshots(user string) []*snapshot {
+	var out []*snapshot
+	for _, one := range s.cfg.Store.List(session.KindSnapshot) {
+		var ss storedSnapshot
+		if one.User != user || json.Unmarshal(one.Init, &ss) != nil || ss.ID != one.ID {
+			continue
+		}
+		sn := &snapshot{id: ss.ID, user: user, sandboxID: ss.SandboxID, template: ss.Template, created: ss.Created,
+			size: one.Size, stored: true}
+		if ss.Name != "" {
+			sn.names = []string{ss.Name}
+		}
+		out = append(out, sn)
+	}
+	slices.SortFunc(out, func(a, b *snapshot) int {
+		return -listPlace{a.created, a.id}.compare(listPlace{b.created, b.id})
+	})
+	taken := map[string]bool{}
+	for _, sn := range out {
+		sn.names = slices.DeleteFunc(sn.names, func(n string) bool { return taken[n] })
+		for _, n := range sn.names {
+			taken[n] = true
+		}
+	}
+	return out
+}
+
+// storeSnapshot seals sn, sb's contexts saved now, into the store; sn.size is set.
+func (s *Server) storeSnapshot(sb *sandbox, sn *snapshot, contexts []*codeContext) error {
+	info, err := json.Marshal(storedSnapshot{ID: sn.id, SandboxID: sn.sandboxID, Template: sn.template,
+		Name: firstName(sn.names), Created: sn.created})
+	if err != nil {
+		return err
+	}
+	head := storedHead{Envs: sn.envs, Streamed: true}
+	sn.size, err = s.storeContexts(session.KindSnapshot, sn.id, session.Meta{User: sb.user, Init: info}, head, contexts)
+	return err
+}
+
+func firstName(names []string) string {
+	if len(names) == 0 {
+		return ""
+	}
+	return names[0]
+}
+
+// openSnapshot opens a stored snapshot's contexts, each streaming its save from the store
+// in turn, and its environment; close the closer once they are restored.
+func (s *Server) openSnapshot(sn *snapshot) (map[string]string, []pausedContext, io.Closer, error) {
+	_, blob, err := s.cfg.Store.Open(session.KindSnapshot, sn.id)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	head, paused, err := readStored(blob)
+	if err != nil {
+		blob.Close()
+		return nil, nil, nil, err
+	}
+	return head.Envs, paused, blob, nil
+}
