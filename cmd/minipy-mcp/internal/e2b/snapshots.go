@@ -50,10 +50,14 @@ func (sn *snapshot) body() snapshotBody {
 	return snapshotBody{SnapshotID: sn.id, Names: append([]string{}, sn.names...)}
 }
 
-// snapshotName checks a snapshot's name: 1 to 128 letters, digits and ._-/:.
+// snapshotName checks a snapshot's name: 1 to 128 letters, digits and ._-/:, and not a
+// served template's (which a create names first).
 func snapshotName(name string) string {
 	if name == "" || len(name) > 128 || strings.Trim(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-/:") != "" {
 		return fmt.Sprintf("snapshot name %q: 1 to 128 letters, digits and . _ - / :", echo(name))
+	}
+	if slices.Contains(Templates, name) {
+		return fmt.Sprintf("snapshot name %q is a template's: name it otherwise", name)
 	}
 	return ""
 }
@@ -158,8 +162,18 @@ func (s *Server) userSnapshots(user string) []*snapshot {
 	return out
 }
 
-// snapshotOf is user's snapshot of id or name, or nil.
+// snapshotOf is user's snapshot of id or name, or nil; none for a served template's name
+// (a create of one looks for no snapshot). In the store, an id is one save's head to read;
+// a name, the user's snapshots' heads.
 func (s *Server) snapshotOf(user, ref string) *snapshot {
+	if ref == "" || slices.Contains(Templates, ref) {
+		return nil
+	}
+	if s.cfg.Store != nil {
+		if sn := s.storedSnapshot(user, ref); sn != nil {
+			return sn
+		}
+	}
 	for _, sn := range s.userSnapshots(user) {
 		if sn.id == ref || slices.Contains(sn.names, ref) {
 			return sn

@@ -61,6 +61,8 @@ func snapshots(t *testing.T, serve func() (*Server, string)) {
 	assert.Equal(t, "4", run(t, base, sb, "x += 1\nx"), "the sandbox goes on")
 	code, _ = callAs(t, "ann", "POST", base+"/sandboxes/"+id+"/snapshots", `{"name": "no spaces"}`)
 	assert.Equal(t, http.StatusBadRequest, code)
+	code, _ = callAs(t, "ann", "POST", base+"/sandboxes/"+id+"/snapshots", `{"name": "base"}`)
+	assert.Equal(t, http.StatusBadRequest, code, "a served template's name")
 
 	for _, ref := range []string{snapID, "snap-one"} {
 		code, from := callAs(t, "ann", "POST", base+"/v2/sandboxes", `{"templateID": "`+ref+`", "envVars": {"B": "2"}}`)

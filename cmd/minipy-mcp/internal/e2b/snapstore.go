@@ -56,6 +56,17 @@ func (s *Server) storedSnapshots(user string) []*snapshot {
 	return out
 }
 
+// storedSnapshot is user's snapshot of id in the store, or nil (its names are not read:
+// storedSnapshots says which it holds).
+func (s *Server) storedSnapshot(user, id string) *snapshot {
+	meta, err := s.cfg.Store.Stat(session.KindSnapshot, id)
+	var ss storedSnapshot
+	if err != nil || meta.User != user || json.Unmarshal(meta.Init, &ss) != nil || ss.ID != id {
+		return nil
+	}
+	return &snapshot{id: ss.ID, user: user, sandboxID: ss.SandboxID, template: ss.Template, created: ss.Created, stored: true}
+}
+
 // storeSnapshot seals sn, sb's contexts saved now, into the store; sn.size is set.
 func (s *Server) storeSnapshot(sb *sandbox, sn *snapshot, contexts []*codeContext) error {
 	info, err := json.Marshal(storedSnapshot{ID: sn.id, SandboxID: sn.sandboxID, Template: sn.template,
