@@ -560,14 +560,8 @@ def _own_boot_id(m):
     finally:
         os.close(fd)
     try:
-        target = _BOOT_ID
-        m.mount(path, target, None, _MS_BIND)
-        flags = _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
-        vfs = os.statvfs(target).f_flag
-        for st_flag, ms_flag in _LOCKED:  # (what the tmpfs has, a remount in a user namespace keeps)
-            if vfs & st_flag:
-                flags |= ms_flag
-        m.mount(None, target, None, flags)
+        m.mount(path, _BOOT_ID, None, _MS_BIND)
+        m.restrict(_BOOT_ID, _BOOT_ID, False)
     finally:
         os.unlink(path)
 

@@ -333,12 +333,9 @@ func (cc *codeContext) restartShell() {
 // shell starts now, there if it can enter it (its cwd then says where it is); else at its
 // first cell, in the working directory.
 func (s *Server) newBashContext(sb *sandbox, cwd string) (*codeContext, int, string) {
-	release := func() {}
-	if s.cfg.Admit != nil {
-		var refusal string
-		if release, refusal = s.cfg.Admit(sb.user); refusal != "" {
-			return nil, http.StatusTooManyRequests, refusal
-		}
+	release, refusal := s.admit(sb.user)
+	if refusal != "" {
+		return nil, http.StatusTooManyRequests, refusal
 	}
 	cc := &codeContext{id: randomID(), language: langBash, cwd: Home, release: release}
 	if cwd == "" {

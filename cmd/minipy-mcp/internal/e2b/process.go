@@ -261,7 +261,7 @@ func (c *command) closeStdin() {
 
 // streamCommand sends cmd's output as it comes, a keepalive while it is quiet, then its
 // end (relayEvents), and finishes it.
-func streamCommand(ctx context.Context, cmd *command, send func(*process.ProcessEvent) error) error {
+func streamCommand(ctx context.Context, cmd *command, send func(*process.ProcessEvent) error) (err error) {
 	events := make(chan *process.ProcessEvent, 16)
 	done := make(chan struct{}) // the relay has returned: the readers stop (not a detached one's)
 	var readers sync.WaitGroup
@@ -304,11 +304,14 @@ func streamCommand(ctx context.Context, cmd *command, send func(*process.Process
 		readers.Wait()
 		close(events)
 	}()
-	detached, err := relayEvents(ctx, cmd, events, send)
-	if !detached {
-		close(done)
-		cmd.finish()
-	}
+	detached := false
+	defer func() { // (also when the relay drops the connection: a panic)
+		if !detached {
+			close(done)
+			cmd.finish()
+		}
+	}()
+	detached, err = relayEvents(ctx, cmd, events, send)
 	return err
 }
 
@@ -332,7 +335,6 @@ func relayEvents(ctx context.Context, cmd *command, events <-chan *process.Proce
 					// Lost with its sandbox (killed, timed out): the connection drops, as E2B's
 					// does, and the SDK raises its TimeoutError ("the sandbox was killed"), not
 					// a command's exit.
-					cmd.finish()
 					panic(http.ErrAbortHandler)
 				}
 				end := endEvent(st, err)

@@ -149,12 +149,9 @@ func (s *Server) newContext(sb *sandbox, language, cwd string) (*codeContext, in
 	if language == langBash {
 		return s.newBashContext(sb, cwd)
 	}
-	release := func() {}
-	if s.cfg.Admit != nil {
-		var refusal string
-		if release, refusal = s.cfg.Admit(sb.user); refusal != "" {
-			return nil, http.StatusTooManyRequests, refusal
-		}
+	release, refusal := s.admit(sb.user)
+	if refusal != "" {
+		return nil, http.StatusTooManyRequests, refusal
 	}
 	cc := &codeContext{id: randomID(), language: language, release: release}
 	cc.ns.Store(s.cfg.Engine.NewNamespace())
@@ -164,6 +161,15 @@ func (s *Server) newContext(sb *sandbox, language, cwd string) (*codeContext, in
 		return nil, http.StatusInternalServerError, "the sandbox did not start: " + err.Error()
 	}
 	return cc, 0, ""
+}
+
+// admit takes a place under the server's caps for a context of user's (Config.Admit): the
+// function that gives it back, or why there is none.
+func (s *Server) admit(user string) (release func(), refusal string) {
+	if s.cfg.Admit == nil {
+		return func() {}, ""
+	}
+	return s.cfg.Admit(user)
 }
 
 // setUp gives a new namespace the sandbox's environment variables and its working
