@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -51,10 +52,7 @@ func (s *Server) sampleMetrics(stop <-chan struct{}) {
 		case <-tick.C:
 		}
 		s.mu.Lock()
-		all := make([]*sandbox, 0, len(s.sandboxes))
-		for _, sb := range s.sandboxes {
-			all = append(all, sb)
-		}
+		all := slices.Collect(maps.Values(s.sandboxes))
 		s.mu.Unlock()
 		for _, sb := range all {
 			s.sample(sb)

@@ -25,7 +25,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -329,10 +331,7 @@ func (s *Server) Close() {
 	s.stopMetrics()
 	s.mu.Lock()
 	s.closed = true
-	all := make([]*sandbox, 0, len(s.sandboxes))
-	for _, sb := range s.sandboxes {
-		all = append(all, sb)
-	}
+	all := slices.Collect(maps.Values(s.sandboxes))
 	s.mu.Unlock()
 	for _, sb := range all {
 		s.end(sb, "the server closed")
@@ -404,10 +403,7 @@ type Stats struct {
 func (s *Server) Stats() Stats {
 	s.mu.Lock()
 	st := s.stats
-	all := make([]*sandbox, 0, len(s.sandboxes))
-	for _, sb := range s.sandboxes {
-		all = append(all, sb)
-	}
+	all := slices.Collect(maps.Values(s.sandboxes))
 	s.mu.Unlock()
 	for _, sb := range all { // (a sandbox's lock is never taken under the server's)
 		switch {

@@ -4,7 +4,9 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -78,10 +80,7 @@ func (s *Server) signedSandbox(r *http.Request) (sb *sandbox, status int) {
 		return nil, http.StatusTooManyRequests
 	}
 	s.mu.Lock()
-	all := make([]*sandbox, 0, len(s.sandboxes))
-	for _, one := range s.sandboxes {
-		all = append(all, one)
-	}
+	all := slices.Collect(maps.Values(s.sandboxes))
 	s.mu.Unlock()
 	for _, one := range all {
 		if one.running() && one.signs(r) {
