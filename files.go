@@ -163,6 +163,11 @@ func (ns *Namespace) fileRoot(op, name string, dirOK bool) (*workRoot, string, e
 	if err != nil {
 		return nil, "", err
 	}
+	if path.IsAbs(filepath.ToSlash(name)) && !strings.ContainsRune(name, 0) {
+		if _, ok := ns.engine.(*Isolated); ok {
+			return ns.placeRoot(op, name, dirOK)
+		}
+	}
 	clean, err := cleanFileName(op, name, dirOK)
 	if err != nil {
 		return nil, "", err
@@ -208,9 +213,30 @@ type workRoot struct {
 	// limit is the most bytes the host reads of one file (WorkSize: no file of a capped
 	// directory holds more; only a sparse one claims more, its holes read as zeros); 0: none.
 	limit int64
+	// base is the absolute name the root was reached by (files_places.go), which the names
+	// it gives start with; "": names relative to the working directory.
+	base string
+	// noXdev: no mount below the root is entered (a sandbox's place: what is bound there is
+	// the host's, not the sandbox's to have the host change).
+	noXdev bool
+	// restore undoes actAs, at close.
+	restore func()
 }
 
-func (r *workRoot) close() { syscall.Close(r.fd) }
+// resolve is the openat2 resolve flags for names below the root.
+func (r *workRoot) resolve(extra uint64) uint64 {
+	if r.noXdev {
+		extra |= resolveNoXdev
+	}
+	return resolveBeneath | extra
+}
+
+func (r *workRoot) close() {
+	syscall.Close(r.fd)
+	if r.restore != nil {
+		r.restore()
+	}
+}
 
 // workRoot opens the working directory of ns (openWorkDir).
 func (e *Isolated) workRoot(ns *Namespace) (*workRoot, error) {
@@ -277,7 +303,7 @@ func (c *capReader) Read(b []byte) (int, error) {
 
 // openat opens name below the root, following links only as long as they stay below it.
 func (r *workRoot) openat(op, name string, flags int, mode uint32) (int, error) {
-	fd, err := openat2(r.fd, name, flags, mode, resolveBeneath|resolveNoMagiclinks)
+	fd, err := openat2(r.fd, name, flags, mode, r.resolve(resolveNoMagiclinks))
 	if err == syscall.EXDEV || err == syscall.ELOOP && flags&syscall.O_NOFOLLOW == 0 {
 		return -1, &fs.PathError{Op: op, Path: name, Err: ErrBadPath}
 	}
@@ -433,7 +459,7 @@ func (r *workRoot) list(dir string) ([]FileInfo, error) {
 		if fstatat(fd, name, &st) != nil {
 			continue // gone meanwhile
 		}
-		out = append(out, fileInfoIn(fd, path.Join(dir, name), &st))
+		out = append(out, fileInfoIn(fd, r.name(path.Join(dir, name)), &st))
 	}
 	return out, nil
 }

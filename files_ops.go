@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
 	"syscall"
 	"unsafe"
 )
@@ -75,7 +76,7 @@ func (ns *Namespace) Rename(from, to string) error {
 		return err
 	}
 	defer root.close()
-	dst, err := cleanFileName("rename", to, false)
+	dst, err := ns.renameTarget(root, to)
 	if err != nil {
 		return err
 	}
@@ -102,6 +103,29 @@ func (ns *Namespace) Rename(from, to string) error {
 	return nil
 }
 
+// renameTarget is Rename's to below root, the from's: a relative name where root is the
+// working directory, an absolute one in the same place (a rename does not cross file
+// systems).
+func (ns *Namespace) renameTarget(root *workRoot, to string) (string, error) {
+	abs := path.IsAbs(filepath.ToSlash(to))
+	e, _ := ns.engine.(*Isolated)
+	switch {
+	case !abs && (root.base == "" || e != nil && root.base == e.cfg.WorkDirPath):
+		return cleanFileName("rename", to, false)
+	case !abs || e == nil:
+		return "", &fs.PathError{Op: "rename", Path: to, Err: fmt.Errorf("%w: not in %s, where the file is", ErrBadPath, root.base)}
+	}
+	r, rel, err := ns.placeRoot("rename", to, false)
+	if err != nil {
+		return "", err
+	}
+	r.close()
+	if r.base != root.base && !(r.base == e.cfg.WorkDirPath && root.base == "") {
+		return "", &os.LinkError{Op: "rename", Old: root.name("."), New: to, Err: syscall.EXDEV}
+	}
+	return rel, nil
+}
+
 // stat describes name below the root, not following it.
 func (r *workRoot) stat(name string) (FileInfo, error) {
 	var st syscall.Stat_t
@@ -109,7 +133,7 @@ func (r *workRoot) stat(name string) (FileInfo, error) {
 		if err := syscall.Fstat(r.fd, &st); err != nil {
 			return FileInfo{}, &fs.PathError{Op: "stat", Path: name, Err: err}
 		}
-		return fileInfo(name, &st), nil
+		return fileInfo(r.name(name), &st), nil
 	}
 	parent, err := r.openat("stat", path.Dir(name), oPath|syscall.O_DIRECTORY, 0)
 	if err != nil {
@@ -119,7 +143,7 @@ func (r *workRoot) stat(name string) (FileInfo, error) {
 	if err := fstatat(parent, path.Base(name), &st); err != nil {
 		return FileInfo{}, &fs.PathError{Op: "stat", Path: name, Err: err}
 	}
-	return fileInfoIn(parent, name, &st), nil
+	return fileInfoIn(parent, r.name(name), &st), nil
 }
 
 // removeIn removes name in the directory open as parent, with what it holds if it is a
@@ -133,8 +157,11 @@ func removeIn(parent int, name string) error {
 	if st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
 		return unlinkatFlags(parent, name, 0)
 	}
+	// (RESOLVE_NO_XDEV: a mount there, such as a Mount bound under the working directory or
+	// /tmp, is the host's files, never emptied by the host on the code's behalf; its mount
+	// point's removal then fails.)
 	dir, err := openat2(parent, name, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0,
-		resolveBeneath|resolveNoSymlinks)
+		resolveBeneath|resolveNoSymlinks|resolveNoXdev)
 	if errors.Is(err, syscall.ELOOP) || errors.Is(err, syscall.ENOTDIR) {
 		return unlinkatFlags(parent, name, 0) // swapped for a link or a file meanwhile
 	}

@@ -302,8 +302,11 @@ ctypes.CDLL(None).sleep(60)`, &minipy.Options{Globals: ns, Timeout: 200 * time.M
 // tests above run as root here, and this one runs them again as an unprivileged user, whose
 // workers run as that user.
 func TestNamespaceFilesAsUser(t *testing.T) {
-	out := rerunAsNobody(t, "^(TestNamespaceFiles|TestNamespaceFilesBadPath|TestNamespaceFilesStream|TestResultFiles|TestWorkSize|TestWorkSizeTemplateDies)$")
+	out := rerunAsNobody(t, "^(TestNamespaceFiles|TestNamespaceFilesBadPath|TestNamespaceFilesStream|TestResultFiles|TestWorkSize|"+
+		"TestWorkSizeTemplateDies|TestFilesAnywhere|TestFilesAnywhereStaysInTheSandbox|TestSandboxLoopback)$")
 	assert.Contains(t, out, "--- PASS: TestResultFiles/template")
+	assert.Contains(t, out, "--- PASS: TestFilesAnywhere/template")
+	assert.Contains(t, out, "--- PASS: TestSandboxLoopback")
 	assert.Contains(t, out, "--- PASS: TestWorkSizeTemplateDies")
 }
 

@@ -1068,3 +1068,28 @@ func TestIsolatedRollback(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []any{int64(1), int64(2), int64(3)}, v)
 }
+
+// A sandbox without Network has its own loopback, up: its processes talk over 127.0.0.1 (a
+// server and its client, git daemon), whichever way the sandbox was made; the host's
+// listeners stay unreachable (TestIsolatedNetworkOffByDefault).
+func TestSandboxLoopback(t *testing.T) {
+	code := `import socket
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(1)
+c = socket.create_connection(s.getsockname(), timeout=5)
+a, _ = s.accept(); c.sendall(b"hi"); a.recv(2)`
+	// More than 16 mounts under /tmp are more than the host's fork code holds: the tenant's
+	// sandbox is made in Python (template.py's _become_tenant).
+	var mounts []minipy.Mount
+	for i := range 17 {
+		mounts = append(mounts, minipy.Mount{Source: t.TempDir(), Target: fmt.Sprintf("/tmp/m%d", i)})
+	}
+	for name, e := range map[string]*minipy.Isolated{
+		"template":                 newIsolated(t, minipy.IsolatedConfig{}),
+		"template, python tenants": newIsolated(t, minipy.IsolatedConfig{Mounts: mounts}),
+		"no template":              newIsolated(t, minipy.IsolatedConfig{NoTemplate: true}),
+	} {
+		r, err := e.Minipy(code, nil)
+		require.NoError(t, err, name)
+		assert.Equal(t, []byte("hi"), r.Value, name)
+	}
+}

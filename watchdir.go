@@ -1,6 +1,7 @@
 package minipy
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -86,7 +87,8 @@ func (ns *Namespace) WatchDir(ctx context.Context, dir string, recursive bool) (
 	if recursive {
 		w.addBelow(fd, "")
 	}
-	w.reopen = func() (*workRoot, error) { r, _, err := ns.fileRoot("watch", ".", true); return r, err }
+	base := cmp.Or(root.base, ".") // (the place an absolute name reached, again)
+	w.reopen = func() (*workRoot, error) { r, _, err := ns.fileRoot("watch", base, true); return r, err }
 	go w.serve(ctx)
 	return w.out, nil
 }

@@ -339,8 +339,8 @@ func TestE2BUsersApart(t *testing.T) {
 	assert.Equal(t, 7.0, counter(metrics, "minipy_unauthorized_requests_total"), "a wrong key, six wrong access tokens")
 }
 
-// The files API reaches the sandbox's working directory only: paths out of it are refused,
-// and a link the code made there is not followed out of it by the host.
+// The files API reaches where the sandbox writes (its working directory, /tmp, /dev/shm)
+// only: other paths are refused, and a link the code made is not followed out by the host.
 func TestE2BFilesStayInside(t *testing.T) {
 	s := startE2B(t)
 	alice := &e2bClient{t, s.base, aliceKey}

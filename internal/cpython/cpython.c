@@ -1132,9 +1132,9 @@ MP_INLINE long mp_send_fd(int64_t *t, long sock, unsigned char kind, long fd) {
 	return MP_SYS(t, SYS_sendmsg, sock, (long)&msg, (long)MSG_NOSIGNAL);
 }
 
-// mp_egress brings the loopback up, listens on 127.0.0.1:port and hands the listening socket
-// to the host over the control socket, as sandbox.py's _egress_listener; -1 on failure.
-MP_INLINE long mp_egress(int64_t *t, long port) {
+// mp_loopback brings the loopback of the sandbox's own network namespace up, as
+// sandbox.py's _loopback_up; -1 on failure.
+MP_INLINE long mp_loopback(int64_t *t) {
 	long s = MP_SYS(t, SYS_socket, (long)AF_INET, (long)(SOCK_DGRAM | SOCK_CLOEXEC), 0L);
 	if (s < 0) {
 		return -1;
@@ -1154,6 +1154,13 @@ MP_INLINE long mp_egress(int64_t *t, long port) {
 		return -1;
 	}
 	mp_close(t, s);
+	return 0;
+}
+
+// mp_egress listens on 127.0.0.1:port (the loopback is up) and hands the listening socket
+// to the host over the control socket, as sandbox.py's _egress_listener; -1 on failure.
+MP_INLINE long mp_egress(int64_t *t, long port) {
+	volatile unsigned char *z;
 	long l = MP_SYS(t, SYS_socket, (long)AF_INET, (long)(SOCK_STREAM | SOCK_CLOEXEC), 0L);
 	if (l < 0) {
 		return -1;
@@ -1211,6 +1218,9 @@ MP_INLINE int mp_sandbox_t(int64_t *t) {
 	}
 	if (MP_SYS(t, SYS_unshare, t[MP_FT_S_UNSHARE]) != 0) {
 		return MP_SS_UNSHARE;
+	}
+	if ((t[MP_FT_S_UNSHARE] & CLONE_NEWNET) && mp_loopback(t) != 0) {
+		return MP_SS_EGRESS;
 	}
 	if (t[MP_FT_S_PORT] && mp_egress(t, t[MP_FT_S_PORT]) != 0) {
 		return MP_SS_EGRESS;

@@ -445,6 +445,8 @@ class _Guardian:
                         os.kill(pid, msg[5])
                     except OSError:
                         pass
+        elif msg[:1] == C_ROOT and len(msg) == 9:
+            self.send_root(line, msg[1:9])
         elif msg[:1] == C_FORK and len(msg) == 9 and len(fds) == 5:
             self.from_host[msg[1:9]] = fds[:]
             del fds[:]
@@ -476,6 +478,25 @@ class _Guardian:
             finally:
                 for fd in fds:
                     os.close(fd)
+
+    def send_root(self, line, token):
+        """Answers C_ROOT: an O_PATH fd of the sandbox's root, as its code sees it (none if it
+        cannot be opened), for the host to reach the sandbox's /tmp and /dev/shm."""
+        import array
+        import socket
+
+        try:
+            fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            fd = -1
+        try:
+            rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]).tobytes())] if fd >= 0 else []
+            line.ctl.sendmsg([C_ROOT + token], rights)
+        except OSError:
+            pass
+        finally:
+            if fd >= 0:
+                os.close(fd)
 
     def start_command(self, line, token, fds, terminal):
         """Starts a command (C_START) for line's host: a child of the guardian, in a process

@@ -170,6 +170,11 @@ const (
 	ControlExited = 'Q'
 	// ControlSignal (host -> guardian): u32 pid, u8 signal: for a command's process group.
 	ControlSignal = 'G'
+	// ControlRoot (host -> guardian): u64 token. The guardian answers ControlRoot and the
+	// token with an O_PATH fd of its root directory, the sandbox's as its code sees it (none
+	// when it could not open it): the host reaches the sandbox's own tmpfs mounts (/tmp,
+	// /dev/shm) through it.
+	ControlRoot = 'V'
 )
 
 // EgressPort is where a sandbox with an egress policy finds its proxy: 127.0.0.1 in its own
@@ -242,7 +247,8 @@ func prelude() string {
 			"%s, %s, %s, %s, %s, %s, %s, %s, %s",
 			b(ControlDied), b(ControlKill), b(ControlTakeOver), b(ControlFork), b(ControlNew), b(ControlMount),
 			b(ControlRefused), b(ControlListen), b(ControlSnapshotDied)),
-		fmt.Sprintf("C_START, C_EXITED, C_SIGNAL = %s, %s, %s", b(ControlStart), b(ControlExited), b(ControlSignal)),
+		fmt.Sprintf("C_START, C_EXITED, C_SIGNAL, C_ROOT = %s, %s, %s, %s", b(ControlStart), b(ControlExited),
+			b(ControlSignal), b(ControlRoot)),
 		fmt.Sprintf("START_TERMINAL = %d", StartTerminal),
 		fmt.Sprintf("EGRESS_PORT = %d", EgressPort),
 	}

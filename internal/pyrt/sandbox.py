@@ -325,6 +325,8 @@ def _enter_sandbox(cfg, template=False):
     m = _Mounter(cfg["root"])
     python, etc = _sandbox_sources(cfg)
     workdir = _reach_sources(m, cfg, python, etc, template)
+    if not cfg.get("network") and not template:
+        _loopback_up()
     if cfg.get("egress") and not template:
         _egress_listener(_CTL_FD)  # (while it may still bring the loopback up: become_user keeps CAP_SYS_ADMIN alone)
     m.become_user(cfg["sandbox_id"])
@@ -359,12 +361,11 @@ def _enter_sandbox(cfg, template=False):
     m.seccomp(m.filter(cfg.get("seccomp")))
 
 
-def _egress_listener(ctl_fd):
-    """IsolatedConfig.Egress: brings this network namespace's loopback up, listens on
-    127.0.0.1:EGRESS_PORT in it, and hands the listening socket to the host over the control
-    socket ctl_fd (C_LISTEN, the fd as SCM_RIGHTS), which serves the egress proxy on it from
-    outside: the sandbox's one way out. Nothing here keeps the socket."""
-    import array
+def _loopback_up():
+    """Brings the loopback of the sandbox's own network namespace up (without Network): its
+    processes talk to each other over 127.0.0.1 (a server and its client, git daemon, a
+    notebook's kernel), as on any machine; nothing outside the sandbox is reachable that way.
+    Done while CAP_NET_ADMIN of the namespace is still held."""
     import fcntl
     import socket
     import struct
@@ -376,6 +377,16 @@ def _egress_listener(ctl_fd):
         fcntl.ioctl(s, 0x8914, struct.pack("16sH14x", b"lo", flags | 1))  # SIOCSIFFLAGS, IFF_UP
     finally:
         s.close()
+
+
+def _egress_listener(ctl_fd):
+    """IsolatedConfig.Egress: listens on 127.0.0.1:EGRESS_PORT in this network namespace (its
+    loopback up), and hands the listening socket to the host over the control socket ctl_fd
+    (C_LISTEN, the fd as SCM_RIGHTS), which serves the egress proxy on it from outside: the
+    sandbox's one way out. Nothing here keeps the socket."""
+    import array
+    import socket
+
     lst = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         lst.bind(("127.0.0.1", EGRESS_PORT))
@@ -645,6 +656,8 @@ def _become_tenant(cfg, fds, dirs):
         if not cfg.get("network"):
             flags |= _CLONE_NEWNET
         check("unshare", libc.unshare(flags))
+        if not cfg.get("network"):
+            _loopback_up()
         if cfg.get("egress"):
             _egress_listener(fds[3])
         if _real_fork():

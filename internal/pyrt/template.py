@@ -265,7 +265,7 @@ _SS_WHY = {
     _SS_SETSID: "setsid", _SS_CGROUP: "join the cgroup", _SS_TREE_NS: "unshare a mount namespace",
     _SS_TREE_SLAVE: "make the trees slaves", _SS_TREE_OPEN: "open the tree", _SS_TREE_COPY: "copy the tree",
     _SS_TREE_DETACH: "detach every tree", _SS_TREE_MOVE: "move the tree", _SS_USERNS: "unshare a user namespace",
-    _SS_MAPS: "write the user namespace's maps", _SS_UNSHARE: "unshare", _SS_EGRESS: "the egress listener",
+    _SS_MAPS: "write the user namespace's maps", _SS_UNSHARE: "unshare", _SS_EGRESS: "the sandbox's network (its loopback up, the egress listener)",
     _SS_FORK: "fork the sandbox's pid 1", _SS_HOSTNAME: "sethostname", _SS_PROC: "mount /proc",
     _SS_HOME: "open the working directory", _SS_BIND_HOME: "bind the working directory",
     _SS_TMPFS: "mount /tmp and /dev/shm", _SS_COVERED: "bind again what they cover",

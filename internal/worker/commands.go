@@ -34,6 +34,7 @@ type commands struct {
 	token   uint64
 	starts  map[uint64]chan startReply
 	running map[uint32]chan syscall.WaitStatus
+	roots   map[uint64]chan *os.File // SandboxRoot's asks, by token
 	gone    bool
 }
 
@@ -87,6 +88,84 @@ func (c *commands) lost() {
 	for pid, ch := range c.running {
 		close(ch)
 		delete(c.running, pid)
+	}
+	for token, ch := range c.roots {
+		close(ch)
+		delete(c.roots, token)
+	}
+}
+
+// rooted takes the guardian's answer to SandboxRoot token: fds holds the root's, or none.
+func (c *commands) rooted(token uint64, fds []int) {
+	c.mu.Lock()
+	ch := c.roots[token]
+	delete(c.roots, token)
+	c.mu.Unlock()
+	var f *os.File
+	for i, fd := range fds {
+		if i == 0 && len(fds) == 1 && ch != nil {
+			f = os.NewFile(uintptr(fd), "minipy-sandbox-root")
+		} else {
+			syscall.Close(fd)
+		}
+	}
+	if ch != nil {
+		ch <- f
+	}
+}
+
+// SandboxRoot asks w's guardian for its root directory, the sandbox's as its code sees it
+// (O_PATH; the caller closes it), waiting up to timeout. ErrNoCommands for a worker that
+// has no guardian the host talks to (a Command worker), ErrCommandsLost when the sandbox
+// ended.
+func (w *Worker) SandboxRoot(timeout time.Duration) (*os.File, error) {
+	if w.line == nil || w.ctl == nil {
+		return nil, ErrNoCommands
+	}
+	c := &w.line.cmds
+	reply := make(chan *os.File, 1)
+	c.mu.Lock()
+	if c.gone {
+		c.mu.Unlock()
+		return nil, ErrCommandsLost
+	}
+	c.token++
+	token := c.token
+	if c.roots == nil {
+		c.roots = map[uint64]chan *os.File{}
+	}
+	c.roots[token] = reply
+	c.mu.Unlock()
+	forget := func() {
+		c.mu.Lock()
+		delete(c.roots, token)
+		c.mu.Unlock()
+	}
+	if _, err := w.ctl.Write(binary.LittleEndian.AppendUint64([]byte{pyrt.ControlRoot}, token)); err != nil {
+		forget()
+		return nil, fmt.Errorf("%w: %w", ErrCommandsLost, err)
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case f, ok := <-reply:
+		if !ok {
+			return nil, ErrCommandsLost
+		}
+		if f == nil {
+			return nil, errors.New("minipy: the sandbox's guardian could not open its root")
+		}
+		return f, nil
+	case <-timer.C:
+		forget()
+		select { // (an answer that came meanwhile)
+		case f, ok := <-reply:
+			if ok && f != nil {
+				f.Close()
+			}
+		default:
+		}
+		return nil, fmt.Errorf("minipy: the guardian did not answer for its root in %v", timeout)
 	}
 }
 

@@ -346,7 +346,7 @@ func (s *Spec) command(dirs Dirs) (*exec.Cmd, error) {
 		// instead (the config's pythonpath), where it may be a directory the code can
 		// write to.
 		cmd.Env = slices.DeleteFunc(cmd.Env, func(kv string) bool { return strings.HasPrefix(kv, "PYTHONPATH=") })
-		cmd.SysProcAttr = sandboxAttr(s.Network, s.Egress, !dirs.template())
+		cmd.SysProcAttr = sandboxAttr(s.Network, !dirs.template())
 	}
 	return cmd, nil
 }

@@ -65,14 +65,15 @@ const (
 // and the code it runs are the same either way. As root there it passes root's own
 // directories, private ones too, but not another user's private ones: the capabilities of a
 // user namespace (CAP_DAC_OVERRIDE) cover only files whose owner and group it maps.
-// With egress (Spec.Egress) it holds CAP_NET_ADMIN of its network namespace too, until it
-// has brought its loopback up.
+// In a network namespace of its own (without Network) it holds CAP_NET_ADMIN of it too,
+// until it has brought its loopback up (sandbox.py's _loopback_up; with egress, before it
+// listens there).
 //
 // The template (pidNS false) gets no pid namespace: every sandbox forked from it makes one of
 // its own, a child of the host's, so that no process but a sandbox's own pid 1 ends it. In a
 // pid namespace of the template's, whose pid 1 it would be, or an init's, the death of that
 // one process would end every sandbox at once (docs/isolated.md, "Who may die").
-func sandboxAttr(network, egress, pidNS bool) *syscall.SysProcAttr {
+func sandboxAttr(network, pidNS bool) *syscall.SysProcAttr {
 	flags := uintptr(syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS)
 	if pidNS {
 		flags |= syscall.CLONE_NEWPID
@@ -94,7 +95,7 @@ func sandboxAttr(network, egress, pidNS bool) *syscall.SysProcAttr {
 	}
 	uid, gid := sandboxIDs()
 	caps := []uintptr{capSysAdmin}
-	if egress && !network {
+	if !network {
 		caps = append(caps, capNetAdmin)
 	}
 	return &syscall.SysProcAttr{
@@ -148,6 +149,6 @@ func probeNamespacesNow() error {
 		return err
 	}
 	cmd := exec.Command(path)
-	cmd.SysProcAttr = sandboxAttr(false, false, true)
+	cmd.SysProcAttr = sandboxAttr(false, true)
 	return cmd.Run()
 }

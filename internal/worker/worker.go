@@ -615,10 +615,15 @@ func (l *ctlLine) watch(w *Worker) {
 			if err != nil {
 				return
 			}
+			fds := socketFDs(oob[:oobn])
+			if n == 9 && buf[0] == pyrt.ControlRoot {
+				l.cmds.rooted(binary.LittleEndian.Uint64(buf[1:9]), fds)
+				continue
+			}
 			if l.cmds.report(buf[:n]) {
 				continue
 			}
-			if fds := socketFDs(oob[:oobn]); n == 1 && buf[0] == pyrt.ControlListen && len(fds) == 1 {
+			if n == 1 && buf[0] == pyrt.ControlListen && len(fds) == 1 {
 				g := l.guardian
 				g.listenMu.Lock()
 				if g.listener == nil {

@@ -109,9 +109,17 @@ func TestWorkPath(t *testing.T) {
 		assert.True(t, ok, in)
 		assert.Equal(t, want, got, in)
 	}
-	for _, in := range []string{"/etc/passwd", "../x", "/home/user/../x", "/home/userx", "/", "/tmp/a"} {
-		_, ok := workPath(in)
-		assert.False(t, ok, in)
+	// Elsewhere, the absolute path, clean, for the file methods to reach or refuse.
+	for in, want := range map[string]string{"/etc/passwd": "/etc/passwd", "../x": "/home/x", "/home/user/../x": "/home/x",
+		"/home/userx": "/home/userx", "/": "/", "/tmp/a/": "/tmp/a"} {
+		got, ok := workPath(in)
+		assert.True(t, ok, in)
+		assert.Equal(t, want, got, in)
+	}
+	_, ok := workPath("/tmp/" + strings.Repeat("a", maxPath))
+	assert.False(t, ok, "past PATH_MAX")
+	for name, want := range map[string]string{"a.csv": "/home/user/a.csv", "": "/home/user", "/tmp/x": "/tmp/x"} {
+		assert.Equal(t, want, sandboxPath(name), name)
 	}
 }
 

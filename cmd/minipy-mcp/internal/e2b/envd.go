@@ -50,11 +50,13 @@ func echo(s string) string {
 	return s
 }
 
-// workPath is an E2B path as a name in the working directory: Home and what is under it,
-// or a relative path. Elsewhere is refused: the sandbox's other files are its own.
+// workPath is an E2B path as a name for the namespace's file methods: a name in the
+// working directory for Home, what is under it and a relative path; the absolute path
+// itself elsewhere, which the file methods reach where the sandbox writes (/tmp, /dev/shm)
+// and refuse otherwise (minipy.ErrBadPath). ok is false for a path past maxPath.
 func workPath(p string) (string, bool) {
-	if len(p) > maxPath {
-		return "", false
+	if len(p) > maxPath || p == "" {
+		return "", p == ""
 	}
 	if !strings.HasPrefix(p, "/") {
 		p = path.Join(Home, p)
@@ -63,15 +65,25 @@ func workPath(p string) (string, bool) {
 	if p == Home {
 		return "", true
 	}
-	rest, ok := strings.CutPrefix(p, Home+"/")
-	return rest, ok
+	if rest, ok := strings.CutPrefix(p, Home+"/"); ok {
+		return rest, true
+	}
+	return p, true
+}
+
+// sandboxPath is the E2B path of a name the file methods gave (workPath's inverse).
+func sandboxPath(name string) string {
+	if path.IsAbs(name) {
+		return name
+	}
+	return path.Join(Home, name)
 }
 
 func (s *Server) download(w http.ResponseWriter, r *http.Request) {
 	name, ok := workPath(r.URL.Query().Get("path"))
 	if !ok || name == "" {
-		writeError(w, http.StatusBadRequest, "path "+echo(r.URL.Query().Get("path"))+": minipy reaches the files of "+Home+
-			" (the sandbox's working directory) only")
+		writeError(w, http.StatusBadRequest, "path "+echo(r.URL.Query().Get("path"))+": not a file's path (at most "+
+			strconv.Itoa(maxPath)+" bytes)")
 		return
 	}
 	ns := sandboxOf(r).namespace()
@@ -226,8 +238,8 @@ func (s *Server) writeFile(w http.ResponseWriter, ns *minipy.Namespace, target s
 	md map[string]string) (entryInfo, bool) {
 	name, ok := workPath(target)
 	if !ok || name == "" {
-		writeError(w, http.StatusBadRequest, "path "+echo(target)+": minipy writes files under "+Home+
-			" (the sandbox's working directory) only")
+		writeError(w, http.StatusBadRequest, "path "+echo(target)+": not a file's path (at most "+
+			strconv.Itoa(maxPath)+" bytes)")
 		return entryInfo{}, false
 	}
 	if _, err := ns.WriteFileFrom(name, body); err != nil {
@@ -238,5 +250,5 @@ func (s *Server) writeFile(w http.ResponseWriter, ns *minipy.Namespace, target s
 		fileError(w, err)
 		return entryInfo{}, false
 	}
-	return entryInfo{Name: path.Base(name), Type: "file", Path: path.Join(Home, name), Metadata: md}, true
+	return entryInfo{Name: path.Base(sandboxPath(name)), Type: "file", Path: sandboxPath(name), Metadata: md}, true
 }

@@ -17,9 +17,9 @@ import (
 )
 
 // envd's filesystem service (E2B's filesystem.proto over connect-go): Stat, MakeDir, Move,
-// ListDir and Remove in the sandbox's working directory, through the namespace's file
-// methods, which never leave it. The SDK's files.list, makeDir, rename, remove, exists and
-// getInfo call it.
+// ListDir and Remove where the sandbox writes (its working directory, /tmp, /dev/shm),
+// through the namespace's file methods, which never leave those places. The SDK's
+// files.list, makeDir, rename, remove, exists and getInfo call it.
 
 type filesystemService struct {
 	filesystemconnect.UnimplementedFilesystemHandler // (every call is served: watch.go has the watchers)
@@ -39,8 +39,7 @@ func fsTarget(ctx context.Context, p string) (*minipy.Namespace, string, error) 
 	name, ok := workPath(p)
 	if !ok {
 		return nil, "", connect.NewError(connect.CodeInvalidArgument, errors.New("path "+echo(p)+
-			": minipy reaches the files of "+Home+" (the sandbox's working directory) only, by a path of at most "+
-			strconv.Itoa(maxPath)+" bytes"))
+			": a path of at most "+strconv.Itoa(maxPath)+" bytes"))
 	}
 	return ns, name, nil
 }
@@ -70,7 +69,7 @@ func entry(ns *minipy.Namespace, fi minipy.FileInfo) *filesystem.EntryInfo {
 	case fi.IsDir:
 		t = filesystem.FileType_FILE_TYPE_DIRECTORY
 	}
-	p := path.Join(Home, fi.Name)
+	p := sandboxPath(fi.Name)
 	e := &filesystem.EntryInfo{Name: path.Base(p), Type: t, Path: p, Size: fi.Size, Mode: uint32(fi.Mode.Perm()),
 		Permissions: fi.Mode.String(), Owner: "user", Group: "user", ModifiedTime: timestamppb.New(fi.ModTime)}
 	if t == filesystem.FileType_FILE_TYPE_SYMLINK {

@@ -1,0 +1,148 @@
+package minipy
+
+import (
+	"fmt"
+	"io/fs"
+	"path"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Absolute names: the sandbox's places. A name given to a file method may be absolute, as
+// the namespace's code sees its sandbox: under IsolatedConfig.WorkDirPath it is the working
+// directory's (the same file as the relative name), under /tmp or /dev/shm the sandbox's
+// own tmpfs there (TmpSize; its worker's: a new worker starts with them empty). Elsewhere
+// the sandbox writes nothing (the system directories are read-only binds of the host's),
+// and the name is ErrBadPath. The host reaches /tmp and /dev/shm through the sandbox's
+// root, which the sandbox's guardian hands it (worker.SandboxRoot; the code cannot reach
+// the guardian), and then only inside each tmpfs: no link is followed out of it and no mount
+// in it is entered (RESOLVE_BENEATH, RESOLVE_NO_XDEV), so the host, root or not, touches
+// nothing there the code could not have put there itself.
+
+// sandboxPlaces are the places besides the working directory that absolute names reach.
+var sandboxPlaces = []string{"/tmp", "/dev/shm"}
+
+// tmpfsMagic is a tmpfs's f_type (linux/magic.h).
+const tmpfsMagic = 0x01021994
+
+// resolveNoXdev is RESOLVE_NO_XDEV (linux/openat2.h): no mount is crossed.
+const resolveNoXdev = 0x01
+
+// sandboxRootTimeout bounds the guardian's answer with its root (a message each way).
+const sandboxRootTimeout = 10 * time.Second
+
+// placeName splits the absolute name into the place it is under (WorkDirPath or one of
+// sandboxPlaces) and its name there ("." for the place itself). ok is false for a name
+// elsewhere.
+func placeName(workDir, name string) (place, rel string, ok bool) {
+	clean := path.Clean(name)
+	for _, p := range append([]string{workDir}, sandboxPlaces...) {
+		if clean == p {
+			return p, ".", true
+		}
+		if strings.HasPrefix(clean, p+"/") {
+			return p, clean[len(p)+1:], true
+		}
+	}
+	return "", "", false
+}
+
+// placeRoot opens the place of the absolute name for namespace ns's file method op, and
+// returns it with the name's part there.
+func (ns *Namespace) placeRoot(op, name string, dirOK bool) (*workRoot, string, error) {
+	e, ok := ns.engine.(*Isolated)
+	b := bindingOf(ns)
+	if !ok || b == nil || !e.sandbox || !e.local() || !b.slot.own || b.dirs.home != homeName {
+		why := "only a sandboxed namespace with a sandbox of its own (not a Fork copy or a packed one) reaches its " +
+			"sandbox's files by absolute names"
+		return nil, "", &fs.PathError{Op: op, Path: name, Err: fmt.Errorf("%w: %s", ErrBadPath, why)}
+	}
+	for _, part := range strings.Split(filepath.ToSlash(name), "/") {
+		if part == ".." {
+			return nil, "", &fs.PathError{Op: op, Path: name, Err: ErrBadPath}
+		}
+	}
+	place, rel, ok := placeName(e.cfg.WorkDirPath, filepath.ToSlash(name))
+	if !ok {
+		return nil, "", &fs.PathError{Op: op, Path: name, Err: fmt.Errorf("%w: the sandbox writes only its working "+
+			"directory (%s), /tmp and /dev/shm", ErrBadPath, e.cfg.WorkDirPath)}
+	}
+	if rel == "." && !dirOK {
+		return nil, "", &fs.PathError{Op: op, Path: name, Err: fs.ErrInvalid}
+	}
+	if place == e.cfg.WorkDirPath {
+		r, err := e.rootOf(b)
+		if err != nil {
+			return nil, "", err
+		}
+		r.base = place
+		return r, rel, nil
+	}
+	r, err := e.sandboxPlace(b, place)
+	if err != nil {
+		return nil, "", &fs.PathError{Op: op, Path: name, Err: err}
+	}
+	return r, rel, nil
+}
+
+// sandboxPlace opens place (one of sandboxPlaces) in the sandbox of b's worker, starting
+// one if none runs: the tmpfs there, which must be one (a mount's root).
+func (e *Isolated) sandboxPlace(b *nsBinding, place string) (*workRoot, error) {
+	if e.isClosed() {
+		return nil, ErrEngineClosed
+	}
+	w, err := b.slot.current()
+	if err != nil {
+		return nil, err
+	}
+	root, err := w.SandboxRoot(sandboxRootTimeout)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	fd, err := openat2(int(root.Fd()), place[1:], oPath|syscall.O_DIRECTORY, 0,
+		resolveBeneath|resolveNoSymlinks|resolveNoMagiclinks)
+	if err != nil {
+		return nil, err
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Fstatfs(fd, &st); err != nil || st.Type != tmpfsMagic {
+		syscall.Close(fd)
+		return nil, fmt.Errorf("%w: the sandbox's %s is not its tmpfs", ErrBadPath, place)
+	}
+	r := &workRoot{fd: fd, owner: e.fileOwner(), limit: e.cfg.TmpSize, base: place, noXdev: true,
+		wrote: func(string, syscall.Timespec) {}}
+	if r.owner >= 0 {
+		r.actAs(r.owner)
+	}
+	return r, nil
+}
+
+// actAs has this goroutine's thread use the file system as host user id (its fsuid and
+// fsgid), until the root's close: a sandbox's tmpfs is mounted in its user namespace, where
+// a file of the host's root could not even be made (EOVERFLOW), and the host then has no
+// more rights there than the code (a root host's CAP_DAC_OVERRIDE and the like are off for
+// a thread whose fsuid is not 0). The file methods close their root on the goroutine that
+// opened it, last opened first closed.
+func (r *workRoot) actAs(id int) {
+	runtime.LockOSThread()
+	prevUID, _, _ := syscall.RawSyscall(syscall.SYS_SETFSUID, uintptr(id), 0, 0)
+	prevGID, _, _ := syscall.RawSyscall(syscall.SYS_SETFSGID, uintptr(id), 0, 0)
+	r.restore = func() {
+		syscall.RawSyscall(syscall.SYS_SETFSGID, prevGID, 0, 0) //nolint:errcheck // (it returns the previous id)
+		syscall.RawSyscall(syscall.SYS_SETFSUID, prevUID, 0, 0) //nolint:errcheck
+		runtime.UnlockOSThread()
+	}
+}
+
+// name is the name the file methods give for rel below the root: relative to the working
+// directory, or absolute when the root is a place reached by an absolute name.
+func (r *workRoot) name(rel string) string {
+	if r.base == "" {
+		return rel
+	}
+	return path.Join(r.base, rel)
+}

@@ -1,0 +1,132 @@
+package minipy_test
+
+import (
+	"context"
+	"io/fs"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/minipy-go/minipy"
+)
+
+// Absolute names reach where the sandbox writes, as its code sees it: the working
+// directory at WorkDirPath, /tmp and /dev/shm; the host and the code see the same files.
+func TestFilesAnywhere(t *testing.T) {
+	for name, cfg := range map[string]minipy.IsolatedConfig{
+		"template":    {WorkDirPath: "/home/user"},
+		"no template": {NoTemplate: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newIsolated(t, cfg)
+			home := cfg.WorkDirPath
+			if home == "" {
+				home = "/work"
+			}
+			ns := e.NewNamespace()
+			defer ns.Close()
+			require.NoError(t, ns.WriteFile("/tmp/repo/README.md", []byte("hello\n")))
+			require.NoError(t, ns.WriteFile(home+"/in-home.txt", []byte("home")))
+			assert.Equal(t, []any{"hello\n", "home"}, valueIn(t, e, ns,
+				`(open("/tmp/repo/README.md").read(), open("in-home.txt").read())`))
+			b, err := ns.ReadFile("in-home.txt")
+			require.NoError(t, err)
+			assert.Equal(t, "home", string(b), "the working directory by its absolute name is the same")
+
+			valueIn(t, e, ns, `import os
+os.makedirs("/tmp/repo/.git/objects", exist_ok=True)
+open("/dev/shm/seg", "w").write("shared")
+os.symlink("/etc/passwd", "/tmp/repo/out")
+os.symlink("README.md", "/tmp/repo/in")`)
+			b, err = ns.ReadFile("/dev/shm/seg")
+			require.NoError(t, err)
+			assert.Equal(t, "shared", string(b))
+			b, err = ns.ReadFile("/tmp/repo/in")
+			require.NoError(t, err)
+			assert.Equal(t, "hello\n", string(b), "a link that stays in /tmp is followed")
+			_, err = ns.ReadFile("/tmp/repo/out")
+			assert.ErrorIs(t, err, minipy.ErrBadPath, "a link out of /tmp is not followed")
+
+			list, err := ns.ListFiles("/tmp/repo")
+			require.NoError(t, err)
+			assert.Equal(t, []string{"/tmp/repo/.git", "/tmp/repo/README.md", "/tmp/repo/in", "/tmp/repo/out"}, fileNames(list))
+			fi, err := ns.Stat("/tmp/repo/README.md")
+			require.NoError(t, err)
+			assert.Equal(t, "/tmp/repo/README.md", fi.Name)
+			assert.Equal(t, int64(6), fi.Size)
+			list, err = ns.ListFiles(home)
+			require.NoError(t, err)
+			assert.Contains(t, fileNames(list), home+"/in-home.txt")
+
+			require.NoError(t, ns.MakeDir("/tmp/a/b"))
+			require.NoError(t, ns.Rename("/tmp/repo/README.md", "/tmp/a/b/moved.md"))
+			var le *os.LinkError
+			err = ns.Rename("/tmp/a/b/moved.md", "/dev/shm/x")
+			require.ErrorAs(t, err, &le, "no rename across file systems")
+			assert.ErrorIs(t, err, syscall.EXDEV)
+			require.NoError(t, ns.Remove("/tmp/repo"))
+			assert.Equal(t, []any{false, true}, valueIn(t, e, ns,
+				`import os; (os.path.exists("/tmp/repo"), os.path.exists("/tmp/a/b/moved.md"))`))
+			if os.Geteuid() == 0 {
+				assert.Equal(t, int64(1000), valueIn(t, e, ns, `import os; os.stat("/tmp/a/b").st_uid`),
+					"what the host makes belongs to the code's user")
+			}
+
+			for _, bad := range []string{"/etc/passwd", "/usr/x", "/tmp/../etc/passwd", "/proc/self/environ", "/", "/tmpx"} {
+				_, err := ns.ReadFile(bad)
+				assert.ErrorIs(t, err, minipy.ErrBadPath, bad)
+				assert.ErrorIs(t, ns.WriteFile(bad, []byte("x")), minipy.ErrBadPath, bad)
+			}
+			assert.ErrorIs(t, ns.Remove("/tmp"), fs.ErrInvalid, "the place itself")
+
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			events, err := ns.WatchDir(ctx, "/tmp/a", true)
+			require.NoError(t, err)
+			valueIn(t, e, ns, `open("/tmp/a/b/new.txt", "w").write("n")`)
+			select {
+			case ev := <-events:
+				assert.Equal(t, "b/new.txt", ev.Name)
+			case <-time.After(30 * time.Second):
+				t.Fatal("no event from the sandbox's /tmp")
+			}
+		})
+	}
+}
+
+// The host does not cross into a mount under /tmp (a Mounts bind of the host's) nor follow
+// the code's links out, and reaches nothing of another sandbox or of the host's own /tmp.
+func TestFilesAnywhereStaysInTheSandbox(t *testing.T) {
+	shared := t.TempDir()
+	require.NoError(t, os.WriteFile(shared+"/host.txt", []byte("the host's"), 0o644))
+	e := newIsolated(t, minipy.IsolatedConfig{Mounts: []minipy.Mount{{Source: shared, Target: "/tmp/shared"}}})
+	a, b := e.NewNamespace(), e.NewNamespace()
+	defer a.Close()
+	defer b.Close()
+	require.NoError(t, a.WriteFile("/tmp/mine.txt", []byte("a's")))
+	_, err := b.ReadFile("/tmp/mine.txt")
+	assert.ErrorIs(t, err, fs.ErrNotExist, "another sandbox's /tmp is its own")
+	_, err = os.Stat("/tmp/mine.txt")
+	assert.ErrorIs(t, err, fs.ErrNotExist, "the host's /tmp holds nothing of it")
+
+	assert.Equal(t, "the host's", valueIn(t, e, a, `open("/tmp/shared/host.txt").read()`), "the code sees the mount")
+	_, err = a.ReadFile("/tmp/shared/host.txt")
+	assert.ErrorIs(t, err, minipy.ErrBadPath, "the host does not enter it")
+	assert.Error(t, a.Remove("/tmp/shared"))
+	_, err = os.Stat(shared + "/host.txt")
+	assert.NoError(t, err, "nothing of the mount's was removed")
+
+	// The code's links, to its /proc and out of /tmp, lead the host nowhere.
+	valueIn(t, e, a, `import os
+os.symlink("/proc/self/root/etc/hostname", "/tmp/proc-link")
+os.symlink("../../etc", "/tmp/up")`)
+	for _, p := range []string{"/tmp/proc-link", "/tmp/up/hostname"} {
+		_, err := a.ReadFile(p)
+		assert.ErrorIs(t, err, minipy.ErrBadPath, p)
+		assert.ErrorIs(t, a.WriteFile(p, []byte("x")), minipy.ErrBadPath, p)
+	}
+}
