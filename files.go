@@ -65,6 +65,8 @@ func hiddenName(name string) bool {
 // that stays inside (relative, as "data.csv -> raw/data.csv") is followed; one with an
 // absolute target (even "/work/...", which the code sees) leads out from the host's point
 // of view. Files the host makes belong to the workers' user, so the code can change them.
+// An absolute name is the sandbox's own path (its working directory, /tmp, /dev/shm:
+// files_places.go), resolved the same way below that place.
 
 // WriteFile writes data to the file name, relative to the namespace's working directory,
 // making the directories it needs and replacing what the file held. The namespace's code
@@ -77,7 +79,8 @@ func (ns *Namespace) WriteFile(name string, data []byte) error {
 // WriteFileFrom writes what r yields to the file name (see WriteFile), streaming: the host
 // holds a buffer, not the file. It returns the bytes written. If writing fails (r's error,
 // or ENOSPC past IsolatedConfig.WorkSize) the file is removed. The errors: ErrBadPath for a
-// name that is not inside the working directory, ErrNoFiles for an in-process namespace,
+// name that is not inside the working directory (or, absolute, one of the sandbox's places
+// where it writes: files_places.go), ErrNoFiles for an in-process namespace,
 // ErrNamespaceClosed, or an *fs.PathError.
 func (ns *Namespace) WriteFileFrom(name string, r io.Reader) (int64, error) {
 	root, clean, err := ns.fileRoot("write", name, false)
