@@ -1,6 +1,7 @@
 package minipy
 
 import (
+	"cmp"
 	"fmt"
 	"io/fs"
 	"path"
@@ -9,21 +10,25 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Absolute names: the sandbox's places. A name given to a file method may be absolute, as
 // the namespace's code sees its sandbox: under IsolatedConfig.WorkDirPath it is the working
 // directory's (the same file as the relative name), under /tmp or /dev/shm the sandbox's
-// own tmpfs there (TmpSize; its worker's: a new worker starts with them empty). Elsewhere
-// the sandbox writes nothing (the system directories are read-only binds of the host's),
-// and the name is ErrBadPath. The host reaches /tmp and /dev/shm through the sandbox's
-// root, which the sandbox's guardian hands it (worker.SandboxRoot; the code cannot reach
-// the guardian), and then only inside each tmpfs: no link is followed out of it and no mount
-// in it is entered (RESOLVE_BENEATH, RESOLVE_NO_XDEV), so the host, root or not, touches
-// nothing there the code could not have put there itself.
+// own tmpfs there, elsewhere its root's (each TmpSize; its worker's: a new worker starts
+// with them as the image has them). What is mounted in the root (the image's read-only
+// binds: /usr, /etc; /dev, /proc, /namespaces) is not reached: such a name is ErrBadPath.
+// The host reaches the places through the sandbox's root, which the sandbox's guardian hands
+// it (worker.SandboxRoot; the code cannot reach the guardian), and then only inside each
+// tmpfs: no link is followed out of it and no mount in it is entered (RESOLVE_BENEATH,
+// RESOLVE_NO_XDEV), so the host, root or not, touches nothing there the code could not have
+// put there itself.
 
-// sandboxPlaces are the places besides the working directory that absolute names reach.
-var sandboxPlaces = []string{"/tmp", "/dev/shm"}
+// sandboxPlaces are the places besides the working directory that absolute names reach:
+// each a tmpfs of the sandbox's own; "/", its root, holds the names no other place does.
+var sandboxPlaces = []string{"/tmp", "/dev/shm", "/"}
 
 // tmpfsMagic is a tmpfs's f_type (linux/magic.h).
 const tmpfsMagic = 0x01021994
@@ -40,10 +45,12 @@ const sandboxRootTimeout = 10 * time.Second
 func placeName(workDir, name string) (place, rel string, ok bool) {
 	clean := path.Clean(name)
 	for _, p := range append([]string{workDir}, sandboxPlaces...) {
-		if clean == p {
+		switch {
+		case clean == p:
 			return p, ".", true
-		}
-		if strings.HasPrefix(clean, p+"/") {
+		case p == "/" && strings.HasPrefix(clean, "/"):
+			return p, clean[1:], true
+		case strings.HasPrefix(clean, p+"/"):
 			return p, clean[len(p)+1:], true
 		}
 	}
@@ -67,8 +74,7 @@ func (ns *Namespace) placeRoot(op, name string, dirOK bool) (*workRoot, string, 
 	}
 	place, rel, ok := placeName(e.cfg.WorkDirPath, filepath.ToSlash(name))
 	if !ok {
-		return nil, "", &fs.PathError{Op: op, Path: name, Err: fmt.Errorf("%w: the sandbox writes only its working "+
-			"directory (%s), /tmp and /dev/shm", ErrBadPath, e.cfg.WorkDirPath)}
+		return nil, "", &fs.PathError{Op: op, Path: name, Err: ErrBadPath}
 	}
 	if rel == "." && !dirOK {
 		return nil, "", &fs.PathError{Op: op, Path: name, Err: fs.ErrInvalid}
@@ -85,7 +91,21 @@ func (ns *Namespace) placeRoot(op, name string, dirOK bool) (*workRoot, string, 
 	if err != nil {
 		return nil, "", &fs.PathError{Op: op, Path: name, Err: err}
 	}
+	if place == "/" && rel != "." && r.mountedAt(strings.SplitN(rel, "/", 2)[0]) {
+		r.close()
+		return nil, "", &fs.PathError{Op: op, Path: name, Err: fmt.Errorf("%w: the image's (a mount in the sandbox's "+
+			"root)", ErrBadPath)}
+	}
 	return r, rel, nil
+}
+
+// mountedAt reports whether the name at the root is a mount (the image's /usr, /etc; /dev,
+// /proc): what is there is not the root's, even to stat or make.
+func (r *workRoot) mountedAt(name string) bool {
+	var root, st unix.Statx_t
+	const flags = unix.AT_SYMLINK_NOFOLLOW | unix.AT_NO_AUTOMOUNT
+	return unix.Statx(r.fd, "", flags|unix.AT_EMPTY_PATH, unix.STATX_MNT_ID, &root) == nil &&
+		unix.Statx(r.fd, name, flags, unix.STATX_MNT_ID, &st) == nil && st.Mnt_id != root.Mnt_id
 }
 
 // sandboxPlace opens place (one of sandboxPlaces) in the sandbox of b's worker, starting
@@ -103,7 +123,7 @@ func (e *Isolated) sandboxPlace(b *nsBinding, place string) (*workRoot, error) {
 		return nil, err
 	}
 	defer root.Close()
-	fd, err := openat2(int(root.Fd()), place[1:], oPath|syscall.O_DIRECTORY, 0,
+	fd, err := openat2(int(root.Fd()), cmp.Or(place[1:], "."), oPath|syscall.O_DIRECTORY, 0,
 		resolveBeneath|resolveNoSymlinks|resolveNoMagiclinks)
 	if err != nil {
 		return nil, err

@@ -76,12 +76,29 @@ os.symlink("README.md", "/tmp/repo/in")`)
 					"what the host makes belongs to the code's user")
 			}
 
-			for _, bad := range []string{"/etc/passwd", "/usr/x", "/tmp/../etc/passwd", "/proc/self/environ", "/", "/tmpx"} {
+			for _, bad := range []string{"/etc/passwd", "/usr/x", "/usr/lib/x", "/tmp/../etc/passwd", "/proc/self/environ",
+				"/dev/null", "/namespaces/x"} {
 				_, err := ns.ReadFile(bad)
 				assert.ErrorIs(t, err, minipy.ErrBadPath, bad)
 				assert.ErrorIs(t, ns.WriteFile(bad, []byte("x")), minipy.ErrBadPath, bad)
 			}
 			assert.ErrorIs(t, ns.Remove("/tmp"), fs.ErrInvalid, "the place itself")
+			assert.ErrorIs(t, ns.Remove("/"), fs.ErrInvalid, "the root itself")
+			assert.Error(t, ns.Remove("/usr"), "a mount of the image's")
+			assert.Equal(t, true, valueIn(t, e, ns, `import os; os.path.isdir("/usr/lib")`))
+
+			// Its root is its own to write: the host's and the code's files anywhere else.
+			require.NoError(t, ns.WriteFile("/0/multi_test_file0.txt", []byte("zero")))
+			require.NoError(t, ns.WriteFile("/tmpx", []byte("beside /tmp")))
+			assert.Equal(t, []any{"zero", "beside /tmp"}, valueIn(t, e, ns, `import os
+os.makedirs("/app/src"); open("/app/src/main.py", "w").write("print(1)")
+(open("/0/multi_test_file0.txt").read(), open("/tmpx").read())`))
+			b, err = ns.ReadFile("/app/src/main.py")
+			require.NoError(t, err)
+			assert.Equal(t, "print(1)", string(b))
+			list, err = ns.ListFiles("/")
+			require.NoError(t, err)
+			assert.Subset(t, fileNames(list), []string{"/0", "/app", "/tmp", "/tmpx", "/usr"})
 
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()

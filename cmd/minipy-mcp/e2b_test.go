@@ -339,13 +339,15 @@ func TestE2BUsersApart(t *testing.T) {
 	assert.Equal(t, 7.0, counter(metrics, "minipy_unauthorized_requests_total"), "a wrong key, six wrong access tokens")
 }
 
-// The files API reaches where the sandbox writes (its working directory, /tmp, /dev/shm)
-// only: other paths are refused, and a link the code made is not followed out by the host.
+// The files API reaches where the sandbox writes (its working directory, /tmp, /dev/shm, its
+// own root) only: the image (/usr, /etc) and /proc, /dev are refused, and a link the code
+// made is not followed out by the host.
 func TestE2BFilesStayInside(t *testing.T) {
 	s := startE2B(t)
 	alice := &e2bClient{t, s.base, aliceKey}
 	sb := alice.create(nil)
-	for _, p := range []string{"/etc/passwd", "/home/user/../../etc/passwd", "../x", "/home/user", "/proc/self/environ"} {
+	for _, p := range []string{"/etc/passwd", "/home/user/../../etc/passwd", "/usr/lib/x", "/home/user", "/proc/self/environ",
+		"/dev/null", "/namespaces/work/x"} {
 		code, body := alice.sandbox(sb, sb.EnvdAccessToken, 49983, "POST", "/files?path="+p, strings.NewReader("x"))
 		assert.Equal(t, http.StatusBadRequest, code, "upload to %s: %s", p, body)
 		code, body = alice.sandbox(sb, sb.EnvdAccessToken, 49983, "GET", "/files?path="+p, nil)
@@ -364,7 +366,7 @@ func TestE2BFilesStayInside(t *testing.T) {
 		code, out := alice.do(req)
 		return code, string(out)
 	}
-	for _, call := range [][2]string{{"ListDir", `{"path": "/etc"}`}, {"ListDir", `{"path": "/home/user/.."}`},
+	for _, call := range [][2]string{{"ListDir", `{"path": "/etc"}`}, {"ListDir", `{"path": "/home/user/../../usr"}`},
 		{"Remove", `{"path": "/home/user/../user"}`}, {"Move", `{"source": "link", "destination": "/tmp/x"}`},
 		{"MakeDir", `{"path": "/home/user/link/x"}`}, {"Stat", `{"path": "/home/user/link/hostname"}`}} {
 		code, body := rpc(call[0], call[1])
@@ -375,6 +377,29 @@ func TestE2BFilesStayInside(t *testing.T) {
 	assert.Contains(t, body, `"path":"/home/user/link"`)
 	assert.Contains(t, body, `"symlinkTarget":"/etc/hostname"`, "a link's target is named")
 	assert.NotContains(t, body, `"name":"hostname"`, "a link was followed")
+}
+
+// The files API writes and reads anywhere the sandbox writes, as E2B's git helpers and
+// coding agents do: a repository under /tmp, an app at the root; the code sees the same
+// files, and the host sees the code's.
+func TestE2BFilesAnywhere(t *testing.T) {
+	s := startE2B(t)
+	alice := &e2bClient{t, s.base, aliceKey}
+	sb := alice.create(nil)
+	for _, p := range []string{"/tmp/repo/README.md", "/app/main.py", "/0/multi_test_file0.txt", "/dev/shm/seg"} {
+		code, body := alice.sandbox(sb, sb.EnvdAccessToken, 49983, "POST", "/files?path="+p, strings.NewReader("at "+p))
+		require.Equal(t, http.StatusOK, code, "upload to %s: %s", p, body)
+		assert.Contains(t, string(body), `"path":"`+p+`"`)
+	}
+	msgs := alice.execute(sb, `import os
+os.makedirs("/srv/out", exist_ok=True); open("/srv/out/r.txt", "w").write("from the code")
+[open(p).read() for p in ("/tmp/repo/README.md", "/app/main.py", "/0/multi_test_file0.txt", "/dev/shm/seg")]`)
+	require.NotEmpty(t, msgs)
+	assert.Equal(t, []any{"at /tmp/repo/README.md", "at /app/main.py", "at /0/multi_test_file0.txt", "at /dev/shm/seg"},
+		msgs[len(msgs)-1]["json"], "%v", msgs)
+	code, body := alice.sandbox(sb, sb.EnvdAccessToken, 49983, "GET", "/files?path=/srv/out/r.txt", nil)
+	require.Equal(t, http.StatusOK, code, "%s", body)
+	assert.Equal(t, "from the code", string(body))
 }
 
 // A sandbox's time ends: it is killed, as E2B's are, and its ports answer 502.

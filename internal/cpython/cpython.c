@@ -1273,15 +1273,96 @@ MP_INLINE int mp_boot_id(int64_t *t) {
 	return -1;
 }
 
+// mp_root_names makes the names of a sandbox's own root in it (root, attached: the copies
+// of what holds mounts moved in), as sandbox.py's _own_root; -1, or the step that failed.
+MP_INLINE int mp_root_names(int64_t *t, long root) {
+	const int64_t *kinds = (const int64_t *)t[MP_FT_S_ROOT_KINDS];
+	const char *const *names = (const char *const *)t[MP_FT_S_ROOT_NAMES];
+	const char *const *links = (const char *const *)t[MP_FT_S_ROOT_LINKS];
+	char empty = 0;
+	for (int i = 0; i < t[MP_FT_S_ROOT_N] && i < 64; i++) {
+		const char *name = names[i] + 1;  // (relative to root; names[i] is the template's)
+		long k = kinds[i], made;
+		if (k == MP_RK_LINK) {
+			made = MP_SYS(t, SYS_symlinkat, (long)links[i], root, (long)name);
+		} else if (k == MP_RK_COPY_FILE) {
+			made = mp_open(t, root, name, O_WRONLY | O_CREAT);
+			if (made >= 0) {
+				mp_close(t, made);
+			}
+		} else {
+			made = MP_SYS(t, SYS_mkdirat, root, (long)name, 0755L);
+		}
+		if (made < 0 && made != -EEXIST) {
+			return MP_SS_ROOT;
+		}
+		if (k == MP_RK_COPY_DIR || k == MP_RK_COPY_FILE) {
+			long copy = MP_SYS(t, SYS_open_tree, (long)AT_FDCWD, (long)names[i], 0x1L | 0x8000 | O_CLOEXEC);  // OPEN_TREE_CLONE, AT_RECURSIVE
+			if (copy < 0 || MP_SYS(t, SYS_move_mount, copy, (long)&empty, root, (long)name, 4L) != 0) {  // MOVE_MOUNT_F_EMPTY_PATH
+				return MP_SS_ROOT;
+			}
+			mp_close(t, copy);
+		}
+	}
+	return -1;
+}
+
+// mp_own_root gives the sandbox a root of its own, a tmpfs, and pivots into it, mounting its
+// /proc on the way, as sandbox.py's _own_root (which says why); -1, or the step that failed.
+MP_INLINE int mp_own_root(int64_t *t) {
+	const char *const *opts = (const char *const *)t[MP_FT_S_ROOT_OPTS];
+	const char *proc = (const char *)t[MP_FT_S_PROC];
+	char empty = 0, dot[2] = {'.', 0};
+	long fs = MP_SYS(t, SYS_fsopen, (long)t[MP_FT_S_TMPFS], 1L);  // FSOPEN_CLOEXEC
+	if (fs < 0) {
+		return MP_SS_ROOT;
+	}
+	for (int i = 0; i < 4; i += 2) {
+		if (MP_SYS(t, SYS_fsconfig, fs, 1L, (long)opts[i], (long)opts[i + 1], 0L) != 0) {  // FSCONFIG_SET_STRING
+			return MP_SS_ROOT;
+		}
+	}
+	if (MP_SYS(t, SYS_fsconfig, fs, 6L, 0L, 0L, 0L) != 0) {  // FSCONFIG_CMD_CREATE
+		return MP_SS_ROOT;
+	}
+	long root = MP_SYS(t, SYS_fsmount, fs, 1L, 0x2L | 0x4);  // FSMOUNT_CLOEXEC; MOUNT_ATTR_NOSUID, NODEV
+	mp_close(t, fs);
+	if (root < 0 || MP_SYS(t, SYS_move_mount, root, (long)&empty, (long)AT_FDCWD, t[MP_FT_S_ROOT_AT], 4L) != 0) {
+		return MP_SS_ROOT;
+	}
+	int step = mp_root_names(t, root);
+	if (step >= 0) {
+		return step;
+	}
+	if (mp_mount(t, proc, (const char *)t[MP_FT_S_ROOT_PROC], proc, MS_NOSUID | MS_NODEV | MS_NOEXEC, 0) != 0) {
+		return MP_SS_PROC;
+	}
+	if (MP_SYS(t, SYS_fchdir, root) != 0 || MP_SYS(t, SYS_pivot_root, (long)dot, (long)dot) != 0 ||
+	    MP_SYS(t, SYS_umount2, (long)dot, (long)MNT_DETACH) != 0) {
+		return MP_SS_ROOT;
+	}
+	mp_close(t, root);
+	char slash[2] = {'/', 0};
+	return MP_SYS(t, SYS_chdir, (long)slash) != 0 ? MP_SS_ROOT : -1;
+}
+
 // mp_sandbox_mounts is pid 1's file system, as sandbox.py's _tenant_mounts (which says why).
 MP_INLINE int mp_sandbox_mounts(int64_t *t) {
 	const char *const *covered = (const char *const *)t[MP_FT_S_COVERED];
 	const int64_t *covered_dir = (const int64_t *)t[MP_FT_S_COVERED_DIR];
 	const long dir = O_PATH | O_DIRECTORY | O_NOFOLLOW;
-	char path[64];
-	const char *proc = (const char *)t[MP_FT_S_PROC];
-	if (mp_mount(t, proc, (const char *)t[MP_FT_S_PROC_DIR], proc, MS_NOSUID | MS_NODEV | MS_NOEXEC, 0) != 0) {
-		return MP_SS_PROC;
+	char path[64], empty = 0;
+	long held[16];
+	int n = (int)t[MP_FT_S_NCOVERED];
+	for (int i = 0; i < n && i < 16; i++) {
+		held[i] = MP_SYS(t, SYS_open_tree, (long)AT_FDCWD, (long)covered[i], 0x1L | 0x8000 | O_CLOEXEC);  // OPEN_TREE_CLONE, AT_RECURSIVE
+		if (held[i] < 0) {
+			return MP_SS_COVERED;
+		}
+	}
+	int step = mp_own_root(t);
+	if (step >= 0) {
+		return step;
 	}
 	long tree = mp_open(t, AT_FDCWD, (const char *)t[MP_FT_S_TREES], dir);
 	long home = tree < 0 ? -1 : mp_open(t, tree, (const char *)t[MP_FT_S_HOME], dir);
@@ -1289,14 +1370,6 @@ MP_INLINE int mp_sandbox_mounts(int64_t *t) {
 		return MP_SS_HOME;
 	}
 	mp_close(t, tree);
-	long held[16];
-	int n = (int)t[MP_FT_S_NCOVERED];
-	for (int i = 0; i < n && i < 16; i++) {
-		held[i] = mp_open(t, AT_FDCWD, covered[i], O_PATH);
-		if (held[i] < 0) {
-			return MP_SS_COVERED;
-		}
-	}
 	if (mp_mount(t, mp_fd_path(t, path, home), (const char *)t[MP_FT_S_WORKDIR], 0, MS_BIND, 0) != 0) {
 		return MP_SS_BIND_HOME;
 	}
@@ -1310,7 +1383,7 @@ MP_INLINE int mp_sandbox_mounts(int64_t *t) {
 	}
 	for (int i = 0; i < n && i < 16; i++) {
 		mp_place(t, covered[i], (int)covered_dir[i]);
-		if (mp_mount(t, mp_fd_path(t, path, held[i]), covered[i], 0, MS_BIND | MS_REC, 0) != 0) {
+		if (MP_SYS(t, SYS_move_mount, held[i], (long)&empty, (long)AT_FDCWD, (long)covered[i], 4L) != 0) {  // MOVE_MOUNT_F_EMPTY_PATH
 			return MP_SS_COVERED;
 		}
 		mp_close(t, held[i]);

@@ -176,7 +176,15 @@ enum {
 	MP_FT_W_UNREAPED,     // 8 slots: replaced snapshots, killed, not reaped yet
 	// A new sandbox again (MP_OP_SANDBOX; slots added after the rest):
 	MP_FT_S_BOOT_ID = MP_FT_W_UNREAPED + 8,  // 2 slots: the file its boot id is made in, the path it is bound over
-	MP_FT_SIZE = MP_FT_S_BOOT_ID + 2,
+	// Its own root (mp_own_root, sandbox.py's _own_root): what it holds of the template's root,
+	MP_FT_S_ROOT_N = MP_FT_S_BOOT_ID + 2,  // how many names (at most 64)
+	MP_FT_S_ROOT_KINDS,   // an array of int64: each name's MP_RK_*
+	MP_FT_S_ROOT_NAMES,   // an array of its names, each "/" and the name
+	MP_FT_S_ROOT_LINKS,   // an array of a link's target (MP_RK_LINK), else 0
+	MP_FT_S_ROOT_OPTS,    // 4 strings: "mode", its mode, "size", its size in bytes (TmpSize)
+	MP_FT_S_ROOT_AT,      // where it is attached while it is made ("/tmp")
+	MP_FT_S_ROOT_PROC,    // its /proc while it is made ("/tmp/proc")
+	MP_FT_SIZE = MP_FT_S_ROOT_PROC + 1,
 };
 
 enum { MP_OP_SNAPSHOT, MP_OP_SANDBOX, MP_OP_TEMPLATE, MP_OP_SERVE };
@@ -188,8 +196,11 @@ enum {
 	MP_SS_TREE_DETACH, MP_SS_TREE_MOVE, MP_SS_USERNS, MP_SS_MAPS, MP_SS_UNSHARE, MP_SS_EGRESS,
 	MP_SS_FORK, MP_SS_HOSTNAME, MP_SS_PROC, MP_SS_HOME, MP_SS_BIND_HOME, MP_SS_TMPFS, MP_SS_COVERED,
 	MP_SS_CAPS, MP_SS_SECCOMP, MP_SS_FDS, MP_SS_GUARDIAN, MP_SS_DUMPABLE, MP_SS_TEMPLATE_FORK, MP_SS_BOOT_ID,
-	MP_SS_COUNT,
+	MP_SS_ROOT, MP_SS_COUNT,
 };
+
+// The kinds of a name at a sandbox's own root (MP_FT_S_ROOT_KINDS; sandbox.py's _root_layout).
+enum { MP_RK_DIR, MP_RK_LINK, MP_RK_COPY_DIR, MP_RK_COPY_FILE };
 
 // mp_fork_code forks; the parent returns the child's pid, or -errno.
 //

@@ -201,7 +201,7 @@ class _Mounter:
         dest = self.place(target, True)
         self.mount("tmpfs", dest, "tmpfs", flags, "mode=%o,size=%d" % (mode, size))
 
-    def pivot(self):
+    def pivot(self, writable=False):
         number = _PIVOT_ROOT.get(os.uname().machine)
         if number is None:
             raise OSError(38, "pivot_root: no syscall number known for " + os.uname().machine)
@@ -211,7 +211,7 @@ class _Mounter:
         self.check("pivot_root", self.libc.syscall(number, b".", b"."))
         self.check("umount the host's root", self.libc.umount2(b".", 2))  # MNT_DETACH
         os.chdir("/")
-        self.mount(None, "/", None, _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
+        self.mount(None, "/", None, _MS_REMOUNT | (0 if writable else _MS_RDONLY) | _MS_NOSUID | _MS_NODEV)
 
     def drop_privileges(self):
         """Gives up the CAP_SYS_ADMIN the sandbox was built with, for good: the ambient set,
@@ -332,7 +332,9 @@ def _enter_sandbox(cfg, template=False):
     m.become_user(cfg["sandbox_id"])
     socket.sethostname(_HOSTNAME)  # its own UTS namespace: the host's name is not the code's business
     m.mount(None, "/", None, _MS_REC | _MS_PRIVATE)
-    m.tmpfs("", 0o755, 8 << 20)
+    # The root: the template's, shared by its tenants, is read-only (each tenant makes a root
+    # of its own: _own_root); a worker's own is writable (TmpSize, as a tenant's).
+    m.tmpfs("", 0o755, 8 << 20 if template else cfg["tmp_size"])
     _root_files(m, cfg, etc)
     _bind_sources(m, cfg, python, template, workdir)
     m.release()
@@ -345,7 +347,7 @@ def _enter_sandbox(cfg, template=False):
         m.mount("/proc", m.root + "/proc", None, _MS_BIND | _MS_REC)
     else:
         m.mount("proc", m.root + "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
-    m.pivot()
+    m.pivot(writable=not template)
     m.dumpable()
     if not template:
         _own_boot_id(m)  # (the template's forks make theirs in _tenant_mounts)
@@ -470,6 +472,10 @@ def _root_files(m, cfg, etc):
     else:
         with open(m.root + "/etc/hosts", "w") as f:
             f.write("127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\n" % _HOSTNAME)
+    # /etc is the image's, read-only, whoever may write the root.
+    etc = m.root + "/etc"
+    m.mount(etc, etc, None, _MS_BIND | _MS_REC)
+    m.mount(None, etc, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
     m.tmpfs("/tmp", 0o1777, cfg["tmp_size"])
 
 
@@ -512,13 +518,110 @@ def _devices(m, tmp_size):
 
 _CLONE_NEWNS, _CLONE_NEWUTS, _CLONE_NEWIPC, _CLONE_NEWPID, _CLONE_NEWNET = (
     0x20000, 0x4000000, 0x8000000, 0x20000000, 0x40000000)
+# The new mount API (linux/mount.h; the generic table's numbers, as _MOVE_MOUNT's) that a
+# tenant's root is made with (_own_root): a tmpfs that needs no mount point to be made.
+_FSOPEN, _FSCONFIG, _FSMOUNT = 430, 431, 432
+_FSCONFIG_SET_STRING, _FSCONFIG_CMD_CREATE = 1, 6
+_MOUNT_ATTR_NOSUID, _MOUNT_ATTR_NODEV = 0x2, 0x4
+_OPEN_TREE_CLONE, _AT_RECURSIVE, _MOVE_MOUNT_F_EMPTY_PATH = 0x1, 0x8000, 0x4
+_ROOT_AT = "/tmp"  # where a tenant's root is attached while it is made (_own_root)
+
+
+def _root_layout(cfg):
+    """What a tenant's root holds of the template's (_own_root): the names at the template's
+    root, each ("copy", name) when mounts are in it (the system directories, /etc and its
+    binds, /dev, the trees, the python's and the Mounts' places: copied with them), else
+    ("dir", name) or ("link", name, target); /proc and /tmp are the tenant's own (what the
+    template bound under /tmp is bound again by _tenant_mounts)."""
+    held = {t.split("/")[1] for t in _template_binds} | {"dev", cfg["tree"].split("/")[1]}
+    out = []
+    for name in sorted(os.listdir("/")):
+        path = "/" + name
+        if os.path.islink(path):
+            out.append(("link", name, os.readlink(path)))
+        elif name in held and name not in ("proc", "tmp"):
+            out.append(("copy dir" if os.path.isdir(path) else "copy file", name))
+        elif os.path.isdir(path):
+            out.append(("dir", name))
+    # The working directory's mount point, and the directories it is in.
+    parts = cfg["workdir"].strip("/").split("/")
+    for i in range(1, len(parts) + 1):
+        name = "/".join(parts[:i])
+        if not any(e[1] == name for e in out):
+            out.append(("dir", name))
+    return out
+
+
+def _own_root(m, cfg, layout):
+    """Gives a tenant a root of its own, which its code may write anywhere in (but in what is
+    mounted there: the image's read-only binds, /dev, /proc): a tmpfs of the sandbox's own
+    (TmpSize, its worker's, as /tmp is; freed with it) holding the template's root names
+    (layout: _root_layout), those that hold mounts copied with them (open_tree: the copies a
+    user namespace may move), then pivoted into. (Not an overlay of the template's root: its
+    mounts, locked in the tenant's user namespace, make it a lower layer the kernel refuses.)"""
+    libc, enc = m.libc, os.fsencode
+
+    def sys(what, ret):
+        if ret < 0:
+            m.check(what, -1)
+        return ret
+
+    fs = sys("fsopen tmpfs", libc.syscall(_FSOPEN, b"tmpfs", 1))  # FSOPEN_CLOEXEC
+    try:
+        for key, value in (("mode", "0755"), ("size", str(cfg["tmp_size"]))):
+            sys("fsconfig " + key, libc.syscall(_FSCONFIG, fs, _FSCONFIG_SET_STRING, enc(key), enc(value), 0))
+        sys("make the root's tmpfs", libc.syscall(_FSCONFIG, fs, _FSCONFIG_CMD_CREATE, None, None, 0))
+        root = sys("fsmount", libc.syscall(_FSMOUNT, fs, 1, _MOUNT_ATTR_NOSUID | _MOUNT_ATTR_NODEV))
+    finally:
+        os.close(fs)
+    try:
+        # Attached at the template's /tmp (the tenant's is a fresh one), so that what is moved
+        # into it is in this mount namespace.
+        m.check("attach the root", libc.syscall(_MOVE_MOUNT, root, b"", -100, enc(_ROOT_AT), _MOVE_MOUNT_F_EMPTY_PATH))
+        for entry in layout:
+            kind, name = entry[0], entry[1]
+            if kind == "link":
+                os.symlink(entry[2], name, dir_fd=root)
+                continue
+            if kind == "copy file":
+                os.close(os.open(name, os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=root))
+            elif not os.path.isdir("/proc/self/fd/%d/%s" % (root, name)):
+                os.mkdir(name, 0o755, dir_fd=root)
+            if kind.startswith("copy"):
+                tree = sys("copy /" + name, libc.syscall(_OPEN_TREE, -100, enc("/" + name),
+                                                        _OPEN_TREE_CLONE | _AT_RECURSIVE | 0o2000000))
+                try:
+                    m.check("move /" + name, libc.syscall(_MOVE_MOUNT, tree, b"", root, enc(name), _MOVE_MOUNT_F_EMPTY_PATH))
+                finally:
+                    os.close(tree)
+        # A /proc of its pid namespace, while the template's (the host's, bound) is still in
+        # sight: a user namespace may mount a proc only where one is fully visible already.
+        m.mount("proc", _ROOT_AT + "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+        os.fchdir(root)
+    finally:
+        os.close(root)
+    m.check("pivot_root", libc.syscall(_PIVOT_ROOT[os.uname().machine], b".", b"."))
+    m.check("umount the template's root", libc.umount2(b".", 2))  # MNT_DETACH
+    os.chdir("/")
+
+
 def _tenant_mounts(cfg, home_name):
     """A tenant's pid 1, in its fresh namespaces, its own tree alone at cfg["tree"]
     (_own_tree): a /proc of its pid namespace, its working directory (home_name, a name in
     the tree) over the workdir, a fresh /tmp and /dev/shm, and the binds these cover bound
-    again on top. Returns the _Mounter, still privileged."""
+    again on top, on a root of its own (_own_root). Returns the _Mounter, still privileged."""
     m = _Mounter("")
-    m.mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    # The binds that the working directory, the fresh /tmp and /dev/shm cover (Mounts, a
+    # python under /tmp), copied (open_tree) while the template's root is there: moved on top
+    # below, each with the flags it has, which are locked here.
+    workdir = cfg["workdir"]
+    under = [t for t in _template_binds if t == workdir or t.startswith((workdir + "/", "/tmp/", "/dev/shm/"))]
+    held = []
+    for t in sorted(under, key=len):
+        fd = m.libc.syscall(_OPEN_TREE, -100, os.fsencode(t), _OPEN_TREE_CLONE | _AT_RECURSIVE | 0o2000000)
+        m.check("copy " + t, 0 if fd >= 0 else -1)
+        held.append((t, fd))
+    _own_root(m, cfg, _root_layout(cfg))
     # Opened without following a symlink (the code of an earlier worker of the tree may
     # have made one).
     flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW
@@ -527,12 +630,6 @@ def _tenant_mounts(cfg, home_name):
         home = os.open(home_name, flags, dir_fd=tree)
     finally:
         os.close(tree)
-    # The working directory, the fresh /tmp and /dev/shm cover the binds at and under
-    # them (Mounts, a python under /tmp): held open, they are bound again on top (each
-    # keeps the flags it has, which are locked here).
-    workdir = cfg["workdir"]
-    under = [t for t in _template_binds if t == workdir or t.startswith((workdir + "/", "/tmp/", "/dev/shm/"))]
-    held = [(t, os.open(t, os.O_PATH)) for t in sorted(under, key=len)]
     m.mount("/proc/self/fd/%d" % home, workdir, None, _MS_BIND)
     os.close(home)
     for d in ("/tmp", "/dev/shm"):
@@ -541,8 +638,11 @@ def _tenant_mounts(cfg, home_name):
 
     for target, fd in held:
         dest = m.place(target, stat.S_ISDIR(os.fstat(fd).st_mode))
-        m.mount("/proc/self/fd/%d" % fd, dest, None, _MS_BIND | _MS_REC)
-        os.close(fd)
+        try:
+            m.check("bind %s again" % target,
+                    m.libc.syscall(_MOVE_MOUNT, fd, b"", -100, os.fsencode(dest), _MOVE_MOUNT_F_EMPTY_PATH))
+        finally:
+            os.close(fd)
     _own_boot_id(m)
     return m
 

@@ -260,19 +260,22 @@ def _tenant_made(cfg):
 _SS_SETSID, _SS_CGROUP, _SS_TREE_NS, _SS_TREE_SLAVE, _SS_TREE_OPEN, _SS_TREE_COPY, _SS_TREE_DETACH = 0, 1, 2, 3, 4, 5, 6
 _SS_TREE_MOVE, _SS_USERNS, _SS_MAPS, _SS_UNSHARE, _SS_EGRESS, _SS_FORK, _SS_HOSTNAME = 7, 8, 9, 10, 11, 12, 13
 _SS_PROC, _SS_HOME, _SS_BIND_HOME, _SS_TMPFS, _SS_COVERED, _SS_CAPS, _SS_SECCOMP = 14, 15, 16, 17, 18, 19, 20
-_SS_FDS, _SS_GUARDIAN, _SS_DUMPABLE, _SS_TEMPLATE_FORK, _SS_BOOT_ID, _SS_COUNT = 21, 22, 23, 24, 25, 26
+_SS_FDS, _SS_GUARDIAN, _SS_DUMPABLE, _SS_TEMPLATE_FORK, _SS_BOOT_ID, _SS_ROOT, _SS_COUNT = 21, 22, 23, 24, 25, 26, 27
 _SS_WHY = {
     _SS_SETSID: "setsid", _SS_CGROUP: "join the cgroup", _SS_TREE_NS: "unshare a mount namespace",
     _SS_TREE_SLAVE: "make the trees slaves", _SS_TREE_OPEN: "open the tree", _SS_TREE_COPY: "copy the tree",
     _SS_TREE_DETACH: "detach every tree", _SS_TREE_MOVE: "move the tree", _SS_USERNS: "unshare a user namespace",
-    _SS_MAPS: "write the user namespace's maps", _SS_UNSHARE: "unshare", _SS_EGRESS: "the sandbox's network (its loopback up, the egress listener)",
+    _SS_MAPS: "write the user namespace's maps", _SS_UNSHARE: "unshare",
+    _SS_EGRESS: "the sandbox's network (its loopback up, the egress listener)",
     _SS_FORK: "fork the sandbox's pid 1", _SS_HOSTNAME: "sethostname", _SS_PROC: "mount /proc",
     _SS_HOME: "open the working directory", _SS_BIND_HOME: "bind the working directory",
     _SS_TMPFS: "mount /tmp and /dev/shm", _SS_COVERED: "bind again what they cover",
     _SS_CAPS: "drop every capability", _SS_SECCOMP: "seccomp", _SS_FDS: "take the fds",
     _SS_GUARDIAN: "fork the worker", _SS_DUMPABLE: "make the guardian undumpable",
-    _SS_TEMPLATE_FORK: "fork the template", _SS_BOOT_ID: "make its boot id",
+    _SS_TEMPLATE_FORK: "fork the template", _SS_BOOT_ID: "make its boot id", _SS_ROOT: "make its own root",
 }
+# The kinds of a name at a sandbox's own root (internal/cpython's MP_RK_*; _root_layout's).
+_RK = {"dir": 0, "link": 1, "copy dir": 2, "copy file": 3}
 _SS_FAILED = "minipy worker: making the sandbox of a worker forked from the template failed: "
 
 
@@ -293,11 +296,12 @@ class _SandboxFork:
         workdir = cfg["workdir"]
         covered = sorted((t for t in _template_binds if t == workdir or t.startswith((workdir + "/", "/tmp/", "/dev/shm/"))),
                          key=len)
-        if len(covered) > 16:
+        layout = _root_layout(cfg)
+        if len(covered) > 16 or len(layout) > 64:
             return None  # (more than the code holds: _become_tenant)
-        return cls(_FORK_CODE, cfg, covered)
+        return cls(_FORK_CODE, cfg, covered, layout)
 
-    def __init__(self, code, cfg, covered):
+    def __init__(self, code, cfg, covered, layout):
         import ctypes
 
         self.keep = []
@@ -322,6 +326,7 @@ class _SandboxFork:
                                                   self.string(_SS_FAILED), self.string(": [Errno "))
         self.keep += [paths, dirs, why]
         t[_FT_S_NCOVERED] = len(covered)
+        self.root_layout(cfg, layout)
         t[_FT_S_COVERED], t[_FT_S_COVERED_DIR], t[_FT_S_WHY] = (ctypes.addressof(a) for a in (paths, dirs, why))
         t[_FT_S_FILTER] = ctypes.addressof(_filter)
         t[_FT_S_LIFE] = _LIFE_FD
@@ -336,6 +341,22 @@ class _SandboxFork:
         t[_FT_T_NEW], t[_FT_T_MOUNT], t[_FT_T_REFUSED], t[_FT_T_SFD] = C_NEW[0], C_MOUNT[0], C_REFUSED[0], -1
         self.addr = ctypes.addressof(t)
         self.call = code.call
+
+    def root_layout(self, cfg, layout):
+        """The table's slots for the sandbox's own root (_own_root): layout (_root_layout) and
+        the options of its tmpfs."""
+        import ctypes
+
+        kinds = (ctypes.c_int64 * 64)(*[_RK[e[0]] for e in layout])
+        names = (ctypes.c_void_p * 64)(*[self.string("/" + e[1]) for e in layout])
+        links = (ctypes.c_void_p * 64)(*[self.string(e[2]) if e[0] == "link" else None for e in layout])
+        opts = (ctypes.c_void_p * 4)(*[self.string(o) for o in ("mode", "0755", "size", str(cfg["tmp_size"]))])
+        self.keep += [kinds, names, links, opts]
+        t = self.table
+        t[_FT_S_ROOT_N] = len(layout)
+        t[_FT_S_ROOT_KINDS], t[_FT_S_ROOT_NAMES], t[_FT_S_ROOT_LINKS], t[_FT_S_ROOT_OPTS] = (
+            ctypes.addressof(a) for a in (kinds, names, links, opts))
+        t[_FT_S_ROOT_AT], t[_FT_S_ROOT_PROC] = self.string(_ROOT_AT), self.string(_ROOT_AT + "/proc")
 
     def string(self, text):
         """The address of text's bytes, NUL-terminated, kept as long as this."""
