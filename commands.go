@@ -110,6 +110,16 @@ func (ns *Namespace) Start(cmd Command) (*Process, error) {
 	if len(cmd.Args) == 0 {
 		return nil, errors.New("minipy: Start needs a command (Command.Args)")
 	}
+	e, err := ns.isolated(ErrNoCommands, "use os/exec")
+	if err != nil {
+		return nil, err
+	}
+	return e.start(ns, cmd)
+}
+
+// isolated is the isolated engine of a usable namespace, for a method that only it serves;
+// otherwise the namespace's error, or refused wrapped with what to do instead (hint).
+func (ns *Namespace) isolated(refused error, hint string) (*Isolated, error) {
 	ns.mu.Lock()
 	err := ns.usable()
 	ns.mu.Unlock()
@@ -118,9 +128,9 @@ func (ns *Namespace) Start(cmd Command) (*Process, error) {
 	}
 	e, ok := ns.engine.(*Isolated)
 	if !ok {
-		return nil, fmt.Errorf("%w: %s runs code in the host process (use os/exec)", ErrNoCommands, ns.engine.name())
+		return nil, fmt.Errorf("%w: %s runs code in the host process (%s)", refused, ns.engine.name(), hint)
 	}
-	return e.start(ns, cmd)
+	return e, nil
 }
 
 func (e *Isolated) start(ns *Namespace, cmd Command) (*Process, error) {

@@ -45,6 +45,7 @@ type Isolated struct {
 	watch      fileWatch    // Result.Files
 	dirWatches atomic.Int64 // WatchDir's watches open (watchdir.go)
 	terminals  atomic.Int64 // commands' terminals open (terminal.go)
+	portConns  atomic.Int64 // connections to sandboxes' ports open (ports.go)
 	spec       worker.Spec  // how its workers start, made once
 	// cgroups is the engine's cgroup (local workers; nil without one), cgroupErr why it has
 	// none when it looked for one.

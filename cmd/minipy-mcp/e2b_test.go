@@ -208,8 +208,9 @@ type e2bClient struct {
 }
 
 type e2bSandbox struct {
-	SandboxID       string `json:"sandboxID"`
-	EnvdAccessToken string `json:"envdAccessToken"`
+	SandboxID          string `json:"sandboxID"`
+	EnvdAccessToken    string `json:"envdAccessToken"`
+	TrafficAccessToken string `json:"trafficAccessToken"`
 }
 
 // api calls the API; the body is JSON.

@@ -447,6 +447,8 @@ class _Guardian:
                         pass
         elif msg[:1] == C_ROOT and len(msg) == 9:
             self.send_root(line, msg[1:9])
+        elif msg[:1] == C_CONNECT and len(msg) == 11:
+            self.connect_port(line, msg[1:9], int.from_bytes(msg[9:11], "little"))
         elif msg[:1] == C_FORK and len(msg) == 9 and len(fds) == 5:
             self.from_host[msg[1:9]] = fds[:]
             del fds[:]
@@ -497,6 +499,33 @@ class _Guardian:
         finally:
             if fd >= 0:
                 os.close(fd)
+
+    def connect_port(self, line, token, port):
+        """Answers C_CONNECT: a TCP socket connected (or connecting: it never blocks) to
+        127.0.0.1:port in the sandbox's network namespace, for the host to reach a server the
+        code or a command started (Namespace.DialPort), or the errno why not."""
+        import array
+        import errno
+        import socket
+
+        s, err = None, 0
+        try:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setblocking(False)
+            try:
+                s.connect(("127.0.0.1", port))
+            except BlockingIOError:
+                pass  # (loopback: it completes at once unless the server's backlog is full)
+        except OSError as e:
+            err = e.errno or errno.EIO
+        try:
+            rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [s.fileno()]).tobytes())] if not err else []
+            line.ctl.sendmsg([C_CONNECT + token + struct.pack("<I", err)], rights)
+        except OSError:
+            pass
+        finally:
+            if s is not None:
+                s.close()
 
     def start_command(self, line, token, fds, terminal):
         """Starts a command (C_START) for line's host: a child of the guardian, in a process

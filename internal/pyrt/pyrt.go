@@ -175,6 +175,11 @@ const (
 	// when it could not open it): the host reaches the sandbox's own tmpfs mounts (/tmp,
 	// /dev/shm) through it.
 	ControlRoot = 'V'
+	// ControlConnect (host -> guardian): u64 token, u16 port. The guardian connects a TCP
+	// socket to 127.0.0.1:port in the sandbox's network namespace (non-blocking: it never
+	// waits on the code's server) and answers ControlConnect, the token and a u32 errno (0:
+	// the socket's fd rides along, connected or still connecting).
+	ControlConnect = 'J'
 )
 
 // EgressPort is where a sandbox with an egress policy finds its proxy: 127.0.0.1 in its own
@@ -247,8 +252,8 @@ func prelude() string {
 			"%s, %s, %s, %s, %s, %s, %s, %s, %s",
 			b(ControlDied), b(ControlKill), b(ControlTakeOver), b(ControlFork), b(ControlNew), b(ControlMount),
 			b(ControlRefused), b(ControlListen), b(ControlSnapshotDied)),
-		fmt.Sprintf("C_START, C_EXITED, C_SIGNAL, C_ROOT = %s, %s, %s, %s", b(ControlStart), b(ControlExited),
-			b(ControlSignal), b(ControlRoot)),
+		fmt.Sprintf("C_START, C_EXITED, C_SIGNAL, C_ROOT, C_CONNECT = %s, %s, %s, %s, %s", b(ControlStart),
+			b(ControlExited), b(ControlSignal), b(ControlRoot), b(ControlConnect)),
 		fmt.Sprintf("START_TERMINAL = %d", StartTerminal),
 		fmt.Sprintf("EGRESS_PORT = %d", EgressPort),
 	}

@@ -34,7 +34,7 @@ type commands struct {
 	token   uint64
 	starts  map[uint64]chan startReply
 	running map[uint32]chan syscall.WaitStatus
-	roots   map[uint64]chan *os.File // SandboxRoot's asks, by token
+	asks    map[uint64]chan askReply // SandboxRoot's and ConnectPort's, by token
 	gone    bool
 }
 
@@ -89,28 +89,93 @@ func (c *commands) lost() {
 		close(ch)
 		delete(c.running, pid)
 	}
-	for token, ch := range c.roots {
+	for token, ch := range c.asks {
 		close(ch)
-		delete(c.roots, token)
+		delete(c.asks, token)
 	}
 }
 
-// rooted takes the guardian's answer to SandboxRoot token: fds holds the root's, or none.
-func (c *commands) rooted(token uint64, fds []int) {
+// answered takes the guardian's answer to an ask (SandboxRoot, ConnectPort) token: the fd
+// that came with it, or none and errno.
+func (c *commands) answered(token uint64, errno uint32, fds []int) {
 	c.mu.Lock()
-	ch := c.roots[token]
-	delete(c.roots, token)
+	ch := c.asks[token]
+	delete(c.asks, token)
 	c.mu.Unlock()
-	var f *os.File
+	a := askReply{errno: syscall.Errno(errno)}
 	for i, fd := range fds {
 		if i == 0 && len(fds) == 1 && ch != nil {
-			f = os.NewFile(uintptr(fd), "minipy-sandbox-root")
+			a.f = os.NewFile(uintptr(fd), "minipy-sandbox-fd")
 		} else {
 			syscall.Close(fd)
 		}
 	}
 	if ch != nil {
-		ch <- f
+		ch <- a
+	} else if a.f != nil {
+		a.f.Close()
+	}
+}
+
+// askReply is the guardian's answer to an ask: an fd, or the errno why not.
+type askReply struct {
+	f     *os.File
+	errno syscall.Errno
+}
+
+// ask sends the guardian msg (a kind, then the token ask puts in, then payload) and waits up
+// to timeout for its answer's fd.
+func (w *Worker) ask(kind byte, payload []byte, timeout time.Duration) (*os.File, error) {
+	if w.line == nil || w.ctl == nil {
+		return nil, ErrNoCommands
+	}
+	c := &w.line.cmds
+	reply := make(chan askReply, 1)
+	c.mu.Lock()
+	if c.gone {
+		c.mu.Unlock()
+		return nil, ErrCommandsLost
+	}
+	c.token++
+	token := c.token
+	if c.asks == nil {
+		c.asks = map[uint64]chan askReply{}
+	}
+	c.asks[token] = reply
+	c.mu.Unlock()
+	forget := func() {
+		c.mu.Lock()
+		delete(c.asks, token)
+		c.mu.Unlock()
+	}
+	msg := append(binary.LittleEndian.AppendUint64([]byte{kind}, token), payload...)
+	if _, err := w.ctl.Write(msg); err != nil {
+		forget()
+		return nil, fmt.Errorf("%w: %w", ErrCommandsLost, err)
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case a, ok := <-reply:
+		switch {
+		case !ok:
+			return nil, ErrCommandsLost
+		case a.f == nil && a.errno == 0:
+			return nil, errors.New("minipy: the sandbox's guardian sent no fd")
+		case a.f == nil:
+			return nil, a.errno
+		}
+		return a.f, nil
+	case <-timer.C:
+		forget()
+		select { // (an answer that came meanwhile)
+		case a, ok := <-reply:
+			if ok && a.f != nil {
+				a.f.Close()
+			}
+		default:
+		}
+		return nil, fmt.Errorf("minipy: the sandbox's guardian did not answer in %v", timeout)
 	}
 }
 
@@ -119,54 +184,15 @@ func (c *commands) rooted(token uint64, fds []int) {
 // has no guardian the host talks to (a Command worker), ErrCommandsLost when the sandbox
 // ended.
 func (w *Worker) SandboxRoot(timeout time.Duration) (*os.File, error) {
-	if w.line == nil || w.ctl == nil {
-		return nil, ErrNoCommands
-	}
-	c := &w.line.cmds
-	reply := make(chan *os.File, 1)
-	c.mu.Lock()
-	if c.gone {
-		c.mu.Unlock()
-		return nil, ErrCommandsLost
-	}
-	c.token++
-	token := c.token
-	if c.roots == nil {
-		c.roots = map[uint64]chan *os.File{}
-	}
-	c.roots[token] = reply
-	c.mu.Unlock()
-	forget := func() {
-		c.mu.Lock()
-		delete(c.roots, token)
-		c.mu.Unlock()
-	}
-	if _, err := w.ctl.Write(binary.LittleEndian.AppendUint64([]byte{pyrt.ControlRoot}, token)); err != nil {
-		forget()
-		return nil, fmt.Errorf("%w: %w", ErrCommandsLost, err)
-	}
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	select {
-	case f, ok := <-reply:
-		if !ok {
-			return nil, ErrCommandsLost
-		}
-		if f == nil {
-			return nil, errors.New("minipy: the sandbox's guardian could not open its root")
-		}
-		return f, nil
-	case <-timer.C:
-		forget()
-		select { // (an answer that came meanwhile)
-		case f, ok := <-reply:
-			if ok && f != nil {
-				f.Close()
-			}
-		default:
-		}
-		return nil, fmt.Errorf("minipy: the guardian did not answer for its root in %v", timeout)
-	}
+	return w.ask(pyrt.ControlRoot, nil, timeout)
+}
+
+// ConnectPort asks w's guardian for a TCP socket connected to 127.0.0.1:port in the
+// sandbox's network namespace (or still connecting: its first read or write says how that
+// ended), waiting up to timeout; the errno (ECONNREFUSED: nothing listens there) when it
+// could not; otherwise as SandboxRoot.
+func (w *Worker) ConnectPort(port uint16, timeout time.Duration) (*os.File, error) {
+	return w.ask(pyrt.ControlConnect, binary.LittleEndian.AppendUint16(nil, port), timeout)
 }
 
 // CommandSpec is a command to start: Args[0] looked up in the sandbox's PATH, Dir its

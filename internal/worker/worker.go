@@ -616,8 +616,12 @@ func (l *ctlLine) watch(w *Worker) {
 				return
 			}
 			fds := socketFDs(oob[:oobn])
-			if n == 9 && buf[0] == pyrt.ControlRoot {
-				l.cmds.rooted(binary.LittleEndian.Uint64(buf[1:9]), fds)
+			if n == 9 && buf[0] == pyrt.ControlRoot || n == 13 && buf[0] == pyrt.ControlConnect {
+				var errno uint32
+				if n == 13 {
+					errno = binary.LittleEndian.Uint32(buf[9:13])
+				}
+				l.cmds.answered(binary.LittleEndian.Uint64(buf[1:9]), errno, fds)
 				continue
 			}
 			if l.cmds.report(buf[:n]) {

@@ -98,8 +98,9 @@ type createRequest struct {
 	AutoResume      *struct {
 		Enabled bool `json:"enabled"`
 	} `json:"autoResume"`
-	VolumeMounts []any `json:"volumeMounts"`
-	MCP          any   `json:"mcp"`
+	VolumeMounts []any           `json:"volumeMounts"`
+	MCP          any             `json:"mcp"`
+	Network      *networkRequest `json:"network"` // the ports' part (ports.go)
 }
 
 // sandboxBody is the API's answer for a sandbox created or connected to (E2B's Sandbox).

@@ -34,6 +34,7 @@ type sandbox struct {
 	state       string          // stateRunning, statePaused, stateChanging
 	autoPause   bool            // its time's end pauses it (E2B's lifecycle onTimeout: pause)
 	autoCold    bool            // ... keeping its files alone (onTimeout's keepMemory: false)
+	ports       portRules       // its ports' rules (ports.go)
 	cold        bool            // paused keeping its files alone: its resume is a new boot (pause.go)
 	paused      []pausedContext // while paused, in memory
 	pausedBytes int64
@@ -93,6 +94,7 @@ func (sb *sandbox) authorized(r *http.Request) bool {
 func (s *Server) newSandbox(user, template string, req *createRequest, life time.Duration) (*sandbox, int, string) {
 	sb := s.sandboxFor(user, template, req.Metadata, req.EnvVars, req.AutoPause != nil && *req.AutoPause, life)
 	sb.autoCold = req.AutoPauseMemory != nil && !*req.AutoPauseMemory
+	sb.ports = req.Network.rules()
 	cc, code, msg := s.newContext(sb, "python", "")
 	if cc == nil {
 		sb.cancel()

@@ -223,20 +223,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	sb := s.lookup(id)
 	if sb == nil || !sb.running() {
-		// E2B's proxy answers 502 for a sandbox that is not running: the SDKs read it as
-		// "the sandbox timed out" (and isRunning as false). Only to a token the server made
-		// for this id: without one, a sandbox that runs and one that never did answer alike
-		// (401), which says nothing of which ids are live.
-		if !s.tokens.made(id, r) {
-			s.cfg.Metrics.Unauthorized()
-			writeError(w, http.StatusUnauthorized, "a sandbox's requests need its access token (X-Access-Token)")
-			return
-		}
-		writeError(w, http.StatusBadGateway, "the sandbox "+echo(id)+" is not running (it was killed, or its time ended)")
+		s.notRunning(w, r, id, port)
 		return
 	}
+	own, isOwn := userPort(port)
+	public := isOwn && !sb.portRules().Private // (E2B's: a sandbox's own ports are public unless it said otherwise)
 	signed := !sb.authorized(r) && port == strconv.Itoa(EnvdPort) && sb.signs(r)
-	if !signed && !sb.authorized(r) || s.cfg.HasUser != nil && !s.cfg.HasUser(sb.user) {
+	if !public && !signed && !sb.authorized(r) || s.cfg.HasUser != nil && !s.cfg.HasUser(sb.user) {
 		s.cfg.Metrics.Unauthorized()
 		writeError(w, http.StatusUnauthorized, "a sandbox's requests need its access token (X-Access-Token), "+
 			"or a file URL it signed, and its user a key of the server's")
@@ -260,15 +253,39 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	release := sync.OnceFunc(func() { <-sb.inflight })
 	defer release()
 	r = r.WithContext(context.WithValue(withSandbox(r.Context(), sb), releaseKey{}, release))
-	switch port {
-	case strconv.Itoa(InterpreterPort):
+	switch {
+	case port == strconv.Itoa(InterpreterPort):
 		s.interpreter.ServeHTTP(w, r)
-	case strconv.Itoa(EnvdPort):
+	case port == strconv.Itoa(EnvdPort):
 		s.envd.ServeHTTP(w, r)
+	case isOwn:
+		s.servePort(w, r, sb, own)
 	default:
-		writeError(w, http.StatusBadGateway, "port "+echo(port)+" of the sandbox serves nothing: minipy serves envd ("+
-			strconv.Itoa(EnvdPort)+") and the code interpreter ("+strconv.Itoa(InterpreterPort)+")")
+		writeError(w, http.StatusBadGateway, "port "+echo(port)+" of the sandbox: not a port")
 	}
+}
+
+// notRunning answers a request to a port of sandbox id, which is not running.
+func (s *Server) notRunning(w http.ResponseWriter, r *http.Request, id, port string) {
+	if _, own := userPort(port); own {
+		// (E2B's proxy's answer for a port of a sandbox that is not running, to anyone: a
+		// sandbox's own ports are public, and an id is 20 random characters.)
+		writeJSON(w, http.StatusBadGateway, struct {
+			apiError
+			SandboxID string `json:"sandboxId"`
+		}{apiError{http.StatusBadGateway, "The sandbox was not found"}, id})
+		return
+	}
+	// E2B's proxy answers 502 for a sandbox that is not running: the SDKs read it as "the
+	// sandbox timed out" (and isRunning as false). Only to a token the server made for this
+	// id: without one, a sandbox that runs and one that never did answer alike (401), which
+	// says nothing of which ids are live.
+	if !s.tokens.made(id, r) {
+		s.cfg.Metrics.Unauthorized()
+		writeError(w, http.StatusUnauthorized, "a sandbox's requests need its access token (X-Access-Token)")
+		return
+	}
+	writeError(w, http.StatusBadGateway, "the sandbox "+echo(id)+" is not running (it was killed, or its time ended)")
 }
 
 // The bounds of a request's body (bodyLimit): a connect call's message as sent (envd's
@@ -291,6 +308,9 @@ func (s *Server) bodyLimit(id, port string, r *http.Request) int64 {
 		return maxCode
 	case r.Method == http.MethodPost && r.URL.Path == "/files":
 		return s.cfg.MaxUpload
+	}
+	if _, own := userPort(port); own {
+		return s.cfg.MaxUpload // (a request to the code's own server, as an upload)
 	}
 	return maxEnvdMessage + 64 // (a streaming call's envelope)
 }

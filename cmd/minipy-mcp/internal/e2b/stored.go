@@ -40,6 +40,7 @@ type storedHead struct {
 	AutoPause bool              `json:"autoPause"`
 	AutoCold  bool              `json:"autoCold,omitempty"` // sandbox.autoCold
 	Cold      bool              `json:"cold,omitempty"`     // paused keeping its files alone (sandbox.cold)
+	Ports     portRules         `json:"ports,omitempty"`    // sandbox.ports
 	Contexts  []storedContext   `json:"contexts"`
 	Streamed  bool              `json:"streamed,omitempty"`
 }
@@ -86,7 +87,8 @@ func (s *Server) storePaused(sb *sandbox, contexts []*codeContext) (int64, error
 	if err != nil {
 		return 0, err
 	}
-	head := storedHead{Envs: sb.envs, AutoPause: sb.autoPause, AutoCold: sb.autoCold, Cold: sb.cold, Streamed: true}
+	head := storedHead{Envs: sb.envs, AutoPause: sb.autoPause, AutoCold: sb.autoCold, Cold: sb.cold, Ports: sb.ports,
+		Streamed: true}
 	return s.storeContexts(session.KindSandbox, sb.id, session.Meta{User: sb.user, Init: info}, head, contexts)
 }
 
@@ -336,7 +338,7 @@ func (s *Server) claimStored(sb *sandbox) ([]pausedContext, io.Closer, int, stri
 		return nil, nil, http.StatusInternalServerError, "the sandbox could not be resumed: " + err.Error()
 	}
 	sb.mu.Lock()
-	sb.envs, sb.autoPause, sb.autoCold, sb.cold = head.Envs, head.AutoPause, head.AutoCold, head.Cold
+	sb.envs, sb.autoPause, sb.autoCold, sb.cold, sb.ports = head.Envs, head.AutoPause, head.AutoCold, head.Cold, head.Ports
 	sb.mu.Unlock()
 	return paused, blob, 0, ""
 }
