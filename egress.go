@@ -300,6 +300,8 @@ type egressProxy struct {
 	mu     sync.Mutex
 	tunnel map[net.Conn]struct{}        // hijacked connections (CONNECT), closed at a cap or the end
 	policy atomic.Pointer[egressPolicy] // the policy its pooled upstream connections were judged by
+	rules  *atomic.Pointer[egressRules] // its sandbox's rules (Namespace.SetEgressRules), read at each dial; nil: none
+	judged atomic.Pointer[egressRules]  // the rules its pooled upstream connections were judged by
 }
 
 // egressIdleConns bounds the idle upstream connections of one sandbox's proxy (its pool);
@@ -307,13 +309,13 @@ type egressProxy struct {
 const egressIdleConns = 4
 
 // startEgressProxy serves the proxy on f, the sandbox's listening socket.
-func (e *Isolated) startEgressProxy(f *os.File) (*egressProxy, error) {
+func (e *Isolated) startEgressProxy(f *os.File, rules *atomic.Pointer[egressRules]) (*egressProxy, error) {
 	ln, err := net.FileListener(f)
 	f.Close()
 	if err != nil {
 		return nil, fmt.Errorf("minipy: the sandbox's egress listener: %w", err)
 	}
-	p := &egressProxy{e: e, ln: ln, tunnel: map[net.Conn]struct{}{}}
+	p := &egressProxy{e: e, ln: ln, tunnel: map[net.Conn]struct{}{}, rules: rules}
 	p.tr = &http.Transport{
 		Proxy:       nil, // (never the host's own proxy settings: Egress.Dial is the way to one)
 		DialContext: p.dialChecked,
@@ -330,6 +332,14 @@ func (e *Isolated) startEgressProxy(f *os.File) (*egressProxy, error) {
 		ErrorLog: log.New(io.Discard, "", 0)}
 	go p.srv.Serve(capListener{p}) //nolint:errcheck // ends with close
 	return p, nil
+}
+
+// sandboxRules are the rules of the proxy's sandbox now, or nil.
+func (p *egressProxy) sandboxRules() *egressRules {
+	if p.rules == nil {
+		return nil
+	}
+	return p.rules.Load()
 }
 
 // close stops the proxy: the listener, every connection, the idle upstream ones.
@@ -456,6 +466,11 @@ func (p *egressProxy) dialChecked(ctx context.Context, network, address string) 
 		}
 		ok = append(ok, a)
 	}
+	if rules := p.sandboxRules(); rules != nil && len(ok) > 0 {
+		if ok = rules.judge(host, ok); len(ok) == 0 {
+			why = rules.why()
+		}
+	}
 	if len(ok) == 0 {
 		if why == "" {
 			why = "no address"
@@ -556,10 +571,10 @@ func (p *egressProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // admit judges a request of method to host:port by the policy of its time, before anything
 // is dialed: its status and line if refused, 0 if not.
 func (p *egressProxy) admit(method, host string, port int) (int, string) {
-	policy := p.e.egress.Load()
-	if p.policy.Swap(policy) != policy {
-		// An upstream connection in the pool was judged by another policy (SetEgress): none
-		// is reused under this one.
+	policy, rules := p.e.egress.Load(), p.sandboxRules()
+	if p.policy.Swap(policy) != policy || p.judged.Swap(rules) != rules {
+		// An upstream connection in the pool was judged by another policy (SetEgress) or
+		// other rules of the sandbox's (SetEgressRules): none is reused under these.
 		p.tr.CloseIdleConnections()
 	}
 	if denied := policy.admitName(host, port); denied != nil {

@@ -3,6 +3,7 @@ package minipy
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/minipy-go/minipy/internal/cpython"
@@ -85,7 +86,7 @@ func startWorker(e *Isolated, dirs workDirs, epoch uint64) (*worker.Worker, erro
 	for attempt := 1; ; attempt++ {
 		w, err := startOnce(e, dirs, epoch)
 		if err == nil && e.egress.Load() != nil {
-			err = e.serveEgress(w)
+			err = e.serveEgress(w, treeRules(dirs))
 		}
 		if err == nil || attempt == startAttempts || e.isClosed() ||
 			!errors.Is(err, worker.ErrStartKilled) && !errors.Is(err, worker.ErrTemplateGone) {
@@ -235,14 +236,14 @@ func defaultWorkerPython() string {
 
 // serveEgress starts the egress proxy of w's sandbox on the socket it listens on, which
 // it hands over as it starts (IsolatedConfig.Egress); the proxy ends with the sandbox.
-func (e *Isolated) serveEgress(w *worker.Worker) error {
+func (e *Isolated) serveEgress(w *worker.Worker, rules *atomic.Pointer[egressRules]) error {
 	f := w.EgressListener(e.cfg.StartTimeout)
 	if f == nil {
 		w.Kill()
 		w.AwaitExit()
 		return fmt.Errorf("%w: the worker's sandbox did not hand over its egress listener", worker.ErrStartKilled)
 	}
-	p, err := e.startEgressProxy(f)
+	p, err := e.startEgressProxy(f, rules)
 	if err != nil {
 		w.Kill()
 		w.AwaitExit()

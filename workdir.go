@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/minipy-go/minipy/internal/worker"
@@ -47,6 +48,8 @@ type workTree struct {
 	tmpl  *worker.Worker  // the template that mounted it
 	disk  bool            // begun on the host's disk (no template then): it stays there
 	plain map[string]bool // working directories made in it after tmpl died: plain directories, not mounts
+
+	egress atomic.Pointer[egressRules] // its sandbox's egress rules (Namespace.SetEgressRules); nil: none
 }
 
 // workDirs are a worker slot's directories: the tree its workers bind, and the name in it of

@@ -22,6 +22,7 @@ func (s *Server) routes() {
 	s.api.HandleFunc("GET /sandboxes/{id}", s.authed(s.owned(s.info)))
 	s.api.HandleFunc("DELETE /sandboxes/{id}", s.authed(s.owned(s.remove)))
 	s.api.HandleFunc("POST /sandboxes/{id}/timeout", s.authed(s.owned(s.timeout)))
+	s.api.HandleFunc("PUT /sandboxes/{id}/network", s.authed(s.owned(s.updateNetwork)))
 	s.api.HandleFunc("POST /sandboxes/{id}/pause", s.authed(s.owned(s.pauseRequest)))
 	s.api.HandleFunc("POST /sandboxes/{id}/fork", s.authed(s.owned(s.fork)))
 	s.api.HandleFunc("POST /sandboxes/{id}/snapshots", s.authed(s.owned(s.createSnapshot)))
@@ -100,7 +101,9 @@ type createRequest struct {
 	} `json:"autoResume"`
 	VolumeMounts []any           `json:"volumeMounts"`
 	MCP          any             `json:"mcp"`
-	Network      *networkRequest `json:"network"` // the ports' part (ports.go)
+	Network      *networkRequest `json:"network"` // ports.go, network.go
+	// AllowInternetAccess false denies every destination (network.go).
+	AllowInternetAccess *bool `json:"allowInternetAccess"`
 }
 
 // sandboxBody is the API's answer for a sandbox created or connected to (E2B's Sandbox).
@@ -178,6 +181,9 @@ func (s *Server) checkCreate(req *createRequest) (template string, life time.Dur
 		return "", 0, "autoResume is not served: resume a paused sandbox with Sandbox.connect (docs/e2b.md)"
 	}
 	if why := checkEnvs(req.EnvVars); why != "" {
+		return "", 0, why
+	}
+	if why := checkEgress(req.egress()); why != "" {
 		return "", 0, why
 	}
 	life, why = s.life(req.Timeout)

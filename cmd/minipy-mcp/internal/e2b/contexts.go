@@ -107,7 +107,11 @@ func (s *Server) restartContext(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	fresh := s.cfg.Engine.NewNamespace()
-	if _, err := s.setUp(sb.ctx, fresh, sb.envs, cc.cwd); err != nil {
+	err := narrow(sb, fresh)
+	if err == nil {
+		_, err = s.setUp(sb.ctx, fresh, sb.envs, cc.cwd)
+	}
+	if err != nil {
 		fresh.Close() //nolint:errcheck // closing a namespace does not fail
 		writeError(w, http.StatusInternalServerError, "the context did not restart: "+err.Error())
 		return

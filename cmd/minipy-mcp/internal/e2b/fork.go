@@ -80,7 +80,7 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request, sb *sandbox) {
 // forkOf starts a fork of sb whose contexts are saved, to live life.
 func (s *Server) forkOf(sb *sandbox, saved []pausedContext, life time.Duration) (*sandbox, int, string) {
 	f := s.sandboxFor(sb.user, sb.template, maps.Clone(sb.metadata), maps.Clone(sb.envs), sb.autoPause, life)
-	f.autoCold = sb.autoCold
+	f.autoCold, f.ports, f.egress = sb.autoCold, sb.ports, sb.egress
 	contexts, code, why := s.restoreContexts(f, saved)
 	if code != 0 {
 		f.cancel()

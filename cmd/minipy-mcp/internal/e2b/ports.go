@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/minipy-go/minipy"
 )
 
 // A sandbox's other ports (E2B's getHost(port): PORT-ID.domain, or E2b-Sandbox-Port): a
@@ -28,10 +30,21 @@ type portRules struct {
 	MaskHost string `json:"maskHost,omitempty"` // maskRequestHost
 }
 
-// networkRequest is the part of E2B's create request's network options that is served.
+// networkRequest is the part of E2B's create request's network options that is served:
+// the ports' (here) and the egress rules' (network.go).
 type networkRequest struct {
-	AllowPublicTraffic *bool  `json:"allowPublicTraffic"`
-	MaskRequestHost    string `json:"maskRequestHost"`
+	AllowPublicTraffic *bool    `json:"allowPublicTraffic"`
+	MaskRequestHost    string   `json:"maskRequestHost"`
+	AllowOut           []string `json:"allowOut"`
+	DenyOut            []string `json:"denyOut"`
+}
+
+// egress is the create request's egress rules (network.go).
+func (req *createRequest) egress() *minipy.EgressRules {
+	if req.Network == nil {
+		return egressOf(req.AllowInternetAccess, nil, nil)
+	}
+	return egressOf(req.AllowInternetAccess, req.Network.AllowOut, req.Network.DenyOut)
 }
 
 func (n *networkRequest) rules() portRules {

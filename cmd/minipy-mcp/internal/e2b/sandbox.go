@@ -31,12 +31,13 @@ type sandbox struct {
 	timer       *time.Timer
 	contexts    []*codeContext // [0] is the default context; none while paused
 	dead        bool
-	state       string          // stateRunning, statePaused, stateChanging
-	autoPause   bool            // its time's end pauses it (E2B's lifecycle onTimeout: pause)
-	autoCold    bool            // ... keeping its files alone (onTimeout's keepMemory: false)
-	ports       portRules       // its ports' rules (ports.go)
-	cold        bool            // paused keeping its files alone: its resume is a new boot (pause.go)
-	paused      []pausedContext // while paused, in memory
+	state       string              // stateRunning, statePaused, stateChanging
+	autoPause   bool                // its time's end pauses it (E2B's lifecycle onTimeout: pause)
+	autoCold    bool                // ... keeping its files alone (onTimeout's keepMemory: false)
+	ports       portRules           // its ports' rules (ports.go)
+	egress      *minipy.EgressRules // its network rules (network.go); nil: the server's policy alone
+	cold        bool                // paused keeping its files alone: its resume is a new boot (pause.go)
+	paused      []pausedContext     // while paused, in memory
 	pausedBytes int64
 	stored      bool                    // paused into Config.Store: its state is there (stored.go)
 	pausedPlace func()                  // while paused: gives back its place under its user's cap (places.go)
@@ -94,7 +95,7 @@ func (sb *sandbox) authorized(r *http.Request) bool {
 func (s *Server) newSandbox(user, template string, req *createRequest, life time.Duration) (*sandbox, int, string) {
 	sb := s.sandboxFor(user, template, req.Metadata, req.EnvVars, req.AutoPause != nil && *req.AutoPause, life)
 	sb.autoCold = req.AutoPauseMemory != nil && !*req.AutoPauseMemory
-	sb.ports = req.Network.rules()
+	sb.ports, sb.egress = req.Network.rules(), req.egress()
 	cc, code, msg := s.newContext(sb, "python", "")
 	if cc == nil {
 		sb.cancel()
@@ -157,8 +158,11 @@ func (s *Server) newContext(sb *sandbox, language, cwd string) (*codeContext, in
 	}
 	cc := &codeContext{id: randomID(), language: language, release: release}
 	cc.ns.Store(s.cfg.Engine.NewNamespace())
-	var err error
-	if cc.cwd, err = s.setUp(sb.ctx, cc.ns.Load(), sb.envs, cwd); err != nil {
+	err := narrow(sb, cc.ns.Load())
+	if err == nil {
+		cc.cwd, err = s.setUp(sb.ctx, cc.ns.Load(), sb.envs, cwd)
+	}
+	if err != nil {
 		cc.close()
 		return nil, http.StatusInternalServerError, "the sandbox did not start: " + err.Error()
 	}

@@ -264,6 +264,7 @@ func (s *Server) fromSnapshot(user string, sn *snapshot, req *createRequest, lif
 	maps.Copy(envs, req.EnvVars)
 	sb := s.sandboxFor(user, sn.template, req.Metadata, envs, req.AutoPause != nil && *req.AutoPause, life)
 	sb.autoCold = req.AutoPauseMemory != nil && !*req.AutoPauseMemory
+	sb.ports, sb.egress = req.Network.rules(), req.egress()
 	contexts, code, why := s.restoreContexts(sb, saved)
 	if code != 0 {
 		sb.cancel()

@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/minipy-go/minipy"
 	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/session"
 )
 
@@ -36,13 +37,14 @@ type storedInfo struct {
 // needs to run again, then each context's save, one after another: streamed, each as
 // chunks (chunkWriter), else (a pause of before the streams) of its Size.
 type storedHead struct {
-	Envs      map[string]string `json:"envs"`
-	AutoPause bool              `json:"autoPause"`
-	AutoCold  bool              `json:"autoCold,omitempty"` // sandbox.autoCold
-	Cold      bool              `json:"cold,omitempty"`     // paused keeping its files alone (sandbox.cold)
-	Ports     portRules         `json:"ports,omitempty"`    // sandbox.ports
-	Contexts  []storedContext   `json:"contexts"`
-	Streamed  bool              `json:"streamed,omitempty"`
+	Envs      map[string]string   `json:"envs"`
+	AutoPause bool                `json:"autoPause"`
+	AutoCold  bool                `json:"autoCold,omitempty"` // sandbox.autoCold
+	Cold      bool                `json:"cold,omitempty"`     // paused keeping its files alone (sandbox.cold)
+	Ports     portRules           `json:"ports,omitempty"`    // sandbox.ports
+	Egress    *minipy.EgressRules `json:"egress,omitempty"`   // sandbox.egress
+	Contexts  []storedContext     `json:"contexts"`
+	Streamed  bool                `json:"streamed,omitempty"`
 }
 
 type storedContext struct {
@@ -88,7 +90,7 @@ func (s *Server) storePaused(sb *sandbox, contexts []*codeContext) (int64, error
 		return 0, err
 	}
 	head := storedHead{Envs: sb.envs, AutoPause: sb.autoPause, AutoCold: sb.autoCold, Cold: sb.cold, Ports: sb.ports,
-		Streamed: true}
+		Egress: sb.egress, Streamed: true}
 	return s.storeContexts(session.KindSandbox, sb.id, session.Meta{User: sb.user, Init: info}, head, contexts)
 }
 
@@ -338,7 +340,8 @@ func (s *Server) claimStored(sb *sandbox) ([]pausedContext, io.Closer, int, stri
 		return nil, nil, http.StatusInternalServerError, "the sandbox could not be resumed: " + err.Error()
 	}
 	sb.mu.Lock()
-	sb.envs, sb.autoPause, sb.autoCold, sb.cold, sb.ports = head.Envs, head.AutoPause, head.AutoCold, head.Cold, head.Ports
+	sb.envs, sb.autoPause, sb.autoCold, sb.cold = head.Envs, head.AutoPause, head.AutoCold, head.Cold
+	sb.ports, sb.egress = head.Ports, head.Egress
 	sb.mu.Unlock()
 	return paused, blob, 0, ""
 }
