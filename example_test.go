@@ -8,6 +8,9 @@ import (
 	"fmt"
 	"image"
 	"image/png"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"regexp"
 	"strings"
@@ -169,6 +172,42 @@ dict(totals)`, &minipy.Options{Globals: ns})
 	// north,150
 	// south,80
 	// true
+}
+
+// DialPort reaches a server that the code started in its sandbox, whose network is its
+// own; an absolute name reaches the files it wrote anywhere in its sandbox.
+func ExampleNamespace_DialPort() {
+	eng, err := minipy.NewIsolated(minipy.IsolatedConfig{})
+	if err != nil {
+		panic(err)
+	}
+	defer eng.Close()
+	ns := eng.NewNamespace()
+	defer ns.Close()
+	_, err = eng.Minipy(`import http.server, os, threading
+os.makedirs("/srv/site", exist_ok=True)
+open("/srv/site/index.html", "w").write("<h1>built in the sandbox</h1>")
+h = lambda *a: http.server.SimpleHTTPRequestHandler(*a, directory="/srv/site")
+srv = http.server.ThreadingHTTPServer(("127.0.0.1", 8000), h)
+threading.Thread(target=srv.serve_forever, daemon=True).start()`, &minipy.Options{Globals: ns})
+	if err != nil {
+		panic(err)
+	}
+	client := &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return ns.DialPort(ctx, 8000) },
+	}}
+	resp, err := client.Get("http://sandbox/index.html")
+	if err != nil {
+		panic(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	fmt.Println(resp.StatusCode, string(body))
+	page, _ := ns.ReadFile("/srv/site/index.html")
+	fmt.Println(len(page))
+	// Output:
+	// 200 <h1>built in the sandbox</h1>
+	// 29
 }
 
 // CallTool serves a model's tool call: JSON arguments in, the text to send back out.
