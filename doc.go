@@ -76,7 +76,8 @@
 // worker was killed or crashed: the namespace's variables are gone), *WorkerLostError (what
 // happened: signal, exit code, limit, or ErrProtocol when its code broke the worker's
 // protocol), *LimitError, ErrTooLarge, ErrNoSandbox and ErrSandboxAccess; its
-// namespaces' file methods ErrBadPath (and fs.ErrNotExist), in-process ones ErrNoFiles.
+// namespaces' file methods ErrBadPath (and fs.ErrNotExist), in-process ones ErrNoFiles;
+// DialPort ErrNoPorts and ErrTooManyConnections, SetEgressRules ErrNoEgress.
 //
 // # Timeouts and their limits
 //

@@ -95,17 +95,22 @@ type destination struct {
 }
 
 func (d destination) matches(host string, port int) bool {
-	if wild, ok := strings.CutPrefix(d.name, "*."); ok {
-		if !strings.HasSuffix(host, "."+wild) {
-			return false
-		}
-	} else if host != d.name {
+	if !d.matchesName(host) {
 		return false
 	}
 	if d.ports == nil {
 		return port == 80 || port == 443
 	}
 	return slices.Contains(d.ports, port)
+}
+
+// matchesName reports whether host (lower case, without a trailing dot) is d's name, or
+// one under its domain for "*.d".
+func (d destination) matchesName(host string) bool {
+	if wild, ok := strings.CutPrefix(d.name, "*."); ok {
+		return strings.HasSuffix(host, "."+wild)
+	}
+	return host == d.name
 }
 
 // parseDestination reads an entry of Allow or Deny.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync/atomic"
 )
@@ -35,7 +36,7 @@ func (r EgressRules) Check() error {
 
 // egressRules are EgressRules parsed.
 type egressRules struct {
-	names           []destination // Allow's names (any port: ports nil is read as any here)
+	names           []destination // Allow's names (matchesName: any port)
 	allow, deny     []netip.Prefix
 	denyAll         bool
 	allowed, denied string // for a refusal's line
@@ -86,12 +87,7 @@ func parsePrefix(s string) (netip.Prefix, bool) {
 // allowsName reports whether Allow names host.
 func (r *egressRules) allowsName(host string) bool {
 	h := strings.TrimSuffix(strings.ToLower(host), ".")
-	for _, d := range r.names {
-		if wild, ok := strings.CutPrefix(d.name, "*."); ok && strings.HasSuffix(h, "."+wild) || d.name == h {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(r.names, func(d destination) bool { return d.matchesName(h) })
 }
 
 // admits judges an address: Allow's prefixes pass it, else Deny's refuse it.

@@ -192,20 +192,19 @@ func (ns *Namespace) fileRoot(op, name string, dirOK bool) (*workRoot, string, e
 // cleanFileName checks a name given to a file method: relative, no "..", no NUL. It returns
 // it cleaned ("." for the working directory itself, which only dirOK methods take).
 func cleanFileName(op, name string, dirOK bool) (string, error) {
-	bad := func() error { return &fs.PathError{Op: op, Path: name, Err: ErrBadPath} }
-	if strings.ContainsRune(name, 0) || filepath.IsAbs(name) {
-		return "", bad()
-	}
-	for _, part := range strings.Split(filepath.ToSlash(name), "/") {
-		if part == ".." {
-			return "", bad()
-		}
+	if strings.ContainsRune(name, 0) || filepath.IsAbs(name) || climbs(name) {
+		return "", &fs.PathError{Op: op, Path: name, Err: ErrBadPath}
 	}
 	clean := path.Clean(filepath.ToSlash(name))
 	if clean == "." && !dirOK {
 		return "", &fs.PathError{Op: op, Path: name, Err: fs.ErrInvalid}
 	}
 	return clean, nil
+}
+
+// climbs reports whether name holds a ".." element.
+func climbs(name string) bool {
+	return slices.Contains(strings.Split(filepath.ToSlash(name), "/"), "..")
 }
 
 // workRoot is a namespace's working directory, open.

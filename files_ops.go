@@ -115,12 +115,18 @@ func (ns *Namespace) renameTarget(root *workRoot, to string) (string, error) {
 	case !abs || e == nil:
 		return "", &fs.PathError{Op: "rename", Path: to, Err: fmt.Errorf("%w: not in %s, where the file is", ErrBadPath, root.base)}
 	}
-	r, rel, err := ns.placeRoot("rename", to, false)
+	_, _, place, rel, err := ns.placeOf("rename", to, false)
 	if err != nil {
 		return "", err
 	}
-	r.close()
-	if r.base != root.base && !(r.base == e.cfg.WorkDirPath && root.base == "") {
+	if place != root.base && !(place == e.cfg.WorkDirPath && root.base == "") {
+		if place == "/" { // (a name in what the image mounts there is not even a place: ErrBadPath)
+			r, _, err := ns.placeRoot("rename", to, false)
+			if err != nil {
+				return "", err
+			}
+			r.close()
+		}
 		return "", &os.LinkError{Op: "rename", Old: root.name("."), New: to, Err: syscall.EXDEV}
 	}
 	return rel, nil

@@ -57,27 +57,32 @@ func placeName(workDir, name string) (place, rel string, ok bool) {
 	return "", "", false
 }
 
-// placeRoot opens the place of the absolute name for namespace ns's file method op, and
-// returns it with the name's part there.
-func (ns *Namespace) placeRoot(op, name string, dirOK bool) (*workRoot, string, error) {
+// placeOf checks the absolute name for namespace ns's file method op and splits it into its
+// place and its name there (placeName), opening nothing.
+func (ns *Namespace) placeOf(op, name string, dirOK bool) (e *Isolated, b *nsBinding, place, rel string, err error) {
 	e, ok := ns.engine.(*Isolated)
-	b := bindingOf(ns)
+	b = bindingOf(ns)
 	if !ok || b == nil || !e.sandbox || !e.local() || !b.slot.own || b.dirs.home != homeName {
 		why := "only a sandboxed namespace with a sandbox of its own (not a Fork copy or a packed one) reaches its " +
 			"sandbox's files by absolute names"
-		return nil, "", &fs.PathError{Op: op, Path: name, Err: fmt.Errorf("%w: %s", ErrBadPath, why)}
+		return nil, nil, "", "", &fs.PathError{Op: op, Path: name, Err: fmt.Errorf("%w: %s", ErrBadPath, why)}
 	}
-	for _, part := range strings.Split(filepath.ToSlash(name), "/") {
-		if part == ".." {
-			return nil, "", &fs.PathError{Op: op, Path: name, Err: ErrBadPath}
-		}
+	place, rel, ok = placeName(e.cfg.WorkDirPath, filepath.ToSlash(name))
+	switch {
+	case !ok || climbs(name):
+		return nil, nil, "", "", &fs.PathError{Op: op, Path: name, Err: ErrBadPath}
+	case rel == "." && !dirOK:
+		return nil, nil, "", "", &fs.PathError{Op: op, Path: name, Err: fs.ErrInvalid}
 	}
-	place, rel, ok := placeName(e.cfg.WorkDirPath, filepath.ToSlash(name))
-	if !ok {
-		return nil, "", &fs.PathError{Op: op, Path: name, Err: ErrBadPath}
-	}
-	if rel == "." && !dirOK {
-		return nil, "", &fs.PathError{Op: op, Path: name, Err: fs.ErrInvalid}
+	return e, b, place, rel, nil
+}
+
+// placeRoot opens the place of the absolute name for namespace ns's file method op, and
+// returns it with the name's part there.
+func (ns *Namespace) placeRoot(op, name string, dirOK bool) (*workRoot, string, error) {
+	e, b, place, rel, err := ns.placeOf(op, name, dirOK)
+	if err != nil {
+		return nil, "", err
 	}
 	if place == e.cfg.WorkDirPath {
 		r, err := e.rootOf(b)

@@ -561,17 +561,17 @@ def _own_root(m, cfg, layout):
     mounts, locked in the tenant's user namespace, make it a lower layer the kernel refuses.)"""
     libc, enc = m.libc, os.fsencode
 
-    def sys(what, ret):
+    def call(what, ret):
         if ret < 0:
             m.check(what, -1)
         return ret
 
-    fs = sys("fsopen tmpfs", libc.syscall(_FSOPEN, b"tmpfs", 1))  # FSOPEN_CLOEXEC
+    fs = call("fsopen tmpfs", libc.syscall(_FSOPEN, b"tmpfs", 1))  # FSOPEN_CLOEXEC
     try:
         for key, value in (("mode", "0755"), ("size", str(cfg["tmp_size"]))):
-            sys("fsconfig " + key, libc.syscall(_FSCONFIG, fs, _FSCONFIG_SET_STRING, enc(key), enc(value), 0))
-        sys("make the root's tmpfs", libc.syscall(_FSCONFIG, fs, _FSCONFIG_CMD_CREATE, None, None, 0))
-        root = sys("fsmount", libc.syscall(_FSMOUNT, fs, 1, _MOUNT_ATTR_NOSUID | _MOUNT_ATTR_NODEV))
+            call("fsconfig " + key, libc.syscall(_FSCONFIG, fs, _FSCONFIG_SET_STRING, enc(key), enc(value), 0))
+        call("make the root's tmpfs", libc.syscall(_FSCONFIG, fs, _FSCONFIG_CMD_CREATE, None, None, 0))
+        root = call("fsmount", libc.syscall(_FSMOUNT, fs, 1, _MOUNT_ATTR_NOSUID | _MOUNT_ATTR_NODEV))
     finally:
         os.close(fs)
     try:
@@ -588,7 +588,7 @@ def _own_root(m, cfg, layout):
             elif not os.path.isdir("/proc/self/fd/%d/%s" % (root, name)):
                 os.mkdir(name, 0o755, dir_fd=root)
             if kind.startswith("copy"):
-                tree = sys("copy /" + name, libc.syscall(_OPEN_TREE, -100, enc("/" + name),
+                tree = call("copy /" + name, libc.syscall(_OPEN_TREE, -100, enc("/" + name),
                                                         _OPEN_TREE_CLONE | _AT_RECURSIVE | 0o2000000))
                 try:
                     m.check("move /" + name, libc.syscall(_MOVE_MOUNT, tree, b"", root, enc(name), _MOVE_MOUNT_F_EMPTY_PATH))

@@ -107,11 +107,7 @@ func (s *Server) restartContext(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	fresh := s.cfg.Engine.NewNamespace()
-	err := narrow(sb, fresh)
-	if err == nil {
-		_, err = s.setUp(sb.ctx, fresh, sb.envs, cc.cwd)
-	}
-	if err != nil {
+	if _, err := s.setUpFor(sb, fresh, cc.cwd); err != nil {
 		fresh.Close() //nolint:errcheck // closing a namespace does not fail
 		writeError(w, http.StatusInternalServerError, "the context did not restart: "+err.Error())
 		return

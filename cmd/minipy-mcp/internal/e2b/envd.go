@@ -52,8 +52,8 @@ func echo(s string) string {
 
 // workPath is an E2B path as a name for the namespace's file methods: a name in the
 // working directory for Home, what is under it and a relative path; the absolute path
-// itself elsewhere, which the file methods reach where the sandbox writes (/tmp, /dev/shm)
-// and refuse otherwise (minipy.ErrBadPath). ok is false for a path past maxPath.
+// itself elsewhere, which the file methods reach where the sandbox writes (/tmp, /dev/shm,
+// its own root) and refuse in what the image mounts there (minipy.ErrBadPath). ok is false for a path past maxPath.
 func workPath(p string) (string, bool) {
 	if len(p) > maxPath || p == "" {
 		return "", p == ""

@@ -17,8 +17,8 @@ import (
 )
 
 // envd's filesystem service (E2B's filesystem.proto over connect-go): Stat, MakeDir, Move,
-// ListDir and Remove where the sandbox writes (its working directory, /tmp, /dev/shm),
-// through the namespace's file methods, which never leave those places. The SDK's
+// ListDir and Remove where the sandbox writes (its working directory, /tmp, /dev/shm, its
+// own root), through the namespace's file methods, which never leave those places. The SDK's
 // files.list, makeDir, rename, remove, exists and getInfo call it.
 
 type filesystemService struct {

@@ -158,11 +158,8 @@ func (s *Server) newContext(sb *sandbox, language, cwd string) (*codeContext, in
 	}
 	cc := &codeContext{id: randomID(), language: language, release: release}
 	cc.ns.Store(s.cfg.Engine.NewNamespace())
-	err := narrow(sb, cc.ns.Load())
-	if err == nil {
-		cc.cwd, err = s.setUp(sb.ctx, cc.ns.Load(), sb.envs, cwd)
-	}
-	if err != nil {
+	var err error
+	if cc.cwd, err = s.setUpFor(sb, cc.ns.Load(), cwd); err != nil {
 		cc.close()
 		return nil, http.StatusInternalServerError, "the sandbox did not start: " + err.Error()
 	}
@@ -200,6 +197,15 @@ func (s *Server) setUp(ctx context.Context, ns *minipy.Namespace, envs map[strin
 	}
 	dir, _ := res.Value.(string)
 	return dir, nil
+}
+
+// setUpFor sets a new namespace of sb's up: its network rules (network.go), then its
+// environment and cwd (setUp).
+func (s *Server) setUpFor(sb *sandbox, ns *minipy.Namespace, cwd string) (string, error) {
+	if err := narrow(sb, ns); err != nil {
+		return "", err
+	}
+	return s.setUp(sb.ctx, ns, sb.envs, cwd)
 }
 
 // setUpCode is the setup's run: it leaves no name behind. A cwd it cannot enter (E2B's
