@@ -191,8 +191,7 @@ func (s *sessions) restore(id string, meta session.Meta, blob io.Reader) error {
 	old := s.spaces[ss]
 	s.spaces[ss] = ns
 	if old == nil {
-		s.closing.Add(1)
-		go s.forgetWhenClosed(ss)
+		s.forgetLater(ss)
 	}
 	s.mu.Unlock()
 	if old != nil {

@@ -172,6 +172,12 @@ func (f *Front) EndUser(user string) int {
 			handles = append(handles, h)
 		}
 	}
+	var saves []chan struct{}
+	for _, ss := range theirs {
+		if done := s.forgotten[ss]; done != nil {
+			saves = append(saves, done)
+		}
+	}
 	s.mu.Unlock()
 	for _, ss := range theirs {
 		ss.Close() //nolint:errcheck // closing anyway
@@ -179,8 +185,22 @@ func (f *Front) EndUser(user string) int {
 	for _, h := range handles {
 		s.closeHandle(h)
 	}
+	// Saved first: a session the user calls again once it has a token again is found in the
+	// store (bounded: a save that hangs does not hold the revocation).
+	deadline := time.After(endUserSaves)
+	for _, done := range saves {
+		select {
+		case <-done:
+		case <-deadline:
+			log.Printf("minipy-mcp: -state-dir: saving user %q's sessions took longer than %v", user, endUserSaves)
+			return len(theirs) + len(handles)
+		}
+	}
 	return len(theirs) + len(handles)
 }
+
+// endUserSaves bounds EndUser's wait for the saves of the sessions it ends.
+const endUserSaves = 30 * time.Second
 
 // addTools adds the minipy tool and the reset tool, and the sessions' files as resources.
 func (s *sessions) addTools(cfg Config) {
@@ -225,6 +245,21 @@ type sessions struct {
 	kept            map[string]*keptSession // -state-dir: by session id
 	handles         map[string]*handleSession
 	users           map[*mcp.ServerSession]string // each session's user, from its initialize (noteUsers)
+	// forgotten is closed when a session's forgetWhenClosed is done (saved, freed), for
+	// EndUser to wait on; a session gets one with its namespace (forgetLater).
+	forgotten map[*mcp.ServerSession]chan struct{}
+}
+
+// forgetLater has ss saved and freed when it closes (forgetWhenClosed), once. The caller
+// holds s.mu.
+func (s *sessions) forgetLater(ss *mcp.ServerSession) {
+	if s.forgotten == nil {
+		s.forgotten = map[*mcp.ServerSession]chan struct{}{}
+	}
+	done := make(chan struct{})
+	s.forgotten[ss] = done
+	s.closing.Add(1)
+	go s.forgetWhenClosed(ss, done)
 }
 
 // existing is the session's namespace, or nil if it has none yet.
@@ -244,8 +279,7 @@ func (s *sessions) namespace(ss *mcp.ServerSession) *minipy.Namespace {
 		if k := s.kept[ss.ID()]; s.state != nil && k != nil {
 			s.state.TryLease(session.KindSession, ss.ID(), k.user) // (a fresh session: nobody else has it)
 		}
-		s.closing.Add(1)
-		go s.forgetWhenClosed(ss) // reset keeps the entry, so this runs once per session
+		s.forgetLater(ss) // reset keeps the entry, so this runs once per session
 	}
 	return ns
 }
@@ -261,8 +295,14 @@ func (s *sessions) newNamespace() *minipy.Namespace {
 	return ns
 }
 
-func (s *sessions) forgetWhenClosed(ss *mcp.ServerSession) {
+func (s *sessions) forgetWhenClosed(ss *mcp.ServerSession, done chan struct{}) {
 	defer s.closing.Done()
+	defer func() {
+		s.mu.Lock()
+		delete(s.forgotten, ss)
+		s.mu.Unlock()
+		close(done)
+	}()
 	ss.Wait() //nolint:errcheck // the session is over either way
 	if s.state != nil {
 		s.keepClosed(ss) // saved (or, ended by the client, forgotten) before it is freed
