@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
 	"path/filepath"
 	"runtime"
@@ -116,6 +117,17 @@ func (r *workRoot) mountedAt(name string) bool {
 // sandboxPlace opens place (one of sandboxPlaces) in the sandbox of b's worker, starting
 // one if none runs: the tmpfs there, which must be one (a mount's root).
 func (e *Isolated) sandboxPlace(b *nsBinding, place string) (*workRoot, error) {
+	root, err := e.sandboxRoot(b)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	return e.placeIn(root, place)
+}
+
+// sandboxRoot is the root of the sandbox of b's worker, starting one if none runs, as its
+// guardian hands it over.
+func (e *Isolated) sandboxRoot(b *nsBinding) (*os.File, error) {
 	if e.isClosed() {
 		return nil, ErrEngineClosed
 	}
@@ -123,11 +135,11 @@ func (e *Isolated) sandboxPlace(b *nsBinding, place string) (*workRoot, error) {
 	if err != nil {
 		return nil, err
 	}
-	root, err := w.SandboxRoot(sandboxRootTimeout)
-	if err != nil {
-		return nil, err
-	}
-	defer root.Close()
+	return w.SandboxRoot(sandboxRootTimeout)
+}
+
+// placeIn opens place (one of sandboxPlaces) in the sandbox whose root is root.
+func (e *Isolated) placeIn(root *os.File, place string) (*workRoot, error) {
 	fd, err := openat2(int(root.Fd()), cmp.Or(place[1:], "."), oPath|syscall.O_DIRECTORY, 0,
 		resolveBeneath|resolveNoSymlinks|resolveNoMagiclinks)
 	if err != nil {

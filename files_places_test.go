@@ -1,6 +1,7 @@
 package minipy_test
 
 import (
+	"bytes"
 	"context"
 	"io/fs"
 	"os"
@@ -145,5 +146,59 @@ os.symlink("../../etc", "/tmp/up")`)
 		_, err := a.ReadFile(p)
 		assert.ErrorIs(t, err, minipy.ErrBadPath, p)
 		assert.ErrorIs(t, a.WriteFile(p, []byte("x")), minipy.ErrBadPath, p)
+	}
+}
+
+// Save and Restore cover the whole of what the sandbox writes: its /tmp, /dev/shm and root
+// besides the working directory, never what is mounted there (the image's, a Mounts bind of
+// the host's), and a restore writes nowhere else, whatever links the target's code made.
+func TestSaveRestoreSandboxFiles(t *testing.T) {
+	shared := t.TempDir()
+	require.NoError(t, os.WriteFile(shared+"/host.txt", []byte("the host's"), 0o644))
+	for name, cfg := range map[string]minipy.IsolatedConfig{
+		"template":    {WorkDirPath: "/home/user", Mounts: []minipy.Mount{{Source: shared, Target: "/tmp/shared", Writable: true}}},
+		"no template": {NoTemplate: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newIsolated(t, cfg)
+			ns := e.NewNamespace()
+			defer ns.Close()
+			valueIn(t, e, ns, `import os
+os.makedirs("/tmp/repo/.git"); open("/tmp/repo/.git/HEAD", "w").write("ref: main\n")
+os.symlink(".git/HEAD", "/tmp/repo/head"); os.chmod("/tmp/repo/.git/HEAD", 0o600)
+open("/dev/shm/seg", "w").write("shared")
+os.makedirs("/app/empty"); open("/app/main.py", "w").write("print(1)")
+open("here.txt", "w").write("home")
+x = 42`)
+			var saved bytes.Buffer
+			info, err := ns.Save(&saved)
+			require.NoError(t, err)
+			assert.Equal(t, 1, info.Files, "here.txt")
+			assert.Equal(t, 8, info.SandboxFiles, "tmp/repo, .git, HEAD, head, dev/shm/seg, app, app/empty, app/main.py: "+
+				"not the image's /bin or /home, nor the mount at /tmp/shared")
+			assert.NotContains(t, saved.String(), "the host's")
+
+			target := e.NewNamespace()
+			defer target.Close()
+			require.NoError(t, target.WriteFile("/tmp/repo/.git/HEAD", []byte("to be replaced")))
+			require.NoError(t, target.WriteFile("/tmp/mine.txt", []byte("stays")))
+			require.NoError(t, target.Restore(bytes.NewReader(saved.Bytes())))
+			assert.Equal(t, []any{"ref: main\n", ".git/HEAD", "0o600", "shared", "print(1)", true, "home", "stays", int64(42),
+				"usr/bin"}, valueIn(t, e, target, `import os
+(open("/tmp/repo/head").read(), os.readlink("/tmp/repo/head"), oct(os.stat("/tmp/repo/.git/HEAD").st_mode & 0o777),
+ open("/dev/shm/seg").read(), open("/app/main.py").read(), os.path.isdir("/app/empty"), open("here.txt").read(),
+ open("/tmp/mine.txt").read(), x, os.readlink("/bin"))`))
+
+			// The target's code links /tmp/repo out of /tmp before the restore: nothing is
+			// written through it.
+			other := e.NewNamespace()
+			defer other.Close()
+			valueIn(t, e, other, `import os; os.makedirs("/app/empty"); os.symlink("/tmp/shared", "/tmp/repo")`)
+			err = other.Restore(bytes.NewReader(saved.Bytes()))
+			assert.ErrorIs(t, err, minipy.ErrBadPath, "the link is not followed out of /tmp")
+			entries, err := os.ReadDir(shared)
+			require.NoError(t, err)
+			assert.Len(t, entries, 1, "nothing written into the host's directory")
+		})
 	}
 }

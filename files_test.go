@@ -303,8 +303,10 @@ ctypes.CDLL(None).sleep(60)`, &minipy.Options{Globals: ns, Timeout: 200 * time.M
 // workers run as that user.
 func TestNamespaceFilesAsUser(t *testing.T) {
 	out := rerunAsNobody(t, "^(TestNamespaceFiles|TestNamespaceFilesBadPath|TestNamespaceFilesStream|TestResultFiles|TestWorkSize|"+
-		"TestWorkSizeTemplateDies|TestFilesAnywhere|TestFilesAnywhereStaysInTheSandbox|TestSandboxLoopback)$")
+		"TestWorkSizeTemplateDies|TestFilesAnywhere|TestFilesAnywhereStaysInTheSandbox|TestSandboxLoopback|"+
+		"TestSaveRestoreSandboxFiles)$")
 	assert.Contains(t, out, "--- PASS: TestResultFiles/template")
+	assert.Contains(t, out, "--- PASS: TestSaveRestoreSandboxFiles/template")
 	assert.Contains(t, out, "--- PASS: TestFilesAnywhere/template")
 	assert.Contains(t, out, "--- PASS: TestSandboxLoopback")
 	assert.Contains(t, out, "--- PASS: TestWorkSizeTemplateDies")

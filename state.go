@@ -62,6 +62,11 @@ type SaveInfo struct {
 	// Files counts the working directory's entries saved (files, directories, symbolic
 	// links): an isolated namespace's with local workers; 0 otherwise.
 	Files int
+	// SandboxFiles counts the entries saved from the rest of the sandbox's writable layer:
+	// its /tmp, /dev/shm and root (absolute names: Namespace.WriteFile), for a namespace
+	// with a sandbox of its own; 0 otherwise. Restore writes them back into such a
+	// namespace's sandbox.
+	SandboxFiles int
 }
 
 var (
@@ -96,7 +101,8 @@ func currentStateKey() []byte {
 }
 
 // Save writes the namespace's variables, and an isolated namespace's working-directory
-// files, to w, in a form that Restore takes, in this process or another one with the same
+// files (and with a sandbox of its own, what its code wrote in its /tmp, /dev/shm and root:
+// SaveInfo.SandboxFiles), to w, in a form that Restore takes, in this process or another one with the same
 // Python minor version and state key (SetStateKey). It waits for a run in progress. The
 // files stream to w as they are read (the host holds the variables and 256 KiB of files);
 // after an error, what was written to w is no saved namespace, and Restore refuses it.
@@ -154,12 +160,17 @@ func (ns *Namespace) Save(w io.Writer) (SaveInfo, error) {
 	} else if !errors.Is(err, ErrNoFiles) {
 		return SaveInfo{}, err
 	}
+	places, err := ns.savePlaces(sw)
+	if err != nil && sw.err == nil {
+		return SaveInfo{}, fmt.Errorf("minipy: Save: %w", err)
+	}
 	sw.frames('V', vars) //nolint:errcheck // (sw.err, below)
 	sw.frame('E', nil)
 	if sw.err != nil {
 		return SaveInfo{}, fmt.Errorf("minipy: Save: %w", sw.err)
 	}
-	info := SaveInfo{Saved: hdr.Saved, HostFunctions: hdr.Hosts, Files: hdr.Files, Reasons: hdr.Skipped}
+	info := SaveInfo{Saved: hdr.Saved, HostFunctions: hdr.Hosts, Files: hdr.Files, SandboxFiles: places,
+		Reasons: hdr.Skipped}
 	for _, s := range asList(items[2]) {
 		if pair := asList(s); len(pair) == 2 {
 			name, _ := pair[0].(string)
@@ -171,7 +182,8 @@ func (ns *Namespace) Save(w io.Writer) (SaveInfo, error) {
 
 // Restore replaces the namespace's variables with those that Save wrote to r, and writes
 // the saved files into an isolated namespace's working directory (replacing files of the
-// same names). It waits for a run in progress.
+// same names), and those of the sandbox's other places into its sandbox, if it has one of
+// its own (else they are left out). It waits for a run in progress.
 //
 // It streams: the files are written as r gives them, a piece (a frame) at a time, and the
 // variables are loaded at the end. Each frame is checked under the state key (SetStateKey)
@@ -332,6 +344,11 @@ func (ns *Namespace) restoreFrames(sr *stateReader, mode restoreMode) error {
 	if err != nil {
 		return err
 	}
+	wrotePlaces, err := ns.restorePlaces(sr)
+	if err != nil {
+		return err
+	}
+	wrote = wrote || wrotePlaces
 	var vars []byte
 	for sawVars := false; ; sawVars = true {
 		kind, err := sr.peek()

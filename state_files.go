@@ -10,6 +10,8 @@ import (
 	"path"
 	"strconv"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // fileSink receives the entries of a working directory as walkFiles finds them: another
@@ -74,11 +76,18 @@ func (w *walker) dir(fd int, rel string) error {
 	if err != nil {
 		return &fs.PathError{Op: "readdir", Path: rel, Err: err}
 	}
+	var here syscall.Stat_t
+	if err := syscall.Fstat(fd, &here); err != nil {
+		return &fs.PathError{Op: "stat", Path: rel, Err: err}
+	}
 	for _, name := range names {
 		sub := path.Join(rel, name)
 		var st syscall.Stat_t
 		if fstatat(fd, name, &st) != nil {
 			continue // gone meanwhile
+		}
+		if w.src.noXdev && st.Dev != here.Dev {
+			continue // a mount: not the place's (a sandbox's root holds the image's)
 		}
 		mode := st.Mode & 0o7777
 		switch st.Mode & syscall.S_IFMT {
@@ -95,7 +104,7 @@ func (w *walker) dir(fd int, rel string) error {
 		case syscall.S_IFREG:
 			var f *os.File
 			if err = w.claim(sub, st.Size); err == nil && !w.measuring {
-				if f, err = openFileAt(fd, name, sub); err == nil {
+				if f, err = openFileAt(fd, name, sub, w.src.resolve(resolveNoSymlinks)); err == nil {
 					// (What it claimed, no more: a file made sparse and larger meanwhile
 					// would read past the sum.)
 					err = sink.file(sub, mode, st.Size, io.LimitReader(f, st.Size))
@@ -111,8 +120,8 @@ func (w *walker) dir(fd int, rel string) error {
 				err = sink.symlink(sub, to)
 			}
 		}
-		if errors.Is(err, fs.ErrPermission) {
-			continue // the host's user may not read it (a file of mode 0)
+		if errors.Is(err, fs.ErrPermission) || w.src.noXdev && errors.Is(err, syscall.EXDEV) {
+			continue // the host's user may not read it (a file of mode 0), or a mount of the same file system
 		}
 		if err != nil {
 			return err
@@ -124,7 +133,7 @@ func (w *walker) dir(fd int, rel string) error {
 // sub walks the subdirectory name of the directory open as parent.
 func (w *walker) sub(parent int, name, rel string) error {
 	fd, err := openat2(parent, name, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0,
-		resolveBeneath|resolveNoSymlinks)
+		w.src.resolve(resolveNoSymlinks))
 	if err != nil {
 		return &fs.PathError{Op: "open", Path: rel, Err: err}
 	}
@@ -132,11 +141,11 @@ func (w *walker) sub(parent int, name, rel string) error {
 }
 
 // openFileAt opens the regular file name of the directory open as dir (rel, for errors)
-// for reading, without following a link; anything else is refused, as openRead does.
-func openFileAt(dir int, name, rel string) (*os.File, error) {
+// for reading, without following a link (resolve: openat2's flags); anything else is
+// refused, as openRead does.
+func openFileAt(dir int, name, rel string, resolve uint64) (*os.File, error) {
 	// O_NONBLOCK: a FIFO that replaced the file meanwhile must not hang the host.
-	fd, err := openat2(dir, name, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0,
-		resolveBeneath|resolveNoSymlinks)
+	fd, err := openat2(dir, name, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0, resolve)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: rel, Err: err}
 	}
@@ -171,11 +180,18 @@ func (s rootSink) file(rel string, mode uint32, _ int64, r io.Reader) error {
 type tarSink struct {
 	w *tar.Writer
 	n int
+	// prefix starts the entries' names (a sandbox's place: "tmp"); "": none.
+	prefix string
+	// image: the walk is of a sandbox's root, whose image's entries are left out (imageHas).
+	image bool
 }
 
 func (s *tarSink) dir(rel string, mode uint32) error {
+	if s.image && imageHas(rel, true, "") {
+		return nil
+	}
 	s.n++
-	return s.w.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: rel + "/", Mode: int64(mode)})
+	return s.w.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: path.Join(s.prefix, rel) + "/", Mode: int64(mode)})
 }
 
 func (s *tarSink) dirDone(string, uint32) error { return nil }
@@ -185,7 +201,8 @@ func (s *tarSink) dirDone(string, uint32) error { return nil }
 // stops there).
 func (s *tarSink) file(rel string, mode uint32, size int64, r io.Reader) error {
 	s.n++
-	if err := s.w.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: rel, Mode: int64(mode), Size: size}); err != nil {
+	hdr := &tar.Header{Typeflag: tar.TypeReg, Name: path.Join(s.prefix, rel), Mode: int64(mode), Size: size}
+	if err := s.w.WriteHeader(hdr); err != nil {
 		return err
 	}
 	n, err := io.Copy(s.w, fileReader{rel, r})
@@ -219,8 +236,11 @@ func (zeros) Read(b []byte) (int, error) {
 }
 
 func (s *tarSink) symlink(rel, to string) error {
+	if s.image && imageHas(rel, false, to) {
+		return nil
+	}
 	s.n++
-	return s.w.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: rel, Linkname: to, Mode: 0o777})
+	return s.w.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: path.Join(s.prefix, rel), Linkname: to, Mode: 0o777})
 }
 
 // tarFiles writes the working directory of root to w as a tar archive, and returns the
@@ -245,8 +265,24 @@ func untarFiles(root *workRoot, r io.Reader) error {
 // first entry (an archive of no entry needs no working directory).
 func untarFilesInto(open func() (*workRoot, error), r io.Reader) error {
 	var root *workRoot
+	return untarEntries(r, func(name string) (*workRoot, string, error) {
+		if root == nil {
+			var err error
+			if root, err = open(); err != nil {
+				return nil, "", err
+			}
+		}
+		return root, name, nil
+	})
+}
+
+// untarEntries writes the entries of the tar archive r each into the root that rootFor
+// gives for its name, as the name there (no root, no error: the entry is left out).
+// Directories get their modes last, so a read-only one is filled first.
+func untarEntries(r io.Reader, rootFor func(name string) (*workRoot, string, error)) error {
 	tr := tar.NewReader(r)
 	type dirMode struct {
+		root *workRoot
 		name string
 		mode uint32
 	}
@@ -263,16 +299,18 @@ func untarFilesInto(open func() (*workRoot, error), r io.Reader) error {
 		if err != nil || name == "." {
 			continue
 		}
+		root, name, err := rootFor(name)
+		if err != nil {
+			return err
+		}
 		if root == nil {
-			if root, err = open(); err != nil {
-				return err
-			}
+			continue
 		}
 		mode := uint32(h.Mode) & 0o7777
 		switch h.Typeflag {
 		case tar.TypeDir:
 			err = root.mkdirAll(name)
-			dirs = append(dirs, dirMode{name, mode})
+			dirs = append(dirs, dirMode{root, name, mode})
 		case tar.TypeReg:
 			if err = root.mkdirAll(path.Dir(name)); err == nil {
 				err = root.replace(name)
@@ -281,23 +319,38 @@ func untarFilesInto(open func() (*workRoot, error), r io.Reader) error {
 				err = rootSink{root}.file(name, mode, h.Size, tr)
 			}
 		case tar.TypeSymlink:
-			if err = root.mkdirAll(path.Dir(name)); err == nil {
-				err = root.replace(name)
-			}
-			if err == nil {
-				err = root.symlink(h.Linkname, name)
-			}
+			err = root.untarLink(name, h.Linkname)
 		}
 		if err != nil {
 			return err
 		}
 	}
 	for i := len(dirs) - 1; i >= 0; i-- {
-		if err := root.chmod(dirs[i].name, dirs[i].mode); err != nil {
+		if err := dirs[i].root.chmod(dirs[i].name, dirs[i].mode); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// untarLink makes the symbolic link name to to, in place of a file or link there; the same
+// link there already is left as it is (a sandbox root's /bin, whose code may be running).
+func (r *workRoot) untarLink(name, to string) error {
+	if err := r.mkdirAll(path.Dir(name)); err != nil {
+		return err
+	}
+	if parent, err := r.openat("readlink", path.Dir(name), oPath|syscall.O_DIRECTORY, 0); err == nil {
+		buf := make([]byte, len(to)+1)
+		n, err := unix.Readlinkat(parent, path.Base(name), buf)
+		syscall.Close(parent)
+		if err == nil && string(buf[:n]) == to {
+			return nil
+		}
+	}
+	if err := r.replace(name); err != nil {
+		return err
+	}
+	return r.symlink(to, name)
 }
 
 // replace removes the entry name (its directory exists) if it is a file or a link, so that

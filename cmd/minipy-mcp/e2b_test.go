@@ -71,7 +71,7 @@ func TestE2BWithSDK(t *testing.T) {
 		"connected": "2", "killed": true, "runningAfterKill": false, "afterKill": "TimeoutError",
 		"wrongKey": "AuthenticationError",
 		"paused":   true, "pausedAgain": false, "pausedState": "paused", "whilePaused": "TimeoutError",
-		"resumed": "hi you 6 saved", "resumedState": "running",
+		"resumed": "hi you 6 saved", "resumedState": "running", "resumedElsewhere": []any{"tmp\n", "app\n"},
 	}
 	for k, v := range want {
 		assert.Equal(t, v, got[k], k)

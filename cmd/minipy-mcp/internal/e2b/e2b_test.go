@@ -286,8 +286,9 @@ func TestList(t *testing.T) {
 	}
 }
 
-// A fork's request is checked before anything is copied: its count and timeout, and a
-// sandbox that does not run.
+// A fork's request is checked before anything is copied: its count and timeout (before the
+// sandbox is looked up, as E2B's schema check: the SDK's own test forks "sbx-test" with
+// count 0 and expects a 400), and a sandbox that does not run.
 func TestForkRefused(t *testing.T) {
 	s, _ := newTestServer()
 	s.sandboxes["p"] = &sandbox{id: "p", user: "alice", started: time.Now(), end: time.Now(),
@@ -301,6 +302,7 @@ func TestForkRefused(t *testing.T) {
 	}
 	for _, body := range []string{`{"count": 0}`, `{"count": 101}`, `{"count": "x"}`, `{"timeout": -1}`, `{"timeout": 999999}`} {
 		assert.Equal(t, http.StatusBadRequest, post("sb1", body), body)
+		assert.Equal(t, http.StatusBadRequest, post("nope", body), body)
 	}
 	assert.Equal(t, http.StatusConflict, post("p", `{}`), "paused")
 	assert.Equal(t, http.StatusNotFound, post("nope", `{}`))

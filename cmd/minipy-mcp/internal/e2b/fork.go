@@ -31,7 +31,9 @@ type forkResult struct {
 	Error   *apiError    `json:"error,omitempty"`
 }
 
-func (s *Server) fork(w http.ResponseWriter, r *http.Request, sb *sandbox) {
+// fork checks the request before it looks the sandbox up, as E2B's API validates a body
+// against its schema first: a count of 0 is a 400 for any id, not a 404.
+func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 	var req forkRequest
 	if !readJSON(w, r, 1<<16, &req) {
 		return
@@ -49,6 +51,13 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request, sb *sandbox) {
 		writeError(w, http.StatusBadRequest, why)
 		return
 	}
+	s.owned(func(w http.ResponseWriter, r *http.Request, sb *sandbox) {
+		s.forkAs(w, sb, count, life)
+	})(w, r)
+}
+
+// forkAs answers a checked fork of sb: count forks, each to live life.
+func (s *Server) forkAs(w http.ResponseWriter, sb *sandbox, count int, life time.Duration) {
 	if !sb.running() {
 		writeError(w, http.StatusConflict, "sandbox "+sb.id+" is paused, or being paused or resumed: resume it first")
 		return

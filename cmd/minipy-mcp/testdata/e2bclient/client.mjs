@@ -100,9 +100,11 @@ try {
   out.afterKill = e.constructor.name
 }
 
-// Pause and resume (connect): the variables, functions and files come back.
+// Pause and resume (connect): the variables, functions and files come back, those written
+// outside the working directory too.
 const p = await Sandbox.create()
 await p.runCode('def greet(n):\n    return "hi " + n\nkept = [1, 2, 3]\nwith open("note.txt", "w") as f:\n    f.write("saved")')
+await p.commands.run('mkdir -p /tmp/repo /app && echo tmp > /tmp/repo/x && echo app > /app/y')
 out.paused = await p.pause()
 out.pausedAgain = await p.pause()
 out.pausedState = (await Sandbox.getInfo(p.sandboxId)).state
@@ -114,6 +116,7 @@ try {
 const resumed = await Sandbox.connect(p.sandboxId)
 out.resumed = (await resumed.runCode('greet("you") + " " + str(sum(kept)) + " " + open("note.txt").read()')).text
 out.resumedState = (await resumed.getInfo()).state
+out.resumedElsewhere = [await resumed.files.read('/tmp/repo/x'), (await resumed.commands.run('cat /app/y')).stdout]
 await resumed.kill()
 
 // A wrong API key.

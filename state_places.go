@@ -1,0 +1,151 @@
+package minipy
+
+import (
+	"archive/tar"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"strings"
+)
+
+// A saved namespace holds the rest of its sandbox's writable layer too: after the working
+// directory's files (frames 'F'), those of the sandbox's other places, /tmp, /dev/shm and
+// its root (files_places.go), as one tar archive in frames 'P' whose names are relative to
+// the sandbox's root ("tmp/repo/.git/HEAD", "dev/shm/x", "app/main.py"). What the image
+// put at the root (the links and directories the host's own root has there: /bin, /home)
+// is left out, and what is mounted there (the image's /usr, /etc) is never reached. Only a
+// namespace with a sandbox of its own has places (placeOf); a Restore into one that has
+// none (in-process, a Fork copy, a packed one, Command workers) leaves them out, as a new
+// worker would start without them.
+
+// savePlaces writes the files of the sandbox's places besides its working directory to sw
+// as frames 'P', and returns the number of entries.
+func (ns *Namespace) savePlaces(sw *stateWriter) (int, error) {
+	e, b, _, _, err := ns.placeOf("save", "/", true)
+	if err != nil {
+		return 0, nil // no sandbox of its own
+	}
+	root, err := e.sandboxRoot(b)
+	if err != nil {
+		return 0, err
+	}
+	defer root.Close()
+	pw := &frameWriter{sw: sw, kind: 'P'}
+	s := &tarSink{w: tar.NewWriter(pw)}
+	for _, place := range sandboxPlaces {
+		r, err := e.placeIn(root, place)
+		if err != nil {
+			return s.n, fmt.Errorf("the sandbox's %s: %w", place, err)
+		}
+		s.prefix, s.image = place[1:], place == "/"
+		err = walkFiles(r, ".", s)
+		r.close()
+		if err != nil {
+			return s.n, fmt.Errorf("the sandbox's %s: %w", place, err)
+		}
+	}
+	if s.n == 0 {
+		return 0, nil // (no frame)
+	}
+	if err := s.w.Close(); err != nil {
+		return s.n, err
+	}
+	return s.n, pw.Flush()
+}
+
+// imageHas reports whether the entry rel that the walk of a sandbox's root found is the
+// image's: a directory at the root that the host's root has too, or a link there that it
+// has with the same target (the sandbox's root is made of the host's today).
+func imageHas(rel string, dir bool, to string) bool {
+	if strings.Contains(rel, "/") {
+		return false
+	}
+	if dir {
+		fi, err := os.Lstat("/" + rel)
+		return err == nil && fi.IsDir()
+	}
+	host, err := os.Readlink("/" + rel)
+	return err == nil && host == to
+}
+
+// restorePlaces writes the frames 'P' that sr reads next (none: nothing) into the sandbox's
+// places, each entry into the place its name is under as an absolute name (placeName); an
+// entry under a mount of the root (the image's) is left out. It says whether it wrote any.
+func (ns *Namespace) restorePlaces(sr *stateReader) (bool, error) {
+	if kind, err := sr.peek(); err != nil || kind != 'P' {
+		return false, err
+	}
+	pr := &frameReader{sr: sr, kind: 'P'}
+	e, b, _, _, err := ns.placeOf("restore", "/", true)
+	if err != nil { // no sandbox of its own: checked all the same, never written
+		_, err := io.Copy(io.Discard, pr)
+		return false, err
+	}
+	p := &placeWriter{e: e, b: b, roots: map[string]*workRoot{}, mounted: map[string]bool{}}
+	defer p.close()
+	err = untarEntries(pr, p.rootFor)
+	if err == nil {
+		_, err = io.Copy(io.Discard, pr) // (the archive's padding)
+	}
+	if err != nil && p.root != nil {
+		return true, fmt.Errorf("minipy: Restore: not all of the sandbox's files are written: %w", err)
+	}
+	return p.root != nil, err
+}
+
+// placeWriter opens a sandbox's places as a restore needs them.
+type placeWriter struct {
+	e       *Isolated
+	b       *nsBinding
+	root    *os.File
+	roots   map[string]*workRoot
+	opened  []*workRoot // (closed last opened first: each holds its thread's fsuid)
+	mounted map[string]bool
+}
+
+// rootFor gives the place of the entry name (relative to the sandbox's root) and its name
+// there; none for a name in the working directory's place, under a mount, or a place itself.
+func (p *placeWriter) rootFor(name string) (*workRoot, string, error) {
+	place, rel, ok := placeName(p.e.cfg.WorkDirPath, "/"+name)
+	if !ok || place == p.e.cfg.WorkDirPath || rel == "." {
+		return nil, "", nil
+	}
+	if p.root == nil {
+		root, err := p.e.sandboxRoot(p.b)
+		if err != nil {
+			return nil, "", err
+		}
+		p.root = root
+	}
+	r := p.roots[place]
+	if r == nil {
+		var err error
+		if r, err = p.e.placeIn(p.root, place); err != nil {
+			return nil, "", fmt.Errorf("the sandbox's %s: %w", place, err)
+		}
+		p.roots[place] = r
+		p.opened = append(p.opened, r)
+	}
+	if place == "/" {
+		top, _, _ := strings.Cut(rel, "/")
+		m, seen := p.mounted[top]
+		if !seen {
+			m = r.mountedAt(top)
+			p.mounted[top] = m
+		}
+		if m {
+			return nil, "", nil
+		}
+	}
+	return r, path.Clean(rel), nil
+}
+
+func (p *placeWriter) close() {
+	for i := len(p.opened) - 1; i >= 0; i-- {
+		p.opened[i].close()
+	}
+	if p.root != nil {
+		p.root.Close()
+	}
+}
