@@ -162,7 +162,8 @@ type IsolatedConfig struct {
 	// unless Writable (see Mount). Without the sandbox (AllowUnsandboxed on a kernel that
 	// refuses it) only mounts whose Target is their Source can be honoured.
 	Mounts []Mount
-	// TmpSize caps a sandboxed worker's private /tmp and /dev/shm, each a tmpfs (memory,
+	// TmpSize caps a sandboxed worker's private /tmp and /dev/shm, and its root (what the code
+	// writes elsewhere: /app), each a tmpfs (memory,
 	// counted in MemoryLimit only where the engine has a cgroup), in bytes; 0 means 256 MiB. It has no Unlimited: a tmpfs
 	// without a size may take half the machine's memory.
 	TmpSize int64

@@ -550,3 +550,27 @@ func TestE2BCommandsHostile(t *testing.T) {
 		assert.Equal(t, v, got[k], k)
 	}
 }
+
+// E2B's base SDK builds a template (its files uploaded, its steps run in a sandbox of the
+// user's: COPY, RUN, ENV, WORKDIR, a symlink, a start command and its ready check), starts
+// a sandbox of it, and meets the refusals: a failing step, another image, root, a user the
+// sandbox has not. A template built on one of the user's own sees its files. COPY is
+// Docker's (the SDK turns a Dockerfile's COPY into it as it is): folder/* matches folder/sub,
+// whose contents are copied.
+func TestE2BTemplates(t *testing.T) {
+	s := startE2B(t)
+	got := runE2BScript(t, s, "templates.mjs", "CONTEXT="+t.TempDir())
+	assert.Equal(t, map[string]any{"name": got["built"].(map[string]any)["name"], "hasID": true}, got["built"])
+	assert.Equal(t, true, got["logged"])
+	assert.Equal(t, []any{true, false}, got["exists"])
+	assert.Equal(t, map[string]any{"pwd": "/app", "copied": "This is a test file.", "folder": "deep.txt link.txt test.txt",
+		"link": "test.txt", "script": "ran", "greeting": "hello template", "env": "hello template", "tmp": "kept",
+		"started": "started"}, got["inside"])
+	assert.Equal(t, "BuildError: failed to run command 'echo before && exit 3': command failed: exit status 3", got["failedStep"])
+	assert.Contains(t, got["otherImage"], "BuildError: 400: the template cannot be built: not served by minipy: fromImage \"ubuntu:22.04\"")
+	assert.Contains(t, got["asRoot"], "BuildError: not served by minipy: failed to run command 'whoami': root")
+	assert.Equal(t, "BuildError: failed to run command 'whoami': command failed: unauthenticated: invalid username: 'root123'", got["noUser"])
+	assert.Equal(t, "built", got["fromMine"])
+	assert.Contains(t, []any{"building", "ready"}, got["background"])
+	assert.Equal(t, false, got["existsAfterDelete"])
+}

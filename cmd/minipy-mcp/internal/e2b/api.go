@@ -30,6 +30,11 @@ func (s *Server) routes() {
 	s.api.HandleFunc("GET /sandboxes/{id}/metrics", s.authed(s.owned(s.metricsRequest)))
 	s.api.HandleFunc("DELETE /templates/{id}", s.authed(s.deleteSnapshot))
 	s.api.HandleFunc("GET /templates/aliases/{alias}", s.authed(s.templateAlias))
+	s.api.HandleFunc("POST /v3/templates", s.authed(s.requestBuild))
+	s.api.HandleFunc("GET /templates/{id}/files/{hash}", s.authed(s.uploadLink))
+	s.api.HandleFunc("PUT /templates/{id}/files/{hash}", s.uploadFiles) // (signed: uploadLink's URL)
+	s.api.HandleFunc("POST /v2/templates/{id}/builds/{build}", s.authed(s.startBuild))
+	s.api.HandleFunc("GET /templates/{id}/builds/{build}/status", s.authed(s.buildStatus))
 	s.api.HandleFunc("POST /sandboxes/{id}/resume", s.authed(s.owned(s.connect))) // (E2B's former resume)
 	s.api.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if s.cfg.Ops != nil && r.Method == http.MethodGet && (r.URL.Path == "/healthz" || r.URL.Path == "/readyz" ||
@@ -168,7 +173,7 @@ func (s *Server) checkCreate(req *createRequest) (template string, life time.Dur
 	}
 	if !slices.Contains(Templates, template) {
 		return "", 0, fmt.Sprintf("template %q: minipy serves the templates %s, each its engine's Python "+
-			"(what it can import is the server's configuration), and your snapshots", echo(template),
+			"(what it can import is the server's configuration), and your templates and snapshots", echo(template),
 			strings.Join(Templates, ", "))
 	}
 	switch {
@@ -294,6 +299,9 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request, sb *sandbox) {
 		if code, why := s.resume(sb, life); code != 0 {
 			writeError(w, code, why)
 			return
+		}
+		if code, why := s.startTemplate(sb); code != 0 { // (a boot: its processes were not kept)
+			s.logf("minipy-mcp: E2B sandbox %s of user %q resumed, but not ready: %s", sb.id, sb.user, why)
 		}
 		writeJSON(w, http.StatusCreated, sb.body())
 		return

@@ -89,13 +89,20 @@ func (s *Server) forkAs(w http.ResponseWriter, sb *sandbox, count int, life time
 // forkOf starts a fork of sb whose contexts are saved, to live life.
 func (s *Server) forkOf(sb *sandbox, saved []pausedContext, life time.Duration) (*sandbox, int, string) {
 	f := s.sandboxFor(sb.user, sb.template, maps.Clone(sb.metadata), maps.Clone(sb.envs), sb.autoPause, life)
-	f.autoCold, f.ports, f.egress = sb.autoCold, sb.ports, sb.egress
+	f.autoCold, f.ports, f.egress, f.tmpl = sb.autoCold, sb.ports, sb.egress, sb.tmpl
 	contexts, code, why := s.restoreContexts(f, saved)
 	if code != 0 {
 		f.cancel()
 		return nil, code, why
 	}
 	f.contexts = contexts
+	if code, why := s.startTemplate(f); code != 0 { // (a boot: the processes are not copied)
+		f.cancel()
+		for _, cc := range contexts {
+			cc.close()
+		}
+		return nil, code, why
+	}
 	if code, why := s.register(f, life); code != 0 {
 		return nil, code, why
 	}

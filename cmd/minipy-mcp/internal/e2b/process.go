@@ -211,6 +211,9 @@ func startCommand(sb *sandbox, req *process.StartRequest) (*command, uint32, err
 		return nil, 0, connect.NewError(connect.CodeInvalidArgument, errors.New(why))
 	}
 	mc := minipy.Command{Args: append([]string{cfg.GetCmd()}, cfg.GetArgs()...), Dir: cfg.GetCwd(), Env: env}
+	if mc.Dir == "" && sb.tmpl != nil { // (a template's working directory, as E2B's commands start there)
+		mc.Dir = sb.tmpl.Workdir
+	}
 	if req.Pty != nil {
 		size := req.Pty.GetSize()
 		mc.Terminal = &minipy.TerminalSize{Rows: clampSize(size.GetRows(), 24), Cols: clampSize(size.GetCols(), 80)}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/minipy-go/minipy"
+	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/templates"
 )
 
 // sandbox is a running E2B sandbox: its code contexts, each a namespace, the first the
@@ -44,6 +45,9 @@ type sandbox struct {
 	metrics     []metricSample          // its last samples, oldest first (metrics.go)
 	watchers    map[string]*polledWatch // CreateWatcher's, by id (watch.go)
 	watching    int                     // its watches open, both kinds (watch.go)
+	// tmpl is what the template it started from left (templates.go): its commands' working
+	// directory, and the start command each of its boots runs; nil for a served template.
+	tmpl *templates.Result
 }
 
 // codeContext is one of a sandbox's code contexts (E2B's Jupyter kernels): a namespace, or

@@ -36,6 +36,7 @@ import (
 	"github.com/minipy-go/minipy"
 	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/loopguard"
 	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/session"
+	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/templates"
 	"golang.org/x/time/rate"
 )
 
@@ -138,6 +139,12 @@ type Server struct {
 	pausedBytes  int64
 	pausedByUser map[string]int64
 
+	// templates are the users' templates by id, built or being built (templates.go);
+	// uploads the files their builds copy; building counts the builds running.
+	templates map[string]*templateRecord
+	uploads   *templates.Uploads
+	building  sync.WaitGroup
+
 	api, interpreter, envd *http.ServeMux
 	tokens                 accessTokens
 	signedLookups          *rate.Limiter // searches for the sandbox of a signed file URL (signed.go)
@@ -174,7 +181,8 @@ func New(cfg Config) *Server {
 		}
 	}
 	s := &Server{cfg: cfg, sandboxes: map[string]*sandbox{}, snapshots: map[string]*snapshot{}, pausedByUser: map[string]int64{},
-		tokens: newAccessTokens(cfg.Store), signedLookups: newSignedLookups()}
+		tokens: newAccessTokens(cfg.Store), signedLookups: newSignedLookups(), templates: map[string]*templateRecord{},
+		uploads: templates.NewUploads(cfg.MaxUpload, cfg.MaxPausedBytesPerUser, cfg.MaxPausedBytes/2)}
 	s.routes()
 	stop := make(chan struct{})
 	s.stopMetrics = sync.OnceFunc(func() { close(stop) })
@@ -352,17 +360,34 @@ func (s *Server) Close() {
 	s.mu.Lock()
 	s.closed = true
 	all := slices.Collect(maps.Values(s.sandboxes))
+	var builds []context.CancelFunc
+	for _, t := range s.templates {
+		if t.cancel != nil {
+			builds = append(builds, t.cancel)
+		}
+	}
 	s.mu.Unlock()
+	for _, cancel := range builds {
+		cancel()
+	}
 	for _, sb := range all {
 		s.end(sb, "the server closed")
 	}
+	s.building.Wait() // (each has killed its sandbox)
 }
 
 // EndUser ends the sandboxes of user, whose key was revoked: with a store, each running
 // one is paused into it (its runs stopped first), to be resumed if the user gets a key
 // again; without (or when its pause fails), each is killed, and so is each paused in the
-// server's memory. It returns how many were paused and killed.
+// server's memory; its template builds are stopped. It returns how many were paused and killed.
 func (s *Server) EndUser(user string) (paused, killed int) {
+	s.mu.Lock()
+	for _, t := range s.templates {
+		if t.user == user && t.cancel != nil {
+			t.cancel() // (its build ends, and kills its sandbox)
+		}
+	}
+	s.mu.Unlock()
 	for _, sb := range s.sandboxesOf(user) {
 		if s.end(sb, "its user's key was revoked") {
 			paused++

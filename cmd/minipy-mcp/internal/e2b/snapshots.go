@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/session"
+	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/templates"
 )
 
 // E2B's snapshots (sandbox.createSnapshot, Sandbox.listSnapshots, Sandbox.deleteSnapshot,
@@ -38,6 +39,11 @@ type snapshot struct {
 	size                          int64
 	created                       time.Time
 	stored                        bool // in Config.Store (snapstore.go)
+	// start is what a template's build left (templates.go): its sandboxes' working
+	// directory and start command; nil for a snapshot of a sandbox. Stored snapshots read
+	// it when they are opened.
+	start *templates.Result
+	built bool // a template's (listed with the templates, not the snapshots)
 }
 
 // snapshotBody is a snapshot as the API gives it (E2B's SnapshotInfo).
@@ -92,43 +98,44 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, sb *sand
 	if req.Name != "" {
 		sn.names = []string{req.Name}
 	}
+	if code, why := s.keepSnapshot(sb, sn, contexts); code != 0 {
+		writeError(w, code, why)
+		return
+	}
+	s.logf("minipy-mcp: E2B snapshot %s of sandbox %s of user %q (%d bytes)", sn.id, sb.id, sb.user, sn.size)
+	writeJSON(w, http.StatusCreated, sn.body())
+}
+
+// keepSnapshot saves sb's contexts as sn, in the store or in the server's memory, sn's
+// name moving to it: 0, or the status and why it is not kept.
+func (s *Server) keepSnapshot(sb *sandbox, sn *snapshot, contexts []*codeContext) (int, string) {
 	var err error
 	if sn.stored {
 		if err = s.storeSnapshot(sb, sn, contexts); err == nil {
-			s.logf("minipy-mcp: E2B snapshot %s of sandbox %s of user %q (%d bytes, in the store)", sn.id, sb.id, sb.user, sn.size)
-			writeJSON(w, http.StatusCreated, sn.body())
-			return
+			return 0, ""
 		}
 		if sb.ctx.Err() == nil && errors.Is(err, errPausedFull) {
-			writeError(w, http.StatusInsufficientStorage, "the snapshot could not be kept: "+err.Error())
-			return
+			return http.StatusInsufficientStorage, "the snapshot could not be kept: " + err.Error()
 		}
 	} else {
 		sn.saved, sn.size, err = saveContexts(contexts)
 	}
 	if err != nil {
 		if sb.ctx.Err() != nil {
-			writeError(w, http.StatusNotFound, "sandbox "+sb.id+" was killed")
-			return
+			return http.StatusNotFound, "sandbox " + sb.id + " was killed"
 		}
-		writeError(w, http.StatusInternalServerError, "the snapshot could not be made: "+err.Error())
-		return
+		return http.StatusInternalServerError, "the snapshot could not be made: " + err.Error()
 	}
 	if err := s.reservePaused(sb.user, sn.size); err != nil {
-		writeError(w, http.StatusInsufficientStorage, "the snapshot could not be kept: "+err.Error())
-		return
+		return http.StatusInsufficientStorage, "the snapshot could not be kept: " + err.Error()
 	}
 	s.mu.Lock()
-	if req.Name != "" { // (the name moves to the new snapshot, as E2B's does to a new build)
-		for _, other := range s.snapshotsOf(sb.user) {
-			other.names = slices.DeleteFunc(other.names, func(n string) bool { return n == req.Name })
-		}
+	defer s.mu.Unlock()
+	for _, other := range s.snapshotsOf(sb.user) { // (the name moves to the new snapshot, as E2B's does to a new build)
+		other.names = slices.DeleteFunc(other.names, func(n string) bool { return slices.Contains(sn.names, n) })
 	}
 	s.snapshots[sn.id] = sn
-	body := sn.body() // (under s.mu: another snapshot may take its name)
-	s.mu.Unlock()
-	s.logf("minipy-mcp: E2B snapshot %s of sandbox %s of user %q (%d bytes)", sn.id, sb.id, sb.user, sn.size)
-	writeJSON(w, http.StatusCreated, body)
+	return 0, ""
 }
 
 // snapshotsOf is user's snapshots, newest first (s.mu held: their names change under it).
@@ -205,7 +212,7 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	var last *snapshot
 	for _, sn := range all {
 		at := listPlace{sn.created, sn.id}
-		if from != nil && at.compare(*from) >= 0 ||
+		if sn.built || from != nil && at.compare(*from) >= 0 ||
 			q.Get("sandboxID") != "" && sn.sandboxID != q.Get("sandboxID") ||
 			q.Get("name") != "" && sn.id != q.Get("name") && !slices.Contains(sn.names, q.Get("name")) {
 			continue
@@ -223,14 +230,23 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 // (204); 404 when there is none.
 func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
 	sn := s.snapshotOf(userOf(r), r.PathValue("id"))
-	if sn == nil {
+	building := s.forgetTemplate(userOf(r), r.PathValue("id"))
+	if sn == nil && !building {
 		writeError(w, http.StatusNotFound, "template "+echo(r.PathValue("id"))+" not found: minipy's templates are "+
-			"its snapshots (the image is the server's)")
+			"those you built and your snapshots (the image is the server's)")
+		return
+	}
+	s.dropSnapshot(sn)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// dropSnapshot forgets sn (none: nothing), in the store or in memory.
+func (s *Server) dropSnapshot(sn *snapshot) {
+	if sn == nil {
 		return
 	}
 	if sn.stored {
 		s.cfg.Store.Remove(session.KindSnapshot, sn.id)
-		w.WriteHeader(http.StatusNoContent)
 		return
 	}
 	s.mu.Lock()
@@ -240,22 +256,45 @@ func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
 	if there {
 		s.releasePaused(sn.user, sn.size)
 	}
-	w.WriteHeader(http.StatusNoContent)
 }
 
 // fromSnapshot starts a sandbox of user from sn, as req asks (its metadata, envs on top
-// of the snapshot's, autoPause), to live life.
+// of the snapshot's, autoPause), to live life; a template's runs its start command, and
+// is ready first.
 func (s *Server) fromSnapshot(user string, sn *snapshot, req *createRequest, life time.Duration) (*sandbox, int, string) {
-	saved := sn.saved
+	sb, code, why := s.snapshotSandbox(user, sn, req, life)
+	if sb == nil {
+		return nil, code, why
+	}
+	if code, why := s.startTemplate(sb); code != 0 {
+		sb.cancel()
+		for _, cc := range sb.contexts {
+			cc.close()
+		}
+		return nil, code, why
+	}
+	if code, why := s.register(sb, life); code != 0 {
+		return nil, code, why
+	}
+	s.logf("minipy-mcp: E2B sandbox %s of user %q created from snapshot %s (%v)", sb.id, user, sn.id, life)
+	return sb, 0, ""
+}
+
+// snapshotSandbox is a sandbox of user from sn, as fromSnapshot's, not yet registered nor
+// started.
+func (s *Server) snapshotSandbox(user string, sn *snapshot, req *createRequest, life time.Duration) (*sandbox, int, string) {
+	saved, start := sn.saved, sn.start
 	if sn.stored {
 		var from io.Closer
 		var err error
-		if sn.envs, saved, from, err = s.openSnapshot(sn); errors.Is(err, fs.ErrNotExist) {
+		var head storedHead
+		if head, saved, from, err = s.openSnapshot(sn); errors.Is(err, fs.ErrNotExist) {
 			return nil, http.StatusNotFound, "snapshot " + sn.id + " not found (deleted meanwhile, or expired)"
 		} else if err != nil {
 			return nil, http.StatusInternalServerError, "the snapshot could not be opened: " + err.Error()
 		}
 		defer from.Close()
+		sn.envs, start = head.Envs, head.Template
 	}
 	envs := maps.Clone(sn.envs)
 	if envs == nil {
@@ -264,17 +303,13 @@ func (s *Server) fromSnapshot(user string, sn *snapshot, req *createRequest, lif
 	maps.Copy(envs, req.EnvVars)
 	sb := s.sandboxFor(user, sn.template, req.Metadata, envs, req.AutoPause != nil && *req.AutoPause, life)
 	sb.autoCold = req.AutoPauseMemory != nil && !*req.AutoPauseMemory
-	sb.ports, sb.egress = req.Network.rules(), req.egress()
+	sb.ports, sb.egress, sb.tmpl = req.Network.rules(), req.egress(), start
 	contexts, code, why := s.restoreContexts(sb, saved)
 	if code != 0 {
 		sb.cancel()
 		return nil, code, why
 	}
 	sb.contexts = contexts
-	if code, why := s.register(sb, life); code != 0 {
-		return nil, code, why
-	}
-	s.logf("minipy-mcp: E2B sandbox %s of user %q created from snapshot %s (%v)", sb.id, user, sn.id, life)
 	return sb, 0, ""
 }
 
@@ -292,5 +327,5 @@ func (s *Server) templateAlias(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeError(w, http.StatusNotFound, "template alias "+echo(alias)+" not found: minipy serves "+
-		strings.Join(Templates, ", ")+" and your snapshots")
+		strings.Join(Templates, ", ")+" and your templates and snapshots")
 }

@@ -25,6 +25,7 @@ type storedSnapshot struct {
 	Template  string    `json:"template"`
 	Name      string    `json:"name,omitempty"`
 	Created   time.Time `json:"created"`
+	Built     bool      `json:"built,omitempty"` // snapshot.built
 }
 
 // storedSnapshots is user's snapshots in the store, newest first, each name held by the
@@ -37,7 +38,7 @@ func (s *Server) storedSnapshots(user string) []*snapshot {
 			continue
 		}
 		sn := &snapshot{id: ss.ID, user: user, sandboxID: ss.SandboxID, template: ss.Template, created: ss.Created,
-			size: one.Size, stored: true}
+			size: one.Size, stored: true, built: ss.Built}
 		if ss.Name != "" {
 			sn.names = []string{ss.Name}
 		}
@@ -64,17 +65,18 @@ func (s *Server) storedSnapshot(user, id string) *snapshot {
 	if err != nil || meta.User != user || json.Unmarshal(meta.Init, &ss) != nil || ss.ID != id {
 		return nil
 	}
-	return &snapshot{id: ss.ID, user: user, sandboxID: ss.SandboxID, template: ss.Template, created: ss.Created, stored: true}
+	return &snapshot{id: ss.ID, user: user, sandboxID: ss.SandboxID, template: ss.Template, created: ss.Created, stored: true,
+		built: ss.Built}
 }
 
 // storeSnapshot seals sn, sb's contexts saved now, into the store; sn.size is set.
 func (s *Server) storeSnapshot(sb *sandbox, sn *snapshot, contexts []*codeContext) error {
 	info, err := json.Marshal(storedSnapshot{ID: sn.id, SandboxID: sn.sandboxID, Template: sn.template,
-		Name: firstName(sn.names), Created: sn.created})
+		Name: firstName(sn.names), Created: sn.created, Built: sn.built})
 	if err != nil {
 		return err
 	}
-	head := storedHead{Envs: sn.envs, Streamed: true}
+	head := storedHead{Envs: sn.envs, Template: sn.start, Streamed: true}
 	sn.size, err = s.storeContexts(session.KindSnapshot, sn.id, session.Meta{User: sb.user, Init: info}, head, contexts)
 	return err
 }
@@ -87,16 +89,17 @@ func firstName(names []string) string {
 }
 
 // openSnapshot opens a stored snapshot's contexts, each streaming its save from the store
-// in turn, and its environment; close the closer once they are restored.
-func (s *Server) openSnapshot(sn *snapshot) (map[string]string, []pausedContext, io.Closer, error) {
+// in turn, and its head (its environment, a template's start); close the closer once they
+// are restored.
+func (s *Server) openSnapshot(sn *snapshot) (storedHead, []pausedContext, io.Closer, error) {
 	_, blob, err := s.cfg.Store.Open(session.KindSnapshot, sn.id)
 	if err != nil {
-		return nil, nil, nil, err
+		return storedHead{}, nil, nil, err
 	}
 	head, paused, err := readStored(blob)
 	if err != nil {
 		blob.Close()
-		return nil, nil, nil, err
+		return storedHead{}, nil, nil, err
 	}
-	return head.Envs, paused, blob, nil
+	return head, paused, blob, nil
 }

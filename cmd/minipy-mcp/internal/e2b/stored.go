@@ -23,6 +23,7 @@ import (
 
 	"github.com/minipy-go/minipy"
 	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/session"
+	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/templates"
 )
 
 // storedInfo is what the store's listing shows of a paused sandbox (its Meta.Init).
@@ -43,6 +44,7 @@ type storedHead struct {
 	Cold      bool                `json:"cold,omitempty"`     // paused keeping its files alone (sandbox.cold)
 	Ports     portRules           `json:"ports,omitempty"`    // sandbox.ports
 	Egress    *minipy.EgressRules `json:"egress,omitempty"`   // sandbox.egress
+	Template  *templates.Result   `json:"template,omitempty"` // sandbox.tmpl, a template's snapshot.start
 	Contexts  []storedContext     `json:"contexts"`
 	Streamed  bool                `json:"streamed,omitempty"`
 }
@@ -90,7 +92,7 @@ func (s *Server) storePaused(sb *sandbox, contexts []*codeContext) (int64, error
 		return 0, err
 	}
 	head := storedHead{Envs: sb.envs, AutoPause: sb.autoPause, AutoCold: sb.autoCold, Cold: sb.cold, Ports: sb.ports,
-		Egress: sb.egress, Streamed: true}
+		Egress: sb.egress, Template: sb.tmpl, Streamed: true}
 	return s.storeContexts(session.KindSandbox, sb.id, session.Meta{User: sb.user, Init: info}, head, contexts)
 }
 
@@ -341,7 +343,7 @@ func (s *Server) claimStored(sb *sandbox) ([]pausedContext, io.Closer, int, stri
 	}
 	sb.mu.Lock()
 	sb.envs, sb.autoPause, sb.autoCold, sb.cold = head.Envs, head.AutoPause, head.AutoCold, head.Cold
-	sb.ports, sb.egress = head.Ports, head.Egress
+	sb.ports, sb.egress, sb.tmpl = head.Ports, head.Egress, head.Template
 	sb.mu.Unlock()
 	return paused, blob, 0, ""
 }

@@ -1,0 +1,68 @@
+// E2B's base SDK (the `e2b` package), unmodified, builds templates on minipy-mcp -e2b
+// (Template.build: its files uploaded, its steps run in a sandbox), starts sandboxes of one,
+// and meets the refusals: another image, root, a failing step. Prints what it saw as one
+// JSON object. CONTEXT is a directory it may write (the template's files).
+import fs from 'node:fs'
+import path from 'node:path'
+import { Sandbox, Template, waitForFile } from 'e2b'
+
+const out = {}
+const ctx = process.env.CONTEXT
+fs.mkdirSync(path.join(ctx, 'folder', 'sub'), { recursive: true })
+fs.writeFileSync(path.join(ctx, 'folder', 'test.txt'), 'This is a test file.')
+fs.writeFileSync(path.join(ctx, 'folder', 'sub', 'deep.txt'), 'deep')
+fs.symlinkSync('test.txt', path.join(ctx, 'folder', 'link.txt'))
+fs.writeFileSync(path.join(ctx, 'run.sh'), '#!/bin/sh\necho ran\n')
+
+const logs = []
+const template = Template({ fileContextPath: ctx })
+  .fromBaseImage()
+  .copy('folder/*', 'folder', { forceUpload: true })
+  .copy('run.sh', '/app/bin/', { mode: 0o755 })
+  .runCmd('cat folder/test.txt > copied.txt && git --version > /dev/null')
+  .setEnvs({ GREETING: 'hello template' })
+  .setWorkdir('/app')
+  .runCmd('echo "$GREETING" > greeting.txt && mkdir -p /tmp/cache && echo kept > /tmp/cache/x')
+  .makeSymlink('greeting.txt', 'hello.txt')
+  .setStartCmd('echo started > /tmp/started && sleep 600', waitForFile('/tmp/started'))
+const name = 'tpl-' + Date.now()
+const info = await Template.build(template, name, { onBuildLogs: (e) => logs.push(e.message) })
+out.built = { name: info.name, hasID: info.templateId.length > 0 }
+out.logged = logs.some((l) => l.includes('RUN')) && logs.some((l) => l.includes('Template is ready'))
+out.exists = [await Template.exists(name), await Template.exists(name + '-not')]
+
+const sbx = await Sandbox.create(name)
+const run = async (cmd) => (await sbx.commands.run(cmd)).stdout.trim()
+out.inside = {
+  pwd: await run('pwd'),
+  copied: await sbx.files.read('/home/user/copied.txt'),
+  folder: await run('ls /home/user/folder | tr "\\n" " "'),
+  link: await run('readlink /home/user/folder/link.txt'),
+  script: await run('/app/bin/run.sh'),
+  greeting: await run('cat hello.txt'),
+  env: await run('echo "$GREETING"'),
+  tmp: await run('cat /tmp/cache/x'),
+  started: await run('cat /tmp/started'),
+}
+await sbx.kill()
+
+const failure = async (t) => {
+  try {
+    await Template.build(t, 'tpl-fail-' + Date.now())
+    return 'built'
+  } catch (e) {
+    return e.constructor.name + ': ' + e.message
+  }
+}
+out.failedStep = await failure(Template().fromBaseImage().runCmd('echo before && exit 3'))
+out.otherImage = await failure(Template().fromImage('ubuntu:22.04').runCmd('ls'))
+out.asRoot = await failure(Template().fromBaseImage().runCmd('whoami', { user: 'root' }))
+out.noUser = await failure(Template().fromBaseImage().runCmd('whoami', { user: 'root123' }))
+out.fromMine = await failure(Template().fromTemplate(name).runCmd('test "$(cat /app/greeting.txt)" = "hello template"'))
+
+const bg = await Template.buildInBackground(Template().fromBaseImage().runCmd('sleep 2'), 'tpl-bg-' + Date.now())
+out.background = (await Template.getBuildStatus(bg)).status
+
+await Sandbox.deleteSnapshot(info.templateId)
+out.existsAfterDelete = await Template.exists(name)
+console.log(JSON.stringify(out))
