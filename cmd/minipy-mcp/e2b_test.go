@@ -554,11 +554,17 @@ func TestE2BCommandsHostile(t *testing.T) {
 // E2B's base SDK builds a template (its files uploaded, its steps run in a sandbox of the
 // user's: COPY, RUN, ENV, WORKDIR, a symlink, a start command and its ready check), starts
 // a sandbox of it, and meets the refusals: a failing step, another image, root, a user the
-// sandbox has not. A template built on one of the user's own sees its files. COPY is
+// sandbox has not. A template built on one of the user's own sees its files; a build of
+// its name with a tag takes the name, the first keeps its own tag (default). COPY is
 // Docker's (the SDK turns a Dockerfile's COPY into it as it is): folder/* matches folder/sub,
 // whose contents are copied.
 func TestE2BTemplates(t *testing.T) {
-	s := startE2B(t)
+	for name, args := range map[string][]string{"memory": nil, "store": {"-state-dir", t.TempDir()}} {
+		t.Run(name, func(t *testing.T) { testE2BTemplates(t, startE2B(t, args...)) })
+	}
+}
+
+func testE2BTemplates(t *testing.T, s *serverProc) {
 	got := runE2BScript(t, s, "templates.mjs", "CONTEXT="+t.TempDir())
 	assert.Equal(t, map[string]any{"name": got["built"].(map[string]any)["name"], "hasID": true}, got["built"])
 	assert.Equal(t, true, got["logged"])
@@ -572,5 +578,6 @@ func TestE2BTemplates(t *testing.T) {
 	assert.Equal(t, "BuildError: failed to run command 'whoami': command failed: unauthenticated: invalid username: 'root123'", got["noUser"])
 	assert.Equal(t, "built", got["fromMine"])
 	assert.Contains(t, []any{"building", "ready"}, got["background"])
-	assert.Equal(t, false, got["existsAfterDelete"])
+	assert.Equal(t, []any{"v2", "v2", "none"}, got["tags"], "the name and name:v2 are the newest build's, name:default the first's")
+	assert.Equal(t, []any{false, false, false}, got["existsAfterDelete"], "a template's delete takes every build")
 }

@@ -43,7 +43,9 @@ type snapshot struct {
 	// directory and start command; nil for a snapshot of a sandbox. Stored snapshots read
 	// it when they are opened.
 	start *templates.Result
-	built bool // a template's (listed with the templates, not the snapshots)
+	// templateID is the template whose build it is (templates.go), which is listed with
+	// the templates, not the snapshots; "" for a snapshot of a sandbox.
+	templateID string
 }
 
 // snapshotBody is a snapshot as the API gives it (E2B's SnapshotInfo).
@@ -212,7 +214,7 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	var last *snapshot
 	for _, sn := range all {
 		at := listPlace{sn.created, sn.id}
-		if sn.built || from != nil && at.compare(*from) >= 0 ||
+		if sn.templateID != "" || from != nil && at.compare(*from) >= 0 ||
 			q.Get("sandboxID") != "" && sn.sandboxID != q.Get("sandboxID") ||
 			q.Get("name") != "" && sn.id != q.Get("name") && !slices.Contains(sn.names, q.Get("name")) {
 			continue
@@ -230,13 +232,20 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 // (204); 404 when there is none.
 func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
 	sn := s.snapshotOf(userOf(r), r.PathValue("id"))
-	building := s.forgetTemplate(userOf(r), r.PathValue("id"))
-	if sn == nil && !building {
-		writeError(w, http.StatusNotFound, "template "+echo(r.PathValue("id"))+" not found: minipy's templates are "+
+	user, ref := userOf(r), r.PathValue("id")
+	building := s.forgetTemplate(user, ref)
+	drop := s.templateSnapshots(user, ref) // (a template's builds, all its tags: by its id or name)
+	if len(drop) == 0 && sn != nil {
+		drop = []*snapshot{sn}
+	}
+	if len(drop) == 0 && !building {
+		writeError(w, http.StatusNotFound, "template "+echo(ref)+" not found: minipy's templates are "+
 			"those you built and your snapshots (the image is the server's)")
 		return
 	}
-	s.dropSnapshot(sn)
+	for _, sn := range drop {
+		s.dropSnapshot(sn)
+	}
 	w.WriteHeader(http.StatusNoContent)
 }
 

@@ -20,12 +20,13 @@ import (
 
 // storedSnapshot is what a stored snapshot's meta holds (session.Meta.Init).
 type storedSnapshot struct {
-	ID        string    `json:"id"`
-	SandboxID string    `json:"sandboxID"`
-	Template  string    `json:"template"`
-	Name      string    `json:"name,omitempty"`
-	Created   time.Time `json:"created"`
-	Built     bool      `json:"built,omitempty"` // snapshot.built
+	ID         string    `json:"id"`
+	SandboxID  string    `json:"sandboxID"`
+	Template   string    `json:"template"`
+	Name       string    `json:"name,omitempty"`
+	Names      []string  `json:"names,omitempty"` // (more than one: a template's, with its tags)
+	Created    time.Time `json:"created"`
+	TemplateID string    `json:"templateID,omitempty"` // snapshot.templateID
 }
 
 // storedSnapshots is user's snapshots in the store, newest first, each name held by the
@@ -38,8 +39,8 @@ func (s *Server) storedSnapshots(user string) []*snapshot {
 			continue
 		}
 		sn := &snapshot{id: ss.ID, user: user, sandboxID: ss.SandboxID, template: ss.Template, created: ss.Created,
-			size: one.Size, stored: true, built: ss.Built}
-		if ss.Name != "" {
+			size: one.Size, stored: true, templateID: ss.TemplateID, names: ss.Names}
+		if ss.Name != "" && len(ss.Names) == 0 {
 			sn.names = []string{ss.Name}
 		}
 		out = append(out, sn)
@@ -66,13 +67,17 @@ func (s *Server) storedSnapshot(user, id string) *snapshot {
 		return nil
 	}
 	return &snapshot{id: ss.ID, user: user, sandboxID: ss.SandboxID, template: ss.Template, created: ss.Created, stored: true,
-		built: ss.Built}
+		templateID: ss.TemplateID}
 }
 
 // storeSnapshot seals sn, sb's contexts saved now, into the store; sn.size is set.
 func (s *Server) storeSnapshot(sb *sandbox, sn *snapshot, contexts []*codeContext) error {
-	info, err := json.Marshal(storedSnapshot{ID: sn.id, SandboxID: sn.sandboxID, Template: sn.template,
-		Name: firstName(sn.names), Created: sn.created, Built: sn.built})
+	ss := storedSnapshot{ID: sn.id, SandboxID: sn.sandboxID, Template: sn.template, Name: firstName(sn.names),
+		Created: sn.created, TemplateID: sn.templateID}
+	if len(sn.names) > 1 {
+		ss.Name, ss.Names = "", sn.names
+	}
+	info, err := json.Marshal(ss)
 	if err != nil {
 		return err
 	}

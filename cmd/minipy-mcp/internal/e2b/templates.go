@@ -91,6 +91,9 @@ func (s *Server) requestBuild(w http.ResponseWriter, r *http.Request) {
 		t = &templateRecord{id: randomID(), user: user, name: name}
 		s.templates[t.id] = t
 	}
+	if len(tags) == 0 {
+		tags = []string{"default"} // (E2B's tag of a build that names none)
+	}
 	t.tags = tags
 	b := templates.NewBuild(t.id, randomID())
 	t.builds = append(t.builds, b)
@@ -333,8 +336,9 @@ func (s *Server) buildSandbox(user, base string, from *snapshot) (*sandbox, int,
 	return sb, 0, ""
 }
 
-// keepTemplate keeps the build's sandbox as t's snapshot (its id and name), what res says
-// with it; a build before it is replaced.
+// keepTemplate keeps the build's sandbox as a snapshot of t's, what res says with it,
+// named by t's name and each of its tags as name:tag (the names move to it); t's earlier
+// builds that no name holds any more are dropped.
 func (s *Server) keepTemplate(sb *sandbox, t *templateRecord, res templates.Result) error {
 	if cc := sb.context(""); cc != nil {
 		cc.mu.Lock()
@@ -344,13 +348,35 @@ func (s *Server) keepTemplate(sb *sandbox, t *templateRecord, res templates.Resu
 	sb.mu.Lock()
 	contexts := slices.Clone(sb.contexts)
 	sb.mu.Unlock()
-	sn := &snapshot{id: t.id, user: t.user, sandboxID: sb.id, template: sb.template, envs: res.Envs,
-		names: []string{t.name}, created: time.Now(), stored: s.cfg.Store != nil, start: &res, built: true}
-	s.dropSnapshot(s.snapshotOf(t.user, t.id))
+	names := []string{t.name}
+	for _, tag := range t.tags {
+		names = append(names, t.name+":"+tag)
+	}
+	sn := &snapshot{id: randomID(), user: t.user, sandboxID: sb.id, template: sb.template, envs: res.Envs,
+		names: names, created: time.Now(), stored: s.cfg.Store != nil, start: &res, templateID: t.id}
 	if code, why := s.keepSnapshot(sb, sn, contexts); code != 0 {
 		return errors.New(why)
 	}
+	for _, old := range s.templateSnapshots(t.user, t.id) {
+		if old.id != sn.id && len(old.names) == 0 {
+			s.dropSnapshot(old)
+		}
+	}
 	return nil
+}
+
+// templateSnapshots is user's builds of the template of id or name ref (name:tag: that
+// build alone).
+func (s *Server) templateSnapshots(user, ref string) []*snapshot {
+	var out []*snapshot
+	for _, sn := range s.userSnapshots(user) {
+		if sn.templateID != "" && (sn.templateID == ref || slices.ContainsFunc(sn.names, func(n string) bool {
+			return n == ref || !strings.Contains(ref, ":") && strings.HasPrefix(n, ref+":")
+		})) {
+			out = append(out, sn)
+		}
+	}
+	return out
 }
 
 // startTemplate runs the start command of sb's template, if it has one, and waits for its

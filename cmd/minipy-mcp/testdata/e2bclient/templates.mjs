@@ -46,6 +46,16 @@ out.inside = {
 }
 await sbx.kill()
 
+// A build of the same name with a tag: the name moves to it, the first build keeps its tag.
+await Template.build(Template().fromTemplate(name).runCmd('echo v2 > /app/version'), name + ':v2')
+const version = async (ref) => {
+  const s = await Sandbox.create(ref)
+  const v = (await s.commands.run('cat /app/version 2>/dev/null || echo none')).stdout.trim()
+  await s.kill()
+  return v
+}
+out.tags = [await version(name), await version(name + ':v2'), await version(name + ':default')]
+
 const failure = async (t) => {
   try {
     await Template.build(t, 'tpl-fail-' + Date.now())
@@ -64,5 +74,6 @@ const bg = await Template.buildInBackground(Template().fromBaseImage().runCmd('s
 out.background = (await Template.getBuildStatus(bg)).status
 
 await Sandbox.deleteSnapshot(info.templateId)
-out.existsAfterDelete = await Template.exists(name)
+out.existsAfterDelete = [await Template.exists(name), await Template.exists(name + ':default'),
+  await Template.exists(name + ':v2')]
 console.log(JSON.stringify(out))
