@@ -104,8 +104,11 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, sb *sand
 		writeError(w, code, why)
 		return
 	}
+	s.mu.Lock()
+	body := sn.body() // (under s.mu: another snapshot may take its name)
+	s.mu.Unlock()
 	s.logf("minipy-mcp: E2B snapshot %s of sandbox %s of user %q (%d bytes)", sn.id, sb.id, sb.user, sn.size)
-	writeJSON(w, http.StatusCreated, sn.body())
+	writeJSON(w, http.StatusCreated, body)
 }
 
 // keepSnapshot saves sb's contexts as sn, in the store or in the server's memory, sn's
@@ -228,11 +231,12 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// deleteSnapshot is DELETE /templates/{id}: the caller's snapshot of that id or name goes
-// (204); 404 when there is none.
+// deleteSnapshot is DELETE /templates/{id}: the caller's template of that id or name goes,
+// every build of it and its build running (by name:tag, that build alone), or else the
+// caller's snapshot of that id or name (204); 404 when there is neither.
 func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
-	sn := s.snapshotOf(userOf(r), r.PathValue("id"))
 	user, ref := userOf(r), r.PathValue("id")
+	sn := s.snapshotOf(user, ref)
 	building := s.forgetTemplate(user, ref)
 	drop := s.templateSnapshots(user, ref) // (a template's builds, all its tags: by its id or name)
 	if len(drop) == 0 && sn != nil {
