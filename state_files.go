@@ -87,7 +87,8 @@ func (w *walker) dir(fd int, rel string) error {
 			continue // gone meanwhile
 		}
 		if w.src.noXdev && st.Dev != here.Dev {
-			continue // a mount: not the place's (a sandbox's root holds the image's)
+			w.mount(rel) // a mount: not the place's (a sandbox's root holds the image's)
+			continue
 		}
 		mode := st.Mode & 0o7777
 		switch st.Mode & syscall.S_IFMT {
@@ -97,6 +98,10 @@ func (w *walker) dir(fd int, rel string) error {
 			}
 			if err == nil {
 				err = w.sub(fd, name, sub)
+			}
+			if w.src.noXdev && errors.Is(err, syscall.EXDEV) { // (a mount of the same file system: its
+				w.mount(sub) // directory is ended as one that holds a mount)
+				err = nil
 			}
 			if err == nil && !w.measuring {
 				err = sink.dirDone(sub, mode)
@@ -120,14 +125,28 @@ func (w *walker) dir(fd int, rel string) error {
 				err = sink.symlink(sub, to)
 			}
 		}
-		if errors.Is(err, fs.ErrPermission) || w.src.noXdev && errors.Is(err, syscall.EXDEV) {
-			continue // the host's user may not read it (a file of mode 0), or a mount of the same file system
+		if w.src.noXdev && errors.Is(err, syscall.EXDEV) {
+			w.mount(rel) // a file mounted there
+			continue
+		}
+		if errors.Is(err, fs.ErrPermission) {
+			continue // the host's user may not read it (a file of mode 0)
 		}
 		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// mountSink is a sink told of the mounts a walk leaves out (tarSink, of a sandbox's root).
+type mountSink interface{ mount(dir string) }
+
+// mount tells the sink that the directory dir holds a mount, left out.
+func (w *walker) mount(dir string) {
+	if m, ok := w.sink.(mountSink); ok && !w.measuring {
+		m.mount(dir)
+	}
 }
 
 // sub walks the subdirectory name of the directory open as parent.
@@ -182,24 +201,82 @@ type tarSink struct {
 	n int
 	// prefix starts the entries' names (a sandbox's place: "tmp"); "": none.
 	prefix string
-	// image: the walk is of a sandbox's root, whose image's entries are left out (imageHas).
-	image bool
+	// imageLink, set for the walk of a sandbox's root, says which links are the image's,
+	// left out; so is a directory that holds nothing of the code's but mounts (/home, the
+	// parents of a bind): its header waits (pending) until an entry of the code's is in it,
+	// or it ends empty.
+	imageLink func(rel, to string) bool
+	pending   []pendingDir
+}
+
+// pendingDir is a directory of a sandbox's root whose header waits (tarSink.imageLink).
+type pendingDir struct {
+	rel      string
+	mode     uint32
+	written  bool // its header is written: an entry of the code's is in it
+	children bool // it holds something, written or not
 }
 
 func (s *tarSink) dir(rel string, mode uint32) error {
-	if s.image && imageHas(rel, true, "") {
+	if s.imageLink != nil {
+		s.held()
+		s.pending = append(s.pending, pendingDir{rel: rel, mode: mode})
 		return nil
 	}
+	return s.dirHeader(rel, mode)
+}
+
+func (s *tarSink) dirHeader(rel string, mode uint32) error {
 	s.n++
 	return s.w.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: path.Join(s.prefix, rel) + "/", Mode: int64(mode)})
 }
 
-func (s *tarSink) dirDone(string, uint32) error { return nil }
+// held notes that the innermost pending directory holds something.
+func (s *tarSink) held() {
+	if len(s.pending) > 0 {
+		s.pending[len(s.pending)-1].children = true
+	}
+}
+
+// flush writes the pending directories' headers, outermost first: an entry is written in
+// the innermost.
+func (s *tarSink) flush() error {
+	s.held()
+	for i := range s.pending {
+		if !s.pending[i].written {
+			if err := s.dirHeader(s.pending[i].rel, s.pending[i].mode); err != nil {
+				return err
+			}
+			s.pending[i].written = true
+		}
+	}
+	return nil
+}
+
+func (s *tarSink) mount(string) { s.held() }
+
+func (s *tarSink) dirDone(string, uint32) error {
+	if s.imageLink == nil || len(s.pending) == 0 {
+		return nil
+	}
+	d := s.pending[len(s.pending)-1]
+	s.pending = s.pending[:len(s.pending)-1]
+	if !d.written && !d.children { // (an empty directory: the code's, after those it is in)
+		if err := s.flush(); err != nil {
+			return err
+		}
+		return s.dirHeader(d.rel, d.mode)
+	}
+	return nil
+}
 
 // file streams the file: its header says the size it had when the walk found it, and the
 // entry holds that many bytes, zeros after its end if it shrank meanwhile (never more: r
 // stops there).
 func (s *tarSink) file(rel string, mode uint32, size int64, r io.Reader) error {
+	if err := s.flush(); err != nil {
+		return err
+	}
 	s.n++
 	hdr := &tar.Header{Typeflag: tar.TypeReg, Name: path.Join(s.prefix, rel), Mode: int64(mode), Size: size}
 	if err := s.w.WriteHeader(hdr); err != nil {
@@ -236,8 +313,12 @@ func (zeros) Read(b []byte) (int, error) {
 }
 
 func (s *tarSink) symlink(rel, to string) error {
-	if s.image && imageHas(rel, false, to) {
+	if s.imageLink != nil && s.imageLink(rel, to) {
+		s.held()
 		return nil
+	}
+	if err := s.flush(); err != nil {
+		return err
 	}
 	s.n++
 	return s.w.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: path.Join(s.prefix, rel), Linkname: to, Mode: 0o777})

@@ -13,8 +13,9 @@ import (
 // directory's files (frames 'F'), those of the sandbox's other places, /tmp, /dev/shm and
 // its root (files_places.go), as one tar archive in frames 'P' whose names are relative to
 // the sandbox's root ("tmp/repo/.git/HEAD", "dev/shm/x", "app/main.py"). What the image
-// put at the root (the links and directories the host's own root has there: /bin, /home)
-// is left out, and what is mounted there (the image's /usr, /etc) is never reached. Only a
+// put at the root is left out (a link there to a mount: /bin -> usr/bin; a directory that
+// holds nothing but mounts: /home), and what is mounted there (the image's /usr, /etc) is
+// never reached. Only a
 // namespace with a sandbox of its own has places (placeOf); a Restore into one that has
 // none (in-process, a Fork copy, a packed one, Command workers) leaves them out, as a new
 // worker would start without them.
@@ -38,7 +39,10 @@ func (ns *Namespace) savePlaces(sw *stateWriter) (int, error) {
 		if err != nil {
 			return s.n, fmt.Errorf("the sandbox's %s: %w", place, err)
 		}
-		s.prefix, s.image = place[1:], place == "/"
+		s.prefix, s.imageLink = place[1:], nil
+		if place == "/" {
+			s.imageLink = func(rel, to string) bool { return imageLink(r, rel, to) }
+		}
 		err = walkFiles(r, ".", s)
 		r.close()
 		if err != nil {
@@ -54,19 +58,16 @@ func (ns *Namespace) savePlaces(sw *stateWriter) (int, error) {
 	return s.n, pw.Flush()
 }
 
-// imageHas reports whether the entry rel that the walk of a sandbox's root found is the
-// image's: a directory at the root that the host's root has too, or a link there that it
-// has with the same target (the sandbox's root is made of the host's today).
-func imageHas(rel string, dir bool, to string) bool {
+// imageLink reports whether the link rel to to, which the walk of the sandbox's root r
+// found, is the image's: a link at the root to a mount there (/bin -> usr/bin). The
+// sandbox's own view decides, never the host's files: what the host has is not the code's
+// to learn by what a save keeps.
+func imageLink(r *workRoot, rel, to string) bool {
 	if strings.Contains(rel, "/") {
 		return false
 	}
-	if dir {
-		fi, err := os.Lstat("/" + rel)
-		return err == nil && fi.IsDir()
-	}
-	host, err := os.Readlink("/" + rel)
-	return err == nil && host == to
+	top, _, _ := strings.Cut(strings.TrimLeft(path.Clean(to), "/"), "/")
+	return top != "" && top != "." && top != ".." && r.mountedAt(top)
 }
 
 // restorePlaces writes the frames 'P' that sr reads next (none: nothing) into the sandbox's
