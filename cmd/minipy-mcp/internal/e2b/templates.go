@@ -274,15 +274,26 @@ func (s *Server) buildEnded(t *templateRecord) {
 }
 
 // runBuild runs build b of t in a sandbox of base (a served template) or from (one of the
-// user's), then keeps the sandbox as the template, and ends the build.
+// user's), then keeps the sandbox as the template, and ends the build once its sandbox is
+// gone and its place among the builds given back: a client that learns of its end may
+// start another at once.
 func (s *Server) runBuild(ctx context.Context, t *templateRecord, b *templates.Build, spec *templates.Spec,
 	base string, from *snapshot) {
-	defer s.buildEnded(t)
+	step, err := s.build(ctx, t, b, spec, base, from)
+	s.buildEnded(t)
+	if err == nil {
+		s.logf("minipy-mcp: E2B template %s (%s) of user %q built (build %s)", t.id, t.name, t.user, b.ID)
+	}
+	b.End(step, err)
+}
+
+// build is runBuild's work: the step that failed and why, or none.
+func (s *Server) build(ctx context.Context, t *templateRecord, b *templates.Build, spec *templates.Spec,
+	base string, from *snapshot) (string, error) {
 	b.Log("info", "base", "Starting from template "+base+" (minipy's image: the server's)")
 	sb, code, why := s.buildSandbox(t.user, base, from)
 	if sb == nil {
-		b.End("base", fmt.Errorf("the build's sandbox did not start (%d): %s", code, why))
-		return
+		return "base", fmt.Errorf("the build's sandbox did not start (%d): %s", code, why)
 	}
 	defer s.kill(sb, "its template's build ended")
 	stop := context.AfterFunc(ctx, func() { s.kill(sb, "its template's build was stopped") })
@@ -296,28 +307,23 @@ func (s *Server) runBuild(ctx context.Context, t *templateRecord, b *templates.B
 		return s.uploads.Get(t.user, hash)
 	})
 	if err != nil {
-		step := "base"
 		var se *templates.StepError
 		if errors.As(err, &se) {
-			step = se.Step
+			return se.Step, err
 		}
-		b.End(step, err)
-		return
+		return "base", err
 	}
 	b.Log("info", "finalize", "Saving the template's files")
 	s.mu.Lock()
 	deleted := s.templates[t.id] != t
 	s.mu.Unlock()
 	if deleted || ctx.Err() != nil { // (deleted, or the server closing, meanwhile: nothing kept)
-		b.End("finalize", errors.New("the build was stopped: its template was deleted, or the server is closing"))
-		return
+		return "finalize", errors.New("the build was stopped: its template was deleted, or the server is closing")
 	}
 	if err := s.keepTemplate(sb, t, res); err != nil {
-		b.End("finalize", err)
-		return
+		return "finalize", err
 	}
-	s.logf("minipy-mcp: E2B template %s (%s) of user %q built (build %s)", t.id, t.name, t.user, b.ID)
-	b.End("", nil)
+	return "", nil
 }
 
 // buildSandbox starts the sandbox a build runs in: a sandbox of user (under the user's
