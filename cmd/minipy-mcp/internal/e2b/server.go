@@ -55,7 +55,11 @@ const EnvdVersion = "0.6.4"
 
 // Templates are the template names a sandbox may be created from: the defaults of E2B's
 // code interpreter SDK and of its base SDK. Each is the engine's Python, as configured.
-var Templates = []string{"code-interpreter-v1", "base"}
+var Templates = []string{"code-interpreter-v1", BaseTemplate}
+
+// BaseTemplate is the base SDK's template, and what a template build from E2B's base image
+// (fromBaseImage) starts from: the engine's Python, as configured.
+const BaseTemplate = "base"
 
 // The defaults of Config.
 const (
@@ -379,7 +383,8 @@ func (s *Server) Close() {
 // EndUser ends the sandboxes of user, whose key was revoked: with a store, each running
 // one is paused into it (its runs stopped first), to be resumed if the user gets a key
 // again; without (or when its pause fails), each is killed, and so is each paused in the
-// server's memory; its template builds are stopped. It returns how many were paused and killed.
+// server's memory; its template builds are stopped and its uploads forgotten. It returns
+// how many were paused and killed.
 func (s *Server) EndUser(user string) (paused, killed int) {
 	s.mu.Lock()
 	for _, t := range s.templates {
@@ -388,6 +393,7 @@ func (s *Server) EndUser(user string) (paused, killed int) {
 		}
 	}
 	s.mu.Unlock()
+	s.uploads.Forget(user)
 	for _, sb := range s.sandboxesOf(user) {
 		if s.end(sb, "its user's key was revoked") {
 			paused++

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -166,7 +167,8 @@ func (s *Server) buildStatus(w http.ResponseWriter, r *http.Request) {
 	}
 	offset := 0
 	if v := r.URL.Query().Get("logsOffset"); v != "" {
-		if _, err := fmt.Sscan(v, &offset); err != nil || offset < 0 {
+		var err error
+		if offset, err = strconv.Atoi(v); err != nil || offset < 0 {
 			writeError(w, http.StatusBadRequest, "logsOffset: a number from 0, not "+echo(v))
 			return
 		}
@@ -204,7 +206,7 @@ func (s *Server) startBuild(w http.ResponseWriter, r *http.Request) {
 	if !readJSON(w, r, 8<<20, &spec) {
 		return
 	}
-	base, err := spec.Base(Templates[len(Templates)-1], Templates)
+	base, err := spec.Base(BaseTemplate, Templates)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "the template cannot be built: "+err.Error())
 		return
@@ -394,11 +396,7 @@ func (s *Server) startTemplate(sb *sandbox) (int, string) {
 	res := *sb.tmpl
 	res.Envs = sb.envs
 	m := sandboxMachine{sb}
-	var env []string
-	for k, v := range res.Envs {
-		env = append(env, k+"="+v)
-	}
-	if err := m.Start(res.StartCmd, res.Workdir, env); err != nil {
+	if err := m.Start(res.StartCmd, res.Workdir, res.Env()); err != nil {
 		return http.StatusInternalServerError, "the template's start command did not start: " + err.Error()
 	}
 	if err := templates.WaitReady(sb.ctx, m, res, func(string) {}); err != nil {

@@ -87,7 +87,12 @@ func TestTemplatesRefused(t *testing.T) {
 	require.NoError(t, json.Unmarshal(call("ka", "GET", build+"/status?logsOffset=0", "").Body.Bytes(), &status))
 	assert.Equal(t, "waiting", status.Status, "nothing started")
 	assert.Equal(t, http.StatusBadRequest, call("ka", "GET", build+"/status?logsOffset=-1", "").Code)
+	assert.Equal(t, http.StatusBadRequest, call("ka", "GET", build+"/status?logsOffset=12abc", "").Code)
 
+	delete(s.sandboxes, "sb1") // (the test server's, which runs nothing to end)
+	s.EndUser("alice")         // (a revoked key: the user's uploads go with it)
+	require.NoError(t, json.Unmarshal(call("ka", "GET", files, "").Body.Bytes(), &link))
+	assert.False(t, link.Present, "a revoked user's uploads are forgotten")
 	assert.Equal(t, http.StatusNotFound, call("kb", "DELETE", "/templates/"+made.TemplateID, "").Code)
 	assert.Equal(t, http.StatusNoContent, call("ka", "DELETE", "/templates/mine", "").Code)
 	assert.Equal(t, http.StatusNotFound, call("ka", "GET", build+"/status", "").Code, "deleted")

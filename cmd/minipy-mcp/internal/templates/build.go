@@ -1,6 +1,7 @@
 package templates
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -82,19 +83,17 @@ type Result struct {
 // goroutine.
 type Build struct {
 	TemplateID, ID string
-	Created        time.Time
 
 	mu      sync.Mutex
 	status  string
 	logs    []LogEntry
 	dropped int // entries past maxLogEntries, not kept
 	reason  *Reason
-	done    chan struct{}
 }
 
 // NewBuild is a build of templateID, waiting for its steps.
 func NewBuild(templateID, id string) *Build {
-	return &Build{TemplateID: templateID, ID: id, Created: time.Now(), status: Waiting, done: make(chan struct{})}
+	return &Build{TemplateID: templateID, ID: id, status: Waiting}
 }
 
 // Info is the build's status and its log from entry offset on.
@@ -121,9 +120,6 @@ func (b *Build) Status() string {
 	defer b.mu.Unlock()
 	return b.status
 }
-
-// Done is closed when the build has ended, ready or failed.
-func (b *Build) Done() <-chan struct{} { return b.done }
 
 // Log adds a line to the build's log.
 func (b *Build) Log(level, step, msg string) {
@@ -169,7 +165,6 @@ func (b *Build) End(step string, err error) {
 	} else {
 		b.Log("error", step, "Build failed: "+err.Error())
 	}
-	close(b.done)
 }
 
 // StepError is a build's failure at one of its steps.
@@ -191,8 +186,8 @@ func (b *Build) Run(ctx context.Context, sp *Spec, base Result, m Machine, files
 	if r.res.Envs == nil {
 		r.res.Envs = map[string]string{}
 	}
-	r.res.Workdir = cmpOr(r.res.Workdir, DefaultWorkdir)
-	r.res.User = cmpOr(r.res.User, DefaultUser)
+	r.res.Workdir = cmp.Or(r.res.Workdir, DefaultWorkdir)
+	r.res.User = cmp.Or(r.res.User, DefaultUser)
 	for i, st := range sp.Steps {
 		step := strconv.Itoa(i + 1)
 		b.Log("info", step, fmt.Sprintf("[%d/%d] %s %s", i+1, len(sp.Steps), st.Type, strings.Join(st.Args, " ")))
@@ -209,13 +204,6 @@ func (b *Build) Run(ctx context.Context, sp *Spec, base Result, m Machine, files
 	return r.res, nil
 }
 
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
-}
-
 // runner runs one build's steps.
 type runner struct {
 	b     *Build
@@ -224,14 +212,17 @@ type runner struct {
 	res   Result
 }
 
-// env is the build's environment as KEY=VALUE, and more.
-func (r *runner) env(more ...string) []string {
+// Env is the result's environment as KEY=VALUE, by name.
+func (res *Result) Env() []string {
 	var out []string
-	for _, k := range slices.Sorted(maps.Keys(r.res.Envs)) {
-		out = append(out, k+"="+r.res.Envs[k])
+	for _, k := range slices.Sorted(maps.Keys(res.Envs)) {
+		out = append(out, k+"="+res.Envs[k])
 	}
-	return append(out, more...)
+	return out
 }
+
+// env is the build's environment as KEY=VALUE, and more.
+func (r *runner) env(more ...string) []string { return append(r.res.Env(), more...) }
 
 func (r *runner) step(ctx context.Context, step string, st *Step) error {
 	switch st.Type {
@@ -369,7 +360,7 @@ func WaitReady(ctx context.Context, m Machine, res Result, out func(string)) err
 	}
 	ctx, cancel := context.WithTimeout(ctx, ReadyTimeout)
 	defer cancel()
-	env := (&runner{res: res}).env()
+	env := res.Env()
 	for {
 		code, err := m.Run(ctx, res.ReadyCmd, res.Workdir, env, out)
 		if err == nil && code == 0 {

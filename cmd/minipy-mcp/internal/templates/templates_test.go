@@ -3,6 +3,7 @@ package templates
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -119,11 +120,8 @@ func TestBuildRun(t *testing.T) {
 	assert.Equal(t, "Template is ready", info.LogEntries[len(info.LogEntries)-1].Message)
 	assert.Len(t, b.Info(len(info.LogEntries)).LogEntries, 0, "an offset past the log gives none")
 	assert.Len(t, b.Info(-1).LogEntries, 0)
-	select {
-	case <-b.Done():
-	default:
-		t.Fatal("the build did not end")
-	}
+	b.End("1", errors.New("too late"))
+	assert.Equal(t, Ready, b.Status(), "a build ends once")
 }
 
 // A failing step ends the build there, saying which and why in E2B's words; root and a
