@@ -43,6 +43,10 @@ type Command struct {
 	// no terminal of its own (it has no /dev/ptmx), and a terminal's rarely needed, riskier
 	// ioctls (line disciplines, faked input) are refused to it (docs/isolated.md).
 	Terminal *TerminalSize
+	// User is who runs it: "" or "user", the sandbox's user; "root", its root, in a sandbox
+	// with a root user (IsolatedConfig.RootUser; ErrNoRootUser otherwise), whose HOME is
+	// /root.
+	User string
 }
 
 // TerminalSize is a terminal's size in characters.
@@ -142,7 +146,14 @@ func (e *Isolated) start(ns *Namespace, cmd Command) (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	spec := worker.CommandSpec{Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir, Terminal: cmd.Terminal != nil}
+	spec := worker.CommandSpec{Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir, Terminal: cmd.Terminal != nil,
+		Root: cmd.User == "root"}
+	switch {
+	case cmd.User != "" && cmd.User != "user" && cmd.User != "root":
+		return nil, fmt.Errorf("minipy: Command.User %q: a sandbox has \"user\" and (IsolatedConfig.RootUser) \"root\"", cmd.User)
+	case spec.Root && !e.cfg.RootUser:
+		return nil, fmt.Errorf("%w: a command as root needs IsolatedConfig.RootUser", ErrNoRootUser)
+	}
 	if !path.IsAbs(cmd.Dir) {
 		base := e.cfg.WorkDirPath // what the sandbox sees
 		if !e.sandbox {

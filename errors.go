@@ -164,6 +164,11 @@ var ErrNoCgroup = worker.ErrNoCgroup
 // never matches ErrNoSandbox: AllowUnsandboxed does not fall back on it.
 var ErrSandboxAccess = worker.ErrSandboxAccess
 
+// ErrNoRootUser is matched by NewIsolated's error when IsolatedConfig.RootUser cannot be
+// served (the host is not root, NoTemplate, no sandbox), and by Start's for a command as
+// root in a sandbox without a root user.
+var ErrNoRootUser = worker.ErrNoRootUser
+
 // ErrStartKilled is the error of a run (or NewIsolated) whose worker could not be started
 // because something outside minipy killed each try (three) as it started: an operator, the
 // OOM killer, the engine's template killed with every sandbox forked from it. Nothing of

@@ -15,6 +15,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/minipy-go/minipy/internal/worker"
 	"golang.org/x/sys/unix"
 )
 
@@ -36,6 +37,10 @@ type FileInfo struct {
 	// Target is a symbolic link's target as the link holds it (os.Readlink's text: it may be
 	// relative to the link's directory, or point anywhere); "" for any other file.
 	Target string
+	// RootOwned reports a file of the sandbox's root (IsolatedConfig.RootUser): its host
+	// owner is the one the sandboxes' root users stand for (uid 65533); else it is the
+	// sandbox's user's.
+	RootOwned bool
 }
 
 // Hidden reports a file that Result.Files and minipy-mcp's resources leave out: one with a
@@ -71,9 +76,57 @@ func hiddenName(name string) bool {
 // WriteFile writes data to the file name, relative to the namespace's working directory,
 // making the directories it needs and replacing what the file held. The namespace's code
 // sees it at once (under /work when sandboxed). It is WriteFileFrom with a bytes.Reader.
-func (ns *Namespace) WriteFile(name string, data []byte) error {
-	_, err := ns.WriteFileFrom(name, bytes.NewReader(data))
+func (ns *Namespace) WriteFile(name string, data []byte, opts ...FileOption) error {
+	_, err := ns.WriteFileFrom(name, bytes.NewReader(data), opts...)
 	return err
+}
+
+// FileOption changes whom a file method acts as (AsRoot).
+type FileOption func(*fileOptions)
+
+type fileOptions struct{ root bool }
+
+// AsRoot has a file method act as the sandbox's root (IsolatedConfig.RootUser): it reaches
+// what root may in the sandbox's writable layer (root's home, files of mode 0600 of either
+// user), and what it makes is root's. Without it a file method acts as the sandbox's user,
+// as the code does. It is ErrNoRootUser for a namespace whose sandbox has no root user.
+func AsRoot() FileOption { return func(o *fileOptions) { o.root = true } }
+
+// fileActor is whom the host acts as in a namespace's files.
+type fileActor int
+
+const (
+	actUser   fileActor = iota // the sandbox's user: the code's reach; what the host makes is the user's
+	actRoot                    // its root (AsRoot): root's reach over the writable layer; what it makes is root's
+	actKeeper                  // Save and Restore in a sandbox with a root user: root's reach, each entry's owner kept
+)
+
+// actorOf is whom opts have a file method of a namespace of e act as.
+func (e *Isolated) actorOf(op, name string, opts []FileOption) (fileActor, error) {
+	var o fileOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	if !o.root {
+		return actUser, nil
+	}
+	if e == nil || !e.rootUser() {
+		return actUser, &fs.PathError{Op: op, Path: name, Err: fmt.Errorf("%w: AsRoot needs a sandbox with a root "+
+			"user (IsolatedConfig.RootUser)", ErrNoRootUser)}
+	}
+	return actRoot, nil
+}
+
+// rootUser reports whether e's sandboxes have a root user (IsolatedConfig.RootUser).
+func (e *Isolated) rootUser() bool { return e.sandbox && e.cfg.RootUser }
+
+// keeper is whom Save and Restore act as in e's files: in a sandbox with a root user they
+// keep which files are root's.
+func (e *Isolated) keeper() fileActor {
+	if e.rootUser() {
+		return actKeeper
+	}
+	return actUser
 }
 
 // WriteFileFrom writes what r yields to the file name (see WriteFile), streaming: the host
@@ -82,8 +135,8 @@ func (ns *Namespace) WriteFile(name string, data []byte) error {
 // name that is not inside the working directory (or, absolute, one of the sandbox's places
 // where it writes: files_places.go), ErrNoFiles for an in-process namespace,
 // ErrNamespaceClosed, or an *fs.PathError.
-func (ns *Namespace) WriteFileFrom(name string, r io.Reader) (int64, error) {
-	root, clean, err := ns.fileRoot("write", name, false)
+func (ns *Namespace) WriteFileFrom(name string, r io.Reader, opts ...FileOption) (int64, error) {
+	root, clean, err := ns.fileRoot("write", name, false, opts...)
 	if err != nil {
 		return 0, err
 	}
@@ -95,8 +148,8 @@ func (ns *Namespace) WriteFileFrom(name string, r io.Reader) (int64, error) {
 // directory. A missing file gives an error matching fs.ErrNotExist; a directory, FIFO or
 // other file that is not a regular one an *fs.PathError (fs.ErrInvalid), without opening it
 // for reading; otherwise as WriteFileFrom.
-func (ns *Namespace) ReadFile(name string) ([]byte, error) {
-	root, clean, err := ns.fileRoot("read", name, false)
+func (ns *Namespace) ReadFile(name string, opts ...FileOption) ([]byte, error) {
+	root, clean, err := ns.fileRoot("read", name, false, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -123,8 +176,8 @@ func (ns *Namespace) ReadFile(name string) ([]byte, error) {
 
 // ReadFileTo copies the file name (see ReadFile) to w, streaming, and returns the bytes
 // copied.
-func (ns *Namespace) ReadFileTo(name string, w io.Writer) (int64, error) {
-	root, clean, err := ns.fileRoot("read", name, false)
+func (ns *Namespace) ReadFileTo(name string, w io.Writer, opts ...FileOption) (int64, error) {
+	root, clean, err := ns.fileRoot("read", name, false, opts...)
 	if err != nil {
 		return 0, err
 	}
@@ -149,8 +202,8 @@ func (ns *Namespace) ReadFileTo(name string, w io.Writer) (int64, error) {
 // directory itself), one level, sorted by name: each FileInfo's Name is the entry's path
 // relative to the working directory, so that ReadFile takes it. Symbolic links are listed
 // as they are, not followed.
-func (ns *Namespace) ListFiles(dir string) ([]FileInfo, error) {
-	root, clean, err := ns.fileRoot("list", dir, true)
+func (ns *Namespace) ListFiles(dir string, opts ...FileOption) ([]FileInfo, error) {
+	root, clean, err := ns.fileRoot("list", dir, true, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -158,17 +211,44 @@ func (ns *Namespace) ListFiles(dir string) ([]FileInfo, error) {
 	return root.list(clean)
 }
 
-// fileRoot opens the namespace's working directory for a file method, and checks name.
-func (ns *Namespace) fileRoot(op, name string, dirOK bool) (*workRoot, string, error) {
+// fileRoot opens the namespace's working directory for a file method, and checks name;
+// opts say whom it acts as (AsRoot).
+func (ns *Namespace) fileRoot(op, name string, dirOK bool, opts ...FileOption) (*workRoot, string, error) {
 	ns.mu.Lock()
 	err := ns.usable()
 	ns.mu.Unlock()
 	if err != nil {
 		return nil, "", err
 	}
+	e, _ := ns.engine.(*Isolated)
+	as, err := e.actorOf(op, name, opts)
+	if err != nil {
+		return nil, "", err
+	}
+	return ns.rootAs(op, name, dirOK, as)
+}
+
+// keeperRoot opens the namespace's working directory for Save and Restore (op), acting as
+// its engine's keeper.
+func (ns *Namespace) keeperRoot(op string) (*workRoot, string, error) {
+	ns.mu.Lock()
+	err := ns.usable()
+	ns.mu.Unlock()
+	if err != nil {
+		return nil, "", err
+	}
+	as := actUser
+	if e, ok := ns.engine.(*Isolated); ok {
+		as = e.keeper()
+	}
+	return ns.rootAs(op, ".", true, as)
+}
+
+// rootAs is fileRoot acting as as.
+func (ns *Namespace) rootAs(op, name string, dirOK bool, as fileActor) (*workRoot, string, error) {
 	if path.IsAbs(filepath.ToSlash(name)) && !strings.ContainsRune(name, 0) {
 		if _, ok := ns.engine.(*Isolated); ok {
-			return ns.placeRoot(op, name, dirOK)
+			return ns.placeRoot(op, name, dirOK, as)
 		}
 	}
 	clean, err := cleanFileName(op, name, dirOK)
@@ -176,13 +256,13 @@ func (ns *Namespace) fileRoot(op, name string, dirOK bool) (*workRoot, string, e
 		return nil, "", err
 	}
 	f, ok := ns.engine.(interface {
-		workRoot(ns *Namespace) (*workRoot, error)
+		workRoot(ns *Namespace, as fileActor) (*workRoot, error)
 	})
 	if !ok {
 		return nil, "", fmt.Errorf("%w: %s runs code in the host process, which shares the host's files (use the os "+
 			"package)", ErrNoFiles, ns.engine.name())
 	}
-	root, err := f.workRoot(ns)
+	root, err := f.workRoot(ns, as)
 	if err != nil {
 		return nil, "", err
 	}
@@ -223,6 +303,8 @@ type workRoot struct {
 	noXdev bool
 	// restore undoes actAs, at close.
 	restore func()
+	// keepRoot: Save and Restore keep which entries are the sandbox's root's (actKeeper).
+	keepRoot bool
 }
 
 // resolve is the openat2 resolve flags for names below the root.
@@ -240,9 +322,24 @@ func (r *workRoot) close() {
 	}
 }
 
-// workRoot opens the working directory of ns (openWorkDir).
-func (e *Isolated) workRoot(ns *Namespace) (*workRoot, error) {
-	return e.rootOf(bindingOf(ns))
+// workRoot opens the working directory of ns (openWorkDir), acting as as.
+func (e *Isolated) workRoot(ns *Namespace, as fileActor) (*workRoot, error) {
+	r, err := e.rootOf(bindingOf(ns))
+	if err == nil {
+		r.actor(as)
+	}
+	return r, err
+}
+
+// actor has the root act as as: what the host makes is root's (actRoot), or each entry
+// keeps its owner (actKeeper). (A working directory is the host's, who reaches all of it.)
+func (r *workRoot) actor(as fileActor) {
+	switch as {
+	case actRoot:
+		r.owner = worker.RootUID()
+	case actKeeper:
+		r.keepRoot = true
+	}
 }
 
 func (e *Isolated) rootOf(b *nsBinding) (*workRoot, error) {
@@ -468,7 +565,7 @@ func (r *workRoot) list(dir string) ([]FileInfo, error) {
 
 func fileInfo(name string, st *syscall.Stat_t) FileInfo {
 	return FileInfo{Name: name, Size: st.Size, ModTime: time.Unix(st.Mtim.Unix()),
-		IsDir: st.Mode&syscall.S_IFMT == syscall.S_IFDIR, Mode: fileMode(st.Mode)}
+		IsDir: st.Mode&syscall.S_IFMT == syscall.S_IFDIR, Mode: fileMode(st.Mode), RootOwned: int(st.Uid) == worker.RootUID()}
 }
 
 // fileInfoIn is fileInfo of name, which st describes, in the directory open as dir: a

@@ -32,8 +32,8 @@ const (
 // whose names start with "user." and prefix, by their names without those (a prefix "e2b."
 // and an attribute "user.e2b.author" give "author"). At most 64 are read, and values of at
 // most 4 KiB: past those, an error.
-func (ns *Namespace) FileAttrs(name, prefix string) (map[string]string, error) {
-	root, clean, err := ns.fileRoot("getxattr", name, true)
+func (ns *Namespace) FileAttrs(name, prefix string, opts ...FileOption) (map[string]string, error) {
+	root, clean, err := ns.fileRoot("getxattr", name, true, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -78,7 +78,7 @@ func fileAttrs(fd int, name, prefix string) (map[string]string, error) {
 // link) whose names start with "user." and prefix: each key of attrs is set, with "user."
 // and prefix before it, and the file's other attributes under prefix are removed (nil:
 // all of them). At most 64, each value at most 4 KiB.
-func (ns *Namespace) SetFileAttrs(name, prefix string, attrs map[string]string) error {
+func (ns *Namespace) SetFileAttrs(name, prefix string, attrs map[string]string, opts ...FileOption) error {
 	if len(attrs) > maxFileAttrs {
 		return &fs.PathError{Op: "setxattr", Path: name, Err: fmt.Errorf("%d attributes, past %d", len(attrs), maxFileAttrs)}
 	}
@@ -88,7 +88,7 @@ func (ns *Namespace) SetFileAttrs(name, prefix string, attrs map[string]string) 
 				"a value of at most %d bytes", fs.ErrInvalid, k, maxFileAttrValue)}
 		}
 	}
-	root, clean, err := ns.fileRoot("setxattr", name, true)
+	root, clean, err := ns.fileRoot("setxattr", name, true, opts...)
 	if err != nil {
 		return err
 	}

@@ -19,8 +19,8 @@ import (
 // Stat describes the file name, relative to the working directory ("" or "." for the
 // working directory itself), without following it if it is a symbolic link. A missing file
 // gives an error matching fs.ErrNotExist.
-func (ns *Namespace) Stat(name string) (FileInfo, error) {
-	root, clean, err := ns.fileRoot("stat", name, true)
+func (ns *Namespace) Stat(name string, opts ...FileOption) (FileInfo, error) {
+	root, clean, err := ns.fileRoot("stat", name, true, opts...)
 	if err != nil {
 		return FileInfo{}, err
 	}
@@ -30,8 +30,8 @@ func (ns *Namespace) Stat(name string) (FileInfo, error) {
 
 // MakeDir makes the directory name, relative to the working directory, and its parents as
 // needed; one that is there already is no error, a file of another kind there is.
-func (ns *Namespace) MakeDir(name string) error {
-	root, clean, err := ns.fileRoot("mkdir", name, false)
+func (ns *Namespace) MakeDir(name string, opts ...FileOption) error {
+	root, clean, err := ns.fileRoot("mkdir", name, false, opts...)
 	if err != nil {
 		return err
 	}
@@ -50,8 +50,8 @@ func (ns *Namespace) MakeDir(name string) error {
 // Remove removes the file name, relative to the working directory: a file, a symbolic link
 // (not what it points to), or a directory with everything in it. A missing file gives an
 // error matching fs.ErrNotExist; the working directory itself cannot be removed.
-func (ns *Namespace) Remove(name string) error {
-	root, clean, err := ns.fileRoot("remove", name, false)
+func (ns *Namespace) Remove(name string, opts ...FileOption) error {
+	root, clean, err := ns.fileRoot("remove", name, false, opts...)
 	if err != nil {
 		return err
 	}
@@ -70,8 +70,8 @@ func (ns *Namespace) Remove(name string) error {
 // Rename moves the file from to the name to, both relative to the working directory,
 // making to's parent directories as needed and replacing what to was (an empty directory,
 // if from is one), as rename(2) does.
-func (ns *Namespace) Rename(from, to string) error {
-	root, src, err := ns.fileRoot("rename", from, false)
+func (ns *Namespace) Rename(from, to string, opts ...FileOption) error {
+	root, src, err := ns.fileRoot("rename", from, false, opts...)
 	if err != nil {
 		return err
 	}
@@ -121,7 +121,7 @@ func (ns *Namespace) renameTarget(root *workRoot, to string) (string, error) {
 	}
 	if place != root.base && !(place == e.cfg.WorkDirPath && root.base == "") {
 		if place == "/" { // (a name in what the image mounts there is not even a place: ErrBadPath)
-			r, _, err := ns.placeRoot("rename", to, false)
+			r, _, err := ns.placeRoot("rename", to, false, actUser)
 			if err != nil {
 				return "", err
 			}

@@ -78,9 +78,9 @@ func (ns *Namespace) placeOf(op, name string, dirOK bool) (e *Isolated, b *nsBin
 	return e, b, place, rel, nil
 }
 
-// placeRoot opens the place of the absolute name for namespace ns's file method op, and
-// returns it with the name's part there.
-func (ns *Namespace) placeRoot(op, name string, dirOK bool) (*workRoot, string, error) {
+// placeRoot opens the place of the absolute name for namespace ns's file method op, acting
+// as as, and returns it with the name's part there.
+func (ns *Namespace) placeRoot(op, name string, dirOK bool, as fileActor) (*workRoot, string, error) {
 	e, b, place, rel, err := ns.placeOf(op, name, dirOK)
 	if err != nil {
 		return nil, "", err
@@ -90,10 +90,11 @@ func (ns *Namespace) placeRoot(op, name string, dirOK bool) (*workRoot, string, 
 		if err != nil {
 			return nil, "", err
 		}
+		r.actor(as)
 		r.base = place
 		return r, rel, nil
 	}
-	r, err := e.sandboxPlace(b, place)
+	r, err := e.sandboxPlace(b, place, as)
 	if err != nil {
 		return nil, "", &fs.PathError{Op: op, Path: name, Err: err}
 	}
@@ -115,14 +116,14 @@ func (r *workRoot) mountedAt(name string) bool {
 }
 
 // sandboxPlace opens place (one of sandboxPlaces) in the sandbox of b's worker, starting
-// one if none runs: the tmpfs there, which must be one (a mount's root).
-func (e *Isolated) sandboxPlace(b *nsBinding, place string) (*workRoot, error) {
+// one if none runs, acting as as: the tmpfs there, which must be one (a mount's root).
+func (e *Isolated) sandboxPlace(b *nsBinding, place string, as fileActor) (*workRoot, error) {
 	root, err := e.sandboxRoot(b)
 	if err != nil {
 		return nil, err
 	}
 	defer root.Close()
-	return e.placeIn(root, place)
+	return e.placeIn(root, place, as)
 }
 
 // sandboxRoot is the root of the sandbox of b's worker, starting one if none runs, as its
@@ -138,8 +139,14 @@ func (e *Isolated) sandboxRoot(b *nsBinding) (*os.File, error) {
 	return w.SandboxRoot(sandboxRootTimeout)
 }
 
-// placeIn opens place (one of sandboxPlaces) in the sandbox whose root is root.
-func (e *Isolated) placeIn(root *os.File, place string) (*workRoot, error) {
+// placeIn opens place (one of sandboxPlaces) in the sandbox whose root is root, acting as
+// as: the sandbox's user, with the code's reach (a root host's thread takes the user's
+// fsuid, which puts its file capabilities off); its root (actRoot: root's fsuid); or, to
+// save and restore a sandbox with a root user (actKeeper), its user keeping which entries
+// are root's. Root's reach is the thread's own CAP_DAC_OVERRIDE and the like, put back on
+// (actAs): over the place's tmpfs alone, whose files are all the sandbox's (the names are
+// resolved beneath it, crossing no mount), as its root's capabilities reach them.
+func (e *Isolated) placeIn(root *os.File, place string, as fileActor) (*workRoot, error) {
 	fd, err := openat2(int(root.Fd()), cmp.Or(place[1:], "."), oPath|syscall.O_DIRECTORY, 0,
 		resolveBeneath|resolveNoSymlinks|resolveNoMagiclinks)
 	if err != nil {
@@ -152,8 +159,12 @@ func (e *Isolated) placeIn(root *os.File, place string) (*workRoot, error) {
 	}
 	r := &workRoot{fd: fd, owner: e.fileOwner(), limit: e.cfg.TmpSize, base: place, noXdev: true,
 		wrote: func(string, syscall.Timespec) {}}
+	r.actor(as)
 	if r.owner >= 0 {
-		r.actAs(r.owner)
+		if err := r.actAs(r.owner, as != actUser); err != nil {
+			syscall.Close(fd)
+			return nil, err
+		}
 	}
 	return r, nil
 }
@@ -162,17 +173,46 @@ func (e *Isolated) placeIn(root *os.File, place string) (*workRoot, error) {
 // fsgid), until the root's close: a sandbox's tmpfs is mounted in its user namespace, where
 // a file of the host's root could not even be made (EOVERFLOW), and the host then has no
 // more rights there than the code (a root host's CAP_DAC_OVERRIDE and the like are off for
-// a thread whose fsuid is not 0). The file methods close their root on the goroutine that
-// opened it, last opened first closed.
-func (r *workRoot) actAs(id int) {
+// a thread whose fsuid is not 0), unless reach puts them back on for the thread (the
+// sandbox's root's reach: placeIn). The file methods close their root on the goroutine
+// that opened it, last opened first closed.
+func (r *workRoot) actAs(id int, reach bool) error {
 	runtime.LockOSThread()
 	prevUID, _, _ := syscall.RawSyscall(syscall.SYS_SETFSUID, uintptr(id), 0, 0)
 	prevGID, _, _ := syscall.RawSyscall(syscall.SYS_SETFSGID, uintptr(id), 0, 0)
 	r.restore = func() {
+		// (Back to fsuid 0, the kernel puts the file capabilities back on by itself.)
 		syscall.RawSyscall(syscall.SYS_SETFSGID, prevGID, 0, 0) //nolint:errcheck // (it returns the previous id)
 		syscall.RawSyscall(syscall.SYS_SETFSUID, prevUID, 0, 0) //nolint:errcheck
 		runtime.UnlockOSThread()
 	}
+	if reach {
+		if err := reachAsRoot(); err != nil {
+			r.restore()
+			r.restore = nil
+			return fmt.Errorf("minipy: acting as the sandbox's root: %w", err)
+		}
+	}
+	return nil
+}
+
+// rootReach are the capabilities of the sandbox's root over its files that a thread whose
+// fsuid is not 0 no longer has in effect (capabilities(7), "Effect of user ID changes on
+// capabilities"): reachAsRoot puts them back on.
+var rootReach = []int{unix.CAP_CHOWN, unix.CAP_DAC_OVERRIDE, unix.CAP_DAC_READ_SEARCH, unix.CAP_FOWNER, unix.CAP_FSETID}
+
+// reachAsRoot puts rootReach in effect again for this thread (whose permitted set, a root
+// host's, holds them).
+func reachAsRoot() error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return err
+	}
+	for _, c := range rootReach {
+		data[c/32].Effective |= 1 << (c % 32)
+	}
+	return unix.Capset(&hdr, &data[0])
 }
 
 // name is the name the file methods give for rel below the root: relative to the working

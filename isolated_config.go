@@ -227,6 +227,18 @@ type IsolatedConfig struct {
 	// OnEgress, if set, is called for each connection or request through a sandbox's egress
 	// proxy, allowed or refused, when it ends (on the proxy's goroutine: keep it short).
 	OnEgress func(EgressEvent)
+	// RootUser gives each sandbox a root user that its processes may become without a
+	// password, as E2B's sandboxes have one: Command.User "root", and sudo (first on the
+	// sandbox's PATH: sudo [-u USER] [-E] [-i | -s] COMMAND). Root there is root over the
+	// sandbox alone: its user namespace maps its root to a host user of its own (uid and
+	// gid 65533) and its user to the usual one, owns no other namespace, and maps neither
+	// the host's root nor any other user, so no capability of it reaches a file of the
+	// image or a process outside the sandbox, and every other limit, the seccomp filter
+	// and no_new_privs hold as without it. The sandbox's processes, its user's too, hold
+	// every capability of that namespace (what sudo needs; docs/isolated.md, "A root
+	// user", says what that gives and what not). /root is root's home. It needs a root
+	// host and the template (not NoTemplate): ErrNoRootUser otherwise.
+	RootUser bool
 	// NoTemplate starts each sandboxed worker as a process of its own. By default an engine
 	// with sandboxed local workers keeps a template: a process in the sandbox's file system
 	// that has loaded the runtime and Preload, from which each new worker is forked

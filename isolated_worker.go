@@ -43,6 +43,10 @@ func (e *Isolated) makeSpec() error {
 		Packed: !e.perNS, Rollback: !cfg.NoRollback, Preload: cfg.Preload, Startup: cfg.Startup, ForkCode: forkCode(cfg),
 		Beats: worker.DefaultBeats, Ready: readyFrame, MaxTransfer: int(cfg.MaxTransfer), Cgroups: e.cgroups,
 		Egress: e.egress.Load() != nil, OnSnapshotDied: func() { e.deaths.snapshot.Add(1) },
+		RootUser: cfg.RootUser,
+	}
+	if err := e.spec.CheckRootUser(e.sandbox && !cfg.NoTemplate); err != nil {
+		return err
 	}
 	if testBeats != nil {
 		e.spec.Beats = *testBeats

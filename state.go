@@ -147,7 +147,7 @@ func (ns *Namespace) Save(w io.Writer) (SaveInfo, error) {
 	}
 	sw := newStateWriter(w)
 	sw.frames('H', js) //nolint:errcheck // (sw.err, below)
-	if root, _, err := ns.fileRoot("save", ".", true); err == nil {
+	if root, _, err := ns.keeperRoot("save"); err == nil {
 		fw := &frameWriter{sw: sw, kind: 'F'}
 		hdr.Files, err = tarFiles(root, fw)
 		root.close()
@@ -256,7 +256,7 @@ func (ns *Namespace) restore(r io.Reader, mode restoreMode) error {
 	}
 	var root *workRoot
 	if hdr.Files > 0 {
-		if root, _, err = ns.fileRoot("restore", ".", true); err != nil {
+		if root, _, err = ns.keeperRoot("restore"); err != nil {
 			return fmt.Errorf("minipy: Restore: the saved namespace holds %d files: %w", hdr.Files, err)
 		}
 		defer root.close()
@@ -398,7 +398,7 @@ func (ns *Namespace) restoreFiles(sr *stateReader) (bool, error) {
 	var root *workRoot
 	open := func() (*workRoot, error) {
 		var err error
-		if root, _, err = ns.fileRoot("restore", ".", true); err != nil {
+		if root, _, err = ns.keeperRoot("restore"); err != nil {
 			return nil, fmt.Errorf("minipy: Restore: the saved namespace holds files: %w", err)
 		}
 		return root, nil

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/minipy-go/minipy/internal/worker"
 	"golang.org/x/sys/unix"
 )
 
@@ -91,6 +92,9 @@ func (w *walker) dir(fd int, rel string) error {
 			continue
 		}
 		mode := st.Mode & 0o7777
+		if o, ok := sink.(ownerSink); ok && w.src.keepRoot && !w.measuring {
+			o.owner(int(st.Uid) == worker.RootUID())
+		}
 		switch st.Mode & syscall.S_IFMT {
 		case syscall.S_IFDIR:
 			if !w.measuring {
@@ -138,6 +142,14 @@ func (w *walker) dir(fd int, rel string) error {
 	}
 	return nil
 }
+
+// ownerSink is a sink told, before each entry of a walk that keeps its owners
+// (workRoot.keepRoot), whether it is the sandbox's root's (tarSink).
+type ownerSink interface{ owner(root bool) }
+
+// rootOwner is the user name of a tar entry that is the sandbox's root's (tarSink.owner;
+// entries with no user name are its user's).
+const rootOwner = "root"
 
 // mountSink is a sink told of the mounts a walk leaves out (tarSink, of a sandbox's root).
 type mountSink interface{ mount(dir string) }
@@ -207,6 +219,18 @@ type tarSink struct {
 	// or it ends empty.
 	imageLink func(rel, to string) bool
 	pending   []pendingDir
+	// root: the next entry is the sandbox's root's (owner).
+	root bool
+}
+
+func (s *tarSink) owner(root bool) { s.root = root }
+
+// ownedBy sets h's owner: root's if root (else none: the sandbox's user's), and returns h.
+func ownedBy(h *tar.Header, root bool) *tar.Header {
+	if root {
+		h.Uname, h.Gname = rootOwner, rootOwner
+	}
+	return h
 }
 
 // pendingDir is a directory of a sandbox's root whose header waits (tarSink.imageLink).
@@ -215,20 +239,22 @@ type pendingDir struct {
 	mode     uint32
 	written  bool // its header is written: an entry of the code's is in it
 	children bool // it holds something, written or not
+	root     bool // the sandbox's root's
 }
 
 func (s *tarSink) dir(rel string, mode uint32) error {
 	if s.imageLink != nil {
 		s.held()
-		s.pending = append(s.pending, pendingDir{rel: rel, mode: mode})
+		s.pending = append(s.pending, pendingDir{rel: rel, mode: mode, root: s.root})
 		return nil
 	}
-	return s.dirHeader(rel, mode)
+	return s.dirHeader(rel, mode, s.root)
 }
 
-func (s *tarSink) dirHeader(rel string, mode uint32) error {
+func (s *tarSink) dirHeader(rel string, mode uint32, root bool) error {
 	s.n++
-	return s.w.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: path.Join(s.prefix, rel) + "/", Mode: int64(mode)})
+	return s.w.WriteHeader(ownedBy(&tar.Header{Typeflag: tar.TypeDir, Name: path.Join(s.prefix, rel) + "/",
+		Mode: int64(mode)}, root))
 }
 
 // held notes that the innermost pending directory holds something.
@@ -244,7 +270,7 @@ func (s *tarSink) flush() error {
 	s.held()
 	for i := range s.pending {
 		if !s.pending[i].written {
-			if err := s.dirHeader(s.pending[i].rel, s.pending[i].mode); err != nil {
+			if err := s.dirHeader(s.pending[i].rel, s.pending[i].mode, s.pending[i].root); err != nil {
 				return err
 			}
 			s.pending[i].written = true
@@ -265,7 +291,7 @@ func (s *tarSink) dirDone(string, uint32) error {
 		if err := s.flush(); err != nil {
 			return err
 		}
-		return s.dirHeader(d.rel, d.mode)
+		return s.dirHeader(d.rel, d.mode, d.root)
 	}
 	return nil
 }
@@ -278,7 +304,7 @@ func (s *tarSink) file(rel string, mode uint32, size int64, r io.Reader) error {
 		return err
 	}
 	s.n++
-	hdr := &tar.Header{Typeflag: tar.TypeReg, Name: path.Join(s.prefix, rel), Mode: int64(mode), Size: size}
+	hdr := ownedBy(&tar.Header{Typeflag: tar.TypeReg, Name: path.Join(s.prefix, rel), Mode: int64(mode), Size: size}, s.root)
 	if err := s.w.WriteHeader(hdr); err != nil {
 		return err
 	}
@@ -321,7 +347,8 @@ func (s *tarSink) symlink(rel, to string) error {
 		return err
 	}
 	s.n++
-	return s.w.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: path.Join(s.prefix, rel), Linkname: to, Mode: 0o777})
+	return s.w.WriteHeader(ownedBy(&tar.Header{Typeflag: tar.TypeSymlink, Name: path.Join(s.prefix, rel), Linkname: to,
+		Mode: 0o777}, s.root))
 }
 
 // tarFiles writes the working directory of root to w as a tar archive, and returns the
@@ -402,6 +429,9 @@ func untarEntries(r io.Reader, rootFor func(name string) (*workRoot, string, err
 		case tar.TypeSymlink:
 			err = root.untarLink(name, h.Linkname)
 		}
+		if err == nil && root.keepRoot && h.Uname == rootOwner {
+			err = root.chownRoot(name)
+		}
 		if err != nil {
 			return err
 		}
@@ -410,6 +440,19 @@ func untarEntries(r io.Reader, rootFor func(name string) (*workRoot, string, err
 		if err := dirs[i].root.chmod(dirs[i].name, dirs[i].mode); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// chownRoot makes the entry name the sandbox's root's (Restore, workRoot.keepRoot).
+func (r *workRoot) chownRoot(name string) error {
+	parent, err := r.openat("chown", path.Dir(name), oPath|syscall.O_DIRECTORY, 0)
+	if err != nil {
+		return err
+	}
+	defer syscall.Close(parent)
+	if err := fchownat(parent, path.Base(name), worker.RootUID()); err != nil {
+		return &fs.PathError{Op: "chown", Path: name, Err: err}
 	}
 	return nil
 }

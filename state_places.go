@@ -35,7 +35,7 @@ func (ns *Namespace) savePlaces(sw *stateWriter) (int, error) {
 	pw := &frameWriter{sw: sw, kind: 'P'}
 	s := &tarSink{w: tar.NewWriter(pw)}
 	for _, place := range sandboxPlaces {
-		r, err := e.placeIn(root, place)
+		r, err := e.placeIn(root, place, e.keeper())
 		if err != nil {
 			return s.n, fmt.Errorf("the sandbox's %s: %w", place, err)
 		}
@@ -122,7 +122,7 @@ func (p *placeWriter) rootFor(name string) (*workRoot, string, error) {
 	r := p.roots[place]
 	if r == nil {
 		var err error
-		if r, err = p.e.placeIn(p.root, place); err != nil {
+		if r, err = p.e.placeIn(p.root, place, p.e.keeper()); err != nil {
 			return nil, "", fmt.Errorf("the sandbox's %s: %w", place, err)
 		}
 		p.roots[place] = r

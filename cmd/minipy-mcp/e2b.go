@@ -41,7 +41,7 @@ func (f *flags) e2bConfig(eng minipy.Engine, toks *session.Tokens, g *session.Ga
 			}
 			return func() { g.Release(user) }, ""
 		},
-		HoldPaused: g.HoldUser}
+		HoldPaused: g.HoldUser, RootUser: cfg.RootUser}
 	if cfg.MemoryLimit > 0 {
 		c.MemoryMB = int(cfg.MemoryLimit >> 20)
 	}

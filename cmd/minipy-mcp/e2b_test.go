@@ -551,10 +551,35 @@ func TestE2BCommandsHostile(t *testing.T) {
 	}
 }
 
+// On a root host each sandbox has a root user: E2B's base SDK, unmodified, runs commands
+// as root and sudo, writes and reads files as root (its relative paths in /root, signed
+// URLs too), sees root's files as root's, and finds them so after a pause; a user the
+// sandbox has not is envd's "invalid username". (TestRootUser* in the root package holds
+// what root cannot do.)
+func TestE2BRootUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("a root user needs a root host")
+	}
+	got := runE2BScript(t, startE2B(t), "root.mjs")
+	assert.Equal(t, map[string]any{"whoami": "user", "root": "root\n/root\n/root", "sudo": "root\n[]", "sudoUser": "1000"},
+		got["commands"], "sudo resets the environment, as sudo does (E2B's 'bash command scoped env vars')")
+	assert.Equal(t, "/root/hello.txt", got["written"])
+	assert.Equal(t, "hello root", got["readAsRoot"])
+	assert.NotEqual(t, "read", got["readAsUser"], "root's home is not the user's")
+	assert.Equal(t, "root", got["owner"])
+	assert.Equal(t, []any{"hello.txt:root"}, got["listed"])
+	assert.Equal(t, "root 644\nroot 700", got["stat"])
+	assert.Equal(t, "hello root", got["signed"])
+	assert.Equal(t, []any{map[string]any{"name": "up.txt", "path": "/root/up.txt", "type": "file"}}, got["uploaded"])
+	assert.Contains(t, got["badUser"], "invalid username: 'admin'")
+	assert.Contains(t, got["badCommandUser"], "invalid username: 'admin'")
+	assert.Equal(t, "root 600 /root/key\nroot 644 /srv/s\nsecret", got["afterPause"])
+}
+
 // E2B's base SDK builds a template (its files uploaded, its steps run in a sandbox of the
 // user's: COPY, RUN, ENV, WORKDIR, a symlink, a start command and its ready check), starts
-// a sandbox of it, and meets the refusals: a failing step, another image, root, a user the
-// sandbox has not. A template built on one of the user's own sees its files; a build of
+// a sandbox of it, and meets the refusals: a failing step, another image, a user the
+// sandbox has not, root where the server has none (steps as root where it has). A template built on one of the user's own sees its files; a build of
 // its name with a tag takes the name, the first keeps its own tag (default). COPY is
 // Docker's (the SDK turns a Dockerfile's COPY into it as it is): folder/* matches folder/sub,
 // whose contents are copied.
@@ -574,7 +599,11 @@ func testE2BTemplates(t *testing.T, s *serverProc) {
 		"started": "started"}, got["inside"])
 	assert.Equal(t, "BuildError: failed to run command 'echo before && exit 3': command failed: exit status 3", got["failedStep"])
 	assert.Contains(t, got["otherImage"], "BuildError: 400: the template cannot be built: not served by minipy: fromImage \"ubuntu:22.04\"")
-	assert.Contains(t, got["asRoot"], "BuildError: not served by minipy: failed to run command 'whoami': root")
+	if os.Geteuid() == 0 { // (the sandboxes have a root user: steps run as root when they say so)
+		assert.Equal(t, "built", got["asRoot"])
+	} else {
+		assert.Contains(t, got["asRoot"], "BuildError: not served by minipy: failed to run command 'test \"$(whoami)\" = root': root")
+	}
 	assert.Equal(t, "BuildError: failed to run command 'whoami': command failed: unauthenticated: invalid username: 'root123'", got["noUser"])
 	assert.Equal(t, "built", got["fromMine"])
 	assert.Contains(t, []any{"building", "ready"}, got["background"])

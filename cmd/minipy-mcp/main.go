@@ -336,6 +336,9 @@ func (f *flags) engine() (minipy.Engine, minipy.IsolatedConfig, memoryPlan) {
 	if f.e2bAddr != "" {
 		cfg.WorkDirPath = e2b.Home // where E2B's code and SDKs expect the sandbox's files
 		cfg.Startup = e2b.Startup  // its results as E2B's interpreter makes them
+		// E2B's sandboxes have a root user (sudo, commands and files as "root"): a root host
+		// can give each sandbox one of its own (minipy.IsolatedConfig.RootUser).
+		cfg.RootUser = f.backend == minipy.BackendIsolated && os.Geteuid() == 0
 	}
 	limits.apply(&cfg)
 	plan.apply(&cfg)
@@ -359,6 +362,13 @@ func (f *flags) engine() (minipy.Engine, minipy.IsolatedConfig, memoryPlan) {
 		log.Printf("minipy-mcp: limits of each worker: %v", limits)
 		log.Printf("minipy-mcp: memory: %s", plan.describe(eng.(*minipy.Isolated).Stats()))
 		log.Printf("minipy-mcp: %s", describeSpares(f.spares, f.workers))
+		if f.e2bAddr != "" && cfg.RootUser {
+			log.Printf("minipy-mcp: each sandbox has a root user of its own (sudo; E2B's user \"root\"), root over " +
+				"the sandbox alone")
+		} else if f.e2bAddr != "" {
+			log.Printf("minipy-mcp: the sandboxes have no root user: the server does not run as root (E2B's user " +
+				"\"root\" and sudo are refused)")
+		}
 		if cfg.Egress != nil {
 			log.Printf("minipy-mcp: the network of each worker: its egress proxy, %s (-egress-allow)", describeEgress(cfg.Egress))
 		} else {

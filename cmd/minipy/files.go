@@ -160,8 +160,8 @@ func putFile(ns *minipy.Namespace, p putSpec, local, name string, written func(s
 
 // fileSource is where --out copies files from: a namespace (an interface for the tests).
 type fileSource interface {
-	ReadFileTo(name string, w io.Writer) (int64, error)
-	ListFiles(dir string) ([]minipy.FileInfo, error)
+	ReadFileTo(name string, w io.Writer, opts ...minipy.FileOption) (int64, error)
+	ListFiles(dir string, opts ...minipy.FileOption) ([]minipy.FileInfo, error)
 }
 
 // outSlack is how long before a run's start a file's modification time may be and still

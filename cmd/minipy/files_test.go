@@ -249,7 +249,7 @@ func TestCLIOutMoreFiles(t *testing.T) {
 // fakeSource is a working directory for copyResult: its files, by name.
 type fakeSource map[string]minipy.FileInfo
 
-func (f fakeSource) ReadFileTo(name string, w io.Writer) (int64, error) {
+func (f fakeSource) ReadFileTo(name string, w io.Writer, _ ...minipy.FileOption) (int64, error) {
 	if _, ok := f[name]; !ok {
 		return 0, &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
 	}
@@ -257,7 +257,7 @@ func (f fakeSource) ReadFileTo(name string, w io.Writer) (int64, error) {
 	return int64(n), err
 }
 
-func (f fakeSource) ListFiles(dir string) ([]minipy.FileInfo, error) {
+func (f fakeSource) ListFiles(dir string, _ ...minipy.FileOption) ([]minipy.FileInfo, error) {
 	seen := map[string]bool{}
 	var out []minipy.FileInfo
 	for name, fi := range f {

@@ -1190,6 +1190,8 @@ MP_INLINE long mp_egress(int64_t *t, long port) {
 
 // mp_sandbox_t is the template's fork (T): cgroups, its own tree, its user namespace and
 // the rest; it forks the sandbox's pid 1 and returns in it.
+MP_INLINE int mp_map_ids(int64_t *t, long proc, long pid, long ready);
+
 MP_INLINE int mp_sandbox_t(int64_t *t) {
 	if (MP_SYS(t, SYS_setsid) < 0) {  // out of the template's process group
 		return MP_SS_SETSID;
@@ -1205,16 +1207,24 @@ MP_INLINE int mp_sandbox_t(int64_t *t) {
 	if (step >= 0) {
 		return step;
 	}
-	if (MP_SYS(t, SYS_unshare, (long)CLONE_NEWUSER) != 0) {
-		return MP_SS_USERNS;
-	}
-	for (int i = 0; i < 3; i++) {  // setgroups, uid_map, gid_map
-		const char *text = (const char *)t[MP_FT_S_MAPS + 2 * i + 1];
-		long f = mp_open(t, AT_FDCWD, (const char *)t[MP_FT_S_MAPS + 2 * i], O_WRONLY);
-		if (f < 0 || MP_SYS(t, SYS_write, f, (long)text, mp_len(text)) != mp_len(text)) {
-			return MP_SS_MAPS;
+	if (t[MP_FT_S_USERNS] > 0) {
+		// A sandbox with a root user: its namespaces are the template's user namespace's,
+		// its pid 1 goes on in one of its own, whose ids this maps (mp_map_ids).
+		if (MP_SYS(t, SYS_setns, t[MP_FT_S_USERNS], (long)CLONE_NEWUSER) != 0) {
+			return MP_SS_USERNS;
 		}
-		mp_close(t, f);
+	} else {
+		if (MP_SYS(t, SYS_unshare, (long)CLONE_NEWUSER) != 0) {
+			return MP_SS_USERNS;
+		}
+		for (int i = 0; i < 3; i++) {  // setgroups, uid_map, gid_map
+			const char *text = (const char *)t[MP_FT_S_MAPS + 2 * i + 1];
+			long f = mp_open(t, AT_FDCWD, (const char *)t[MP_FT_S_MAPS + 2 * i], O_WRONLY);
+			if (f < 0 || MP_SYS(t, SYS_write, f, (long)text, mp_len(text)) != mp_len(text)) {
+				return MP_SS_MAPS;
+			}
+			mp_close(t, f);
+		}
 	}
 	if (MP_SYS(t, SYS_unshare, t[MP_FT_S_UNSHARE]) != 0) {
 		return MP_SS_UNSHARE;
@@ -1225,14 +1235,61 @@ MP_INLINE int mp_sandbox_t(int64_t *t) {
 	if (t[MP_FT_S_PORT] && mp_egress(t, t[MP_FT_S_PORT]) != 0) {
 		return MP_SS_EGRESS;
 	}
+	int up[2] = {-1, -1}, down[2] = {-1, -1};
+	long proc = -1;
+	if (t[MP_FT_S_USERNS] > 0) {
+		// (/proc opened before the fork: pid 1 mounts its own over it)
+		proc = mp_open(t, AT_FDCWD, (const char *)t[MP_FT_S_PROC_DIR], O_PATH | O_DIRECTORY);
+		if (proc < 0 || MP_SYS(t, SYS_pipe2, (long)up, (long)O_CLOEXEC) != 0 ||
+		    MP_SYS(t, SYS_pipe2, (long)down, (long)O_CLOEXEC) != 0) {
+			return MP_SS_FORK;
+		}
+	}
 	long pid = ((int (*)(void))t[MP_FT_FORK])();
 	if (pid < 0) {
 		return MP_SS_FORK;
 	}
 	if (pid > 0) {
-		((void (*)(int))t[MP_FT_EXIT])(0);  // the template reaps T and adopts its child (a subreaper)
+		if (proc >= 0) {
+			mp_close(t, up[1]);
+			mp_close(t, down[0]);
+			if (mp_map_ids(t, proc, pid, up[0]) != 0) {
+				return MP_SS_MAPS;  // (pid 1 sees the pipe end with its ids unmapped, and says nothing)
+			}
+		}
+		((void (*)(int))t[MP_FT_EXIT])(0);  // the template reaps T and adopts its child (a subreaper); pid 1 reads the end of down
+	}
+	if (proc >= 0) {
+		mp_close(t, proc);
+		mp_close(t, up[0]);
+		mp_close(t, down[1]);
+		t[MP_FT_S_SYNC] = up[1];
+		t[MP_FT_S_SYNC + 1] = down[0];
 	}
 	return -1;
+}
+
+// mp_map_ids writes the uid_map and gid_map of pid (pid 1 of a sandbox with a root user)
+// under proc once it says, on ready, that it has unshared its user namespace: a map of more
+// than one id needs CAP_SETUID and CAP_SETGID over the namespace's parent, the template's,
+// which T holds and pid 1 no longer does.
+MP_INLINE int mp_map_ids(int64_t *t, long proc, long pid, long ready) {
+	char said, path[64];
+	if (MP_SYS(t, SYS_read, ready, (long)&said, 1L) != 1) {
+		return -1;
+	}
+	const char *text = (const char *)t[MP_FT_S_IDMAP];
+	for (int i = 0; i < 2; i++) {
+		int n = mp_num(path, 0, 40, pid);
+		n = mp_cat(path, n, 60, (const char *)t[MP_FT_S_ID_FILES + i]);
+		path[n] = 0;
+		long f = mp_open(t, proc, path, O_WRONLY);
+		if (f < 0 || MP_SYS(t, SYS_write, f, (long)text, mp_len(text)) != mp_len(text)) {
+			return -1;
+		}
+		mp_close(t, f);
+	}
+	return 0;
 }
 
 // mp_boot_id gives the sandbox a boot id of its own, as sandbox.py's _own_boot_id (which
@@ -1425,6 +1482,43 @@ MP_INLINE int mp_sandbox_fds(int64_t *t, long *err_fd) {
 	return -1;
 }
 
+// mp_root_user makes pid 1 of a sandbox with a root user, its mounts made, what
+// sandbox.py's _root_user says: in a user namespace of its own whose ids T maps
+// (mp_map_ids), root's home root's, every capability of that namespace ambient, so that its
+// processes may become its root (head and data: capget's and capset's buffers).
+MP_INLINE int mp_root_user(int64_t *t, unsigned int *head, unsigned int *data) {
+	char go = 1;
+	if (MP_SYS(t, SYS_unshare, (long)CLONE_NEWUSER) != 0) {
+		return MP_SS_USERNS;
+	}
+	if (MP_SYS(t, SYS_write, t[MP_FT_S_SYNC], (long)&go, 1L) != 1) {
+		return MP_SS_MAPS;
+	}
+	MP_SYS(t, SYS_read, t[MP_FT_S_SYNC + 1], (long)&go, 1L);  // its end: T has written the maps, or failed
+	mp_close(t, t[MP_FT_S_SYNC]);
+	mp_close(t, t[MP_FT_S_SYNC + 1]);
+	// Root's home made root's: what fails while the ids are unmapped (0 is not mapped).
+	const char *home = (const char *)t[MP_FT_S_ROOT_HOME];
+	if (MP_SYS(t, SYS_fchownat, (long)AT_FDCWD, (long)home, 0L, 0L, (long)AT_SYMLINK_NOFOLLOW) != 0 ||
+	    MP_SYS(t, SYS_fchmodat, (long)AT_FDCWD, (long)home, 0700L) != 0) {
+		return MP_SS_ROOT_HOME;
+	}
+	if (MP_SYS(t, SYS_capget, (long)head, (long)data) != 0) {
+		return MP_SS_CAPS;
+	}
+	data[2] = data[1];  // inheritable = permitted (every one: the namespace's creator), as ambient needs
+	data[5] = data[4];
+	if (MP_SYS(t, SYS_capset, (long)head, (long)data) != 0) {
+		return MP_SS_CAPS;
+	}
+	for (long cap = 0; cap <= t[MP_FT_S_CAP_LAST]; cap++) {
+		if (MP_SYS(t, SYS_prctl, (long)PR_CAP_AMBIENT, (long)PR_CAP_AMBIENT_RAISE, cap, 0L, 0L) != 0) {
+			return MP_SS_CAPS;
+		}
+	}
+	return -1;
+}
+
 // mp_sandbox_p1 is the sandbox's pid 1 until it runs Python.
 MP_INLINE int mp_sandbox_p1(int64_t *t, long *err_fd) {
 	const char *host = (const char *)t[MP_FT_S_HOSTNAME];
@@ -1441,9 +1535,16 @@ MP_INLINE int mp_sandbox_p1(int64_t *t, long *err_fd) {
 	for (int i = 0; i < 6; i++) {
 		((volatile unsigned int *)data)[i] = 0;
 	}
-	if (MP_SYS(t, SYS_prctl, (long)PR_CAP_AMBIENT, (long)PR_CAP_AMBIENT_CLEAR_ALL, 0L, 0L, 0L) != 0 ||
-	    MP_SYS(t, SYS_capset, (long)head, (long)data) != 0 ||
-	    MP_SYS(t, SYS_prctl, (long)PR_SET_NO_NEW_PRIVS, 1L, 0L, 0L, 0L) != 0) {
+	if (t[MP_FT_S_USERNS] > 0) {
+		step = mp_root_user(t, head, data);
+		if (step >= 0) {
+			return step;
+		}
+	} else if (MP_SYS(t, SYS_prctl, (long)PR_CAP_AMBIENT, (long)PR_CAP_AMBIENT_CLEAR_ALL, 0L, 0L, 0L) != 0 ||
+	           MP_SYS(t, SYS_capset, (long)head, (long)data) != 0) {
+		return MP_SS_CAPS;
+	}
+	if (MP_SYS(t, SYS_prctl, (long)PR_SET_NO_NEW_PRIVS, 1L, 0L, 0L, 0L) != 0) {
 		return MP_SS_CAPS;
 	}
 	if (MP_SYS(t, SYS_prctl, (long)PR_SET_SECCOMP, 2L, t[MP_FT_S_FILTER], 0L, 0L) != 0) {  // SECCOMP_MODE_FILTER

@@ -184,7 +184,14 @@ enum {
 	MP_FT_S_ROOT_OPTS,    // 4 strings: "mode", its mode, "size", its size in bytes (TmpSize)
 	MP_FT_S_ROOT_AT,      // where it is attached while it is made ("/tmp")
 	MP_FT_S_ROOT_PROC,    // its /proc while it is made ("/tmp/proc")
-	MP_FT_SIZE = MP_FT_S_ROOT_PROC + 1,
+	// A sandbox with a root user (sandbox.py's _root_namespace says how it is made):
+	MP_FT_S_USERNS,       // the template's user namespace its namespaces are made in (an fd), 0: none (a namespace of its own)
+	MP_FT_S_IDMAP,        // the uid_map and gid_map of its pid 1's user namespace ("0 ROOT 1\nUSER USER 1")
+	MP_FT_S_ID_FILES,     // 2 slots: "/uid_map", "/gid_map" (after its pid under /proc)
+	MP_FT_S_ROOT_HOME = MP_FT_S_ID_FILES + 2,  // root's home ("/root"), made root's
+	MP_FT_S_CAP_LAST,     // the highest capability's number (/proc/sys/kernel/cap_last_cap)
+	MP_FT_S_SYNC,         // 2 slots: (out, in pid 1) its ends of the pipes to and from the fork that maps its ids
+	MP_FT_SIZE = MP_FT_S_SYNC + 2,
 };
 
 enum { MP_OP_SNAPSHOT, MP_OP_SANDBOX, MP_OP_TEMPLATE, MP_OP_SERVE };
@@ -196,7 +203,7 @@ enum {
 	MP_SS_TREE_DETACH, MP_SS_TREE_MOVE, MP_SS_USERNS, MP_SS_MAPS, MP_SS_UNSHARE, MP_SS_EGRESS,
 	MP_SS_FORK, MP_SS_HOSTNAME, MP_SS_PROC, MP_SS_HOME, MP_SS_BIND_HOME, MP_SS_TMPFS, MP_SS_COVERED,
 	MP_SS_CAPS, MP_SS_SECCOMP, MP_SS_FDS, MP_SS_GUARDIAN, MP_SS_DUMPABLE, MP_SS_TEMPLATE_FORK, MP_SS_BOOT_ID,
-	MP_SS_ROOT, MP_SS_COUNT,
+	MP_SS_ROOT, MP_SS_ROOT_HOME, MP_SS_COUNT,
 };
 
 // The kinds of a name at a sandbox's own root (MP_FT_S_ROOT_KINDS; sandbox.py's _root_layout).

@@ -543,14 +543,20 @@ class _Guardian:
                     break
                 spec += chunk
             fields = [os.fsdecode(f) for f in spec.split(b"\0")]
-            cwd, nargs = fields[0], int(fields[1])
-            args, env = fields[2:2 + nargs], dict(os.environ)
-            env.update(kv.split("=", 1) for kv in fields[2 + nargs:] if "=" in kv)
+            cwd, user, nargs = fields[0], fields[1], int(fields[2])
+            args, env = fields[3:3 + nargs], dict(os.environ)
+            if user == "root":
+                if not self.cfg.get("root_user"):
+                    raise ValueError("this sandbox has no root user")
+                env.update(HOME=_ROOT_HOME, USER="root", LOGNAME="root", SHELL=_ROOT_SHELL)
+            elif user:
+                raise ValueError("unknown user %r" % user)
+            env.update(kv.split("=", 1) for kv in fields[3 + nargs:] if "=" in kv)
             if not args:
                 raise ValueError("no command")
             pid = _real_fork()
             if pid == 0:
-                _exec_command(self.cfg, fds, cwd, args, env, terminal)
+                _exec_command(self.cfg, fds, cwd, args, env, terminal, user == "root")
             if not terminal:  # (a session leader's group is its own already; setsid fails in a group leader)
                 try:  # (the child does it too: whichever runs first, the group is there before the answer)
                     os.setpgid(pid, pid)
@@ -598,8 +604,9 @@ class _Guardian:
                     os.close(f)
 
 
-def _exec_command(cfg, fds, cwd, args, env, terminal):
-    """A command's child (C_START): never returns."""
+def _exec_command(cfg, fds, cwd, args, env, terminal, root=False):
+    """A command's child (C_START), as the sandbox's root if root (the sandbox has a root
+    user: its processes hold the capabilities that make it, _root_user): never returns."""
     try:
         if len(fds) > 4:  # the sandbox's work group, out of the guardian's: the host's cgroup.go says why
             os.write(fds[4], b"0")
@@ -618,6 +625,10 @@ def _exec_command(cfg, fds, cwd, args, env, terminal):
         for sig in (_signal.SIGINT, _signal.SIGPIPE, _signal.SIGXFSZ, _signal.SIGCHLD):
             _signal.signal(sig, _signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        if root:
+            os.setgroups([])
+            os.setresgid(0, 0, 0)
+            os.setresuid(0, 0, 0)
         if cwd:
             os.chdir(cwd)
         _set_limits(cfg)

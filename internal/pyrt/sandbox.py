@@ -60,6 +60,51 @@ _PASSWD = "root:x:0:0:root:/root:/usr/sbin/nologin\nuser:x:%d:%d:user:%s:/bin/sh
           "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
 _GROUP = "root:x:0:\nuser:x:%d:\nnogroup:x:65534:\n"
 _HOSTNAME = "minipy"
+# A sandbox with a root user (the config's root_user: IsolatedConfig.RootUser): root's home,
+# its shell (E2B's), and the directory of its sudo, first on the sandbox's PATH
+# (internal/worker's SudoDir, pinned by a test).
+_ROOT_HOME, _ROOT_SHELL, _SUDO_DIR = "/root", "/bin/bash", "/.minipy/bin"
+_ROOT_NS = [None]  # the template's user namespace its sandboxes are made in (an fd: _root_namespace)
+# sudo in a sandbox with a root user: any of its processes may become its root, or its user,
+# without a password, as E2B's passwordless sudo; setpriv (util-linux) does it with the
+# capabilities of the sandbox's own user namespace that every process there holds
+# (_root_user). The environment is sudo's own reset one unless -E keeps it.
+_SUDO = r"""#!/bin/sh
+# minipy's sudo: this sandbox's processes may become its root (or its user) without a
+# password. Root here is root over the sandbox alone. Options: -u USER, -E, -i, -s, -H, -n.
+user=root keep= login= shell=
+while [ $# -gt 0 ]; do
+  case $1 in
+    -u) user=$2; shift 2 ;;
+    -u*) user=${1#-u}; shift ;;
+    --user=*) user=${1#--user=}; shift ;;
+    -E|--preserve-env) keep=1; shift ;;
+    -i|--login) login=1; shift ;;
+    -s|--shell) shell=1; shift ;;
+    -H|--set-home|-n|--non-interactive|-k|--reset-timestamp|-S|--stdin) shift ;;
+    --) shift; break ;;
+    -*) echo "sudo: $1: not an option of minipy's sudo (-u USER, -E, -i, -s, -H, -n)" >&2; exit 1 ;;
+    *) break ;;
+  esac
+done
+case $user in '#'*) user=$(getent passwd "${user#'#'}" | cut -d: -f1) ;; esac
+entry=$(getent passwd "$user") || { echo "sudo: unknown user $user" >&2; exit 1; }
+uid=$(echo "$entry" | cut -d: -f3); gid=$(echo "$entry" | cut -d: -f4); home=$(echo "$entry" | cut -d: -f6)
+name=$(echo "$entry" | cut -d: -f1); sh=$(echo "$entry" | cut -d: -f7)
+case $sh in */nologin|*/false|'') sh=/bin/sh ;; esac
+if [ -n "$login" ] || [ -n "$shell" ]; then
+  if [ $# -gt 0 ]; then set -- "$sh" -c "$*"; else set -- "$sh"; fi
+  [ -n "$login" ] && [ $# -eq 1 ] && set -- "$sh" -l
+elif [ $# -eq 0 ]; then
+  echo "usage: sudo [-u USER] [-E] [-i | -s] [COMMAND [ARG...]]" >&2; exit 1
+fi
+if [ -z "$keep" ]; then
+  set -- env -i PATH="$PATH" HOME="$home" USER="$name" LOGNAME="$name" SHELL="$sh" ${TERM:+TERM="$TERM"} \
+    ${LANG:+LANG="$LANG"} SUDO_USER="$(id -un)" SUDO_UID="$(id -u)" SUDO_GID="$(id -g)" "$@"
+  [ -n "$login" ] && cd "$home" 2>/dev/null
+fi
+exec setpriv --reuid="$uid" --regid="$gid" --init-groups -- "$@" || exit 1
+"""
 
 
 class _Unreachable(OSError):
@@ -329,6 +374,8 @@ def _enter_sandbox(cfg, template=False):
         _loopback_up()
     if cfg.get("egress") and not template:
         _egress_listener(_CTL_FD)  # (while it may still bring the loopback up: become_user keeps CAP_SYS_ADMIN alone)
+    if template and cfg.get("root_user"):
+        _root_namespace(m, cfg)  # (while it may still map ids: become_user gives that up)
     m.become_user(cfg["sandbox_id"])
     socket.sethostname(_HOSTNAME)  # its own UTS namespace: the host's name is not the code's business
     m.mount(None, "/", None, _MS_REC | _MS_PRIVATE)
@@ -361,6 +408,108 @@ def _enter_sandbox(cfg, template=False):
         return
     m.drop_privileges()
     m.seccomp(m.filter(cfg.get("seccomp")))
+
+
+def _root_idmap(cfg):
+    """The uid_map and gid_map of a sandbox's user namespace when it has a root user: its
+    root is the template's root id (root_user), its user the sandbox's."""
+    sid = cfg["sandbox_id"]
+    return "0 %d 1\n%d %d 1" % (cfg["root_user"], sid, sid)
+
+
+def _cap_last():
+    """The highest capability's number that this kernel knows."""
+    with open("/proc/sys/kernel/cap_last_cap", "rb") as f:
+        return int(f.read())
+
+
+def _root_namespace(m, cfg):
+    """A sandbox's root (IsolatedConfig.RootUser) is root in a user namespace of the
+    sandbox's own, uid 0 there standing for the template's root_user id (which the host maps
+    to a host user of its own, internal/worker's rootHostID), its user for the sandbox's
+    user; no other id, and neither the host's root nor the template's (which stands for the
+    host's root) is mapped there. A map of two ids needs CAP_SETUID and CAP_SETGID over the
+    namespace's parent, which the template gives up (become_user) and a sandbox's code must
+    never hold. So, as root here, before it gives them up, the template makes a user
+    namespace of its own for its sandboxes, owned by its user, mapping that user and the
+    root id alone (not the template's root): each sandbox joins it (it has every capability
+    there as the owner's), makes its namespaces in it, and its pid 1 goes on in a namespace
+    of its own, a child of this one, whose two ids its parent maps (mp_map_ids; _root_user).
+    The code's capabilities are those of that child namespace, which owns nothing: no mount,
+    network, pid, IPC or UTS namespace (those are this one's), only the sandbox's processes
+    and the files of its two ids (docs/isolated.md, "A root user")."""
+    sid, rid = cfg["sandbox_id"], cfg["root_user"]
+    made_r, made_w = os.pipe()
+    done_r, done_w = os.pipe()
+    pid = _real_fork()
+    if pid == 0:
+        try:
+            os.close(made_r)
+            os.close(done_w)
+            os.setgroups([])
+            os.setresgid(sid, sid, sid)
+            os.setresuid(sid, sid, sid)
+            m.libc.prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE: the template opens its namespace
+            if m.libc.unshare(_CLONE_NEWUSER) == 0:
+                os.write(made_w, b"\1")
+                os.read(done_r, 1)
+        finally:
+            os._exit(0)
+    os.close(made_w)
+    os.close(done_r)
+    try:
+        if os.read(made_r, 1) != b"\1":
+            raise OSError(1, "making the user namespace of the sandboxes' root users failed")
+        text = ("%d %d 1\n%d %d 1" % (sid, sid, rid, rid)).encode()
+        for name in ("uid_map", "gid_map"):
+            f = os.open("/proc/%d/%s" % (pid, name), os.O_WRONLY)
+            try:
+                os.write(f, text)
+            finally:
+                os.close(f)
+        _ROOT_NS[0] = os.open("/proc/%d/ns/user" % pid, os.O_RDONLY | os.O_CLOEXEC)
+    finally:
+        os.close(made_r)
+        os.close(done_w)
+        os.waitpid(pid, 0)
+
+
+def _map_ids(cfg, proc, pid, ready):
+    """T of a sandbox with a root user: writes its pid 1's maps once it has unshared its user
+    namespace (the fork code's mp_map_ids)."""
+    if os.read(ready, 1) != b"\1":
+        raise OSError(1, "the sandbox's pid 1 ended before its ids were mapped")
+    text = _root_idmap(cfg).encode()
+    for name in ("uid_map", "gid_map"):
+        f = os.open("%d/%s" % (pid, name), os.O_WRONLY, dir_fd=proc)
+        try:
+            os.write(f, text)
+        finally:
+            os.close(f)
+
+
+def _root_user(m, sync):
+    """Pid 1 of a sandbox with a root user, its mounts made (the fork code's mp_root_user):
+    goes on in a user namespace of its own, whose ids T maps (_map_ids), makes root's home
+    root's, and makes every capability of that namespace ambient, so that the sandbox's
+    processes (its user's, the code's) may become its root: sudo, a command as root
+    (_root_namespace says why this gives no power outside the sandbox). no_new_privs follows."""
+    ct = m.ctypes
+    m.check("unshare a user namespace", m.libc.unshare(_CLONE_NEWUSER))
+    os.write(sync[0], b"\1")
+    os.read(sync[1], 1)  # its end: T has written the maps, or failed
+    os.close(sync[0])
+    os.close(sync[1])
+    os.chown(_ROOT_HOME, 0, 0, follow_symlinks=False)  # (fails while the ids are unmapped)
+    os.chmod(_ROOT_HOME, 0o700)
+    header = (ct.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
+    data = (ct.c_uint32 * 6)()
+    m.check("capget", m.libc.capget(header, data))
+    data[2], data[5] = data[1], data[4]  # inheritable = permitted
+    m.check("capset", m.libc.capset(header, data))
+    for cap in range(_cap_last() + 1):
+        m.check("raise an ambient capability", m.libc.prctl(47, 2, cap, 0, 0))  # PR_CAP_AMBIENT_RAISE
+    m.check("no_new_privs", m.libc.prctl(38, 1, 0, 0, 0))
 
 
 def _loopback_up():
@@ -462,7 +611,23 @@ def _root_files(m, cfg, etc):
         m.bind("/etc/" + name, "/etc/" + name, optional=True)
     sid = cfg["sandbox_id"]
     with open(m.root + "/etc/passwd", "w") as f:
-        f.write(_PASSWD % (sid, sid, cfg["workdir"]))
+        text = _PASSWD % (sid, sid, cfg["workdir"])
+        if cfg.get("root_user"):
+            text = text.replace(_ROOT_HOME + ":/usr/sbin/nologin", _ROOT_HOME + ":" + _ROOT_SHELL, 1)
+        f.write(text)
+    if cfg.get("root_user"):
+        # Root's home (each sandbox's root has its own, made root's: _root_user) and sudo,
+        # read-only, a mount so that each sandbox's root holds it (_root_layout), at a name
+        # of its own (a directory holding a mount is read-only in a sandbox's root).
+        os.mkdir(m.root + _ROOT_HOME, 0o700)
+        os.makedirs(m.root + _SUDO_DIR)
+        with open(m.root + _SUDO_DIR + "/sudo", "w") as f:
+            f.write(_SUDO)
+        os.chmod(m.root + _SUDO_DIR + "/sudo", 0o555)
+        top = m.root + "/" + _SUDO_DIR.split("/")[1]
+        m.mount(top, top, None, _MS_BIND | _MS_REC)
+        m.mount(None, top, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
+        m.bound.append(top[len(m.root):])
     with open(m.root + "/etc/group", "w") as f:
         f.write(_GROUP % sid)
     with open(m.root + "/etc/hostname", "w") as f:
@@ -712,11 +877,57 @@ def _own_tree(cfg, tree_name):
         os.close(clone)
 
 
+def _tenant_namespaces(cfg, fds, libc, check):
+    """T of _become_tenant: its user namespace (its own, mapping its one id; or, with a root
+    user, the template's: _root_namespace), the sandbox's other namespaces, its network,
+    then the fork of its pid 1, where this returns (T exits once it has mapped pid 1's ids,
+    with a root user): pid 1's ends of the pipes to T (_root_user), or None."""
+    uid, gid = os.getuid(), os.getgid()
+    root_ns = _ROOT_NS[0]
+    if root_ns is not None:  # a root user: the template's namespace (_root_namespace)
+        check("join the template's user namespace", libc.setns(root_ns, _CLONE_NEWUSER))
+    else:
+        check("unshare a user namespace", libc.unshare(_CLONE_NEWUSER))
+        for name, text in (("setgroups", "deny"), ("uid_map", "%d %d 1" % (uid, uid)),
+                           ("gid_map", "%d %d 1" % (gid, gid))):
+            f = os.open("/proc/self/" + name, os.O_WRONLY)  # (not open(): a text file's objects are pages to copy)
+            try:
+                os.write(f, text.encode())
+            finally:
+                os.close(f)
+    flags = _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWIPC | _CLONE_NEWUTS
+    if not cfg.get("network"):
+        flags |= _CLONE_NEWNET
+    check("unshare", libc.unshare(flags))
+    if not cfg.get("network"):
+        _loopback_up()
+    if cfg.get("egress"):
+        _egress_listener(fds[3])
+    sync = None
+    if root_ns is not None:
+        proc = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)  # (pid 1 mounts its own over it)
+        (up_r, up_w), (down_r, down_w) = os.pipe(), os.pipe()
+    pid = _real_fork()
+    if pid:
+        if root_ns is not None:
+            os.close(up_w)
+            os.close(down_r)
+            _map_ids(cfg, proc, pid, up_r)
+        os._exit(0)  # the template reaps this one and adopts its child (it is a subreaper)
+    if root_ns is not None:
+        for f in (proc, up_r, down_w):
+            os.close(f)
+        sync = (up_w, down_r)
+    return sync
+
+
 def _become_tenant(cfg, fds, dirs):
     """In a fork of the template: make the worker's own sandbox, as a process started by the
     host gets it (sandboxAttr): a user namespace of its own (its Processes count is its own)
     mapping only the sandbox's user, then mount, pid, IPC, UTS and (without Network) network
-    namespaces; fork its pid 1, which mounts a /proc of its pid namespace, binds its own tree
+    namespaces (with a root user, those of the template's namespace for them, pid 1 going
+    on in one of its own: _root_namespace); fork its pid 1, which mounts a /proc of its pid
+    namespace, binds its own tree
     (dirs: b"TREE\0HOME", names under the engine's trees) over them all and its working
     directory over the workdir, mounts a fresh /tmp and /dev/shm, names the host, drops every
     capability, applies the seccomp filter, takes the fds as 0-5 and returns (to become the
@@ -743,32 +954,17 @@ def _become_tenant(cfg, fds, dirs):
         tree_name, _, home_name = os.fsdecode(dirs).partition("\0")
         _check_names(tree_name, home_name)
         _own_tree(cfg, tree_name)
-        uid, gid = os.getuid(), os.getgid()
-        check("unshare a user namespace", libc.unshare(_CLONE_NEWUSER))
-        for name, text in (("setgroups", "deny"), ("uid_map", "%d %d 1" % (uid, uid)),
-                           ("gid_map", "%d %d 1" % (gid, gid))):
-            f = os.open("/proc/self/" + name, os.O_WRONLY)  # (not open(): a text file's objects are pages to copy)
-            try:
-                os.write(f, text.encode())
-            finally:
-                os.close(f)
-        flags = _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWIPC | _CLONE_NEWUTS
-        if not cfg.get("network"):
-            flags |= _CLONE_NEWNET
-        check("unshare", libc.unshare(flags))
-        if not cfg.get("network"):
-            _loopback_up()
-        if cfg.get("egress"):
-            _egress_listener(fds[3])
-        if _real_fork():
-            os._exit(0)  # the template reaps this one and adopts its child (it is a subreaper)
+        sync = _tenant_namespaces(cfg, fds, libc, check)
         global _tenant
         _tenant = True
         import socket
 
         socket.sethostname(_HOSTNAME)
         m = _tenant_mounts(cfg, home_name)
-        m.drop_privileges()
+        if sync:
+            _root_user(m, sync)
+        else:
+            m.drop_privileges()
         m.seccomp(_filter)
         import fcntl
 

@@ -260,7 +260,8 @@ def _tenant_made(cfg):
 _SS_SETSID, _SS_CGROUP, _SS_TREE_NS, _SS_TREE_SLAVE, _SS_TREE_OPEN, _SS_TREE_COPY, _SS_TREE_DETACH = 0, 1, 2, 3, 4, 5, 6
 _SS_TREE_MOVE, _SS_USERNS, _SS_MAPS, _SS_UNSHARE, _SS_EGRESS, _SS_FORK, _SS_HOSTNAME = 7, 8, 9, 10, 11, 12, 13
 _SS_PROC, _SS_HOME, _SS_BIND_HOME, _SS_TMPFS, _SS_COVERED, _SS_CAPS, _SS_SECCOMP = 14, 15, 16, 17, 18, 19, 20
-_SS_FDS, _SS_GUARDIAN, _SS_DUMPABLE, _SS_TEMPLATE_FORK, _SS_BOOT_ID, _SS_ROOT, _SS_COUNT = 21, 22, 23, 24, 25, 26, 27
+_SS_FDS, _SS_GUARDIAN, _SS_DUMPABLE, _SS_TEMPLATE_FORK, _SS_BOOT_ID, _SS_ROOT, _SS_ROOT_HOME = 21, 22, 23, 24, 25, 26, 27
+_SS_COUNT = 28
 _SS_WHY = {
     _SS_SETSID: "setsid", _SS_CGROUP: "join the cgroup", _SS_TREE_NS: "unshare a mount namespace",
     _SS_TREE_SLAVE: "make the trees slaves", _SS_TREE_OPEN: "open the tree", _SS_TREE_COPY: "copy the tree",
@@ -273,6 +274,7 @@ _SS_WHY = {
     _SS_CAPS: "drop every capability", _SS_SECCOMP: "seccomp", _SS_FDS: "take the fds",
     _SS_GUARDIAN: "fork the worker", _SS_DUMPABLE: "make the guardian undumpable",
     _SS_TEMPLATE_FORK: "fork the template", _SS_BOOT_ID: "make its boot id", _SS_ROOT: "make its own root",
+    _SS_ROOT_HOME: "make root's home root's",
 }
 # The kinds of a name at a sandbox's own root (internal/cpython's MP_RK_*; _root_layout's).
 _RK = {"dir": 0, "link": 1, "copy dir": 2, "copy file": 3}
@@ -326,6 +328,10 @@ class _SandboxFork:
                                                   self.string(_SS_FAILED), self.string(": [Errno "))
         self.keep += [paths, dirs, why]
         t[_FT_S_NCOVERED] = len(covered)
+        if _ROOT_NS[0] is not None:
+            t[_FT_S_USERNS], t[_FT_S_IDMAP] = _ROOT_NS[0], self.string(_root_idmap(cfg))
+            t[_FT_S_ID_FILES], t[_FT_S_ID_FILES + 1] = self.string("/uid_map"), self.string("/gid_map")
+            t[_FT_S_ROOT_HOME], t[_FT_S_CAP_LAST] = self.string(_ROOT_HOME), _cap_last()
         self.root_layout(cfg, layout)
         t[_FT_S_COVERED], t[_FT_S_COVERED_DIR], t[_FT_S_WHY] = (ctypes.addressof(a) for a in (paths, dirs, why))
         t[_FT_S_FILTER] = ctypes.addressof(_filter)

@@ -198,16 +198,22 @@ func (w *Worker) ConnectPort(port uint16, timeout time.Duration) (*os.File, erro
 // CommandSpec is a command to start: Args[0] looked up in the sandbox's PATH, Dir its
 // working directory in the sandbox ("": the guardian's), Env added to the sandbox's.
 // Terminal: its stdin, stdout and stderr are a pseudo terminal's slave end, which it takes
-// as its controlling terminal in a session of its own (pyrt.StartTerminal).
+// as its controlling terminal in a session of its own (pyrt.StartTerminal). Root: it runs
+// as the sandbox's root (a sandbox with a root user: Spec.RootUser), not its user.
 type CommandSpec struct {
 	Args     []string
 	Dir      string
 	Env      []string
 	Terminal bool
+	Root     bool
 }
 
 func (spec CommandSpec) encode() ([]byte, error) {
-	fields := append([]string{spec.Dir, strconv.Itoa(len(spec.Args))}, spec.Args...)
+	user := ""
+	if spec.Root {
+		user = "root"
+	}
+	fields := append([]string{spec.Dir, user, strconv.Itoa(len(spec.Args))}, spec.Args...)
 	fields = append(fields, spec.Env...)
 	for _, f := range fields {
 		if strings.ContainsRune(f, 0) {

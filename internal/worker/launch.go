@@ -31,12 +31,16 @@ type Spec struct {
 	Network      bool
 	// Egress: sandboxed workers (without Network) bring their loopback up and hand the host
 	// a socket listening on it for the egress proxy (Worker.EgressListener).
-	Egress  bool
-	Env     []string // added to the workers' environment (IsolatedConfig.Env)
-	Mounts  []Mount
-	Trees   string // the host directory of the trees of working directories
-	RootDir string // sandboxed: the (empty) mount point of a worker's root tmpfs
-	Workdir string // sandboxed: where the code sees its working directory ("": SandboxWorkdir)
+	Egress bool
+	// RootUser: a template's sandboxes have a root of their own that their processes may
+	// become (IsolatedConfig.RootUser; sandbox.py's _root_namespace says how). Needs a root
+	// host and the template (CheckRootUser).
+	RootUser bool
+	Env      []string // added to the workers' environment (IsolatedConfig.Env)
+	Mounts   []Mount
+	Trees    string // the host directory of the trees of working directories
+	RootDir  string // sandboxed: the (empty) mount point of a worker's root tmpfs
+	Workdir  string // sandboxed: where the code sees its working directory ("": SandboxWorkdir)
 
 	TmpSize       int64
 	MemoryLimit   int64
@@ -346,7 +350,7 @@ func (s *Spec) command(dirs Dirs) (*exec.Cmd, error) {
 		// instead (the config's pythonpath), where it may be a directory the code can
 		// write to.
 		cmd.Env = slices.DeleteFunc(cmd.Env, func(kv string) bool { return strings.HasPrefix(kv, "PYTHONPATH=") })
-		cmd.SysProcAttr = sandboxAttr(s.Network, !dirs.template())
+		cmd.SysProcAttr = sandboxAttr(s.Network, !dirs.template(), s.RootUser)
 	}
 	return cmd, nil
 }
@@ -367,6 +371,9 @@ func (s *Spec) env(home string) []string {
 		home, tmp = s.workdir(), "/tmp"
 	}
 	path := "/usr/local/bin:/usr/bin:/bin"
+	if s.Sandbox && s.RootUser {
+		path = SudoDir + ":" + path // (before the image's: its sudo, if it has one, cannot work in a sandbox)
+	}
 	if dir := filepath.Dir(s.Python); filepath.IsAbs(s.Python) && !strings.Contains(":"+path+":", ":"+dir+":") {
 		path = dir + ":" + path
 	}
@@ -465,6 +472,9 @@ func (s *Spec) sandboxConfig(b *strings.Builder, dirs Dirs, workdir, tree string
 		s.RootDir, sandboxID, sandboxRefusedExit, sandboxAccessExit, s.TmpSize, network)
 	if s.Egress && !s.Network {
 		b.WriteString("egress=1\n")
+	}
+	if s.RootUser {
+		fmt.Fprintf(b, "root_user=%d\n", sandboxRootID)
 	}
 	if filter, err := SeccompFilter(s.DenyShm()); err == nil { // (else the worker refuses to start: ProbeNamespaces says why)
 		fmt.Fprintf(b, "seccomp=%x\n", filter)

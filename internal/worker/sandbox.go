@@ -2,6 +2,7 @@ package worker
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"sync/atomic"
@@ -31,6 +32,14 @@ const (
 	SandboxTree = "/namespaces"
 	// sandboxID is the uid and gid of the worker inside its user namespace ("user").
 	sandboxID = 1000
+	// sandboxRootID is the id that a sandbox's root (uid and gid 0 inside, Spec.RootUser)
+	// has in the namespace the host makes (sandboxAttr), where it stands for rootHostID.
+	sandboxRootID = sandboxID + 1
+	// rootHostID is the host user and group of a sandbox's root (Spec.RootUser): not
+	// nobody, so that what the sandbox's root owns is not its user's, and not the host's
+	// root, which owns the image (no capability of the sandbox's root reaches a file of
+	// the host's root: the sandbox's user namespaces do not map it).
+	rootHostID = nobodyID - 1
 	// nobodyID is the host user and group that sandboxed workers run as when the host runs
 	// as root, so that they own nothing of the host and RLIMIT_NPROC binds them.
 	nobodyID = 65534
@@ -73,7 +82,11 @@ const (
 // its own, a child of the host's, so that no process but a sandbox's own pid 1 ends it. In a
 // pid namespace of the template's, whose pid 1 it would be, or an init's, the death of that
 // one process would end every sandbox at once (docs/isolated.md, "Who may die").
-func sandboxAttr(network, pidNS bool) *syscall.SysProcAttr {
+//
+// With rootUser (a root host's template only: CheckRootUser) the map holds the sandbox's
+// root too, sandboxRootID for rootHostID, which the template's sandboxes map to their root
+// (sandbox.py's _root_namespace).
+func sandboxAttr(network, pidNS, rootUser bool) *syscall.SysProcAttr {
 	flags := uintptr(syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS)
 	if pidNS {
 		flags |= syscall.CLONE_NEWPID
@@ -82,11 +95,15 @@ func sandboxAttr(network, pidNS bool) *syscall.SysProcAttr {
 		flags |= syscall.CLONE_NEWNET
 	}
 	if os.Geteuid() == 0 {
+		ids := []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1}, {ContainerID: sandboxID, HostID: nobodyID, Size: 1}}
+		if rootUser {
+			ids = append(ids, syscall.SysProcIDMap{ContainerID: sandboxRootID, HostID: rootHostID, Size: 1})
+		}
 		return &syscall.SysProcAttr{
 			Setpgid:     true,
 			Cloneflags:  flags,
-			UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1}, {ContainerID: sandboxID, HostID: nobodyID, Size: 1}},
-			GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1}, {ContainerID: sandboxID, HostID: nobodyID, Size: 1}},
+			UidMappings: ids,
+			GidMappings: ids,
 			// Root may (and does) drop its supplementary groups, which would otherwise keep
 			// root's group access inside.
 			GidMappingsEnableSetgroups: true,
@@ -108,6 +125,34 @@ func sandboxAttr(network, pidNS bool) *syscall.SysProcAttr {
 		AmbientCaps: caps,
 	}
 }
+
+// SudoDir is where a sandbox with a root user (Spec.RootUser) has its sudo, first on its
+// PATH: a directory of the template's root (sandbox.py's _SUDO_DIR, pinned by a test).
+const SudoDir = "/.minipy/bin"
+
+// ErrNoRootUser is matched by CheckRootUser's error.
+var ErrNoRootUser = errors.New("minipy: a sandbox cannot have a root user here")
+
+// CheckRootUser says why a sandbox of this Spec cannot have a root user (Spec.RootUser):
+// its root stands for a host user of its own (rootHostID), which only a root host can map,
+// in user namespaces that the template makes for its sandboxes.
+func (s *Spec) CheckRootUser(template bool) error {
+	switch {
+	case !s.RootUser:
+		return nil
+	case !s.Sandbox || !s.local():
+		return fmt.Errorf("%w: only a sandboxed local worker's (Sandbox, no Command)", ErrNoRootUser)
+	case os.Geteuid() != 0:
+		return fmt.Errorf("%w: the host must run as root, to map the sandbox's root to a host user of its own (uid %d)",
+			ErrNoRootUser, rootHostID)
+	case !template:
+		return fmt.Errorf("%w: the sandboxes must be forked from the engine's template (NoTemplate is set)", ErrNoRootUser)
+	}
+	return nil
+}
+
+// RootUID is the host user (and group) of a sandbox's root (Spec.RootUser).
+func RootUID() int { return rootHostID }
 
 func sandboxIDs() (uid, gid int) {
 	if os.Geteuid() == 0 {
@@ -149,6 +194,6 @@ func probeNamespacesNow() error {
 		return err
 	}
 	cmd := exec.Command(path)
-	cmd.SysProcAttr = sandboxAttr(false, true)
+	cmd.SysProcAttr = sandboxAttr(false, true, false)
 	return cmd.Run()
 }

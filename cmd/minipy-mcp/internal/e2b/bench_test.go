@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -38,13 +39,14 @@ func BenchmarkCreateToFirstResult(b *testing.B) {
 			} else {
 				defer m.Close()
 			}
+			root := os.Geteuid() == 0 && os.Getenv("MINIPY_BENCH_NO_ROOT_USER") == "" // (A/B: the root user's cost)
 			eng, err := minipy.NewIsolated(minipy.IsolatedConfig{Spares: c.spares, WorkDirPath: Home,
-				Preload: []string{"numpy"}, Startup: Startup}) // (as minipy-mcp -e2b serves)
+				Preload: []string{"numpy"}, Startup: Startup, RootUser: root}) // (as minipy-mcp -e2b serves)
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer eng.Close()
-			s := New(Config{Engine: eng})
+			s := New(Config{Engine: eng, RootUser: root})
 			srv := httptest.NewServer(s)
 			defer srv.Close()
 			defer s.Close()

@@ -105,18 +105,24 @@ func TestWorkPath(t *testing.T) {
 		"/home/user/a.csv": "a.csv", "a.csv": "a.csv", "/home/user/d/../b": "b", "d/e": "d/e", "/home/user": "",
 		"/home/user/": "",
 	} {
-		got, ok := workPath(in)
+		got, ok := workPath(in, Home)
+		assert.True(t, ok, in)
+		assert.Equal(t, want, got, in)
+	}
+	// Root's relative paths are in its home.
+	for in, want := range map[string]string{"a.csv": "/root/a.csv", "/home/user/a": "a", "../x": "/x", "": ""} {
+		got, ok := workPath(in, RootHome)
 		assert.True(t, ok, in)
 		assert.Equal(t, want, got, in)
 	}
 	// Elsewhere, the absolute path, clean, for the file methods to reach or refuse.
 	for in, want := range map[string]string{"/etc/passwd": "/etc/passwd", "../x": "/home/x", "/home/user/../x": "/home/x",
 		"/home/userx": "/home/userx", "/": "/", "/tmp/a/": "/tmp/a"} {
-		got, ok := workPath(in)
+		got, ok := workPath(in, Home)
 		assert.True(t, ok, in)
 		assert.Equal(t, want, got, in)
 	}
-	_, ok := workPath("/tmp/" + strings.Repeat("a", maxPath))
+	_, ok := workPath("/tmp/"+strings.Repeat("a", maxPath), Home)
 	assert.False(t, ok, "past PATH_MAX")
 	for name, want := range map[string]string{"a.csv": "/home/user/a.csv", "": "/home/user", "/tmp/x": "/tmp/x"} {
 		assert.Equal(t, want, sandboxPath(name), name)

@@ -2,11 +2,14 @@ package e2b
 
 import (
 	"compress/gzip"
+	"encoding/base64"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"mime"
 	"net/http"
+	"net/url"
 	"path"
 	"strconv"
 	"strings"
@@ -38,6 +41,59 @@ func (s *Server) envdRoutes() {
 	})
 }
 
+// RootHome is the home of a sandbox's root (E2B's user "root"), where its relative paths
+// are.
+const RootHome = "/root"
+
+// envdUser is whom an envd request acts as in its sandbox: its signed URL's username, else
+// its Authorization header's (E2B's SDKs send "Basic " and the base64 of "NAME:"), else
+// envd's default, "user". root is true for "root", which only a server whose sandboxes have
+// a root user (rootUser: Config.RootUser) serves; any other name is envd's "invalid
+// username".
+func envdUser(rootUser bool, h http.Header, q url.Values) (root bool, err error) {
+	name := q.Get("username")
+	if name == "" {
+		if auth, ok := strings.CutPrefix(h.Get("Authorization"), "Basic "); ok {
+			if b, err := base64.StdEncoding.DecodeString(auth); err == nil {
+				name, _, _ = strings.Cut(string(b), ":")
+			}
+		}
+	}
+	switch name {
+	case "", "user":
+		return false, nil
+	case "root":
+		if rootUser {
+			return true, nil
+		}
+		return false, errors.New("invalid username: 'root': this server's sandboxes have no root user (it does not " +
+			"run as root: docs/e2b.md)")
+	}
+	return false, fmt.Errorf("invalid username: '%s'", echo(name))
+}
+
+// userFiles are a sandbox's file methods as one of its users (envdUser).
+type userFiles struct {
+	ns   *minipy.Namespace
+	root bool
+}
+
+// opts are the file methods' options for the user.
+func (f userFiles) opts() []minipy.FileOption {
+	if f.root {
+		return []minipy.FileOption{minipy.AsRoot()}
+	}
+	return nil
+}
+
+// home is the directory the user's relative paths are in.
+func (f userFiles) home() string {
+	if f.root {
+		return RootHome
+	}
+	return Home
+}
+
 // maxPath bounds a path (Linux's PATH_MAX): a longer one is refused before it reaches
 // the files, or an error.
 const maxPath = 4096
@@ -51,15 +107,16 @@ func echo(s string) string {
 }
 
 // workPath is an E2B path as a name for the namespace's file methods: a name in the
-// working directory for Home, what is under it and a relative path; the absolute path
-// itself elsewhere, which the file methods reach where the sandbox writes (/tmp, /dev/shm,
-// its own root) and refuse in what the image mounts there (minipy.ErrBadPath). ok is false for a path past maxPath.
-func workPath(p string) (string, bool) {
+// working directory for Home, what is under it and a relative path (one relative to home,
+// the user's: RootHome for root); the absolute path itself elsewhere, which the file
+// methods reach where the sandbox writes (/tmp, /dev/shm, its own root) and refuse in what
+// the image mounts there (minipy.ErrBadPath). ok is false for a path past maxPath.
+func workPath(p, home string) (string, bool) {
 	if len(p) > maxPath || p == "" {
 		return "", p == ""
 	}
 	if !strings.HasPrefix(p, "/") {
-		p = path.Join(Home, p)
+		p = path.Join(home, p)
 	}
 	p = path.Clean(p)
 	if p == Home {
@@ -80,7 +137,13 @@ func sandboxPath(name string) string {
 }
 
 func (s *Server) download(w http.ResponseWriter, r *http.Request) {
-	name, ok := workPath(r.URL.Query().Get("path"))
+	root, err := envdUser(s.cfg.RootUser, r.Header, r.URL.Query())
+	if err != nil {
+		writeError(w, http.StatusUnauthorized, err.Error())
+		return
+	}
+	f := userFiles{root: root}
+	name, ok := workPath(r.URL.Query().Get("path"), f.home())
 	if !ok || name == "" {
 		writeError(w, http.StatusBadRequest, "path "+echo(r.URL.Query().Get("path"))+": not a file's path (at most "+
 			strconv.Itoa(maxPath)+" bytes)")
@@ -93,7 +156,7 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	out := &firstWrite{w: w}
-	if _, err := ns.ReadFileTo(name, out); err != nil && !out.wrote {
+	if _, err := ns.ReadFileTo(name, out, f.opts()...); err != nil && !out.wrote {
 		fileError(w, err) // (after the first byte, an error is the client's going away)
 	}
 }
@@ -166,6 +229,11 @@ func uploadMetadata(h http.Header) (map[string]string, string) {
 // upload writes the files of a request: a multipart form's "file" parts (each named by the
 // path parameter, else by its file name), or an octet-stream body to the path parameter.
 func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
+	root, err := envdUser(s.cfg.RootUser, r.Header, r.URL.Query())
+	if err != nil {
+		writeError(w, http.StatusUnauthorized, err.Error())
+		return
+	}
 	ns := sandboxOf(r).namespace()
 	if ns == nil {
 		writeError(w, http.StatusBadGateway, "the sandbox is not running")
@@ -193,7 +261,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 				": gzip or none")
 			return
 		}
-		if e, ok := s.writeFile(w, ns, param, body, md); ok {
+		if e, ok := s.writeFile(w, userFiles{ns, root}, param, body, md); ok {
 			writeJSON(w, http.StatusOK, []entryInfo{e})
 		}
 		return
@@ -223,7 +291,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 			_, disposition, _ := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
 			target = disposition["filename"]
 		}
-		e, ok := s.writeFile(w, ns, target, part, md)
+		e, ok := s.writeFile(w, userFiles{ns, root}, target, part, md)
 		if !ok {
 			return
 		}
@@ -234,19 +302,19 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 
 // writeFile writes one uploaded file with its metadata md, answering the error itself when
 // it fails.
-func (s *Server) writeFile(w http.ResponseWriter, ns *minipy.Namespace, target string, body io.Reader,
+func (s *Server) writeFile(w http.ResponseWriter, f userFiles, target string, body io.Reader,
 	md map[string]string) (entryInfo, bool) {
-	name, ok := workPath(target)
+	name, ok := workPath(target, f.home())
 	if !ok || name == "" {
 		writeError(w, http.StatusBadRequest, "path "+echo(target)+": not a file's path (at most "+
 			strconv.Itoa(maxPath)+" bytes)")
 		return entryInfo{}, false
 	}
-	if _, err := ns.WriteFileFrom(name, body); err != nil {
+	if _, err := f.ns.WriteFileFrom(name, body, f.opts()...); err != nil {
 		fileError(w, err)
 		return entryInfo{}, false
 	}
-	if err := ns.SetFileAttrs(name, metadataPrefix, md); err != nil {
+	if err := f.ns.SetFileAttrs(name, metadataPrefix, md, f.opts()...); err != nil {
 		fileError(w, err)
 		return entryInfo{}, false
 	}

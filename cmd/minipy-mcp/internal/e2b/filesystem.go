@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"net/http"
 	"path"
 	"strconv"
 
@@ -22,26 +23,34 @@ import (
 // files.list, makeDir, rename, remove, exists and getInfo call it.
 
 type filesystemService struct {
-	filesystemconnect.UnimplementedFilesystemHandler // (every call is served: watch.go has the watchers)
+	filesystemconnect.UnimplementedFilesystemHandler      // (every call is served: watch.go has the watchers)
+	rootUser                                         bool // the sandboxes have a root user (Config.RootUser)
 }
 
 func (s *Server) filesystemRoutes() {
-	p, h := filesystemconnect.NewFilesystemHandler(filesystemService{}, connect.WithReadMaxBytes(maxEnvdMessage))
+	p, h := filesystemconnect.NewFilesystemHandler(filesystemService{rootUser: s.cfg.RootUser},
+		connect.WithReadMaxBytes(maxEnvdMessage))
 	s.envd.Handle(p, h)
 }
 
-// fsTarget is the sandbox's namespace and the name in its working directory of an E2B path.
-func fsTarget(ctx context.Context, p string) (*minipy.Namespace, string, error) {
-	ns := ctx.Value(sandboxKey{}).(*sandbox).namespace()
-	if ns == nil {
-		return nil, "", connect.NewError(connect.CodeUnavailable, errors.New("the sandbox is not running"))
+// fsTarget is the sandbox's file methods as the request's user (its header h: envdUser)
+// and the name there of an E2B path.
+func fsTarget(ctx context.Context, rootUser bool, h http.Header, p string) (userFiles, string, error) {
+	sb := ctx.Value(sandboxKey{}).(*sandbox)
+	root, err := envdUser(rootUser, h, nil)
+	if err != nil {
+		return userFiles{}, "", connect.NewError(connect.CodeUnauthenticated, err)
 	}
-	name, ok := workPath(p)
+	f := userFiles{ns: sb.namespace(), root: root}
+	if f.ns == nil {
+		return f, "", connect.NewError(connect.CodeUnavailable, errors.New("the sandbox is not running"))
+	}
+	name, ok := workPath(p, f.home())
 	if !ok {
-		return nil, "", connect.NewError(connect.CodeInvalidArgument, errors.New("path "+echo(p)+
+		return f, "", connect.NewError(connect.CodeInvalidArgument, errors.New("path "+echo(p)+
 			": a path of at most "+strconv.Itoa(maxPath)+" bytes"))
 	}
-	return ns, name, nil
+	return f, name, nil
 }
 
 // fsError is a file method's error as a connect error of envd's code for it.
@@ -60,8 +69,8 @@ func fsError(err error) error {
 	return connect.NewError(code, err)
 }
 
-// entry is envd's EntryInfo of a file of ns's working directory, with its metadata.
-func entry(ns *minipy.Namespace, fi minipy.FileInfo) *filesystem.EntryInfo {
+// entry is envd's EntryInfo of a file of f's sandbox, with its metadata.
+func entry(f userFiles, fi minipy.FileInfo) *filesystem.EntryInfo {
 	t := filesystem.FileType_FILE_TYPE_FILE
 	switch {
 	case fi.Mode&fs.ModeSymlink != 0:
@@ -70,11 +79,15 @@ func entry(ns *minipy.Namespace, fi minipy.FileInfo) *filesystem.EntryInfo {
 		t = filesystem.FileType_FILE_TYPE_DIRECTORY
 	}
 	p := sandboxPath(fi.Name)
+	owner := "user"
+	if fi.RootOwned {
+		owner = "root"
+	}
 	e := &filesystem.EntryInfo{Name: path.Base(p), Type: t, Path: p, Size: fi.Size, Mode: uint32(fi.Mode.Perm()),
-		Permissions: fi.Mode.String(), Owner: "user", Group: "user", ModifiedTime: timestamppb.New(fi.ModTime)}
+		Permissions: fi.Mode.String(), Owner: owner, Group: owner, ModifiedTime: timestamppb.New(fi.ModTime)}
 	if t == filesystem.FileType_FILE_TYPE_SYMLINK {
 		e.SymlinkTarget = proto.String(linkTarget(p, fi.Target))
-	} else if md, err := ns.FileAttrs(fi.Name, metadataPrefix); err == nil && len(md) > 0 {
+	} else if md, err := f.ns.FileAttrs(fi.Name, metadataPrefix, f.opts()...); err == nil && len(md) > 0 {
 		e.Metadata = md
 	}
 	return e
@@ -89,63 +102,63 @@ func linkTarget(p, target string) string {
 	return path.Join(path.Dir(p), target)
 }
 
-func (filesystemService) Stat(ctx context.Context, req *connect.Request[filesystem.StatRequest]) (*connect.Response[filesystem.StatResponse], error) {
-	ns, name, err := fsTarget(ctx, req.Msg.GetPath())
+func (fss filesystemService) Stat(ctx context.Context, req *connect.Request[filesystem.StatRequest]) (*connect.Response[filesystem.StatResponse], error) {
+	f, name, err := fsTarget(ctx, fss.rootUser, req.Header(), req.Msg.GetPath())
 	if err != nil {
 		return nil, err
 	}
-	fi, err := ns.Stat(name)
+	fi, err := f.ns.Stat(name, f.opts()...)
 	if err != nil {
 		return nil, fsError(err)
 	}
-	return connect.NewResponse(&filesystem.StatResponse{Entry: entry(ns, fi)}), nil
+	return connect.NewResponse(&filesystem.StatResponse{Entry: entry(f, fi)}), nil
 }
 
 // MakeDir makes a directory and its parents; one that is there already is AlreadyExists,
 // which the SDK's makeDir reports as false.
-func (filesystemService) MakeDir(ctx context.Context, req *connect.Request[filesystem.MakeDirRequest]) (*connect.Response[filesystem.MakeDirResponse], error) {
-	ns, name, err := fsTarget(ctx, req.Msg.GetPath())
+func (fss filesystemService) MakeDir(ctx context.Context, req *connect.Request[filesystem.MakeDirRequest]) (*connect.Response[filesystem.MakeDirResponse], error) {
+	f, name, err := fsTarget(ctx, fss.rootUser, req.Header(), req.Msg.GetPath())
 	if err != nil {
 		return nil, err
 	}
-	if _, err := ns.Stat(name); err == nil {
+	if _, err := f.ns.Stat(name, f.opts()...); err == nil {
 		return nil, connect.NewError(connect.CodeAlreadyExists, errors.New(echo(req.Msg.GetPath())+" exists already"))
 	}
-	if err := ns.MakeDir(name); err != nil {
+	if err := f.ns.MakeDir(name, f.opts()...); err != nil {
 		return nil, fsError(err)
 	}
-	fi, err := ns.Stat(name)
+	fi, err := f.ns.Stat(name, f.opts()...)
 	if err != nil {
 		return nil, fsError(err)
 	}
-	return connect.NewResponse(&filesystem.MakeDirResponse{Entry: entry(ns, fi)}), nil
+	return connect.NewResponse(&filesystem.MakeDirResponse{Entry: entry(f, fi)}), nil
 }
 
-func (filesystemService) Move(ctx context.Context, req *connect.Request[filesystem.MoveRequest]) (*connect.Response[filesystem.MoveResponse], error) {
-	ns, from, err := fsTarget(ctx, req.Msg.GetSource())
+func (fss filesystemService) Move(ctx context.Context, req *connect.Request[filesystem.MoveRequest]) (*connect.Response[filesystem.MoveResponse], error) {
+	f, from, err := fsTarget(ctx, fss.rootUser, req.Header(), req.Msg.GetSource())
 	if err != nil {
 		return nil, err
 	}
-	_, to, err := fsTarget(ctx, req.Msg.GetDestination())
+	_, to, err := fsTarget(ctx, fss.rootUser, req.Header(), req.Msg.GetDestination())
 	if err != nil {
 		return nil, err
 	}
-	if err := ns.Rename(from, to); err != nil {
+	if err := f.ns.Rename(from, to, f.opts()...); err != nil {
 		return nil, fsError(err)
 	}
-	fi, err := ns.Stat(to)
+	fi, err := f.ns.Stat(to, f.opts()...)
 	if err != nil {
 		return nil, fsError(err)
 	}
-	return connect.NewResponse(&filesystem.MoveResponse{Entry: entry(ns, fi)}), nil
+	return connect.NewResponse(&filesystem.MoveResponse{Entry: entry(f, fi)}), nil
 }
 
-func (filesystemService) Remove(ctx context.Context, req *connect.Request[filesystem.RemoveRequest]) (*connect.Response[filesystem.RemoveResponse], error) {
-	ns, name, err := fsTarget(ctx, req.Msg.GetPath())
+func (fss filesystemService) Remove(ctx context.Context, req *connect.Request[filesystem.RemoveRequest]) (*connect.Response[filesystem.RemoveResponse], error) {
+	f, name, err := fsTarget(ctx, fss.rootUser, req.Header(), req.Msg.GetPath())
 	if err != nil {
 		return nil, err
 	}
-	if err := ns.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) { // (E2B's remove of nothing succeeds)
+	if err := f.ns.Remove(name, f.opts()...); err != nil && !errors.Is(err, fs.ErrNotExist) { // (E2B's remove of nothing succeeds)
 		return nil, fsError(err)
 	}
 	return connect.NewResponse(&filesystem.RemoveResponse{}), nil
@@ -155,8 +168,8 @@ func (filesystemService) Remove(ctx context.Context, req *connect.Request[filesy
 const maxListed = 100_000
 
 // ListDir lists a directory to depth levels (0 is 1), links not followed.
-func (filesystemService) ListDir(ctx context.Context, req *connect.Request[filesystem.ListDirRequest]) (*connect.Response[filesystem.ListDirResponse], error) {
-	ns, name, err := fsTarget(ctx, req.Msg.GetPath())
+func (fss filesystemService) ListDir(ctx context.Context, req *connect.Request[filesystem.ListDirRequest]) (*connect.Response[filesystem.ListDirResponse], error) {
+	f, name, err := fsTarget(ctx, fss.rootUser, req.Header(), req.Msg.GetPath())
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +177,7 @@ func (filesystemService) ListDir(ctx context.Context, req *connect.Request[files
 	var entries []*filesystem.EntryInfo
 	var walk func(dir string, level int) error
 	walk = func(dir string, level int) error {
-		files, err := ns.ListFiles(dir)
+		files, err := f.ns.ListFiles(dir, f.opts()...)
 		if err != nil {
 			return err
 		}
@@ -172,7 +185,7 @@ func (filesystemService) ListDir(ctx context.Context, req *connect.Request[files
 			if len(entries) == maxListed {
 				return connect.NewError(connect.CodeResourceExhausted, errors.New("more than 100000 entries: list less deep"))
 			}
-			entries = append(entries, entry(ns, fi))
+			entries = append(entries, entry(f, fi))
 			if fi.IsDir && level < depth {
 				if err := walk(fi.Name, level+1); err != nil && !errors.Is(err, fs.ErrNotExist) {
 					return err

@@ -8,24 +8,34 @@ import (
 	"syscall"
 
 	"github.com/minipy-go/minipy"
+	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/templates"
 )
 
 // sandboxMachine is a sandbox as the machine a template's build runs in (templates.Machine):
 // its commands are those of its default context's namespace (the sandbox's commands), as
-// its user, bash's.
-type sandboxMachine struct{ sb *sandbox }
+// its user or its root (rootUser: the server's sandboxes have one), bash's.
+type sandboxMachine struct {
+	sb       *sandbox
+	rootUser bool
+}
 
-func (m sandboxMachine) start(line, dir string, env []string) (*minipy.Process, error) {
+func (m sandboxMachine) RootUser() bool { return m.rootUser }
+
+func (m sandboxMachine) start(c templates.Cmd) (*minipy.Process, error) {
 	ns := m.sb.namespace()
 	if ns == nil {
 		return nil, errNotRunning
 	}
-	return ns.Start(minipy.Command{Args: []string{"/bin/bash", "-c", line}, Dir: dir, Env: env})
+	mc := minipy.Command{Args: []string{"/bin/bash", "-c", c.Line}, Dir: c.Dir, Env: c.Env}
+	if c.Root {
+		mc.User = "root"
+	}
+	return ns.Start(mc)
 }
 
-// Run runs line to its end (ctx's end kills it and its children), its output's lines to out.
-func (m sandboxMachine) Run(ctx context.Context, line, dir string, env []string, out func(string)) (int, error) {
-	p, err := m.start(line, dir, env)
+// Run runs c to its end (ctx's end kills it and its children), its output's lines to out.
+func (m sandboxMachine) Run(ctx context.Context, c templates.Cmd, out func(string)) (int, error) {
+	p, err := m.start(c)
 	if err != nil {
 		return 0, err
 	}
@@ -63,9 +73,9 @@ func (m sandboxMachine) Run(ctx context.Context, line, dir string, env []string,
 	return st.ExitStatus(), nil
 }
 
-// Start starts line and leaves it running (its output unread: discarded as it comes).
-func (m sandboxMachine) Start(line, dir string, env []string) error {
-	p, err := m.start(line, dir, env)
+// Start starts c and leaves it running (its output unread: discarded as it comes).
+func (m sandboxMachine) Start(c templates.Cmd) error {
+	p, err := m.start(c)
 	if err != nil {
 		return err
 	}

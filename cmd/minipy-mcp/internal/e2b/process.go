@@ -25,11 +25,13 @@ import (
 // sandbox's environment variables and the request's. Its output streams as it comes.
 
 type processService struct {
-	processconnect.UnimplementedProcessHandler // StreamInput: not served
+	processconnect.UnimplementedProcessHandler      // StreamInput: not served
+	rootUser                                   bool // the sandboxes have a root user (Config.RootUser)
 }
 
 func (s *Server) processRoutes() {
-	p, h := processconnect.NewProcessHandler(processService{}, connect.WithReadMaxBytes(maxEnvdMessage))
+	p, h := processconnect.NewProcessHandler(processService{rootUser: s.cfg.RootUser},
+		connect.WithReadMaxBytes(maxEnvdMessage))
 	s.envd.Handle(p, h)
 }
 
@@ -171,9 +173,13 @@ var errNotRunning = errors.New("the sandbox is not running")
 func sandboxFrom(ctx context.Context) *sandbox { return ctx.Value(sandboxKey{}).(*sandbox) }
 
 // Start starts a command and streams its events: its pid, its output, its end.
-func (processService) Start(ctx context.Context, req *connect.Request[process.StartRequest], stream *connect.ServerStream[process.StartResponse]) error {
+func (ps processService) Start(ctx context.Context, req *connect.Request[process.StartRequest], stream *connect.ServerStream[process.StartResponse]) error {
 	sb := sandboxFrom(ctx)
-	cmd, pid, err := startCommand(sb, req.Msg)
+	root, err := envdUser(ps.rootUser, req.Header(), nil)
+	if err != nil {
+		return connect.NewError(connect.CodeUnauthenticated, err)
+	}
+	cmd, pid, err := startCommand(sb, req.Msg, root)
 	if err != nil {
 		return err
 	}
@@ -194,8 +200,9 @@ func (processService) Start(ctx context.Context, req *connect.Request[process.St
 	return streamCommand(ctx, cmd, send)
 }
 
-// startCommand starts what req asks for in sb's default context.
-func startCommand(sb *sandbox, req *process.StartRequest) (*command, uint32, error) {
+// startCommand starts what req asks for in sb's default context, as its root if root (in
+// root's home unless req says where, as envd starts a user's commands in its home).
+func startCommand(sb *sandbox, req *process.StartRequest, root bool) (*command, uint32, error) {
 	ns := sb.namespace()
 	if ns == nil {
 		return nil, 0, connect.NewError(connect.CodeUnavailable, errNotRunning)
@@ -211,8 +218,15 @@ func startCommand(sb *sandbox, req *process.StartRequest) (*command, uint32, err
 		return nil, 0, connect.NewError(connect.CodeInvalidArgument, errors.New(why))
 	}
 	mc := minipy.Command{Args: append([]string{cfg.GetCmd()}, cfg.GetArgs()...), Dir: cfg.GetCwd(), Env: env}
-	if mc.Dir == "" && sb.tmpl != nil { // (a template's working directory, as E2B's commands start there)
+	if root {
+		mc.User = "root"
+	}
+	switch {
+	case mc.Dir != "":
+	case sb.tmpl != nil && sb.tmpl.Workdir != "": // (a template's working directory, as E2B's commands start there)
 		mc.Dir = sb.tmpl.Workdir
+	case root:
+		mc.Dir = RootHome // (root's home, as envd starts a user's commands in its home)
 	}
 	if req.Pty != nil {
 		size := req.Pty.GetSize()

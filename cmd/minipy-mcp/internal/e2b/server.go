@@ -94,6 +94,9 @@ type Config struct {
 	// function that gives its place back; it is never refused (a pause gives back a place
 	// per context, and takes one). Nil: paused sandboxes hold no place.
 	HoldPaused func(user string) (release func())
+	// RootUser: the Engine's sandboxes have a root user (minipy.IsolatedConfig.RootUser),
+	// which E2B's user "root" is (commands, files, sudo); without it, "root" is refused.
+	RootUser bool
 	// DefaultTimeout is a sandbox's life when its creator gives none (0:
 	// DefaultSandboxTimeout); MaxTimeout the most it may ask for (0: DefaultMaxTimeout).
 	// A sandbox is killed when its time ends, as E2B's are.

@@ -305,7 +305,7 @@ func (s *Server) build(ctx context.Context, t *templateRecord, b *templates.Buil
 		start = *sb.tmpl
 	}
 	start.Envs = sb.envs
-	res, err := b.Run(ctx, spec, start, sandboxMachine{sb}, func(hash string) ([]byte, bool) {
+	res, err := b.Run(ctx, spec, start, sandboxMachine{sb, s.cfg.RootUser}, func(hash string) ([]byte, bool) {
 		return s.uploads.Get(t.user, hash)
 	})
 	if err != nil {
@@ -395,8 +395,8 @@ func (s *Server) startTemplate(sb *sandbox) (int, string) {
 	}
 	res := *sb.tmpl
 	res.Envs = sb.envs
-	m := sandboxMachine{sb}
-	if err := m.Start(res.StartCmd, res.Workdir, res.Env()); err != nil {
+	m := sandboxMachine{sb, s.cfg.RootUser}
+	if err := m.Start(res.Start()); err != nil {
 		return http.StatusInternalServerError, "the template's start command did not start: " + err.Error()
 	}
 	if err := templates.WaitReady(sb.ctx, m, res, func(string) {}); err != nil {

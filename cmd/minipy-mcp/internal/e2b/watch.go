@@ -36,7 +36,8 @@ var watchTypes = map[minipy.FileEventOp]filesystem.EventType{
 // watchOf starts a watch of the directory p of ctx's sandbox, until watchCtx ends; it
 // holds one of the sandbox's watches until the events' channel closes.
 func watchOf(ctx, watchCtx context.Context, p string, recursive bool) (*minipy.Namespace, string, <-chan minipy.FileEvent, error) {
-	ns, name, err := fsTarget(ctx, p)
+	f, name, err := fsTarget(ctx, false, nil, p) // (as the sandbox's user: its code's view)
+	ns := f.ns
 	if err != nil {
 		return nil, "", nil, err
 	}
@@ -94,7 +95,7 @@ func watchEvent(ns *minipy.Namespace, dir string, ev minipy.FileEvent, withEntry
 	out := &filesystem.FilesystemEvent{Name: ev.Name, Type: t}
 	if withEntry && ev.Op != minipy.FileRemoved && ev.Op != minipy.FileRenamed {
 		if fi, err := ns.Stat(path.Join(dir, ev.Name)); err == nil {
-			out.Entry = entry(ns, fi)
+			out.Entry = entry(userFiles{ns: ns}, fi)
 		}
 	}
 	return out

@@ -15,14 +15,23 @@ import (
 
 // Machine is the sandbox a build runs in: its steps are its commands and its files.
 type Machine interface {
-	// Run runs the bash command line in the sandbox, in dir, with env (KEY=VALUE) added
-	// to the sandbox's environment, gives each line it writes (stdout and stderr) to out,
-	// and returns its exit code (a signal's death is 128 and its number, as bash says).
-	Run(ctx context.Context, line, dir string, env []string, out func(line string)) (int, error)
-	// Start starts the bash command line as Run does, and leaves it running.
-	Start(line, dir string, env []string) error
+	// Run runs the command in the sandbox, gives each line it writes (stdout and stderr) to
+	// out, and returns its exit code (a signal's death is 128 and its number, as bash says).
+	Run(ctx context.Context, c Cmd, out func(line string)) (int, error)
+	// Start starts the command as Run does, and leaves it running.
+	Start(c Cmd) error
 	// Put writes data at the absolute name in the sandbox, for its user alone.
 	Put(name string, data []byte) error
+	// RootUser reports whether the sandbox has a root user that commands may run as.
+	RootUser() bool
+}
+
+// Cmd is a command of a build: the bash command line, run in Dir with Env (KEY=VALUE)
+// added to the sandbox's environment, as the sandbox's root if Root, else its user.
+type Cmd struct {
+	Line, Dir string
+	Env       []string
+	Root      bool
 }
 
 // A build's status (E2B's TemplateBuildStatus).
@@ -181,7 +190,7 @@ func (e *StepError) Unwrap() error { return e.Err }
 // ready command: the result, or a *StepError. It does not end the build: the caller keeps
 // what the machine holds first.
 func (b *Build) Run(ctx context.Context, sp *Spec, base Result, m Machine, files func(hash string) ([]byte, bool)) (Result, error) {
-	r := &runner{b: b, m: m, files: files, res: base}
+	r := &runner{b: b, m: m, files: files, res: base, rootOK: m.RootUser()}
 	r.res.Envs = maps.Clone(base.Envs)
 	if r.res.Envs == nil {
 		r.res.Envs = map[string]string{}
@@ -210,6 +219,8 @@ type runner struct {
 	m     Machine
 	files func(hash string) ([]byte, bool)
 	res   Result
+	// rootOK: the machine has a root user, whom steps may run as.
+	rootOK bool
 }
 
 // Env is the result's environment as KEY=VALUE, by name.
@@ -219,6 +230,11 @@ func (res *Result) Env() []string {
 		out = append(out, k+"="+res.Envs[k])
 	}
 	return out
+}
+
+// Start is the result's start command, as its user, in its working directory.
+func (res *Result) Start() Cmd {
+	return Cmd{Line: res.StartCmd, Dir: res.Workdir, Env: res.Env(), Root: res.User == RootUser}
 }
 
 // env is the build's environment as KEY=VALUE, and more.
@@ -232,14 +248,14 @@ func (r *runner) step(ctx context.Context, step string, st *Step) error {
 		}
 		return nil
 	case "USER":
-		user, err := checkUser(st.Args[0], "", "set the user")
+		user, err := checkUser(st.Args[0], "", "set the user", r.rootOK)
 		if err == nil {
 			r.res.User = user
 		}
 		return err
 	case "WORKDIR":
 		dir := inDir(r.res.Workdir, st.Args[0])
-		if err := r.run(ctx, step, `mkdir -p -- "$MINIPY_DIR"`, "/", "make the working directory "+dir,
+		if err := r.run(ctx, step, `mkdir -p -- "$MINIPY_DIR"`, "/", r.res.User, "make the working directory "+dir,
 			"MINIPY_DIR="+dir); err != nil {
 			return err
 		}
@@ -247,12 +263,14 @@ func (r *runner) step(ctx context.Context, step string, st *Step) error {
 		return nil
 	case "RUN":
 		what := "run command '" + st.Args[0] + "'"
+		user := r.res.User
 		if len(st.Args) == 2 {
-			if _, err := checkUser(st.Args[1], r.res.User, what); err != nil {
+			var err error
+			if user, err = checkUser(st.Args[1], r.res.User, what, r.rootOK); err != nil {
 				return err
 			}
 		}
-		return r.run(ctx, step, st.Args[0], r.res.Workdir, what)
+		return r.run(ctx, step, st.Args[0], r.res.Workdir, user, what)
 	case "COPY":
 		return r.copy(ctx, step, st)
 	}
@@ -261,8 +279,9 @@ func (r *runner) step(ctx context.Context, step string, st *Step) error {
 
 // run runs line for the step, logging its output; a non-zero exit is an error that says
 // what failed.
-func (r *runner) run(ctx context.Context, step, line, dir, what string, env ...string) error {
-	code, err := r.m.Run(ctx, line, dir, r.env(env...), func(out string) { r.b.Log("info", step, out) })
+func (r *runner) run(ctx context.Context, step, line, dir, user, what string, env ...string) error {
+	c := Cmd{Line: line, Dir: dir, Env: r.env(env...), Root: user == RootUser}
+	code, err := r.m.Run(ctx, c, func(out string) { r.b.Log("info", step, out) })
 	if err != nil {
 		return fmt.Errorf("failed to %s: %w", what, err)
 	}
@@ -273,14 +292,15 @@ func (r *runner) run(ctx context.Context, step, line, dir, what string, env ...s
 }
 
 // copyScript unpacks a COPY's upload (the SDK's tar of the matched files, by their paths
-// in its context) in a stage of its own, as the sandbox's user, and copies what the source
+// in its context) in a stage of its own, as the step's user (whose the files become: the
+// owners the archive names are ids of the client's machine), and copies what the source
 // pattern matches there to the destination as Docker's COPY does: a directory's contents
 // into the destination, a file to it (or into it, when it is a directory, ends in "/", or
 // takes several).
 const copyScript = `set -e
 stage=$(mktemp -d /tmp/.minipy-copy.XXXXXX)
 trap 'rm -rf -- "$stage" "$MINIPY_ARCHIVE"' EXIT
-tar -xpf "$MINIPY_ARCHIVE" -C "$stage"
+tar --no-same-owner -xpf "$MINIPY_ARCHIVE" -C "$stage"
 cd "$stage"
 shopt -s nullglob dotglob
 IFS=
@@ -311,8 +331,10 @@ if [ -n "$MINIPY_MODE" ]; then chmod -R -- "$MINIPY_MODE" "${copied[@]}"; fi`
 // copy runs a COPY step: its upload put in the sandbox, then copyScript.
 func (r *runner) copy(ctx context.Context, step string, st *Step) error {
 	what := "copy '" + st.Args[0] + "'"
+	user := r.res.User
 	if len(st.Args) > 2 {
-		if _, err := checkUser(st.Args[2], r.res.User, what); err != nil {
+		var err error
+		if user, err = checkUser(st.Args[2], r.res.User, what, r.rootOK); err != nil {
 			return err
 		}
 	}
@@ -331,7 +353,7 @@ func (r *runner) copy(ctx context.Context, step string, st *Step) error {
 	if strings.HasSuffix(st.Args[1], "/") {
 		into = "1"
 	}
-	return r.run(ctx, step, copyScript, r.res.Workdir, what, "MINIPY_ARCHIVE="+archive, "MINIPY_SRC="+st.Args[0],
+	return r.run(ctx, step, copyScript, r.res.Workdir, user, what, "MINIPY_ARCHIVE="+archive, "MINIPY_SRC="+st.Args[0],
 		"MINIPY_DEST="+inDir(r.res.Workdir, st.Args[1]), "MINIPY_INTO="+into, "MINIPY_MODE="+mode)
 }
 
@@ -342,7 +364,7 @@ func (r *runner) start(ctx context.Context) error {
 		return nil
 	}
 	r.b.Log("info", "finalize", "Running the start command: "+r.res.StartCmd)
-	if err := r.m.Start(r.res.StartCmd, r.res.Workdir, r.env()); err != nil {
+	if err := r.m.Start(r.res.Start()); err != nil {
 		return fmt.Errorf("failed to start '%s': %w", r.res.StartCmd, err)
 	}
 	return WaitReady(ctx, r.m, r.res, func(line string) { r.b.Log("info", "finalize", line) })
@@ -360,9 +382,9 @@ func WaitReady(ctx context.Context, m Machine, res Result, out func(string)) err
 	}
 	ctx, cancel := context.WithTimeout(ctx, ReadyTimeout)
 	defer cancel()
-	env := res.Env()
+	c := Cmd{Line: res.ReadyCmd, Dir: res.Workdir, Env: res.Env(), Root: res.User == RootUser}
 	for {
-		code, err := m.Run(ctx, res.ReadyCmd, res.Workdir, env, out)
+		code, err := m.Run(ctx, c, out)
 		if err == nil && code == 0 {
 			return nil
 		}

@@ -27,7 +27,10 @@ const BaseImage = "e2bdev/base"
 // DefaultUser and DefaultWorkdir are a build's user and working directory until its steps
 // set others (E2B's defaults).
 const (
-	DefaultUser    = "user"
+	DefaultUser = "user"
+	// RootUser is the sandbox's root, whom steps may run as where it has one
+	// (Machine.RootUser).
+	RootUser       = "root"
 	DefaultWorkdir = "/home/user"
 )
 
@@ -151,17 +154,18 @@ func ValidHash(h string) bool {
 }
 
 // checkUser checks the user a step runs as ("" for the build's own, which USER set):
-// minipy's sandbox has one, "user". It returns the user the step runs as.
-func checkUser(user, current, what string) (string, error) {
+// minipy's sandbox has "user" and, where the server runs as root (rootOK), "root". It
+// returns the user the step runs as.
+func checkUser(user, current, what string, rootOK bool) (string, error) {
 	if user == "" {
 		user = current
 	}
-	switch user {
-	case DefaultUser:
+	switch {
+	case user == DefaultUser, user == RootUser && rootOK:
 		return user, nil
-	case "root":
-		return "", fmt.Errorf("%w: failed to %s: root: minipy's sandbox has one user, %q (uid 1000), and no root "+
-			"(docs/e2b.md)", ErrRefused, what, DefaultUser)
+	case user == RootUser:
+		return "", fmt.Errorf("%w: failed to %s: root: this server's sandboxes have one user, %q (uid 1000), and "+
+			"no root: it does not run as root (docs/e2b.md)", ErrRefused, what, DefaultUser)
 	}
 	// (E2B's envd's own words for a user its image does not have)
 	return "", fmt.Errorf("failed to %s: command failed: unauthenticated: invalid username: '%s'", what, user)

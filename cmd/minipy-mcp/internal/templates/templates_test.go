@@ -61,19 +61,30 @@ type machine struct {
 	put           map[string][]byte
 	fail          map[string]int
 	envs          [][]string
+	root          bool // it has a root user
 }
 
-func (m *machine) Run(ctx context.Context, line, dir string, env []string, out func(string)) (int, error) {
-	m.runs = append(m.runs, dir+"$ "+line)
-	m.envs = append(m.envs, env)
-	out("output of " + line)
-	return m.fail[line], nil
+// prompt is the command's prompt: dir and "$ ", or "# " as root.
+func prompt(c Cmd) string {
+	if c.Root {
+		return c.Dir + "# "
+	}
+	return c.Dir + "$ "
 }
 
-func (m *machine) Start(line, dir string, env []string) error {
-	m.started = append(m.started, dir+"$ "+line)
+func (m *machine) Run(ctx context.Context, c Cmd, out func(string)) (int, error) {
+	m.runs = append(m.runs, prompt(c)+c.Line)
+	m.envs = append(m.envs, c.Env)
+	out("output of " + c.Line)
+	return m.fail[c.Line], nil
+}
+
+func (m *machine) Start(c Cmd) error {
+	m.started = append(m.started, prompt(c)+c.Line)
 	return nil
 }
+
+func (m *machine) RootUser() bool { return m.root }
 
 func (m *machine) Put(name string, data []byte) error {
 	m.put[name] = data
@@ -135,7 +146,7 @@ func TestBuildFails(t *testing.T) {
 	}{
 		{Step{Type: "RUN", Args: []string{"false"}}, map[string]int{"false": 1},
 			"failed to run command 'false': command failed: exit status 1"},
-		{Step{Type: "RUN", Args: []string{"whoami", "root"}}, nil, "root: minipy's sandbox has one user"},
+		{Step{Type: "RUN", Args: []string{"whoami", "root"}}, nil, "root: this server's sandboxes have one user"},
 		{Step{Type: "RUN", Args: []string{"whoami", "root123"}}, nil,
 			"failed to run command 'whoami': command failed: unauthenticated: invalid username: 'root123'"},
 		{Step{Type: "USER", Args: []string{"root"}}, nil, "failed to set the user: root"},
@@ -157,6 +168,30 @@ func TestBuildFails(t *testing.T) {
 		assert.Equal(t, "2", info.Reason.Step)
 		assert.Contains(t, info.Reason.Message, tc.want)
 	}
+}
+
+// Where the sandbox has a root user, steps run as root when they say so, and after USER
+// root; so do the start and ready commands.
+func TestBuildAsRoot(t *testing.T) {
+	hash := strings.Repeat("ef", 32)
+	spec := &Spec{Steps: []Step{
+		{Type: "RUN", Args: []string{"apt-get install -y x", "root"}},
+		{Type: "RUN", Args: []string{"whoami"}},
+		{Type: "COPY", Args: []string{"a", "/etc2/a", "root"}, FilesHash: hash},
+		{Type: "USER", Args: []string{"root"}},
+		{Type: "RUN", Args: []string{"id -u"}},
+		{Type: "RUN", Args: []string{"id -un", "user"}},
+	}, StartCmd: "serve", ReadyCmd: "check"}
+	m := &machine{put: map[string][]byte{}, root: true}
+	b := NewBuild("t", "b")
+	b.Begin()
+	res, err := b.Run(context.Background(), spec, Result{}, m, func(string) ([]byte, bool) { return []byte("tar"), true })
+	require.NoError(t, err)
+	assert.Equal(t, RootUser, res.User)
+	assert.Equal(t, []string{"/home/user# apt-get install -y x", "/home/user$ whoami", "/home/user# " + copyScript,
+		"/home/user# id -u", "/home/user$ id -un", "/home/user# check"}, m.runs)
+	assert.Equal(t, []string{"/home/user# serve"}, m.started)
+	assert.Equal(t, Cmd{Line: "serve", Dir: "/home/user", Root: true}, res.Start())
 }
 
 // A ready command is run again until it succeeds, within ReadyTimeout or the context.

@@ -23,7 +23,7 @@ out.results = {
 }
 
 // A context in a cwd it cannot enter is made where it can be, and says where.
-const ctx = await sbx.createCodeContext({ language: 'python', cwd: '/root' })
+const ctx = await sbx.createCodeContext({ language: 'python', cwd: '/srv/none' })
 const listed = (await sbx.listCodeContexts()).find((c) => c.id === ctx.id)
 out.context = { cwd: ctx.cwd, listed: listed?.cwd, runs: (await sbx.runCode('6 * 7', { context: ctx })).text }
 
@@ -121,6 +121,10 @@ await fromSnap.kill()
 // Sandbox.list: newest first, order, template and startedAfter filters, pages.
 const tag = { conformance: String(Date.now()) }
 const first = await Sandbox.create({ metadata: tag })
+// (startedAt reaches the SDK in milliseconds: the second starts in a later one than the first, or
+// startedAfter the second's would hold the first too)
+const firstAt = new Date((await first.getInfo()).startedAt).getTime()
+while (Date.now() <= firstAt + 1) await new Promise((resolve) => setTimeout(resolve, 1))
 const second = await Sandbox.create({ metadata: tag })
 const names = (sbs) => sbs.map((s) => (s.sandboxId === first.sandboxId ? 'first' : 'second'))
 const listing = async (opts) => names(await Sandbox.list(opts).nextItems())

@@ -1,6 +1,7 @@
 // E2B's base SDK (the `e2b` package), unmodified, builds templates on minipy-mcp -e2b
 // (Template.build: its files uploaded, its steps run in a sandbox), starts sandboxes of one,
-// and meets the refusals: another image, root, a failing step. Prints what it saw as one
+// and meets the refusals: another image, a failing step, root where the server has none.
+// Prints what it saw as one
 // JSON object. CONTEXT is a directory it may write (the template's files).
 import fs from 'node:fs'
 import path from 'node:path'
@@ -66,7 +67,9 @@ const failure = async (t) => {
 }
 out.failedStep = await failure(Template().fromBaseImage().runCmd('echo before && exit 3'))
 out.otherImage = await failure(Template().fromImage('ubuntu:22.04').runCmd('ls'))
-out.asRoot = await failure(Template().fromBaseImage().runCmd('whoami', { user: 'root' }))
+out.asRoot = await failure(Template().fromBaseImage().runCmd('test "$(whoami)" = root', { user: 'root' })
+  .setUser('root').runCmd('test "$(id -u)" = 0 && mkdir -p /opt/tool && echo t > /opt/tool/x')
+  .setUser('user').runCmd('test "$(whoami)" = user && test "$(stat -c %U /opt/tool/x)" = root'))
 out.noUser = await failure(Template().fromBaseImage().runCmd('whoami', { user: 'root123' }))
 out.fromMine = await failure(Template().fromTemplate(name).runCmd('test "$(cat /app/greeting.txt)" = "hello template"'))
 
