@@ -55,8 +55,8 @@ const (
 // watches open at once (each an inotify instance of the host's user): past that an error.
 // A missing dir gives an error matching fs.ErrNotExist; a file, one matching
 // syscall.ENOTDIR. Safe from any goroutine, beside runs.
-func (ns *Namespace) WatchDir(ctx context.Context, dir string, recursive bool) (<-chan FileEvent, error) {
-	root, clean, err := ns.fileRoot("watch", dir, true)
+func (ns *Namespace) WatchDir(ctx context.Context, dir string, recursive bool, opts ...FileOption) (<-chan FileEvent, error) {
+	root, clean, err := ns.fileRoot("watch", dir, true, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -88,7 +88,7 @@ func (ns *Namespace) WatchDir(ctx context.Context, dir string, recursive bool) (
 		w.addBelow(fd, "")
 	}
 	base := cmp.Or(root.base, ".") // (the place an absolute name reached, again)
-	w.reopen = func() (*workRoot, error) { r, _, err := ns.fileRoot("watch", base, true); return r, err }
+	w.reopen = func() (*workRoot, error) { r, _, err := ns.fileRoot("watch", base, true, opts...); return r, err }
 	go w.serve(ctx)
 	return w.out, nil
 }

@@ -574,6 +574,10 @@ func TestE2BRootUser(t *testing.T) {
 	assert.Contains(t, got["badUser"], "invalid username: 'admin'")
 	assert.Contains(t, got["badCommandUser"], "invalid username: 'admin'")
 	assert.Equal(t, "root 600 /root/key\nroot 644 /srv/s\nsecret", got["afterPause"])
+	assert.Equal(t, true, got["watched"], "a watch as root")
+	assert.NotEqual(t, "watched", got["watchAsUser"])
+	assert.Contains(t, got["mcp"], "Failed to start MCP gateway")
+	assert.Equal(t, 0.0, got["mcpLeft"])
 }
 
 // E2B's base SDK builds a template (its files uploaded, its steps run in a sandbox of the

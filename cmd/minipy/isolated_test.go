@@ -61,3 +61,20 @@ except urllib.error.HTTPError as e:
 	assert.NotEqual(t, 0, code)
 	assert.Contains(t, errOut, "IsolatedConfig.Egress is the way out of a sandbox without a network")
 }
+
+// --root-user gives the sandbox a root user (a root host's), which its code becomes with
+// sudo; without it there is no sudo.
+func TestCLIRootUser(t *testing.T) {
+	script := "import subprocess; subprocess.run('sudo id -u', shell=True, capture_output=True, text=True).stdout.strip()"
+	code, out, errOut := cli(t, "", "--isolated", "-c", script)
+	assert.Equal(t, 0, code, errOut)
+	assert.Equal(t, "''\n", out, "no root user, no sudo")
+	code, out, errOut = cli(t, "", "--root-user", "-c", script)
+	if os.Geteuid() != 0 {
+		assert.Equal(t, 1, code)
+		assert.Contains(t, errOut, "root")
+		return
+	}
+	assert.Equal(t, 0, code, errOut)
+	assert.Equal(t, "'0'\n", out)
+}

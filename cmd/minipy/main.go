@@ -174,6 +174,8 @@ func (c *config) runFlags(fs *flag.FlagSet) {
 func (c *config) isolatedFlags(fs *flag.FlagSet, puts *[]string) {
 	fs.StringVar(&c.isolated.Python, "python", "", "isolated: the worker's python executable (default: the one matching the linked libpython)")
 	fs.BoolVar(&c.isolated.Network, "network", false, "isolated: let the code reach the network")
+	fs.BoolVar(&c.isolated.RootUser, "root-user", false, "isolated: give the sandbox a root user its code may become "+
+		"(sudo; a root host's: root over the sandbox alone)")
 	fs.Func("egress-allow", "isolated: let the code reach these hosts (a comma-separated `list` of names, *.domain, "+
 		"name:port; pypi for PyPI) through the sandbox's egress proxy, and nothing else (repeatable)", func(v string) error {
 		if c.isolated.Egress == nil {
@@ -222,7 +224,7 @@ func (c *config) check(fs *flag.FlagSet, puts []string, stderr io.Writer) bool {
 		switch f.Name {
 		case "c":
 			c.hasCode = true
-		case "python", "network", "memory-limit", "work-size", "mount", "env", "put", "out", "egress-allow":
+		case "python", "network", "memory-limit", "work-size", "mount", "env", "put", "out", "egress-allow", "root-user":
 			c.isoFlags = append(c.isoFlags, "--"+f.Name)
 		}
 	})

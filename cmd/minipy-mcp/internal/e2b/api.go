@@ -105,7 +105,7 @@ type createRequest struct {
 		Enabled bool `json:"enabled"`
 	} `json:"autoResume"`
 	VolumeMounts []any           `json:"volumeMounts"`
-	MCP          any             `json:"mcp"`
+	MCP          any             `json:"mcp"`     // (the SDK starts the gateway, a command of the sandbox's: there is none here)
 	Network      *networkRequest `json:"network"` // ports.go, network.go
 	// AllowInternetAccess false denies every destination (network.go).
 	AllowInternetAccess *bool `json:"allowInternetAccess"`
@@ -179,9 +179,6 @@ func (s *Server) checkCreate(req *createRequest) (template string, life time.Dur
 	switch {
 	case len(req.VolumeMounts) > 0:
 		return "", 0, "volumes are not served by minipy: a sandbox's files live in its working directory (docs/e2b.md)"
-	case req.MCP != nil:
-		return "", 0, "an MCP gateway in the sandbox is not served by minipy: minipy-mcp gives MCP servers' tools to " +
-			"the code with -upstream (docs/e2b.md)"
 	case req.AutoResume != nil && req.AutoResume.Enabled:
 		return "", 0, "autoResume is not served: resume a paused sandbox with Sandbox.connect (docs/e2b.md)"
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"path"
 	"sync"
 	"syscall"
@@ -33,13 +34,14 @@ var watchTypes = map[minipy.FileEventOp]filesystem.EventType{
 	minipy.FileChmod: filesystem.EventType_EVENT_TYPE_CHMOD,
 }
 
-// watchOf starts a watch of the directory p of ctx's sandbox, until watchCtx ends; it
-// holds one of the sandbox's watches until the events' channel closes.
-func watchOf(ctx, watchCtx context.Context, p string, recursive bool) (*minipy.Namespace, string, <-chan minipy.FileEvent, error) {
-	f, name, err := fsTarget(ctx, false, nil, p) // (as the sandbox's user: its code's view)
-	ns := f.ns
+// watchOf starts a watch of the directory p of ctx's sandbox, as the request's user (its
+// header h; rootUser: Config.RootUser), until watchCtx ends; it holds one of the sandbox's
+// watches until the events' channel closes.
+func watchOf(ctx, watchCtx context.Context, rootUser bool, h http.Header, p string, recursive bool) (userFiles, string,
+	<-chan minipy.FileEvent, error) {
+	f, name, err := fsTarget(ctx, rootUser, h, p)
 	if err != nil {
-		return nil, "", nil, err
+		return f, "", nil, err
 	}
 	sb := sandboxFrom(ctx)
 	sb.mu.Lock()
@@ -49,20 +51,20 @@ func watchOf(ctx, watchCtx context.Context, p string, recursive bool) (*minipy.N
 	}
 	sb.mu.Unlock()
 	if full {
-		return nil, "", nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("the sandbox watches %d "+
+		return f, "", nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("the sandbox watches %d "+
 			"directories, its most: stop a watch first", maxSandboxWatch))
 	}
-	events, err := ns.WatchDir(watchCtx, name, recursive)
+	events, err := f.ns.WatchDir(watchCtx, name, recursive, f.opts()...)
 	if err != nil {
 		sb.mu.Lock()
 		sb.watching--
 		sb.mu.Unlock()
 	}
 	if errors.Is(err, syscall.ENOTDIR) {
-		return nil, "", nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("path %s is not a directory", echo(p)))
+		return f, "", nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("path %s is not a directory", echo(p)))
 	}
 	if err != nil {
-		return nil, "", nil, fsError(err)
+		return f, "", nil, fsError(err)
 	}
 	out := make(chan minipy.FileEvent)
 	go func() { // (the watch's place goes back when it ends)
@@ -82,27 +84,27 @@ func watchOf(ctx, watchCtx context.Context, p string, recursive bool) (*minipy.N
 			}
 		}
 	}()
-	return ns, name, out, nil
+	return f, name, out, nil
 }
 
 // watchEvent is ev under the directory dir as envd gives it (with its entry, if asked and
 // it is there); nil for what envd does not report (lost events).
-func watchEvent(ns *minipy.Namespace, dir string, ev minipy.FileEvent, withEntry bool) *filesystem.FilesystemEvent {
+func watchEvent(f userFiles, dir string, ev minipy.FileEvent, withEntry bool) *filesystem.FilesystemEvent {
 	t, ok := watchTypes[ev.Op]
 	if !ok {
 		return nil
 	}
 	out := &filesystem.FilesystemEvent{Name: ev.Name, Type: t}
 	if withEntry && ev.Op != minipy.FileRemoved && ev.Op != minipy.FileRenamed {
-		if fi, err := ns.Stat(path.Join(dir, ev.Name)); err == nil {
-			out.Entry = entry(userFiles{ns: ns}, fi)
+		if fi, err := f.ns.Stat(path.Join(dir, ev.Name), f.opts()...); err == nil {
+			out.Entry = entry(f, fi)
 		}
 	}
 	return out
 }
 
-func (filesystemService) WatchDir(ctx context.Context, req *connect.Request[filesystem.WatchDirRequest], stream *connect.ServerStream[filesystem.WatchDirResponse]) error {
-	ns, dir, events, err := watchOf(ctx, ctx, req.Msg.GetPath(), req.Msg.GetRecursive())
+func (fss filesystemService) WatchDir(ctx context.Context, req *connect.Request[filesystem.WatchDirRequest], stream *connect.ServerStream[filesystem.WatchDirResponse]) error {
+	f, dir, events, err := watchOf(ctx, ctx, fss.rootUser, req.Header(), req.Msg.GetPath(), req.Msg.GetRecursive())
 	if err != nil {
 		return err
 	}
@@ -119,7 +121,7 @@ func (filesystemService) WatchDir(ctx context.Context, req *connect.Request[file
 			if !ok {
 				return nil
 			}
-			if fe := watchEvent(ns, dir, ev, req.Msg.GetIncludeEntry()); fe != nil {
+			if fe := watchEvent(f, dir, ev, req.Msg.GetIncludeEntry()); fe != nil {
 				if err := stream.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Filesystem{Filesystem: fe}}); err != nil {
 					return err
 				}
@@ -140,10 +142,10 @@ type polledWatch struct {
 	events []*filesystem.FilesystemEvent
 }
 
-func (filesystemService) CreateWatcher(ctx context.Context, req *connect.Request[filesystem.CreateWatcherRequest]) (*connect.Response[filesystem.CreateWatcherResponse], error) {
+func (fss filesystemService) CreateWatcher(ctx context.Context, req *connect.Request[filesystem.CreateWatcherRequest]) (*connect.Response[filesystem.CreateWatcherResponse], error) {
 	sb := sandboxFrom(ctx)
 	watchCtx, stop := context.WithCancel(sb.ctx)
-	ns, dir, events, err := watchOf(ctx, watchCtx, req.Msg.GetPath(), req.Msg.GetRecursive())
+	f, dir, events, err := watchOf(ctx, watchCtx, fss.rootUser, req.Header(), req.Msg.GetPath(), req.Msg.GetRecursive())
 	if err != nil {
 		stop()
 		return nil, err
@@ -158,7 +160,7 @@ func (filesystemService) CreateWatcher(ctx context.Context, req *connect.Request
 	sb.mu.Unlock()
 	go func() {
 		for ev := range events {
-			if fe := watchEvent(ns, dir, ev, req.Msg.GetIncludeEntry()); fe != nil {
+			if fe := watchEvent(f, dir, ev, req.Msg.GetIncludeEntry()); fe != nil {
 				w.mu.Lock()
 				if len(w.events) == maxPolled {
 					w.events = w.events[1:]

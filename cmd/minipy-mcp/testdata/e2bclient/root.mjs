@@ -26,6 +26,15 @@ const up = await sbx.uploadUrl('up.txt', { user: 'root', useSignatureExpiration:
 const form = new FormData()
 form.append('file', 'uploaded')
 out.uploaded = await (await fetch(up, { method: 'POST', body: form })).json()
+// A watch of root's home, as root (as the user it may not read it).
+const seen = []
+const watch = await sbx.files.watchDir('/root', (ev) => seen.push(ev.name), { user: 'root' })
+await sbx.files.write('/root/watched.txt', 'w', { user: 'root' })
+for (let i = 0; i < 500 && !seen.includes('watched.txt'); i++) await new Promise((r) => setTimeout(r, 20))
+await watch.stop()
+out.watched = seen.includes('watched.txt')
+out.watchAsUser = await sbx.files.watchDir('/root', () => {}).then((w) => w.stop().then(() => 'watched'),
+  (e) => e.constructor.name)
 out.badUser = await sbx.files.write('x.txt', 'x', { user: 'admin' }).then(() => 'written', (e) => e.message)
 out.badCommandUser = await sbx.commands.run('true', { user: 'admin' }).then(() => 'ran', (e) => e.message)
 
@@ -35,4 +44,10 @@ const again = await Sandbox.connect(sbx.sandboxId)
 out.afterPause = (await again.commands.run('stat -c "%U %a %n" /root/key /srv/s; cat /root/key', { user: 'root' }))
   .stdout.trim()
 await again.kill()
+
+// An MCP gateway: the SDK starts it as root, as a command; the sandbox has none, and the
+// SDK kills the sandbox it made (E2B's 'MCP gateway start failure kills the created sandbox').
+const metadata = { mcpCheck: String(Date.now()) }
+out.mcp = await Sandbox.create('base', { metadata, mcp: { invalid_server: {} } }).then(() => 'created', (e) => e.message)
+out.mcpLeft = (await Sandbox.list({ query: { metadata } }).nextItems()).length
 console.log(JSON.stringify(out))
