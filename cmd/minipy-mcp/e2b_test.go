@@ -600,7 +600,7 @@ func testE2BTemplates(t *testing.T, s *serverProc) {
 	assert.Equal(t, []any{true, false}, got["exists"])
 	assert.Equal(t, map[string]any{"pwd": "/app", "copied": "This is a test file.", "folder": "deep.txt link.txt test.txt",
 		"link": "test.txt", "script": "ran", "greeting": "hello template", "env": "hello template", "tmp": "kept",
-		"started": "started"}, got["inside"])
+		"started": true}, got["inside"], "started: by the sandbox's own start command (its boot id), not the build's")
 	assert.Equal(t, "BuildError: failed to run command 'echo before && exit 3': command failed: exit status 3", got["failedStep"])
 	assert.Contains(t, got["otherImage"], "BuildError: 400: the template cannot be built: not served by minipy: fromImage \"ubuntu:22.04\"")
 	if os.Geteuid() == 0 { // (the sandboxes have a root user: steps run as root when they say so)

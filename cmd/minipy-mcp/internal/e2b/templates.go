@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -305,9 +306,12 @@ func (s *Server) build(ctx context.Context, t *templateRecord, b *templates.Buil
 		start = *sb.tmpl
 	}
 	start.Envs = sb.envs
-	res, err := b.Run(ctx, spec, start, sandboxMachine{sb, s.cfg.RootUser}, func(hash string) ([]byte, bool) {
+	res, err := b.Run(ctx, spec, start, sandboxMachine{sb: sb, rootUser: s.cfg.RootUser}, func(hash string) ([]byte, bool) {
 		return s.uploads.Get(t.user, hash)
 	})
+	if err == nil {
+		err = s.finalize(ctx, sb, b, res)
+	}
 	if err != nil {
 		var se *templates.StepError
 		if errors.As(err, &se) {
@@ -326,6 +330,40 @@ func (s *Server) build(ctx context.Context, t *templateRecord, b *templates.Buil
 		return "finalize", err
 	}
 	return "", nil
+}
+
+// finalize runs the template's start command and waits for its ready check (b.Finalize) in
+// a copy of the build's sandbox (its contexts saved and restored in a sandbox of their own,
+// as a fork's), which is not kept: the template keeps the sandbox as its steps left it, so
+// that what the start command writes (the file a waitForFile check waits for) is not in a
+// new sandbox before its own start command ran (E2B's sandboxes resume with the process
+// running; minipy's run it again).
+func (s *Server) finalize(ctx context.Context, sb *sandbox, b *templates.Build, res templates.Result) error {
+	if res.StartCmd == "" {
+		return nil
+	}
+	fail := func(what string, err error) error {
+		return &templates.StepError{Step: "finalize", Err: fmt.Errorf("%s: %w", what, err)}
+	}
+	sb.mu.Lock()
+	contexts := slices.Clone(sb.contexts)
+	sb.mu.Unlock()
+	saved, _, err := saveContexts(contexts)
+	if err != nil {
+		return fail("the build's sandbox could not be copied to run its start command in", err)
+	}
+	c := s.sandboxFor(sb.user, sb.template, nil, maps.Clone(sb.envs), false, s.cfg.MaxTimeout)
+	c.tmpl = sb.tmpl
+	restored, code, why := s.restoreContexts(c, saved)
+	if code != 0 {
+		c.cancel()
+		return fail("the build's sandbox could not be copied to run its start command in", errors.New(why))
+	}
+	c.contexts = restored
+	defer s.kill(c, "its template's start command was checked")
+	stop := context.AfterFunc(ctx, func() { s.kill(c, "its template's build was stopped") })
+	defer stop()
+	return b.Finalize(ctx, sandboxMachine{sb: c, rootUser: s.cfg.RootUser}, res)
 }
 
 // buildSandbox starts the sandbox a build runs in: a sandbox of user (under the user's
@@ -395,7 +433,7 @@ func (s *Server) startTemplate(sb *sandbox) (int, string) {
 	}
 	res := *sb.tmpl
 	res.Envs = sb.envs
-	m := sandboxMachine{sb, s.cfg.RootUser}
+	m := sandboxMachine{sb: sb, rootUser: s.cfg.RootUser}
 	if err := m.Start(res.Start()); err != nil {
 		return http.StatusInternalServerError, "the template's start command did not start: " + err.Error()
 	}

@@ -46,11 +46,20 @@ const (
 const (
 	maxLogEntries = 10_000
 	maxLogLine    = 4 << 10
-	// ReadyTimeout bounds the ready command's checks (a failed check is run again every
-	// readyEvery until one succeeds).
+	// ReadyTimeout bounds the ready command's checks (a failed check is run again after
+	// readyDelay until one succeeds).
 	ReadyTimeout = 5 * time.Minute
+	readyFirst   = 10 * time.Millisecond
 	readyEvery   = 500 * time.Millisecond
 )
+
+// readyDelay is the wait before the ready command's next check when n have failed: 10 ms,
+// doubling, then every readyEvery: a sandbox whose server is up 50 ms after its start
+// command answers its create then, not at the second half-second (each sandbox of the
+// template runs its start command and waits, where E2B resumes it running).
+func readyDelay(n int) time.Duration {
+	return min(readyFirst<<min(max(n-1, 0), 16), readyEvery)
+}
 
 // LogEntry is a line of a build's log (E2B's BuildLogEntry).
 type LogEntry struct {
@@ -186,9 +195,9 @@ func (e *StepError) Error() string { return e.Err.Error() }
 func (e *StepError) Unwrap() error { return e.Err }
 
 // Run runs the spec's steps in m, from base (what the template it starts from left), the
-// files of its COPY steps from files (by hash), then its start command, and waits for its
-// ready command: the result, or a *StepError. It does not end the build: the caller keeps
-// what the machine holds first.
+// files of its COPY steps from files (by hash): the result (with the spec's start and ready
+// commands), or a *StepError. It does not run the start command: Finalize does, where the
+// caller says. It does not end the build: the caller keeps what the machine holds first.
 func (b *Build) Run(ctx context.Context, sp *Spec, base Result, m Machine, files func(hash string) ([]byte, bool)) (Result, error) {
 	r := &runner{b: b, m: m, files: files, res: base, rootOK: m.RootUser()}
 	r.res.Envs = maps.Clone(base.Envs)
@@ -207,10 +216,20 @@ func (b *Build) Run(ctx context.Context, sp *Spec, base Result, m Machine, files
 	if sp.StartCmd != "" {
 		r.res.StartCmd, r.res.ReadyCmd = sp.StartCmd, sp.ReadyCmd
 	}
-	if err := r.start(ctx); err != nil {
-		return Result{}, &StepError{"finalize", err}
-	}
 	return r.res, nil
+}
+
+// Finalize starts res's start command in m, if it has one, and waits until its ready
+// command succeeds (ReadyTimeout at most), as a sandbox of the template will: a
+// *StepError ("finalize") otherwise. m is best a copy of the build's machine that is not
+// kept: what the start command writes (a file its ready check waits for) would be in
+// every sandbox of the template before its own start command ran.
+func (b *Build) Finalize(ctx context.Context, m Machine, res Result) error {
+	r := &runner{b: b, m: m, res: res, rootOK: m.RootUser()}
+	if err := r.start(ctx); err != nil {
+		return &StepError{"finalize", err}
+	}
+	return nil
 }
 
 // runner runs one build's steps.
@@ -374,8 +393,8 @@ func (r *runner) start(ctx context.Context) error {
 // time.
 var ErrNotReady = errors.New("the ready command did not succeed")
 
-// WaitReady runs res's ready command in m until it succeeds, every readyEvery, at most
-// ReadyTimeout (or until ctx ends); none is ready at once.
+// WaitReady runs res's ready command in m until it succeeds, again after readyDelay, at
+// most ReadyTimeout (or until ctx ends); none is ready at once.
 func WaitReady(ctx context.Context, m Machine, res Result, out func(string)) error {
 	if res.ReadyCmd == "" {
 		return nil
@@ -383,7 +402,7 @@ func WaitReady(ctx context.Context, m Machine, res Result, out func(string)) err
 	ctx, cancel := context.WithTimeout(ctx, ReadyTimeout)
 	defer cancel()
 	c := Cmd{Line: res.ReadyCmd, Dir: res.Workdir, Env: res.Env(), Root: res.User == RootUser}
-	for {
+	for failed := 1; ; failed++ {
 		code, err := m.Run(ctx, c, out)
 		if err == nil && code == 0 {
 			return nil
@@ -391,7 +410,7 @@ func WaitReady(ctx context.Context, m Machine, res Result, out func(string)) err
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%w in %v: '%s'", ErrNotReady, ReadyTimeout, res.ReadyCmd)
-		case <-time.After(readyEvery):
+		case <-time.After(readyDelay(failed)):
 		}
 	}
 }

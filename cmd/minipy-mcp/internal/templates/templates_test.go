@@ -110,6 +110,8 @@ func TestBuildRun(t *testing.T) {
 	res, err := b.Run(context.Background(), spec, Result{Envs: map[string]string{"BASE": "x"}}, m,
 		func(h string) ([]byte, bool) { return []byte("tar"), h == hash })
 	require.NoError(t, err)
+	assert.Empty(t, m.started, "the steps alone: Finalize starts the start command")
+	require.NoError(t, b.Finalize(context.Background(), m, res))
 	assert.Equal(t, Result{Envs: map[string]string{"A": "1", "BASE": "x"}, Workdir: "/home/user/app", User: "user",
 		StartCmd: "serve", ReadyCmd: "check"}, res)
 	assert.Equal(t, []byte("tar"), m.put["/tmp/.minipy-upload-"+hash])
@@ -187,11 +189,39 @@ func TestBuildAsRoot(t *testing.T) {
 	b.Begin()
 	res, err := b.Run(context.Background(), spec, Result{}, m, func(string) ([]byte, bool) { return []byte("tar"), true })
 	require.NoError(t, err)
+	require.NoError(t, b.Finalize(context.Background(), m, res))
 	assert.Equal(t, RootUser, res.User)
 	assert.Equal(t, []string{"/home/user# apt-get install -y x", "/home/user$ whoami", "/home/user# " + copyScript,
 		"/home/user# id -u", "/home/user$ id -un", "/home/user# check"}, m.runs)
 	assert.Equal(t, []string{"/home/user# serve"}, m.started)
 	assert.Equal(t, Cmd{Line: "serve", Dir: "/home/user", Root: true}, res.Start())
+}
+
+// A failed ready check is tried again soon, then less often: 10 ms doubling to 500 ms.
+func TestReadyDelay(t *testing.T) {
+	var got []time.Duration
+	for n := 1; n <= 8; n++ {
+		got = append(got, readyDelay(n))
+	}
+	ms := time.Millisecond
+	assert.Equal(t, []time.Duration{10 * ms, 20 * ms, 40 * ms, 80 * ms, 160 * ms, 320 * ms, 500 * ms, 500 * ms}, got)
+	assert.Equal(t, readyEvery, readyDelay(1000), "no overflow")
+}
+
+// A start command whose ready check never succeeds fails the build's finalize step.
+func TestFinalizeNotReady(t *testing.T) {
+	m := &machine{put: map[string][]byte{}, fail: map[string]int{"check": 1}}
+	b := NewBuild("t", "b")
+	b.Begin()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*readyFirst)
+	defer cancel()
+	err := b.Finalize(ctx, m, Result{StartCmd: "serve", ReadyCmd: "check", Workdir: "/w"})
+	var se *StepError
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, "finalize", se.Step)
+	assert.ErrorIs(t, err, ErrNotReady)
+	assert.Equal(t, []string{"/w$ serve"}, m.started)
+	assert.NoError(t, b.Finalize(ctx, m, Result{}), "no start command: nothing to wait for")
 }
 
 // A ready command is run again until it succeeds, within ReadyTimeout or the context.

@@ -25,7 +25,10 @@ const template = Template({ fileContextPath: ctx })
   .setWorkdir('/app')
   .runCmd('echo "$GREETING" > greeting.txt && mkdir -p /tmp/cache && echo kept > /tmp/cache/x')
   .makeSymlink('greeting.txt', 'hello.txt')
-  .setStartCmd('echo started > /tmp/started && sleep 600', waitForFile('/tmp/started'))
+  // (the file its ready check waits for made late, holding the sandbox's own boot id: a
+  // sandbox of the template is ready once its own start command made it, not the build's)
+  .setStartCmd('sleep 0.3 && cat /proc/sys/kernel/random/boot_id > /tmp/started && sleep 600',
+    waitForFile('/tmp/started'))
 const name = 'tpl-' + Date.now()
 const info = await Template.build(template, name, { onBuildLogs: (e) => logs.push(e.message) })
 out.built = { name: info.name, hasID: info.templateId.length > 0 }
@@ -43,7 +46,7 @@ out.inside = {
   greeting: await run('cat hello.txt'),
   env: await run('echo "$GREETING"'),
   tmp: await run('cat /tmp/cache/x'),
-  started: await run('cat /tmp/started'),
+  started: (await run('cat /tmp/started')) === (await run('cat /proc/sys/kernel/random/boot_id')),
 }
 await sbx.kill()
 
