@@ -106,6 +106,10 @@ func countE2B(m *session.Metrics, srv *e2b.Server) {
 		{"minipy_e2b_sandboxes_killed_total", "E2B sandboxes killed through the API.",
 			func(s e2b.Stats) int { return s.Killed }, false},
 		{"minipy_e2b_executions_total", "E2B executions (runCode).", func(s e2b.Stats) int { return s.Executed }, false},
+		{"minipy_e2b_template_spares", "E2B templates' warm sandboxes ready now.",
+			func(s e2b.Stats) int { return s.Spares }, true},
+		{"minipy_e2b_sandboxes_from_spares_total", "E2B sandboxes created from a template's warm sandbox.",
+			func(s e2b.Stats) int { return s.FromSpare }, false},
 	} {
 		value := func() float64 { return float64(c.get(srv.Stats())) }
 		if c.gauge {

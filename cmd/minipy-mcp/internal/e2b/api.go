@@ -109,6 +109,7 @@ type createRequest struct {
 	Network      *networkRequest `json:"network"` // ports.go, network.go
 	// AllowInternetAccess false denies every destination (network.go).
 	AllowInternetAccess *bool `json:"allowInternetAccess"`
+	spare               bool  // (the server's own: a template's warm spare, spares.go)
 }
 
 // sandboxBody is the API's answer for a sandbox created or connected to (E2B's Sandbox).

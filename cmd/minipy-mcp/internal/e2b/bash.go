@@ -333,7 +333,7 @@ func (cc *codeContext) restartShell() {
 // shell starts now, there if it can enter it (its cwd then says where it is); else at its
 // first cell, in the working directory.
 func (s *Server) newBashContext(sb *sandbox, cwd string) (*codeContext, int, string) {
-	release, refusal := s.admit(sb.user)
+	release, refusal := s.placeFor(sb)
 	if refusal != "" {
 		return nil, http.StatusTooManyRequests, refusal
 	}

@@ -34,6 +34,7 @@ type sandbox struct {
 	dead        bool
 	state       string              // stateRunning, statePaused, stateChanging
 	autoPause   bool                // its time's end pauses it (E2B's lifecycle onTimeout: pause)
+	spare       bool                // a template's warm spare being made: its contexts take no place (spares.go)
 	autoCold    bool                // ... keeping its files alone (onTimeout's keepMemory: false)
 	ports       portRules           // its ports' rules (ports.go)
 	egress      *minipy.EgressRules // its network rules (network.go); nil: the server's policy alone
@@ -156,7 +157,7 @@ func (s *Server) newContext(sb *sandbox, language, cwd string) (*codeContext, in
 	if language == langBash {
 		return s.newBashContext(sb, cwd)
 	}
-	release, refusal := s.admit(sb.user)
+	release, refusal := s.placeFor(sb)
 	if refusal != "" {
 		return nil, http.StatusTooManyRequests, refusal
 	}
@@ -172,6 +173,15 @@ func (s *Server) newContext(sb *sandbox, language, cwd string) (*codeContext, in
 
 // admit takes a place under the server's caps for a context of user's (Config.Admit): the
 // function that gives it back, or why there is none.
+// placeFor is admit for a context of sb: none for a spare being made (spares.go), which
+// takes its places as it is taken.
+func (s *Server) placeFor(sb *sandbox) (release func(), refusal string) {
+	if sb.spare {
+		return func() {}, ""
+	}
+	return s.admit(sb.user)
+}
+
 func (s *Server) admit(user string) (release func(), refusal string) {
 	if s.cfg.Admit == nil {
 		return func() {}, ""

@@ -151,6 +151,10 @@ type Server struct {
 	templates map[string]*templateRecord
 	uploads   *templates.Uploads
 	building  sync.WaitGroup
+	// spares are the template builds' warm sandboxes by spareKey (spares.go); sparing
+	// counts those being made.
+	spares  map[string]*spare
+	sparing sync.WaitGroup
 
 	api, interpreter, envd *http.ServeMux
 	tokens                 accessTokens
@@ -189,6 +193,7 @@ func New(cfg Config) *Server {
 	}
 	s := &Server{cfg: cfg, sandboxes: map[string]*sandbox{}, snapshots: map[string]*snapshot{}, pausedByUser: map[string]int64{},
 		tokens: newAccessTokens(cfg.Store), signedLookups: newSignedLookups(), templates: map[string]*templateRecord{},
+		spares:  map[string]*spare{},
 		uploads: templates.NewUploads(cfg.MaxUpload, cfg.MaxPausedBytesPerUser, cfg.MaxPausedBytes/2)}
 	s.routes()
 	stop := make(chan struct{})
@@ -381,6 +386,8 @@ func (s *Server) Close() {
 		s.end(sb, "the server closed")
 	}
 	s.building.Wait() // (each has killed its sandbox)
+	s.dropSpares(func(*spare) bool { return true })
+	s.sparing.Wait() // (each being made is killed as it is ready: closed)
 }
 
 // EndUser ends the sandboxes of user, whose key was revoked: with a store, each running
@@ -397,6 +404,7 @@ func (s *Server) EndUser(user string) (paused, killed int) {
 	}
 	s.mu.Unlock()
 	s.uploads.Forget(user)
+	s.dropSpares(func(sp *spare) bool { return sp.user == user })
 	for _, sb := range s.sandboxesOf(user) {
 		if s.end(sb, "its user's key was revoked") {
 			paused++
@@ -451,6 +459,9 @@ type Stats struct {
 	Expired  int // killed when their time ended
 	Killed   int // killed through the API
 	Executed int // executions (runCode) so far
+	// FromSpare are the sandboxes created from a template's warm spare so far (spares.go),
+	// Spares the spares ready now.
+	FromSpare, Spares int
 }
 
 // Stats returns the server's counts.
@@ -458,6 +469,11 @@ func (s *Server) Stats() Stats {
 	s.mu.Lock()
 	st := s.stats
 	all := slices.Collect(maps.Values(s.sandboxes))
+	for _, sp := range s.spares {
+		if sp.sb != nil {
+			st.Spares++
+		}
+	}
 	s.mu.Unlock()
 	for _, sb := range all { // (a sandbox's lock is never taken under the server's)
 		switch {

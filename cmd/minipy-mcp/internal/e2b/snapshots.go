@@ -258,6 +258,7 @@ func (s *Server) dropSnapshot(sn *snapshot) {
 	if sn == nil {
 		return
 	}
+	s.dropSpares(func(sp *spare) bool { return sp.snap == sn.id })
 	if sn.stored {
 		s.cfg.Store.Remove(session.KindSnapshot, sn.id)
 		return
@@ -275,6 +276,11 @@ func (s *Server) dropSnapshot(sn *snapshot) {
 // of the snapshot's, autoPause), to live life; a template's runs its start command, and
 // is ready first.
 func (s *Server) fromSnapshot(user string, sn *snapshot, req *createRequest, life time.Duration) (*sandbox, int, string) {
+	if sb := s.takeSpare(user, sn, req, life); sb != nil {
+		s.logf("minipy-mcp: E2B sandbox %s of user %q created from a warm spare of snapshot %s (%v)", sb.id, user, sn.id, life)
+		s.refillSpare(user, sn)
+		return sb, 0, ""
+	}
 	sb, code, why := s.snapshotSandbox(user, sn, req, life)
 	if sb == nil {
 		return nil, code, why
@@ -290,6 +296,7 @@ func (s *Server) fromSnapshot(user string, sn *snapshot, req *createRequest, lif
 		return nil, code, why
 	}
 	s.logf("minipy-mcp: E2B sandbox %s of user %q created from snapshot %s (%v)", sb.id, user, sn.id, life)
+	s.refillSpare(user, sn)
 	return sb, 0, ""
 }
 
@@ -315,6 +322,7 @@ func (s *Server) snapshotSandbox(user string, sn *snapshot, req *createRequest, 
 	}
 	maps.Copy(envs, req.EnvVars)
 	sb := s.sandboxFor(user, sn.template, req.Metadata, envs, req.AutoPause != nil && *req.AutoPause, life)
+	sb.spare = req.spare
 	sb.autoCold = req.AutoPauseMemory != nil && !*req.AutoPauseMemory
 	sb.ports, sb.egress, sb.tmpl = req.Network.rules(), req.egress(), start
 	contexts, code, why := s.restoreContexts(sb, saved)
