@@ -612,5 +612,13 @@ func testE2BTemplates(t *testing.T, s *serverProc) {
 	assert.Equal(t, "built", got["fromMine"])
 	assert.Contains(t, []any{"building", "ready"}, got["background"])
 	assert.Equal(t, []any{"v2", "v2", "none"}, got["tags"], "the name and name:v2 are the newest build's, name:default the first's")
+	assert.Equal(t, "default v2", got["tagsListed"])
+	assert.Equal(t, map[string]any{"tags": []any{"prod", "stable"}, "hasBuild": true}, got["assigned"])
+	assert.Equal(t, "v2", got["prodIsV2"])
+	assert.Equal(t, "none", got["prodMoved"], "prod moved to the first build")
+	assert.Equal(t, false, got["stableGone"])
+	assert.Equal(t, "TemplateError", got["removeMissing"])
+	assert.Equal(t, "TemplateError", got["assignMissing"])
+	assert.Equal(t, "default prod v2", got["tagsAfter"])
 	assert.Equal(t, []any{false, false, false}, got["existsAfterDelete"], "a template's delete takes every build")
 }

@@ -35,6 +35,11 @@ func (s *Server) routes() {
 	s.api.HandleFunc("PUT /templates/{id}/files/{hash}", s.uploadFiles) // (signed: uploadLink's URL)
 	s.api.HandleFunc("POST /v2/templates/{id}/builds/{build}", s.authed(s.startBuild))
 	s.api.HandleFunc("GET /templates/{id}/builds/{build}/status", s.authed(s.buildStatus))
+	s.api.HandleFunc("POST /templates/tags", s.authed(s.assignTags))
+	s.api.HandleFunc("DELETE /templates/tags", s.authed(s.removeTags))
+	// (GET /templates/{id}/tags, which a pattern of its own would make ambiguous with
+	// /templates/aliases/{alias} for /templates/aliases/tags: that stays the alias "tags")
+	s.api.HandleFunc("GET /templates/{id}/{what}", s.authed(s.listTags))
 	s.api.HandleFunc("POST /sandboxes/{id}/resume", s.authed(s.owned(s.connect))) // (E2B's former resume)
 	s.api.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if s.cfg.Ops != nil && r.Method == http.MethodGet && (r.URL.Path == "/healthz" || r.URL.Path == "/readyz" ||

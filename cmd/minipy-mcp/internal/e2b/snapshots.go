@@ -44,8 +44,9 @@ type snapshot struct {
 	// it when they are opened.
 	start *templates.Result
 	// templateID is the template whose build it is (templates.go), which is listed with
-	// the templates, not the snapshots; "" for a snapshot of a sandbox.
-	templateID string
+	// the templates, not the snapshots; "" for a snapshot of a sandbox. buildID is that
+	// build's (its tags', tags.go).
+	templateID, buildID string
 }
 
 // snapshotBody is a snapshot as the API gives it (E2B's SnapshotInfo).

@@ -27,6 +27,7 @@ type storedSnapshot struct {
 	Names      []string  `json:"names,omitempty"` // (more than one: a template's, with its tags)
 	Created    time.Time `json:"created"`
 	TemplateID string    `json:"templateID,omitempty"` // snapshot.templateID
+	BuildID    string    `json:"buildID,omitempty"`    // snapshot.buildID
 }
 
 // storedSnapshots is user's snapshots in the store, newest first, each name held by the
@@ -39,7 +40,7 @@ func (s *Server) storedSnapshots(user string) []*snapshot {
 			continue
 		}
 		sn := &snapshot{id: ss.ID, user: user, sandboxID: ss.SandboxID, template: ss.Template, created: ss.Created,
-			size: one.Size, stored: true, templateID: ss.TemplateID, names: ss.Names}
+			size: one.Size, stored: true, templateID: ss.TemplateID, buildID: ss.BuildID, names: ss.Names}
 		if ss.Name != "" && len(ss.Names) == 0 {
 			sn.names = []string{ss.Name}
 		}
@@ -67,13 +68,13 @@ func (s *Server) storedSnapshot(user, id string) *snapshot {
 		return nil
 	}
 	return &snapshot{id: ss.ID, user: user, sandboxID: ss.SandboxID, template: ss.Template, created: ss.Created, stored: true,
-		templateID: ss.TemplateID}
+		templateID: ss.TemplateID, buildID: ss.BuildID}
 }
 
 // storeSnapshot seals sn, sb's contexts saved now, into the store; sn.size is set.
 func (s *Server) storeSnapshot(sb *sandbox, sn *snapshot, contexts []*codeContext) error {
 	ss := storedSnapshot{ID: sn.id, SandboxID: sn.sandboxID, Template: sn.template, Name: firstName(sn.names),
-		Created: sn.created, TemplateID: sn.templateID}
+		Created: sn.created, TemplateID: sn.templateID, BuildID: sn.buildID}
 	if len(sn.names) > 1 {
 		ss.Name, ss.Names = "", sn.names
 	}

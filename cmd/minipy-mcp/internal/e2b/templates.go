@@ -72,6 +72,12 @@ func (s *Server) requestBuild(w http.ResponseWriter, r *http.Request) {
 	if tag != "" {
 		tags = append(tags, tag)
 	}
+	for _, tag := range tags {
+		if why := tagName(tag); why != "" {
+			writeError(w, http.StatusBadRequest, why)
+			return
+		}
+	}
 	user := userOf(r)
 	s.mu.Lock()
 	var t *templateRecord
@@ -326,7 +332,7 @@ func (s *Server) build(ctx context.Context, t *templateRecord, b *templates.Buil
 	if deleted || ctx.Err() != nil { // (deleted, or the server closing, meanwhile: nothing kept)
 		return "finalize", errors.New("the build was stopped: its template was deleted, or the server is closing")
 	}
-	if err := s.keepTemplate(sb, t, res); err != nil {
+	if err := s.keepTemplate(sb, t, b.ID, res); err != nil {
 		return "finalize", err
 	}
 	return "", nil
@@ -385,7 +391,7 @@ func (s *Server) buildSandbox(user, base string, from *snapshot) (*sandbox, int,
 // keepTemplate keeps the build's sandbox as a snapshot of t's, what res says with it,
 // named by t's name and each of its tags as name:tag (the names move to it); t's earlier
 // builds that no name holds any more are dropped.
-func (s *Server) keepTemplate(sb *sandbox, t *templateRecord, res templates.Result) error {
+func (s *Server) keepTemplate(sb *sandbox, t *templateRecord, buildID string, res templates.Result) error {
 	if cc := sb.context(""); cc != nil {
 		cc.mu.Lock()
 		cc.cwd = res.Workdir // (where the template's sandboxes' code starts)
@@ -399,7 +405,7 @@ func (s *Server) keepTemplate(sb *sandbox, t *templateRecord, res templates.Resu
 		names = append(names, t.name+":"+tag)
 	}
 	sn := &snapshot{id: randomID(), user: t.user, sandboxID: sb.id, template: sb.template, envs: res.Envs,
-		names: names, created: time.Now(), stored: s.cfg.Store != nil, start: &res, templateID: t.id}
+		names: names, created: time.Now(), stored: s.cfg.Store != nil, start: &res, templateID: t.id, buildID: buildID}
 	if code, why := s.keepSnapshot(sb, sn, contexts); code != 0 {
 		return errors.New(why)
 	}

@@ -60,6 +60,20 @@ const version = async (ref) => {
 }
 out.tags = [await version(name), await version(name + ':v2'), await version(name + ':default')]
 
+// Tags moved and removed (Template.assignTags, removeTags, getTags).
+const listTags = async () => (await Template.getTags(info.templateId)).map((t) => t.tag).sort().join(' ')
+out.tagsListed = await listTags()
+const assigned = await Template.assignTags(name + ':v2', ['prod', 'stable'])
+out.assigned = { tags: assigned.tags, hasBuild: typeof assigned.buildId === 'string' && assigned.buildId.length > 0 }
+out.prodIsV2 = await version(name + ':prod')
+await Template.assignTags(name + ':default', 'prod') // (prod moves to the first build)
+out.prodMoved = await version(name + ':prod')
+await Template.removeTags(name, ['stable'])
+out.stableGone = await Template.exists(name + ':stable')
+out.removeMissing = await Template.removeTags(name, ['nope']).then(() => 'removed', (e) => e.constructor.name)
+out.assignMissing = await Template.assignTags(name + ':nope', 'x').then(() => 'assigned', (e) => e.constructor.name)
+out.tagsAfter = await listTags()
+
 const failure = async (t) => {
   try {
     await Template.build(t, 'tpl-fail-' + Date.now())
