@@ -188,23 +188,37 @@ func openFileAt(dir int, name, rel string, resolve uint64) (*os.File, error) {
 	return os.NewFile(uintptr(fd), rel), nil
 }
 
-// copyFiles copies the directory rel of src, recursively, into the same place of dst.
+// copyFiles copies the directory rel of src, recursively, into the same place of dst (the
+// sandbox's root's entries kept root's when src keeps owners: workRoot.keepRoot).
 func copyFiles(src, dst *workRoot, rel string) error {
-	return walkFiles(src, rel, rootSink{dst})
+	return walkFiles(src, rel, &rootSink{r: dst})
 }
 
 // rootSink writes the entries into a working directory.
-type rootSink struct{ r *workRoot }
+type rootSink struct {
+	r    *workRoot
+	root bool // the entry is the sandbox's root's (ownerSink: a walk that keeps owners)
+}
 
-func (s rootSink) dir(rel string, _ uint32) error        { return s.r.mkdirAll(rel) }
-func (s rootSink) dirDone(rel string, mode uint32) error { return s.r.chmod(rel, mode) }
-func (s rootSink) symlink(rel, to string) error          { return s.r.symlink(to, rel) }
+func (s *rootSink) owner(root bool) { s.root = root }
 
-func (s rootSink) file(rel string, mode uint32, _ int64, r io.Reader) error {
+// owned makes rel, made without err, the sandbox's root's if the entry is.
+func (s *rootSink) owned(rel string, err error) error {
+	if err == nil && s.root {
+		return s.r.chownRoot(rel)
+	}
+	return err
+}
+
+func (s *rootSink) dir(rel string, _ uint32) error        { return s.owned(rel, s.r.mkdirAll(rel)) }
+func (s *rootSink) dirDone(rel string, mode uint32) error { return s.r.chmod(rel, mode) }
+func (s *rootSink) symlink(rel, to string) error          { return s.owned(rel, s.r.symlink(to, rel)) }
+
+func (s *rootSink) file(rel string, mode uint32, _ int64, r io.Reader) error {
 	if _, err := s.r.write(rel, r); err != nil {
 		return err
 	}
-	return s.r.chmod(rel, mode)
+	return s.owned(rel, s.r.chmod(rel, mode))
 }
 
 // tarSink writes the entries as a tar archive, counting them.
@@ -424,7 +438,7 @@ func untarEntries(r io.Reader, rootFor func(name string) (*workRoot, string, err
 				err = root.replace(name)
 			}
 			if err == nil {
-				err = rootSink{root}.file(name, mode, h.Size, tr)
+				err = (&rootSink{r: root}).file(name, mode, h.Size, tr)
 			}
 		case tar.TypeSymlink:
 			err = root.untarLink(name, h.Linkname)

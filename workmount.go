@@ -254,7 +254,7 @@ func (e *Isolated) copyHome(tree *workTree, name string, dst *workRoot) error {
 		return err
 	}
 	defer syscall.Close(fd)
-	return copyFiles(&workRoot{fd: fd}, dst, ".")
+	return copyFiles(&workRoot{fd: fd, keepRoot: e.rootUser()}, dst, ".")
 }
 
 // moveToDisk moves the working directories of tree, whose template died and which no

@@ -1232,6 +1232,16 @@ MP_INLINE int mp_sandbox_t(int64_t *t) {
 	if ((t[MP_FT_S_UNSHARE] & CLONE_NEWNET) && mp_loopback(t) != 0) {
 		return MP_SS_EGRESS;
 	}
+	if ((t[MP_FT_S_UNSHARE] & CLONE_NEWNET) && t[MP_FT_S_USERNS] > 0) {
+		// A root user binds below 1024, as root does (the network's namespace is not its
+		// user namespace's, whose capabilities would let it): sandbox.py's _low_ports.
+		char zero = '0';
+		long f = mp_open(t, AT_FDCWD, (const char *)t[MP_FT_S_LOW_PORTS], O_WRONLY);
+		if (f < 0 || MP_SYS(t, SYS_write, f, (long)&zero, 1L) != 1) {
+			return MP_SS_EGRESS;
+		}
+		mp_close(t, f);
+	}
 	if (t[MP_FT_S_PORT] && mp_egress(t, t[MP_FT_S_PORT]) != 0) {
 		return MP_SS_EGRESS;
 	}

@@ -191,7 +191,8 @@ enum {
 	MP_FT_S_ROOT_HOME = MP_FT_S_ID_FILES + 2,  // root's home ("/root"), made root's
 	MP_FT_S_CAP_LAST,     // the highest capability's number (/proc/sys/kernel/cap_last_cap)
 	MP_FT_S_SYNC,         // 2 slots: (out, in pid 1) its ends of the pipes to and from the fork that maps its ids
-	MP_FT_SIZE = MP_FT_S_SYNC + 2,
+	MP_FT_S_LOW_PORTS = MP_FT_S_SYNC + 2,  // its network's ip_unprivileged_port_start, set to 0 (its root binds below 1024)
+	MP_FT_SIZE,
 };
 
 enum { MP_OP_SNAPSHOT, MP_OP_SANDBOX, MP_OP_TEMPLATE, MP_OP_SERVE };

@@ -512,6 +512,22 @@ def _root_user(m, sync):
     m.check("no_new_privs", m.libc.prctl(38, 1, 0, 0, 0))
 
 
+# The sandbox's network's lowest port that needs no privilege (_low_ports).
+_LOW_PORTS = "/proc/sys/net/ipv4/ip_unprivileged_port_start"
+
+
+def _low_ports():
+    """In a sandbox with a root user, in its own network namespace: every port may be bound
+    without a privilege, so that its root binds below 1024 as root does (the network's
+    namespace is the template's user namespace's for its sandboxes, not the root's own, whose
+    capabilities would let it: _root_namespace). The fork code does it too (mp_sandbox_t)."""
+    f = os.open(_LOW_PORTS, os.O_WRONLY)
+    try:
+        os.write(f, b"0")
+    finally:
+        os.close(f)
+
+
 def _loopback_up():
     """Brings the loopback of the sandbox's own network namespace up (without Network): its
     processes talk to each other over 127.0.0.1 (a server and its client, git daemon, a
@@ -901,6 +917,8 @@ def _tenant_namespaces(cfg, fds, libc, check):
     check("unshare", libc.unshare(flags))
     if not cfg.get("network"):
         _loopback_up()
+        if root_ns is not None:
+            _low_ports()
     if cfg.get("egress"):
         _egress_listener(fds[3])
     sync = None

@@ -332,6 +332,7 @@ class _SandboxFork:
             t[_FT_S_USERNS], t[_FT_S_IDMAP] = _ROOT_NS[0], self.string(_root_idmap(cfg))
             t[_FT_S_ID_FILES], t[_FT_S_ID_FILES + 1] = self.string("/uid_map"), self.string("/gid_map")
             t[_FT_S_ROOT_HOME], t[_FT_S_CAP_LAST] = self.string(_ROOT_HOME), _cap_last()
+            t[_FT_S_LOW_PORTS] = self.string(_LOW_PORTS)
         self.root_layout(cfg, layout)
         t[_FT_S_COVERED], t[_FT_S_COVERED_DIR], t[_FT_S_WHY] = (ctypes.addressof(a) for a in (paths, dirs, why))
         t[_FT_S_FILTER] = ctypes.addressof(_filter)
