@@ -286,7 +286,7 @@ func forkTable() map[string]int {
 		"S_USERNS": C.MP_FT_S_USERNS, "S_IDMAP": C.MP_FT_S_IDMAP, "S_ID_FILES": C.MP_FT_S_ID_FILES,
 		"S_ROOT_HOME": C.MP_FT_S_ROOT_HOME, "S_CAP_LAST": C.MP_FT_S_CAP_LAST, "S_SYNC": C.MP_FT_S_SYNC,
 		"S_LOW_PORTS": C.MP_FT_S_LOW_PORTS,
-		"SIZE": C.MP_FT_SIZE,
+		"SIZE":        C.MP_FT_SIZE,
 	}
 }
 
