@@ -620,5 +620,7 @@ func testE2BTemplates(t *testing.T, s *serverProc) {
 	assert.Equal(t, "TemplateError", got["removeMissing"])
 	assert.Equal(t, "TemplateError", got["assignMissing"])
 	assert.Equal(t, "default prod v2", got["tagsAfter"])
+	assert.Equal(t, []any{false, "default v2"}, got["prodGone"], "a removed tag does not fall back to a build it left")
+	assert.Equal(t, []any{false, true}, got["takenGone"], "nor to a build a newer one took it from")
 	assert.Equal(t, []any{false, false, false}, got["existsAfterDelete"], "a template's delete takes every build")
 }

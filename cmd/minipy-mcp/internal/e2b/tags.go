@@ -159,7 +159,8 @@ func (s *Server) renameBuilds(user, templateID string, add map[string][]string, 
 	for _, names := range add {
 		taken = append(taken, names...)
 	}
-	var changes []*snapshot // (with their new names)
+	raw := s.storedNames(user) // (a stored build's names as sealed, those newer ones hold too)
+	var changes []*snapshot    // (with their new names)
 	for _, sn := range builds {
 		names := slices.DeleteFunc(slices.Clone(sn.names), func(n string) bool { return slices.Contains(taken, n) })
 		for _, n := range add[sn.id] {
@@ -167,7 +168,10 @@ func (s *Server) renameBuilds(user, templateID string, add map[string][]string, 
 				names = append(names, n)
 			}
 		}
-		if !slices.Equal(names, sn.names) {
+		// A removed name must leave the builds that hold it beneath the one that held it
+		// too, or it would fall back to them.
+		shadowed := slices.ContainsFunc(raw[sn.id], func(n string) bool { return slices.Contains(remove, n) })
+		if !slices.Equal(names, sn.names) || shadowed {
 			c := *sn
 			c.names = names
 			changes = append(changes, &c)
@@ -192,6 +196,22 @@ func (s *Server) renameBuilds(user, templateID string, add map[string][]string, 
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// storedNames is user's stored snapshots' names as their metas hold them, by id (none
+// without a store).
+func (s *Server) storedNames(user string) map[string][]string {
+	out := map[string][]string{}
+	if s.cfg.Store == nil {
+		return out
+	}
+	for _, one := range s.cfg.Store.List(session.KindSnapshot) {
+		var ss storedSnapshot
+		if one.User == user && json.Unmarshal(one.Init, &ss) == nil && ss.ID == one.ID {
+			out[ss.ID] = append(ss.Names, ss.Name)
+		}
+	}
+	return out
 }
 
 // storeNames stores the stored build sn again with its names (sn.names), as the newest

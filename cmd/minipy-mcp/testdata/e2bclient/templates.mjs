@@ -73,6 +73,16 @@ out.stableGone = await Template.exists(name + ':stable')
 out.removeMissing = await Template.removeTags(name, ['nope']).then(() => 'removed', (e) => e.constructor.name)
 out.assignMissing = await Template.assignTags(name + ':nope', 'x').then(() => 'assigned', (e) => e.constructor.name)
 out.tagsAfter = await listTags()
+// (prod, moved off the newest build, comes off the first and does not fall back to the newest)
+await Template.removeTags(name, 'prod')
+out.prodGone = [await Template.exists(name + ':prod'), await listTags()]
+// A tag a newer build took from an older one, removed, does not fall back to the older.
+const name2 = name + '-b'
+await Template.build(Template().fromBaseImage().runCmd('true'), name2, { tags: ['a', 'b'] })
+await Template.build(Template().fromBaseImage().runCmd('true'), name2, { tags: ['b'] })
+await Template.removeTags(name2, 'b')
+out.takenGone = [await Template.exists(name2 + ':b'), await Template.exists(name2 + ':a')]
+await Sandbox.deleteSnapshot(name2)
 
 const failure = async (t) => {
   try {
