@@ -487,9 +487,11 @@ for i in range(100):
     ok += c.getresponse().status == 200
     c.close()
 ok`, in.port(in.http))))
-	n := upstreamConns(t, in)
-	t.Logf("upstream connections held: %d", n)
-	assert.LessOrEqual(t, n, 4, "the pool's bound")
+	// (A connection the pool let go is closed as the next one is pooled: on a loaded machine
+	// its close may not have been seen yet when the runs end, so the bound is what it holds
+	// once they have.)
+	assert.Eventually(t, func() bool { return upstreamConns(t, in) <= 4 }, 10*time.Second, 20*time.Millisecond,
+		"the pool's bound: %d upstream connections held", upstreamConns(t, in))
 }
 
 // upstreamConns counts the established TCP connections to in's HTTP server, from its side
