@@ -601,14 +601,28 @@ func (g *cgroup) workProcs() (*os.File, error) {
 
 // placeGuardian moves the sandbox's guardian into its guard group, once its worker is
 // ready and before the code runs (TakeOverReserve says why): of the processes in the work
-// group, the one whose parent is not there (the template's fork that made pid 1 has
-// exited; a guardian started as a process of its own is the host's child). No-op without
-// a guard group.
+// group, pid 1 of the sandbox's pid namespace; on a kernel that does not say (NSpid, Linux
+// 4.1), the one whose parent is not there (a guardian started as a process of its own is
+// the host's child; a template's fork that made pid 1 exits at once, but a loaded machine
+// once ran its pid 1 and worker to their ready frame before it exited, and it was taken
+// for the guardian). No-op without a guard group.
 func (g *cgroup) placeGuardian() error {
 	if g == nil || g.guard == "" {
 		return nil
 	}
 	in := appendProcs(nil, g.work)
+	for _, p := range in {
+		if first, ok := pidOneOf(p); ok {
+			if !first {
+				continue
+			}
+			if err := writeCgroup(g.guard, "cgroup.procs", strconv.Itoa(p)); err != nil {
+				return fmt.Errorf("minipy: moving a sandbox's guardian into its cgroup: %w", err)
+			}
+			g.guardian.Store(int64(p))
+			return nil
+		}
+	}
 	for _, p := range in {
 		if pp, ok := parentOf(p); ok && !slices.Contains(in, pp) {
 			if err := writeCgroup(g.guard, "cgroup.procs", strconv.Itoa(p)); err != nil {
@@ -619,6 +633,22 @@ func (g *cgroup) placeGuardian() error {
 		}
 	}
 	return fmt.Errorf("minipy: moving a sandbox's guardian into its cgroup: none of %v is", in)
+}
+
+// pidOneOf reports whether process pid is pid 1 of its own pid namespace (the last of
+// /proc/PID/status's NSpid); ok is false where the kernel does not say (or it ended).
+func pidOneOf(pid int) (first, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return false, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, found := strings.CutPrefix(line, "NSpid:"); found {
+			f := strings.Fields(rest)
+			return len(f) > 1 && f[len(f)-1] == "1", len(f) > 0
+		}
+	}
+	return false, false
 }
 
 // parentOf is process pid's parent (/proc/PID/stat's fourth field).

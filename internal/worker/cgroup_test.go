@@ -360,3 +360,22 @@ func readFile(t *testing.T, name string) string {
 	require.NoError(t, err)
 	return string(b)
 }
+
+// The guard group's process is found as pid 1 of its pid namespace, whatever else is in
+// the work group (placeGuardian): not the host's own processes.
+func TestPidOneOf(t *testing.T) {
+	first, ok := pidOneOf(os.Getpid())
+	require.True(t, ok, "this kernel says (NSpid)")
+	assert.False(t, first)
+	cmd := exec.Command("sleep", "30")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}}}
+	require.NoError(t, cmd.Start())
+	defer func() { cmd.Process.Kill(); cmd.Wait() }() //nolint:errcheck
+	first, ok = pidOneOf(cmd.Process.Pid)
+	assert.True(t, ok)
+	assert.True(t, first, "pid 1 of its own pid namespace")
+	_, ok = pidOneOf(1 << 30)
+	assert.False(t, ok, "no such process")
+}
