@@ -120,10 +120,10 @@ func (e *Isolated) actorOf(op, name string, opts []FileOption) (fileActor, error
 // rootUser reports whether e's sandboxes have a root user (IsolatedConfig.RootUser).
 func (e *Isolated) rootUser() bool { return e.sandbox && e.cfg.RootUser }
 
-// keeper is whom Save and Restore act as in e's files: in a sandbox with a root user they
-// keep which files are root's.
+// keeper is whom Save and Restore act as in e's files (nil: not the isolated engine's):
+// in a sandbox with a root user they keep which files are root's.
 func (e *Isolated) keeper() fileActor {
-	if e.rootUser() {
+	if e != nil && e.rootUser() {
 		return actKeeper
 	}
 	return actUser
@@ -214,12 +214,6 @@ func (ns *Namespace) ListFiles(dir string, opts ...FileOption) ([]FileInfo, erro
 // fileRoot opens the namespace's working directory for a file method, and checks name;
 // opts say whom it acts as (AsRoot).
 func (ns *Namespace) fileRoot(op, name string, dirOK bool, opts ...FileOption) (*workRoot, string, error) {
-	ns.mu.Lock()
-	err := ns.usable()
-	ns.mu.Unlock()
-	if err != nil {
-		return nil, "", err
-	}
 	e, _ := ns.engine.(*Isolated)
 	as, err := e.actorOf(op, name, opts)
 	if err != nil {
@@ -231,21 +225,18 @@ func (ns *Namespace) fileRoot(op, name string, dirOK bool, opts ...FileOption) (
 // keeperRoot opens the namespace's working directory for Save and Restore (op), acting as
 // its engine's keeper.
 func (ns *Namespace) keeperRoot(op string) (*workRoot, string, error) {
+	e, _ := ns.engine.(*Isolated)
+	return ns.rootAs(op, ".", true, e.keeper())
+}
+
+// rootAs is fileRoot acting as as.
+func (ns *Namespace) rootAs(op, name string, dirOK bool, as fileActor) (*workRoot, string, error) {
 	ns.mu.Lock()
 	err := ns.usable()
 	ns.mu.Unlock()
 	if err != nil {
 		return nil, "", err
 	}
-	as := actUser
-	if e, ok := ns.engine.(*Isolated); ok {
-		as = e.keeper()
-	}
-	return ns.rootAs(op, ".", true, as)
-}
-
-// rootAs is fileRoot acting as as.
-func (ns *Namespace) rootAs(op, name string, dirOK bool, as fileActor) (*workRoot, string, error) {
 	if path.IsAbs(filepath.ToSlash(name)) && !strings.ContainsRune(name, 0) {
 		if _, ok := ns.engine.(*Isolated); ok {
 			return ns.placeRoot(op, name, dirOK, as)

@@ -86,8 +86,9 @@ func (s *Server) forkAs(w http.ResponseWriter, sb *sandbox, count int, life time
 	writeJSON(w, http.StatusCreated, out)
 }
 
-// forkOf starts a fork of sb whose contexts are saved, to live life.
-func (s *Server) forkOf(sb *sandbox, saved []pausedContext, life time.Duration) (*sandbox, int, string) {
+// copyOf is a copy of sb whose contexts are saved, to live life, not yet registered nor
+// started: a fork's, or the one a template's build checks its start command in.
+func (s *Server) copyOf(sb *sandbox, saved []pausedContext, life time.Duration) (*sandbox, int, string) {
 	f := s.sandboxFor(sb.user, sb.template, maps.Clone(sb.metadata), maps.Clone(sb.envs), sb.autoPause, life)
 	f.autoCold, f.ports, f.egress, f.tmpl = sb.autoCold, sb.ports, sb.egress, sb.tmpl
 	contexts, code, why := s.restoreContexts(f, saved)
@@ -96,6 +97,16 @@ func (s *Server) forkOf(sb *sandbox, saved []pausedContext, life time.Duration) 
 		return nil, code, why
 	}
 	f.contexts = contexts
+	return f, 0, ""
+}
+
+// forkOf starts a fork of sb whose contexts are saved, to live life.
+func (s *Server) forkOf(sb *sandbox, saved []pausedContext, life time.Duration) (*sandbox, int, string) {
+	f, code, why := s.copyOf(sb, saved, life)
+	if f == nil {
+		return nil, code, why
+	}
+	contexts := f.contexts
 	if code, why := s.startTemplate(f); code != 0 { // (a boot: the processes are not copied)
 		f.cancel()
 		for _, cc := range contexts {

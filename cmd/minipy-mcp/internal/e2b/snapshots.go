@@ -62,13 +62,19 @@ func (sn *snapshot) body() snapshotBody {
 // snapshotName checks a snapshot's name: 1 to 128 letters, digits and ._-/:, and not a
 // served template's (which a create names first).
 func snapshotName(name string) string {
-	if name == "" || len(name) > 128 || strings.Trim(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-/:") != "" {
+	if !nameOf(name, "/:") {
 		return fmt.Sprintf("snapshot name %q: 1 to 128 letters, digits and . _ - / :", echo(name))
 	}
 	if slices.Contains(Templates, name) {
 		return fmt.Sprintf("snapshot name %q is a template's: name it otherwise", name)
 	}
 	return ""
+}
+
+// nameOf reports whether s is a name of 1 to 128 letters, digits, '.', '_', '-' and more.
+func nameOf(s, more string) bool {
+	return s != "" && len(s) <= 128 &&
+		strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"+more) == ""
 }
 
 // createSnapshot is POST /sandboxes/{id}/snapshots: a snapshot of sb (201, its body).

@@ -73,11 +73,9 @@ func (s *Server) storedSnapshot(user, id string) *snapshot {
 
 // storeSnapshot seals sn, sb's contexts saved now, into the store; sn.size is set.
 func (s *Server) storeSnapshot(sb *sandbox, sn *snapshot, contexts []*codeContext) error {
-	ss := storedSnapshot{ID: sn.id, SandboxID: sn.sandboxID, Template: sn.template, Name: firstName(sn.names),
-		Created: sn.created, TemplateID: sn.templateID, BuildID: sn.buildID}
-	if len(sn.names) > 1 {
-		ss.Name, ss.Names = "", sn.names
-	}
+	ss := storedSnapshot{ID: sn.id, SandboxID: sn.sandboxID, Template: sn.template, Created: sn.created,
+		TemplateID: sn.templateID, BuildID: sn.buildID}
+	ss.setNames(sn.names)
 	info, err := json.Marshal(ss)
 	if err != nil {
 		return err
@@ -87,11 +85,16 @@ func (s *Server) storeSnapshot(sb *sandbox, sn *snapshot, contexts []*codeContex
 	return err
 }
 
-func firstName(names []string) string {
-	if len(names) == 0 {
-		return ""
+// setNames sets ss's names: one in Name (as saves before templates had it), several in
+// Names.
+func (ss *storedSnapshot) setNames(names []string) {
+	ss.Name, ss.Names = "", nil
+	switch {
+	case len(names) == 1:
+		ss.Name = names[0]
+	case len(names) > 1:
+		ss.Names = names
 	}
-	return names[0]
 }
 
 // openSnapshot opens a stored snapshot's contexts, each streaming its save from the store

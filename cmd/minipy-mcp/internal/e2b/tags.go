@@ -24,7 +24,7 @@ import (
 
 // tagName says why tag is not a tag's name ("" when it is one).
 func tagName(tag string) string {
-	if tag == "" || len(tag) > 128 || strings.Trim(tag, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != "" {
+	if !nameOf(tag, "") {
 		return fmt.Sprintf("tag %q: 1 to 128 letters, digits and . _ -", echo(tag))
 	}
 	return ""
@@ -226,10 +226,8 @@ func (s *Server) storeNames(sn *snapshot) error {
 	if err := json.Unmarshal(meta.Init, &ss); err != nil {
 		return err
 	}
-	ss.ID, ss.Created, ss.Name, ss.Names = randomID(), time.Now(), firstName(sn.names), nil
-	if len(sn.names) > 1 {
-		ss.Name, ss.Names = "", sn.names
-	}
+	ss.ID, ss.Created = randomID(), time.Now()
+	ss.setNames(sn.names)
 	info, err := json.Marshal(ss)
 	if err != nil {
 		return err

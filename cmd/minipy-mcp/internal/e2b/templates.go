@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -348,24 +347,21 @@ func (s *Server) finalize(ctx context.Context, sb *sandbox, b *templates.Build, 
 	if res.StartCmd == "" {
 		return nil
 	}
-	fail := func(what string, err error) error {
-		return &templates.StepError{Step: "finalize", Err: fmt.Errorf("%s: %w", what, err)}
-	}
 	sb.mu.Lock()
 	contexts := slices.Clone(sb.contexts)
 	sb.mu.Unlock()
 	saved, _, err := saveContexts(contexts)
+	var c *sandbox
+	if err == nil {
+		var why string
+		if c, _, why = s.copyOf(sb, saved, s.cfg.MaxTimeout); c == nil {
+			err = errors.New(why)
+		}
+	}
 	if err != nil {
-		return fail("the build's sandbox could not be copied to run its start command in", err)
+		return &templates.StepError{Step: "finalize", Err: fmt.Errorf("the build's sandbox could not be copied to "+
+			"run its start command in: %w", err)}
 	}
-	c := s.sandboxFor(sb.user, sb.template, nil, maps.Clone(sb.envs), false, s.cfg.MaxTimeout)
-	c.tmpl = sb.tmpl
-	restored, code, why := s.restoreContexts(c, saved)
-	if code != 0 {
-		c.cancel()
-		return fail("the build's sandbox could not be copied to run its start command in", errors.New(why))
-	}
-	c.contexts = restored
 	defer s.kill(c, "its template's start command was checked")
 	stop := context.AfterFunc(ctx, func() { s.kill(c, "its template's build was stopped") })
 	defer stop()
