@@ -298,17 +298,23 @@ func TestForkRefused(t *testing.T) {
 	s, _ := newTestServer()
 	s.sandboxes["p"] = &sandbox{id: "p", user: "alice", started: time.Now(), end: time.Now(),
 		timer: time.NewTimer(time.Hour), state: statePaused}
-	post := func(id, body string) int {
+	postAs := func(key, id, body string) int {
 		r := httptest.NewRequest("POST", "/sandboxes/"+id+"/fork", strings.NewReader(body))
-		r.Header.Set("X-API-KEY", "ka")
+		r.Header.Set("X-API-KEY", key)
 		w := httptest.NewRecorder()
 		s.ServeHTTP(w, r)
 		return w.Code
 	}
+	post := func(id, body string) int { return postAs("ka", id, body) }
 	for _, body := range []string{`{"count": 0}`, `{"count": 101}`, `{"count": "x"}`, `{"timeout": -1}`, `{"timeout": 999999}`} {
 		assert.Equal(t, http.StatusBadRequest, post("sb1", body), body)
 		assert.Equal(t, http.StatusBadRequest, post("nope", body), body)
+		// The SDK's own test: a made-up key and count 0 is E2B's 400 (the body's schema is
+		// checked before the key), which the SDK raises as InvalidArgumentError.
+		assert.Equal(t, http.StatusBadRequest, postAs("e2b_made_up", "sbx-test", body), body)
 	}
+	assert.Equal(t, http.StatusUnauthorized, postAs("e2b_made_up", "sb1", `{"count": 1}`), "a good body still needs a key")
+	assert.Equal(t, http.StatusUnauthorized, postAs("", "sb1", `{}`))
 	assert.Equal(t, http.StatusConflict, post("p", `{}`), "paused")
 	assert.Equal(t, http.StatusNotFound, post("nope", `{}`))
 	r := httptest.NewRequest("POST", "/sandboxes/sb1/fork", strings.NewReader(`{}`))

@@ -31,8 +31,9 @@ type forkResult struct {
 	Error   *apiError    `json:"error,omitempty"`
 }
 
-// fork checks the request before it looks the sandbox up, as E2B's API validates a body
-// against its schema first: a count of 0 is a 400 for any id, not a 404.
+// fork checks the request before its key and before it looks the sandbox up, as E2B's API
+// validates a body against its schema first: a count of 0 is a 400 for any id and key, not
+// a 401 or a 404. The body read is bounded (64 KiB) for a caller without a key as well.
 func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 	var req forkRequest
 	if !readJSON(w, r, 1<<16, &req) {
@@ -51,9 +52,9 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, why)
 		return
 	}
-	s.owned(func(w http.ResponseWriter, r *http.Request, sb *sandbox) {
+	s.authed(s.owned(func(w http.ResponseWriter, r *http.Request, sb *sandbox) {
 		s.forkAs(w, sb, count, life)
-	})(w, r)
+	}))(w, r)
 }
 
 // forkAs answers a checked fork of sb: count forks, each to live life.
