@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/minipy-go/minipy/internal/sandboxfs"
 	"github.com/minipy-go/minipy/internal/worker"
 )
 
@@ -179,7 +180,7 @@ var ErrStartKilled = worker.ErrStartKilled
 // ListFiles, ...) given a name that is absolute, holds "..", or resolves through a
 // symbolic link out of the namespace's working directory (the code may make links to
 // anywhere; the host never follows one out). Nothing was read or written.
-var ErrBadPath = errors.New("minipy: the name is not a path inside the working directory")
+var ErrBadPath = sandboxfs.ErrBadPath
 
 // ErrBadState is matched by Namespace.Restore's error for input that is not a saved
 // namespace this minipy can restore here: empty, truncated, foreign, a later format, saved
@@ -207,7 +208,7 @@ var ErrStateTag = errors.New("minipy: the saved namespace's tag does not match t
 var ErrNoFiles = errors.New("minipy: this namespace has no working directory of its own")
 
 // ErrEngineClosed is matched by the error of any use of a closed isolated engine.
-var ErrEngineClosed = errors.New("minipy: the isolated engine is closed")
+var ErrEngineClosed = sandboxfs.ErrClosed
 
 // ErrProtocol is matched by the error of a run or Namespace method whose worker broke the
 // protocol: it sent the host what no worker sends, such as a frame larger than
@@ -222,7 +223,7 @@ var ErrProtocol = worker.ErrNotProtocol
 // directory may hold (IsolatedConfig.WorkSize): a sparse file, whose holes would read as
 // zeros (512 MiB of them from a 16 MiB directory, and 2.2 GiB of the host's memory for
 // Save). Nothing is returned of it, and the host holds none of it.
-var ErrFileTooLarge = errors.New("minipy: the file claims more bytes than its working directory may hold")
+var ErrFileTooLarge = sandboxfs.ErrFileTooLarge
 
 // ErrTooLarge is matched by the error of Namespace.Get and Save on an isolated engine when
 // the value, or the namespace's saved variables, are more bytes than a worker may send the

@@ -12,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/minipy-go/minipy/internal/sandboxfs"
 )
 
 // A file the host's WriteFile wrote, closed during a run by a worker that inherited the
@@ -29,16 +31,14 @@ func TestFileWatchHostWrites(t *testing.T) {
 	b := bindingOf(ns)
 	for _, hostWrote := range []bool{true, false} {
 		if !hostWrote {
-			e.watch.mu.Lock()
-			e.watch.spaces[b].host = nil // as if the host had not said so
-			e.watch.mu.Unlock()
+			e.watch.ForgetHostWrites(b) // as if the host had not said so
 		}
-		track := e.watch.begin(b)
-		track.since = track.since.Add(-time.Hour) // the write is within the window either way
+		track := e.watch.Begin(b)
+		track.Backdate(time.Hour) // the write is within the window either way
 		f, err := os.OpenFile(filepath.Join(ns.WorkDir(), "host.txt"), os.O_WRONLY, 0)
 		require.NoError(t, err)
 		require.NoError(t, f.Close()) // IN_CLOSE_WRITE, and nothing else
-		files, _ := e.watch.end(track)
+		files, _ := e.endFiles(track)
 		if hostWrote {
 			assert.Empty(t, files, "the host's own write")
 		} else {
@@ -64,16 +64,16 @@ func BenchmarkFileWatchRun(b *testing.B) {
 		}
 	}
 	bind := bindingOf(ns)
-	e.watch.end(e.watch.begin(bind)) // the watches
+	e.endFiles(e.watch.Begin(bind)) // the watches
 	for b.Loop() {
-		if files, _ := e.watch.end(e.watch.begin(bind)); len(files) != 0 {
+		if files, _ := e.endFiles(e.watch.Begin(bind)); len(files) != 0 {
 			b.Fatal(files)
 		}
 	}
 }
 
 // BenchmarkFileWatchWalk: the end of a run of a capped namespace (past its bound on
-// watches), which walks walkLimit entries: files in directories without a watch, whose
+// watches), which walks sandboxfs.WalkLimit entries: files in directories without a watch, whose
 // ctime is read, or in a watched one, whose events name them.
 func BenchmarkFileWatchWalk(b *testing.B) {
 	for _, watched := range []bool{false, true} {
@@ -86,7 +86,7 @@ func BenchmarkFileWatchWalk(b *testing.B) {
 			ns := e.NewNamespace()
 			defer ns.Close()
 			const dirs = 200
-			for i := range walkLimit - dirs - 1 {
+			for i := range sandboxfs.WalkLimit - dirs - 1 {
 				name := filepath.Join("d"+strconv.Itoa(i%dirs), "f"+strconv.Itoa(i))
 				if watched {
 					name = "f" + strconv.Itoa(i)
@@ -100,35 +100,25 @@ func BenchmarkFileWatchWalk(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			e.watch.mu.Lock()
-			e.watch.nsLimit = 1 // the working directory
-			e.watch.mu.Unlock()
+			e.watch.SetLimits(1, 0, 0, 0) // the working directory
 			bind := bindingOf(ns)
-			e.watch.end(e.watch.begin(bind)) // the watches
-			// Past the slack: a file written less than fileClockSlack before a run's begin
+			e.endFiles(e.watch.Begin(bind)) // the watches
+			// Past the slack: a file written less than sandboxfs.FileClockSlack before a run's begin
 			// counts as changed, and a fast machine makes the files and the watches within it.
-			time.Sleep(5 * fileClockSlack)
+			time.Sleep(5 * sandboxfs.FileClockSlack)
 			var before, after syscall.Rusage
 			syscall.Getrusage(syscall.RUSAGE_SELF, &before) //nolint:errcheck
 			for b.Loop() {
-				if files, more := e.watch.end(e.watch.begin(bind)); len(files) != 0 || more != 0 {
+				if files, more := e.endFiles(e.watch.Begin(bind)); len(files) != 0 || more != 0 {
 					b.Fatal(files, more)
 				}
 			}
 			syscall.Getrusage(syscall.RUSAGE_SELF, &after) //nolint:errcheck
 			cpu := time.Duration(after.Utime.Nano() + after.Stime.Nano() - before.Utime.Nano() - before.Stime.Nano())
 			// The process's CPU time, not the wall's: a loaded machine shares its cores.
-			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/walkLimit, "cpu-ns/entry")
+			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/sandboxfs.WalkLimit, "cpu-ns/entry")
 		})
 	}
-}
-
-// An engine's bound on watches leaves three quarters of the host user's budget to the rest.
-func TestEngineWatches(t *testing.T) {
-	assert.Equal(t, engineWatchLimit, engineWatches(192530))
-	assert.Equal(t, 2048, engineWatches(8192), "an old kernel's default")
-	assert.Equal(t, 1, engineWatches(1))
-	assert.Equal(t, engineWatchLimit, engineWatches(-1), "unread")
 }
 
 // The docs state the bounds on watches and walks as they are.
@@ -137,7 +127,7 @@ func TestFileWatchBoundsDocumented(t *testing.T) {
 	for _, doc := range []string{"docs/isolated.md", "docs/protocol.md"} {
 		b, err := os.ReadFile(doc)
 		require.NoError(t, err)
-		for _, n := range []int{nsWatchLimit, engineWatchLimit, walkLimit, listLimit} {
+		for _, n := range []int{sandboxfs.NSWatchLimit, sandboxfs.EngineWatchLimit, sandboxfs.WalkLimit, sandboxfs.ListLimit} {
 			assert.True(t, strings.Contains(string(b), comma(n)), "%s does not say %s", doc, comma(n))
 		}
 	}
@@ -164,10 +154,8 @@ for i in range(100): os.makedirs("d/%%d" %% i)`, n), &Options{Globals: ns}); err
 	var before, after syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &before) //nolint:errcheck
 	for b.Loop() {
-		e.watch.mu.Lock()
-		e.watch.spaces[bind].whole = false
-		e.watch.mu.Unlock()
-		e.watch.end(e.watch.begin(bind))
+		e.watch.Unwatch(bind)
+		e.endFiles(e.watch.Begin(bind))
 	}
 	syscall.Getrusage(syscall.RUSAGE_SELF, &after) //nolint:errcheck
 	cpu := time.Duration(after.Utime.Nano() + after.Stime.Nano() - before.Utime.Nano() - before.Stime.Nano())

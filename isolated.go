@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/minipy-go/minipy/internal/pyrt"
+	"github.com/minipy-go/minipy/internal/sandboxfs"
 	"github.com/minipy-go/minipy/internal/worker"
 )
 
@@ -27,13 +28,13 @@ import (
 // in parallel; runs on one worker take turns.
 type Isolated struct {
 	cfg      IsolatedConfig
-	dir      string        // the engine's private directory: trees and, sandboxed, rootdir
-	trees    string        // the trees of the namespaces' working directories (workdir.go)
-	treeSeq  atomic.Uint64 // names the trees
-	rootdir  string        // the (empty) mount point of a sandboxed worker's root tmpfs
-	sandbox  bool          // local workers get Linux namespaces
-	slots    []*workerSlot // the shared workers; with one worker per namespace, the default's
-	perNS    bool          // Workers 0: each namespace gets a slot of its own
+	dir      string           // the engine's private directory: trees and, sandboxed, rootdir
+	trees    string           // the trees of the namespaces' working directories (e.work's Path)
+	work     *sandboxfs.Trees // the working directories: trees, tmpfs, moves (internal/sandboxfs)
+	rootdir  string           // the (empty) mount point of a sandboxed worker's root tmpfs
+	sandbox  bool             // local workers get Linux namespaces
+	slots    []*workerSlot    // the shared workers; with one worker per namespace, the default's
+	perNS    bool             // Workers 0: each namespace gets a slot of its own
 	nextNS   atomic.Uint32
 	opened   atomic.Int64  // namespaces made and not freed (Stats)
 	startRec startRecord   // worker starts (Stats, Ready)
@@ -42,11 +43,11 @@ type Isolated struct {
 	// defaultNS is the namespace of runs that pass no Globals (id 1, on the first worker).
 	defaultNS  *nsBinding
 	hostReg    hostRegistry
-	watch      fileWatch    // Result.Files
-	dirWatches atomic.Int64 // WatchDir's watches open (watchdir.go)
-	terminals  atomic.Int64 // commands' terminals open (terminal.go)
-	portConns  atomic.Int64 // connections to sandboxes' ports open (ports.go)
-	spec       worker.Spec  // how its workers start, made once
+	watch      *sandboxfs.Changes[*nsBinding] // Result.Files
+	dirWatches atomic.Int64                   // WatchDir's watches open (watchdir.go)
+	terminals  atomic.Int64                   // commands' terminals open (terminal.go)
+	portConns  atomic.Int64                   // connections to sandboxes' ports open (ports.go)
+	spec       worker.Spec                    // how its workers start, made once
 	// cgroups is the engine's cgroup (local workers; nil without one), cgroupErr why it has
 	// none when it looked for one.
 	cgroups   *worker.Cgroups
@@ -73,11 +74,6 @@ type Isolated struct {
 	idleDeaths, idleLost atomic.Uint64
 	deaths               struct{ template, spare, worker, snapshot, sandbox atomic.Uint64 } // Stats' Deaths
 
-	// The working directories that are a tmpfs (WorkSize, workmount.go), by workDirs.key;
-	// guarded by mu. mountReq serializes the requests to the template and the moves.
-	mounts     map[string]*workMount
-	tmpfsTrees map[*workTree]bool // the trees with a tmpfs (their fds); guarded by mu
-	mountReq   sync.Mutex
 }
 
 // nsBinding ties a namespace to the worker slot that holds it. epoch is the worker
@@ -106,7 +102,7 @@ func newIsolated(cfg IsolatedConfig, sandbox bool) (*Isolated, error) {
 	}
 	e := &Isolated{cfg: cfg, perNS: cfg.Workers == 0, own: map[*workerSlot]struct{}{}, closeDone: make(chan struct{})}
 	e.pool.init(cfg)
-	e.watch.e = e
+	e.watch = e.newFileWatch()
 	if cfg.Egress != nil {
 		p, err := newEgressPolicy(*cfg.Egress)
 		if err != nil {
@@ -334,8 +330,10 @@ func (e *Isolated) Close() error {
 		t.Kill() // (alone: each sandbox forked from it ended with its slot)
 		t.AwaitExit()
 	}
-	e.watch.close()
-	e.closeMounts()
+	e.watch.Close()
+	if e.work != nil {
+		e.work.Close()
+	}
 	e.spec.Close()
 	var cgErr error
 	if e.cgroups != nil {
@@ -477,9 +475,9 @@ func (e *Isolated) run(ctx context.Context, code string, opts *Options) (res *Re
 		return nil, err
 	}
 	defer slot.token.release()
-	track := e.watch.begin(bindings[0])
+	track := e.beginFiles(bindings[0])
 	defer func() {
-		files, more := e.watch.end(track)
+		files, more := e.endFiles(track)
 		if res != nil {
 			res.Files, res.MoreFiles = files, more
 		}
@@ -717,7 +715,7 @@ func (e *Isolated) do(ns *Namespace, op byte, args ...any) (any, error) {
 	slot := b.slot
 	if op == pyrt.OpFree && b != e.defaultNS && b.freed.CompareAndSwap(false, true) {
 		e.opened.Add(-1)
-		e.watch.forget(b)
+		e.watch.Forget(b)
 		if !slot.own && e.local() {
 			defer e.removeWorkDir(b.dirs) // a packed namespace's, after the worker let go of it
 		}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/minipy-go/minipy/internal/cpython"
 	"github.com/minipy-go/minipy/internal/worker"
+
+	"github.com/minipy-go/minipy/internal/sandboxfs"
 )
 
 // The grace before a run that ignores its kicks is abandoned (timeout.go), and its bound on
@@ -68,20 +70,19 @@ func TemplatePID(e *Isolated) int {
 // trees: with WorkSize, the directory in its tree's tmpfs that the template mounts its
 // tmpfs over, through the host's fd of the tree.
 func HostWorkDir(ns *Namespace) string {
-	return ns.engine.(*Isolated).homePath(bindingOf(ns).dirs)
+	d := bindingOf(ns).dirs
+	return ns.engine.(*Isolated).work.HomePath(d.tree.Tree, d.home)
 }
 
 // HostTreeDir is the host's directory of the namespace's tree on its disk: with WorkSize,
 // the empty directory that the template mounts the tree's tmpfs over.
 func HostTreeDir(ns *Namespace) string {
-	return bindingOf(ns).dirs.tree.path
+	return bindingOf(ns).dirs.tree.HostPath()
 }
 
 // WorkMounts is the number of working directories of e that are a tmpfs the host holds.
 func WorkMounts(e *Isolated) int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return len(e.mounts)
+	return e.work.Mounts()
 }
 
 // NewIsolatedBeating is NewIsolated whose Command workers get a beat every `every` and end
@@ -116,20 +117,16 @@ func ReadBufferCap(ns *Namespace) int {
 // engine), on the directory entries a run's walk may visit and on those listed to set
 // watches up (0: the default), so that tests reach them fast.
 func SetWatchLimits(e *Isolated, perNS, perEngine, walk, list int) {
-	e.watch.mu.Lock()
-	defer e.watch.mu.Unlock()
-	e.watch.nsLimit, e.watch.engineLimit, e.watch.walkLimit, e.watch.listLimit = perNS, perEngine, walk, list
+	e.watch.SetLimits(perNS, perEngine, walk, list)
 }
 
 // NSWatchLimit is a namespace's bound on watches, when no test set it.
-const NSWatchLimit = nsWatchLimit
+const NSWatchLimit = sandboxfs.NSWatchLimit
 
 // HostWatches is how many watches e's inotify instance holds, as the kernel counts them
 // (the "inotify wd:" lines of its /proc/self/fdinfo), -1 if it has none.
 func HostWatches(e *Isolated) int {
-	e.watch.mu.Lock()
-	fd := e.watch.fd
-	e.watch.mu.Unlock()
+	fd := e.watch.FD()
 	if fd <= 0 {
 		return -1
 	}

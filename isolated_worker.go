@@ -76,7 +76,7 @@ func dirsOf(d workDirs) worker.Dirs {
 	if d.tree == nil {
 		return worker.Dirs{}
 	}
-	return worker.Dirs{Tree: d.tree.name, Home: d.home}
+	return worker.Dirs{Tree: d.tree.Name, Home: d.home}
 }
 
 // startAttempts is how many times a worker start is tried when something from outside

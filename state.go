@@ -14,6 +14,8 @@ import (
 	"sync"
 
 	"github.com/minipy-go/minipy/internal/pyrt"
+
+	"github.com/minipy-go/minipy/internal/sandboxfs"
 )
 
 // Saving and restoring a namespace (docs/state.md has the format). A saved namespace is
@@ -149,8 +151,8 @@ func (ns *Namespace) Save(w io.Writer) (SaveInfo, error) {
 	sw.frames('H', js) //nolint:errcheck // (sw.err, below)
 	if root, _, err := ns.keeperRoot("save"); err == nil {
 		fw := &frameWriter{sw: sw, kind: 'F'}
-		hdr.Files, err = tarFiles(root, fw)
-		root.close()
+		hdr.Files, err = sandboxfs.Tar(root, fw)
+		root.Close()
 		if err == nil {
 			err = fw.Flush()
 		}
@@ -254,18 +256,18 @@ func (ns *Namespace) restore(r io.Reader, mode restoreMode) error {
 	if err := ns.mayRestore(hdr, trusted); err != nil {
 		return err
 	}
-	var root *workRoot
+	var root *sandboxfs.Root
 	if hdr.Files > 0 {
 		if root, _, err = ns.keeperRoot("restore"); err != nil {
 			return fmt.Errorf("minipy: Restore: the saved namespace holds %d files: %w", hdr.Files, err)
 		}
-		defer root.close()
+		defer root.Close()
 	}
 	if mode == restoreFilesOnly {
 		if root == nil {
 			return nil
 		}
-		return untarFiles(root, bytes.NewReader(files))
+		return sandboxfs.Untar(root, bytes.NewReader(files))
 	}
 	hosts := make([]any, len(hdr.Hosts))
 	for i, h := range hdr.Hosts {
@@ -278,7 +280,7 @@ func (ns *Namespace) restore(r io.Reader, mode restoreMode) error {
 	if errors.Is(err, ErrBadState) {
 		// The variables may need the files: a module the code wrote, a package %pip
 		// installed into the namespace's site (.local). Written first, then once more.
-		if ferr := untarFiles(root, bytes.NewReader(files)); ferr != nil {
+		if ferr := sandboxfs.Untar(root, bytes.NewReader(files)); ferr != nil {
 			return err
 		}
 		if _, err := ns.op(pyrt.OpRestore, vars, hosts, hdr.Python); err != nil {
@@ -289,7 +291,7 @@ func (ns *Namespace) restore(r io.Reader, mode restoreMode) error {
 	if err != nil {
 		return err
 	}
-	if err := untarFiles(root, bytes.NewReader(files)); err != nil {
+	if err := sandboxfs.Untar(root, bytes.NewReader(files)); err != nil {
 		return fmt.Errorf("minipy: Restore: the variables are restored, but not all files: %w", err)
 	}
 	return nil
@@ -395,8 +397,8 @@ func (ns *Namespace) restoreFiles(sr *stateReader) (bool, error) {
 	if kind, err := sr.peek(); err != nil || kind != 'F' {
 		return false, err
 	}
-	var root *workRoot
-	open := func() (*workRoot, error) {
+	var root *sandboxfs.Root
+	open := func() (*sandboxfs.Root, error) {
 		var err error
 		if root, _, err = ns.keeperRoot("restore"); err != nil {
 			return nil, fmt.Errorf("minipy: Restore: the saved namespace holds files: %w", err)
@@ -404,12 +406,12 @@ func (ns *Namespace) restoreFiles(sr *stateReader) (bool, error) {
 		return root, nil
 	}
 	fr := &frameReader{sr: sr, kind: 'F'}
-	err := untarFilesInto(open, fr)
+	err := sandboxfs.UntarInto(open, fr)
 	if err == nil {
 		_, err = io.Copy(io.Discard, fr) // (the archive's padding)
 	}
 	if root != nil {
-		root.close()
+		root.Close()
 	}
 	if err != nil && root != nil {
 		return true, fmt.Errorf("minipy: Restore: not all files are written: %w", err)

@@ -1,7 +1,6 @@
 package minipy
 
 import (
-	"archive/tar"
 	"bufio"
 	"bytes"
 	"crypto/hmac"
@@ -10,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -158,42 +156,4 @@ func TestRestoreFormat1(t *testing.T) {
 	v, err := ns.Get("v")
 	require.NoError(t, err)
 	assert.Equal(t, []any{int64(1), "two"}, v)
-}
-
-// The walk of a sandbox's root leaves out what the image put there, deciding by the
-// sandbox's own view alone: a directory that holds nothing but mounts (/home, the parents
-// of a bind, however deep), a link at the root that imageLink names; an empty directory, a
-// link and a file of the code's are kept, each directory before what is in it.
-func TestTarSinkLeavesTheImageOut(t *testing.T) {
-	var buf bytes.Buffer
-	s := &tarSink{w: tar.NewWriter(&buf), imageLink: func(rel, to string) bool { return rel == "bin" }}
-	steps := []func() error{
-		func() error { return s.dir("home", 0o755) }, func() error { s.mount("home"); return nil },
-		func() error { return s.dirDone("home", 0o755) },
-		func() error { return s.dir("var", 0o755) }, func() error { return s.dir("var/cache", 0o755) },
-		func() error { s.mount("var/cache"); return nil }, func() error { return s.dirDone("var/cache", 0o755) },
-		func() error { return s.dirDone("var", 0o755) },
-		func() error { return s.symlink("bin", "usr/bin") },
-		func() error { return s.dir("app", 0o755) }, func() error { return s.dir("app/empty", 0o700) },
-		func() error { return s.dirDone("app/empty", 0o700) }, func() error { return s.dir("app/src", 0o755) },
-		func() error { return s.file("app/src/main.py", 0o644, 2, strings.NewReader("hi")) },
-		func() error { return s.dirDone("app/src", 0o755) }, func() error { return s.dirDone("app", 0o755) },
-		func() error { return s.symlink("mine", "app/src") },
-	}
-	for _, step := range steps {
-		require.NoError(t, step())
-	}
-	require.NoError(t, s.w.Close())
-	var names []string
-	tr := tar.NewReader(&buf)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		require.NoError(t, err)
-		names = append(names, h.Name)
-	}
-	assert.Equal(t, []string{"app/", "app/empty/", "app/src/", "app/src/main.py", "mine"}, names)
-	assert.Equal(t, 5, s.n)
 }

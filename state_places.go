@@ -1,12 +1,13 @@
 package minipy
 
 import (
-	"archive/tar"
 	"fmt"
 	"io"
 	"os"
 	"path"
 	"strings"
+
+	"github.com/minipy-go/minipy/internal/sandboxfs"
 )
 
 // A saved namespace holds the rest of its sandbox's writable layer too: after the working
@@ -33,41 +34,41 @@ func (ns *Namespace) savePlaces(sw *stateWriter) (int, error) {
 	}
 	defer root.Close()
 	pw := &frameWriter{sw: sw, kind: 'P'}
-	s := &tarSink{w: tar.NewWriter(pw)}
+	s := sandboxfs.NewTarSink(pw)
 	for _, place := range sandboxPlaces {
 		r, err := e.placeIn(root, place, e.keeper())
 		if err != nil {
-			return s.n, fmt.Errorf("the sandbox's %s: %w", place, err)
+			return s.Entries(), fmt.Errorf("the sandbox's %s: %w", place, err)
 		}
-		s.prefix, s.imageLink = place[1:], nil
+		s.Prefix, s.ImageLink = place[1:], nil
 		if place == "/" {
-			s.imageLink = func(rel, to string) bool { return imageLink(r, rel, to) }
+			s.ImageLink = func(rel, to string) bool { return imageLink(r, rel, to) }
 		}
-		err = walkFiles(r, ".", s)
-		r.close()
+		err = sandboxfs.Walk(r, ".", s)
+		r.Close()
 		if err != nil {
-			return s.n, fmt.Errorf("the sandbox's %s: %w", place, err)
+			return s.Entries(), fmt.Errorf("the sandbox's %s: %w", place, err)
 		}
 	}
-	if s.n == 0 {
+	if s.Entries() == 0 {
 		return 0, nil // (no frame)
 	}
-	if err := s.w.Close(); err != nil {
-		return s.n, err
+	if err := s.Close(); err != nil {
+		return s.Entries(), err
 	}
-	return s.n, pw.Flush()
+	return s.Entries(), pw.Flush()
 }
 
 // imageLink reports whether the link rel to to, which the walk of the sandbox's root r
 // found, is the image's: a link at the root to a mount there (/bin -> usr/bin). The
 // sandbox's own view decides, never the host's files: what the host has is not the code's
 // to learn by what a save keeps.
-func imageLink(r *workRoot, rel, to string) bool {
+func imageLink(r *sandboxfs.Root, rel, to string) bool {
 	if strings.Contains(rel, "/") {
 		return false
 	}
 	top, _, _ := strings.Cut(strings.TrimLeft(path.Clean(to), "/"), "/")
-	return top != "" && top != "." && top != ".." && r.mountedAt(top)
+	return top != "" && top != "." && top != ".." && r.MountedAt(top)
 }
 
 // restorePlaces writes the frames 'P' that sr reads next (none: nothing) into the sandbox's
@@ -83,9 +84,9 @@ func (ns *Namespace) restorePlaces(sr *stateReader) (bool, error) {
 		_, err := io.Copy(io.Discard, pr)
 		return false, err
 	}
-	p := &placeWriter{e: e, b: b, roots: map[string]*workRoot{}, mounted: map[string]bool{}}
+	p := &placeWriter{e: e, b: b, roots: map[string]*sandboxfs.Root{}, mounted: map[string]bool{}}
 	defer p.close()
-	err = untarEntries(pr, p.rootFor)
+	err = sandboxfs.UntarEntries(pr, p.rootFor)
 	if err == nil {
 		_, err = io.Copy(io.Discard, pr) // (the archive's padding)
 	}
@@ -100,14 +101,14 @@ type placeWriter struct {
 	e       *Isolated
 	b       *nsBinding
 	root    *os.File
-	roots   map[string]*workRoot
-	opened  []*workRoot // (closed last opened first: each holds its thread's fsuid)
+	roots   map[string]*sandboxfs.Root
+	opened  []*sandboxfs.Root // (closed last opened first: each holds its thread's fsuid)
 	mounted map[string]bool
 }
 
 // rootFor gives the place of the entry name (relative to the sandbox's root) and its name
 // there; none for a name in the working directory's place, under a mount, or a place itself.
-func (p *placeWriter) rootFor(name string) (*workRoot, string, error) {
+func (p *placeWriter) rootFor(name string) (*sandboxfs.Root, string, error) {
 	place, rel, ok := placeName(p.e.cfg.WorkDirPath, "/"+name)
 	if !ok || place == p.e.cfg.WorkDirPath || rel == "." {
 		return nil, "", nil
@@ -132,7 +133,7 @@ func (p *placeWriter) rootFor(name string) (*workRoot, string, error) {
 		top, _, _ := strings.Cut(rel, "/")
 		m, seen := p.mounted[top]
 		if !seen {
-			m = r.mountedAt(top)
+			m = r.MountedAt(top)
 			p.mounted[top] = m
 		}
 		if m {
@@ -144,7 +145,7 @@ func (p *placeWriter) rootFor(name string) (*workRoot, string, error) {
 
 func (p *placeWriter) close() {
 	for i := len(p.opened) - 1; i >= 0; i-- {
-		p.opened[i].close()
+		p.opened[i].Close()
 	}
 	if p.root != nil {
 		p.root.Close()

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/minipy-go/minipy/internal/sandboxfs"
 )
 
 // Usage is what a namespace's sandbox uses (Namespace.Usage).
@@ -83,20 +85,18 @@ func (e *Isolated) usage(ns *Namespace) (Usage, error) {
 	if err != nil {
 		return u, err
 	}
-	defer root.close()
+	defer root.Close()
 	if e.capped() { // (its own tmpfs: what it holds, directories and all)
 		var st syscall.Statfs_t
-		if err := syscall.Fstatfs(root.fd, &st); err != nil {
+		if err := syscall.Fstatfs(root.FD, &st); err != nil {
 			return u, fmt.Errorf("minipy: Usage: the working directory: %w", err)
 		}
 		u.Disk, u.DiskLimit = int64(st.Blocks-st.Bfree)*st.Bsize, e.cfg.WorkSize
 		return u, nil
 	}
-	walk := &walker{src: root, measuring: true}
-	if err := walk.sub(root.fd, ".", "."); err != nil {
+	if u.Disk, err = sandboxfs.Size(root); err != nil {
 		return u, fmt.Errorf("minipy: Usage: the working directory: %w", err)
 	}
-	u.Disk = walk.claimed
 	return u, nil
 }
 

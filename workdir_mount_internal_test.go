@@ -57,22 +57,20 @@ func TestTemplateMountRequests(t *testing.T) {
 	e.tmplMu.Unlock()
 	require.NotNil(t, tmpl)
 	ask := func(tree, name string, size int64) (int, error) {
-		e.mountReq.Lock() // (AskMount's caller holds it)
-		defer e.mountReq.Unlock()
-		return tmpl.AskMount(tree, name, size, 20*time.Second)
+		return e.work.AskMount(tmpl, tree, name, size, 20*time.Second)
 	}
 	dev := func(fd int) uint64 {
 		var st syscall.Stat_t
 		require.NoError(t, syscall.Fstat(fd, &st))
 		return st.Dev
 	}
-	a, err := ask(d.tree.name, "", e.treeSize())
+	a, err := ask(d.tree.Name, "", e.work.TreeSize())
 	require.NoError(t, err, "the tree's tmpfs, mounted already: its root again")
-	b, err := ask(d.tree.name, "", e.treeSize())
+	b, err := ask(d.tree.Name, "", e.work.TreeSize())
 	require.NoError(t, err)
 	assert.Equal(t, dev(a), dev(b))
-	require.NoError(t, os.Mkdir(filepath.Join(e.treeRoot(d.tree), "other"), 0o755))
-	c, err := ask(d.tree.name, "other", 1<<20)
+	require.NoError(t, os.Mkdir(filepath.Join(e.work.TreeRoot(d.tree.Tree), "other"), 0o755))
+	c, err := ask(d.tree.Name, "other", 1<<20)
 	require.NoError(t, err, "a working directory's")
 	assert.NotEqual(t, dev(a), dev(c))
 	for _, fd := range []int{a, b, c} {
@@ -83,11 +81,11 @@ func TestTemplateMountRequests(t *testing.T) {
 		size       int64
 		why        string
 	}{
-		{d.tree.name, "", 0, "bad size 0"},
-		{d.tree.name, "x", -5, "bad size -5"},
+		{d.tree.Name, "", 0, "bad size 0"},
+		{d.tree.Name, "x", -5, "bad size -5"},
 		{"..", "", 4096, "bad working directory names"},
-		{d.tree.name, "a/b", 4096, "bad working directory names"},
-		{d.tree.name, "missing", 4096, "No such file or directory"},
+		{d.tree.Name, "a/b", 4096, "bad working directory names"},
+		{d.tree.Name, "missing", 4096, "No such file or directory"},
 		{"missing", "", 4096, "No such file or directory"},
 	} {
 		_, err := ask(bad.tree, bad.name, bad.size)
