@@ -1,8 +1,12 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -77,4 +81,37 @@ func TestCLIRootUser(t *testing.T) {
 	}
 	assert.Equal(t, 0, code, errOut)
 	assert.Equal(t, "'0'\n", out)
+}
+
+// SIGTERM (timeout(1)'s) and SIGHUP end the CLI with 128 + the signal once its engine is
+// closed: no sandbox outlives it (testproc checks), and its private directory is gone.
+func TestCLITerminateClosesTheEngine(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGHUP} {
+		tmp := t.TempDir()
+		// (The workers' user passes through it, as through /tmp.)
+		require.NoError(t, os.Chmod(filepath.Dir(tmp), 0o711))
+		require.NoError(t, os.Chmod(tmp, 0o711))
+		cmd := command(t, "--isolated", "--timeout", "60s", "-c", "print('ready', flush=True)\nimport time\ntime.sleep(60)")
+		cmd.Env = append(cmd.Env, "TMPDIR="+tmp)
+		var errOut bytes.Buffer
+		cmd.Stderr = &errOut
+		out, err := cmd.StdoutPipe()
+		require.NoError(t, err)
+		require.NoError(t, cmd.Start())
+		line, err := bufio.NewReader(out).ReadString('\n')
+		if err != nil {
+			cmd.Wait() //nolint:errcheck // (its stderr says why)
+			t.Fatalf("%v: %s", err, errOut.String())
+		}
+		require.Equal(t, "ready\n", line)
+		dirs, _ := filepath.Glob(filepath.Join(tmp, "minipy-isolated-*"))
+		require.Len(t, dirs, 1, "the engine's private directory, while it runs")
+		require.NoError(t, cmd.Process.Signal(sig))
+		err = cmd.Wait()
+		var exit *exec.ExitError
+		require.ErrorAs(t, err, &exit, sig.String())
+		assert.Equal(t, 128+int(sig), exit.ExitCode(), sig.String())
+		dirs, _ = filepath.Glob(filepath.Join(tmp, "minipy-isolated-*"))
+		assert.Empty(t, dirs, "%s: the engine's private directory is removed", sig)
+	}
 }

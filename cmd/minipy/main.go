@@ -45,6 +45,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/minipy-go/minipy"
@@ -285,6 +286,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer eng.Close()
+	defer closeOnTerminate(eng)()
 	if interactive {
 		return repl(eng, opts, saver, files, stdin.(*os.File), stdout, stderr)
 	}
@@ -303,6 +305,25 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return runJSON(ctx, eng, src, opts, saver, files, ns, stdout, stderr)
 	}
 	return runStreamed(ctx, eng, src, opts, saver, files, ns, stdout, stderr)
+}
+
+// closeOnTerminate has SIGTERM and SIGHUP (timeout(1), a closed terminal, a service
+// manager's stop) close eng before the CLI ends with status 128 + the signal: its
+// sandboxes, their cgroups and its private directory go as at a normal exit, where the
+// signal's default action would leave the directory behind. The func it returns stops it.
+func closeOnTerminate(eng minipy.Engine) func() {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGHUP)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case sig := <-sigs:
+			eng.Close()
+			os.Exit(128 + int(sig.(syscall.Signal)))
+		case <-done:
+		}
+	}()
+	return func() { signal.Stop(sigs); close(done) }
 }
 
 // options are the runs' options from --timeout and --max-output. A zero --timeout bounds
