@@ -6,9 +6,11 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log"
 	"net"
 	"net/http"
+	"net/url"
 	"runtime"
 	"time"
 
@@ -27,6 +29,23 @@ func checkE2B(eng minipy.Engine, workers int) error {
 	if workers > 0 {
 		return errors.New("-e2b needs a worker process per sandbox (-workers 0): packed workers share their " +
 			"environment and working directory between sandboxes")
+	}
+	return nil
+}
+
+// checkAdvertise refuses an -advertise that is no URL a replica can reach, or one without
+// a store for the replicas to share.
+func checkAdvertise(addr string, store *session.Store) error {
+	if addr == "" {
+		return nil
+	}
+	if store == nil {
+		return errors.New("-advertise needs -state-dir or -state-store: the replicas find each other's sandboxes there")
+	}
+	u, err := url.Parse(addr)
+	if err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" || u.Path != "" && u.Path != "/" ||
+		u.RawQuery != "" || u.User != nil {
+		return fmt.Errorf("-advertise %q: an http(s)://HOST:PORT URL, which the other replicas reach", addr)
 	}
 	return nil
 }

@@ -49,6 +49,13 @@ func startE2B(t *testing.T, args ...string) *serverProc {
 // sandboxes apart, list, info, connect, kill, a wrong key.
 func TestE2BWithSDK(t *testing.T) {
 	s := startE2B(t)
+	checkClientScript(t, s)
+	assert.Eventually(t, func() bool { return strings.Count(s.log.String(), "ended: killed through the API") == 3 },
+		5*time.Second, 10*time.Millisecond, "%s", s.log)
+}
+
+// checkClientScript runs client.mjs against s and checks what it saw.
+func checkClientScript(t *testing.T, s *serverProc) {
 	got := runE2BScript(t, s, "client.mjs")
 	id := got["id"]
 	want := map[string]any{
@@ -79,8 +86,6 @@ func TestE2BWithSDK(t *testing.T) {
 	assert.Contains(t, got["streamed"], "out:tick 0")
 	assert.Contains(t, got["streamed"], "err:warn")
 	assert.Contains(t, got["error"].(map[string]any)["traceback"], "return 1/0")
-	assert.Eventually(t, func() bool { return strings.Count(s.log.String(), "ended: killed through the API") == 3 },
-		5*time.Second, 10*time.Millisecond, "%s", s.log)
 }
 
 // What E2B's own suites expect of the behaviours they share with minipy (conformance.mjs):
@@ -179,8 +184,10 @@ func TestE2BStateDirRestart(t *testing.T) {
 // E2B's base SDK: its default template, files several at once, gzipped, as bytes and as a
 // stream; commands: output, streaming, exit codes, environment, working directory, stdin,
 // background commands listed and killed; a terminal; a pause without its memory.
-func TestE2BBaseSDK(t *testing.T) {
-	s := startE2B(t)
+func TestE2BBaseSDK(t *testing.T) { checkBaseScript(t, startE2B(t)) }
+
+// checkBaseScript runs base.mjs against s and checks what it saw.
+func checkBaseScript(t *testing.T, s *serverProc) {
 	got := runE2BScript(t, s, "base.mjs")
 	want := map[string]any{
 		"template": "base", "running": true, "written": []any{"/home/user/in/a.txt", "/home/user/in/b.bin"},
@@ -530,6 +537,11 @@ func TestE2BFlags(t *testing.T) {
 			"give -state-dir or -state-store, not both"},
 		{[]string{"-e2b", "127.0.0.1:0", "-backend", "isolated", "-state-store", "redis://127.0.0.1:1/0"},
 			"-state-store 127.0.0.1:1: "},
+		{[]string{"-http", "127.0.0.1:0", "-advertise", "http://127.0.0.1:1"}, "-advertise applies to -e2b"},
+		{[]string{"-e2b", "127.0.0.1:0", "-backend", "isolated", "-advertise", "http://127.0.0.1:1"},
+			"-advertise needs -state-dir or -state-store"},
+		{[]string{"-e2b", "127.0.0.1:0", "-backend", "isolated", "-state-dir", t.TempDir(), "-advertise", "10.0.0.5:8081"},
+			"an http(s)://HOST:PORT URL"},
 	} {
 		out, err := exec.Command(bin, c.args...).CombinedOutput()
 		require.Error(t, err, "%v", c.args)

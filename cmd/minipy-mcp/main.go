@@ -188,6 +188,7 @@ type flags struct {
 	httpAddr       string
 	e2bAddr        string
 	e2bMaxTimeout  time.Duration
+	advertise      string
 	sessionTimeout time.Duration
 	upstreamFile   string
 	tokensFile     string
@@ -224,6 +225,7 @@ func parseFlags() *flags {
 	flag.StringVar(&f.httpAddr, "http", "", "serve the Streamable HTTP transport on `addr` (host:port) instead of stdio")
 	flag.StringVar(&f.e2bAddr, "e2b", "", "serve E2B's API and sandboxes on `addr` (host:port), beside -http or instead of it: "+
 		"E2B's SDKs run against it with E2B_API_URL and E2B_SANDBOX_URL set to http://addr (docs/e2b.md)")
+	flag.StringVar(&f.advertise, "advertise", "", "with -e2b and -state-dir or -state-store: this replica's `URL` as the other replicas sharing the store reach it (http://10.0.0.5:8081): a request for a sandbox that another replica runs is forwarded there, so that any replica answers for any sandbox behind a round-robin balancer")
 	flag.DurationVar(&f.e2bMaxTimeout, "e2b-max-timeout", e2b.DefaultMaxTimeout, "with -e2b: the longest life a sandbox may ask for (its timeout)")
 	flag.DurationVar(&f.sessionTimeout, "session-timeout", 30*time.Minute, "with -http: close a session (and free its namespace) after this long without a request")
 	flag.StringVar(&f.upstreamFile, "upstream", "", "connect to the MCP servers of this mcpServers JSON `file` and give their tools to the code as Python functions (code mode)")
@@ -258,7 +260,7 @@ func (f *flags) transport() (protocol *os.File, ln, e2bLn net.Listener, toks *se
 			switch fl.Name {
 			case "tokens", "allow-anonymous", "max-sessions", "max-sessions-per-user", "drain-timeout", "session-timeout",
 				"state-dir", "state-store", "state-max-bytes", "state-lease", "state-ttl", "state-idle", "state-key-file", "state-prefix",
-				"e2b-max-timeout":
+				"e2b-max-timeout", "advertise":
 				log.Fatalf("minipy-mcp: -%s applies to -http and -e2b; over stdio the client that started the server is "+
 					"its only user", fl.Name)
 			}
@@ -280,8 +282,8 @@ func (f *flags) transport() (protocol *os.File, ln, e2bLn net.Listener, toks *se
 	}
 	if f.e2bAddr == "" {
 		flag.Visit(func(fl *flag.Flag) {
-			if fl.Name == "e2b-max-timeout" {
-				log.Fatalf("minipy-mcp: -e2b-max-timeout applies to -e2b")
+			if fl.Name == "e2b-max-timeout" || fl.Name == "advertise" {
+				log.Fatalf("minipy-mcp: -%s applies to -e2b", fl.Name)
 			}
 		})
 	}
@@ -413,6 +415,10 @@ func (f *flags) serve(ctx context.Context, eng minipy.Engine, icfg minipy.Isolat
 		n++
 		ecfg := f.e2bConfig(eng, toks, g, icfg)
 		ecfg.Store, ecfg.Metrics, ecfg.Ops = store, m, opsHandler(g, m, ready, store)
+		if err := checkAdvertise(f.advertise, store); err != nil {
+			log.Fatalf("minipy-mcp: %v", err)
+		}
+		ecfg.Advertise = f.advertise
 		srv := e2b.New(ecfg)
 		countE2B(m, srv)
 		enders = append(enders, func(user string) {

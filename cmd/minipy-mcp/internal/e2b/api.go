@@ -19,6 +19,8 @@ func (s *Server) routes() {
 		s.api.HandleFunc("GET "+prefix+"/sandboxes", s.authed(s.list))
 		s.api.HandleFunc("POST "+prefix+"/sandboxes/{id}/connect", s.authed(s.owned(s.connect)))
 	}
+	s.api.HandleFunc("GET "+replicaListPath, s.authed(s.replicaList))
+	s.api.HandleFunc("GET "+replicaSignedPath, s.replicaSigned) // (a signed URL carries no key: the forward's mark is the check)
 	s.api.HandleFunc("GET /sandboxes/{id}", s.authed(s.owned(s.info)))
 	s.api.HandleFunc("DELETE /sandboxes/{id}", s.authed(s.owned(s.remove)))
 	s.api.HandleFunc("POST /sandboxes/{id}/timeout", s.authed(s.owned(s.timeout)))
@@ -89,6 +91,9 @@ func (s *Server) owned(next func(http.ResponseWriter, *http.Request, *sandbox)) 
 			if sb == nil {
 				sb = s.fromStore(id, user)
 			}
+		}
+		if sb == nil && s.forward(w, r, id) {
+			return // (another replica runs it)
 		}
 		if sb == nil || sb.user != user {
 			writeError(w, http.StatusNotFound, "sandbox "+echo(r.PathValue("id"))+" not found")
@@ -439,7 +444,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, why)
 		return
 	}
-	all := s.userListed(userOf(r))
+	all := s.userListed(r)
 	if !lq.asc {
 		slices.Reverse(all)
 	}
@@ -471,20 +476,41 @@ func matches(metadata map[string]string, want url.Values) bool {
 	return true
 }
 
-// userListed lists user's sandboxes, oldest first: those of this server's memory and,
-// with a store, those paused into it.
-func (s *Server) userListed(user string) []listedSandbox {
+// userListed lists the caller's sandboxes, oldest first: those of this server's memory
+// and, with a store, those paused into it, and those the other replicas run (forward.go).
+func (s *Server) userListed(r *http.Request) []listedSandbox {
+	user := userOf(r)
+	all := s.hereListed(user)
+	seen := map[string]bool{}
+	for _, l := range all {
+		seen[l.SandboxID] = true
+	}
+	for _, l := range s.peersListed(r) {
+		if !seen[l.SandboxID] { // (here first: a sandbox that moved meanwhile is listed once)
+			seen[l.SandboxID] = true
+			all = append(all, l)
+		}
+	}
+	if s.cfg.Store != nil {
+		for _, l := range s.storedSandboxes(user) {
+			if !seen[l.SandboxID] {
+				all = append(all, l)
+			}
+		}
+	}
+	slices.SortFunc(all, func(a, b listedSandbox) int {
+		return listPlace{a.StartedAt, a.SandboxID}.compare(listPlace{b.StartedAt, b.SandboxID})
+	})
+	return all
+}
+
+// hereListed lists user's sandboxes in this server's memory that are not in the store.
+func (s *Server) hereListed(user string) []listedSandbox {
 	var all []listedSandbox
 	for _, sb := range s.sandboxesOf(user) {
 		if !sb.storedPaused() { // (the store's listing has it)
 			all = append(all, s.listed(sb))
 		}
 	}
-	if s.cfg.Store != nil {
-		all = append(all, s.storedSandboxes(user)...)
-	}
-	slices.SortFunc(all, func(a, b listedSandbox) int {
-		return listPlace{a.StartedAt, a.SandboxID}.compare(listPlace{b.StartedAt, b.SandboxID})
-	})
 	return all
 }

@@ -1,7 +1,10 @@
 package e2b
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
 	"net/http"
 	"slices"
@@ -35,9 +38,18 @@ type forkResult struct {
 // validates a body against its schema first: a count of 0 is a 400 for any id and key, not
 // a 401 or a 404. The body read is bounded (64 KiB) for a caller without a key as well.
 func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
-	var req forkRequest
-	if !readJSON(w, r, 1<<16, &req) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<16))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "the request's body: "+err.Error())
 		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body)) // (again, for a forward to the replica that runs it)
+	var req forkRequest
+	if len(bytes.TrimSpace(body)) > 0 {
+		if err := json.Unmarshal(body, &req); err != nil {
+			writeError(w, http.StatusBadRequest, "the request's body is not the JSON expected: "+err.Error())
+			return
+		}
 	}
 	count := 1
 	if req.Count != nil {

@@ -127,6 +127,9 @@ func (s *Server) pause(sb *sandbox, keepMemory bool) (int, string) {
 	for _, cc := range closing { // (not under sb.mu: a context's restart holds its lock, then takes sb.mu)
 		cc.close()
 	}
+	if s.cfg.Store != nil {
+		s.unhold(sb) // (in the store: any replica resumes it)
+	}
 	s.logf("minipy-mcp: E2B sandbox %s of user %q paused (%d bytes)", sb.id, sb.user, size)
 	return 0, ""
 }
@@ -193,7 +196,12 @@ func (s *Server) releasePaused(user string, size int64) {
 // resume restores a paused sb's contexts into fresh namespaces (under the caps) and
 // makes it live life from now. It returns an HTTP status and why when it cannot; sb stays
 // paused then.
-func (s *Server) resume(sb *sandbox, life time.Duration) (int, string) {
+func (s *Server) resume(sb *sandbox, life time.Duration) (code int, why string) {
+	defer func() {
+		if code == 0 {
+			s.hold(sb) // (it runs here now: the other replicas forward to here)
+		}
+	}()
 	s.mu.Lock()
 	closed := s.closed
 	s.mu.Unlock()
@@ -210,7 +218,7 @@ func (s *Server) resume(sb *sandbox, life time.Duration) (int, string) {
 	sb.dropPausedPlace() // (its contexts take theirs)
 	sb.mu.Unlock()
 	var contexts []*codeContext
-	code, why := 0, ""
+	code, why = 0, ""
 	if stored {
 		var from io.Closer
 		if paused, from, code, why = s.claimStored(sb); paused != nil {

@@ -145,6 +145,7 @@ func (s *Server) register(sb *sandbox, life time.Duration) (int, string) {
 	s.stats.Created++
 	sb.timer = time.AfterFunc(life, func() { s.expired(sb) })
 	s.mu.Unlock()
+	s.hold(sb)
 	return 0, ""
 }
 
@@ -272,6 +273,7 @@ func (s *Server) kill(sb *sandbox, why string) bool {
 	for _, cc := range contexts {
 		cc.close()
 	}
+	s.unhold(sb)
 	s.logf("minipy-mcp: E2B sandbox %s of user %q ended: %s", sb.id, sb.user, why)
 	return true
 }

@@ -130,6 +130,10 @@ type Config struct {
 	// Ops, if set, serves the API's paths that E2B's API does not have: the server's
 	// /healthz, /readyz and /metrics.
 	Ops http.Handler
+	// Advertise, with Store, is this replica's URL as the other replicas sharing Store
+	// reach it: each sandbox running here is registered in the store, and a request for a
+	// sandbox that another replica runs is forwarded there (forward.go). "": none.
+	Advertise string
 }
 
 // Server serves E2B's API and its sandboxes. Its methods are safe from any goroutine.
@@ -160,6 +164,7 @@ type Server struct {
 	tokens                 accessTokens
 	signedLookups          *rate.Limiter // searches for the sandbox of a signed file URL (signed.go)
 	stopMetrics            func()        // ends the metrics' sampling (metrics.go)
+	fwd                    *forwarder    // forwards to the other replicas (Config.Advertise); nil: none
 }
 
 // New returns a server of cfg's sandboxes.
@@ -196,6 +201,9 @@ func New(cfg Config) *Server {
 		spares:  map[string]*spare{},
 		uploads: templates.NewUploads(cfg.MaxUpload, cfg.MaxPausedBytesPerUser, cfg.MaxPausedBytes/2)}
 	s.routes()
+	if cfg.Store != nil && cfg.Advertise != "" {
+		s.fwd = newForwarder(s, cfg.Advertise)
+	}
 	stop := make(chan struct{})
 	s.stopMetrics = sync.OnceFunc(func() { close(stop) })
 	go s.sampleMetrics(stop)
@@ -222,12 +230,21 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, err.Error())
 		return
 	}
+	r, err := s.fromReplica(r)
+	if err != nil {
+		s.cfg.Metrics.Unauthorized()
+		writeError(w, http.StatusForbidden, err.Error())
+		return
+	}
 	id, port := r.Header.Get("E2b-Sandbox-Id"), r.Header.Get("E2b-Sandbox-Port")
 	if id == "" {
 		id, port = hostSandbox(r.Host)
 	}
 	if id == "" && isSignedFileURL(r) { // (E2B_SANDBOX_URL: the URL names no sandbox)
 		sb, status := s.signedSandbox(r)
+		if sb == nil && status == http.StatusUnauthorized && s.forwardSigned(w, r) {
+			return // (another replica runs it)
+		}
 		if sb == nil {
 			s.cfg.Metrics.Unauthorized()
 			writeError(w, status, "the file URL's signature is no running sandbox's (or too many were tried: wait)")
@@ -242,6 +259,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sb := s.lookup(id)
+	if (sb == nil || !sb.running()) && s.forward(w, r, id) {
+		return
+	}
 	if sb == nil || !sb.running() {
 		s.notRunning(w, r, id, port)
 		return
@@ -385,6 +405,9 @@ func (s *Server) Close() {
 	for _, sb := range all {
 		s.end(sb, "the server closed")
 	}
+	if s.fwd != nil {
+		s.fwd.close()
+	}
 	s.building.Wait() // (each has killed its sandbox)
 	s.dropSpares(func(*spare) bool { return true })
 	s.sparing.Wait() // (each being made is killed as it is ready: closed)
@@ -459,6 +482,9 @@ type Stats struct {
 	Expired  int // killed when their time ended
 	Killed   int // killed through the API
 	Executed int // executions (runCode) so far
+	// Forwarded are the requests sent on to the replica that runs their sandbox so far
+	// (Config.Advertise).
+	Forwarded int
 	// FromSpare are the sandboxes created from a template's warm spare so far (spares.go),
 	// Spares the spares ready now.
 	FromSpare, Spares int

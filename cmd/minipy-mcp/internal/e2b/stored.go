@@ -28,7 +28,12 @@ import (
 
 // storedInfo is what the store's listing shows of a paused sandbox (its Meta.Init).
 type storedInfo struct {
-	ID       string            `json:"id"`
+	ID string `json:"id"`
+	// Token is the sandbox's access token, sealed with the rest (under the key that mints
+	// tokens, so it tells nothing the key does not): the sandbox keeps it for its life, as
+	// E2B's does, wherever it resumes, and E2B's signed file URLs, which the client signs
+	// with it, verify there. (A verifier alone could not check those.)
+	Token    string            `json:"token,omitempty"`
 	Template string            `json:"template"`
 	Metadata map[string]string `json:"metadata"`
 	Started  time.Time         `json:"started"`
@@ -87,7 +92,8 @@ func decodeStored(blob []byte) (storedHead, []pausedContext, error) {
 // storePaused saves each of sb's contexts into the store, after its run in progress
 // (storeContexts). It returns the bytes saved.
 func (s *Server) storePaused(sb *sandbox, contexts []*codeContext) (int64, error) {
-	info, err := json.Marshal(storedInfo{ID: sb.id, Template: sb.template, Metadata: sb.metadata, Started: sb.started})
+	info, err := json.Marshal(storedInfo{ID: sb.id, Token: sb.token, Template: sb.template, Metadata: sb.metadata,
+		Started: sb.started})
 	if err != nil {
 		return 0, err
 	}
@@ -259,14 +265,18 @@ func (s *Server) storedEnd(saved time.Time) time.Time {
 }
 
 // fromStore is the paused sandbox id of user's that the store holds, given its place in
-// memory (a fresh access token: the token is never stored), or nil.
+// memory with its access token, or nil.
 func (s *Server) fromStore(id, user string) *sandbox {
 	meta, err := s.cfg.Store.Stat(session.KindSandbox, id)
 	var si storedInfo
 	if err != nil || meta.User != user || json.Unmarshal(meta.Init, &si) != nil || si.ID != id {
 		return nil
 	}
-	sb := &sandbox{id: id, token: s.tokens.make(id), user: user, template: si.Template, metadata: si.Metadata,
+	token := si.Token
+	if !s.tokens.isFor(id, token) { // (a pause of before the tokens were kept: a fresh one)
+		token = s.tokens.make(id)
+	}
+	sb := &sandbox{id: id, token: token, user: user, template: si.Template, metadata: si.Metadata,
 		started: si.Started, end: s.storedEnd(meta.Saved), state: statePaused, stored: true,
 		inflight: make(chan struct{}, maxInflight)}
 	if sb.metadata == nil {

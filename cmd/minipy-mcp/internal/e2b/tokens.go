@@ -43,10 +43,10 @@ func (a accessTokens) mac(id, random string) string {
 
 // made reports whether r carries a token made for sandbox id (in either of its headers).
 func (a accessTokens) made(id string, r *http.Request) bool {
-	for _, t := range []string{r.Header.Get("X-Access-Token"), r.Header.Get("E2B-Traffic-Access-Token")} {
-		if len(t) == 32 && hmac.Equal([]byte(t[16:]), []byte(a.mac(id, t[:16]))) {
-			return true
-		}
-	}
-	return false
+	return a.isFor(id, r.Header.Get("X-Access-Token")) || a.isFor(id, r.Header.Get("E2B-Traffic-Access-Token"))
+}
+
+// isFor reports whether t is a token made for sandbox id.
+func (a accessTokens) isFor(id, t string) bool {
+	return len(t) == 32 && hmac.Equal([]byte(t[16:]), []byte(a.mac(id, t[:16])))
 }

@@ -55,9 +55,11 @@ const (
 	KindSession  = ".session"  // an MCP session or session handle
 	KindSandbox  = ".paused"   // a paused E2B sandbox
 	KindSnapshot = ".snapshot" // an E2B snapshot
+	KindRunning  = ".running"  // an E2B sandbox running on a replica: its lease alone, the holder's (Holder)
+	KindReplica  = ".replica"  // a replica's address, for the others to forward to (Advertise)
 )
 
-var kinds = []string{KindSession, KindSandbox, KindSnapshot}
+var kinds = []string{KindSession, KindSandbox, KindSnapshot, KindReplica}
 
 // Meta is what is kept of a session beside its namespace.
 type Meta struct {

@@ -1,0 +1,366 @@
+package e2b
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/session"
+)
+
+// Any replica answers for any sandbox (Config.Advertise). The replica that runs a sandbox
+// holds its lease in the store (session.KindRunning), taken when it starts or resumes
+// there and renewed while it is there; each replica saves its address in the store. A
+// request for a sandbox that is not here, whose lease another replica holds, is forwarded
+// to that replica's address: the API's calls for it (kill, pause, timeout, connect, fork,
+// snapshots, metrics...), envd's and the interpreter's, streamed both ways (connect
+// streams, NDJSON, uploads and downloads, a port's WebSocket), the client's cancellation
+// passed on. A list asks every replica for the caller's sandboxes there.
+//
+// The holder checks a forwarded request as any other: the API key or access token are the
+// client's own. The forward's mark (forwardHeader: an HMAC of the request under a key
+// derived from the store's, and the time) says only that another replica sent it, so that
+// it is not forwarded again; a mark that does not verify is refused (403), so a client
+// cannot pass as a replica. What must hold: a replica forwards only to an address a replica
+// saved, sealed, in the store (session.Store.ReplicaAddr), so one who can write the store
+// but has not its key cannot have a client's key sent elsewhere.
+
+// forwardHeader marks a request that a replica forwarded: "OWNER UNIXTIME MAC".
+const forwardHeader = "Minipy-Forward"
+
+// forwardSkew is how far a forward's time may be from the holder's clock.
+const forwardSkew = time.Minute
+
+// replicaListPath is where a replica lists the caller's sandboxes it has in memory, for
+// another replica's list (forwarded requests only).
+const replicaListPath = "/.minipy/replica/sandboxes"
+
+// replicaSignedPath is where a replica finds, for another, the sandbox of its own that
+// signed a file URL (forwarded requests only): the URL's query, and its method.
+const replicaSignedPath = "/.minipy/replica/signed"
+
+// forwarder forwards requests to the replicas that hold their sandboxes.
+type forwarder struct {
+	store  *session.Store
+	key    []byte
+	proxy  *httputil.ReverseProxy
+	client *http.Client
+	stop   context.CancelFunc
+	done   sync.WaitGroup
+}
+
+type (
+	targetKey    struct{}
+	forwardedKey struct{}
+)
+
+// newForwarder starts holding s's sandboxes in the store and advertising addr there.
+func newForwarder(s *Server, addr string) *forwarder {
+	store := s.cfg.Store
+	tr := &http.Transport{Proxy: nil, DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+		MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}
+	f := &forwarder{store: store, key: store.Derive("e2b-forward"), client: &http.Client{Transport: tr}}
+	f.proxy = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(pr.In.Context().Value(targetKey{}).(*url.URL))
+			pr.Out.Host = pr.In.Host // (PORT-ID.domain routes it there too)
+			pr.SetXForwarded()
+			f.mark(pr.Out)
+		},
+		Transport:     tr,
+		FlushInterval: -1, // (streams: each write goes on at once)
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if r.Context().Err() == nil {
+				writeError(w, http.StatusBadGateway, "the replica that runs the sandbox did not answer: "+err.Error())
+			}
+		},
+	}
+	store.Advertise(addr) //nolint:errcheck // (again at the next tick if the store is away)
+	ctx, stop := context.WithCancel(context.Background())
+	f.stop = stop
+	f.done.Add(2)
+	go func() {
+		defer f.done.Done()
+		store.KeepUp(ctx, session.KindRunning, s.heldHere, func(string) {})
+	}()
+	go func() {
+		defer f.done.Done()
+		t := time.NewTicker(store.LeaseLength() / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				store.Advertise(addr) //nolint:errcheck
+			}
+		}
+	}()
+	return f
+}
+
+// close stops advertising this replica (its sandboxes' leases go with their ends).
+func (f *forwarder) close() {
+	f.stop()
+	f.done.Wait()
+	f.store.Withdraw()
+	f.client.CloseIdleConnections()
+}
+
+// mac is the forward mark's MAC of r, sent by owner at unix time ts.
+func (f *forwarder) mac(owner, ts string, r *http.Request) []byte {
+	m := hmac.New(sha256.New, f.key)
+	fmt.Fprintf(m, "%s\n%s\n%s\n%s\n%s", owner, ts, r.Method, r.Host, r.URL.RequestURI())
+	return m.Sum(nil)
+}
+
+// mark marks r as forwarded by this replica.
+func (f *forwarder) mark(r *http.Request) {
+	owner, ts := f.store.Owner(), strconv.FormatInt(time.Now().Unix(), 10)
+	r.Header.Set(forwardHeader, owner+" "+ts+" "+base64.RawURLEncoding.EncodeToString(f.mac(owner, ts, r)))
+}
+
+// errBadForward: a forward's mark that does not verify.
+var errBadForward = errors.New("the request's " + forwardHeader + " mark is not a replica's of this server's store")
+
+// verify checks r's forward mark.
+func (f *forwarder) verify(r *http.Request) error {
+	parts := strings.Fields(r.Header.Get(forwardHeader))
+	if f == nil || len(parts) != 3 {
+		return errBadForward
+	}
+	sec, err := strconv.ParseInt(parts[1], 10, 64)
+	got, err2 := base64.RawURLEncoding.DecodeString(parts[2])
+	if err != nil || err2 != nil || time.Since(time.Unix(sec, 0)).Abs() > forwardSkew ||
+		!hmac.Equal(got, f.mac(parts[0], parts[1], r)) {
+		return errBadForward
+	}
+	return nil
+}
+
+// fromReplica checks r's forward mark, if it has one, and says whether it was forwarded
+// (in its context). False with an error: a mark that does not verify.
+func (s *Server) fromReplica(r *http.Request) (*http.Request, error) {
+	if r.Header.Get(forwardHeader) == "" {
+		return r, nil
+	}
+	if err := s.fwd.verify(r); err != nil {
+		return r, err
+	}
+	r.Header.Del(forwardHeader)
+	return r.WithContext(context.WithValue(r.Context(), forwardedKey{}, true)), nil
+}
+
+// forwarded reports whether r came from another replica.
+func forwarded(r *http.Request) bool { v, _ := r.Context().Value(forwardedKey{}).(bool); return v }
+
+// forward sends r, for sandbox id, to the replica that holds it, and answers with its
+// answer: true when it did (a forwarded request is never forwarded again).
+func (s *Server) forward(w http.ResponseWriter, r *http.Request, id string) bool {
+	if s.fwd == nil || forwarded(r) {
+		return false
+	}
+	owner, ok := s.cfg.Store.Holder(session.KindRunning, id)
+	if !ok {
+		return false
+	}
+	addr, err := s.cfg.Store.ReplicaAddr(owner)
+	if err != nil {
+		return false // (its holder stopped renewing its address: it died, and its lease goes next)
+	}
+	target, err := url.Parse(addr)
+	if err != nil {
+		return false
+	}
+	s.mu.Lock()
+	s.stats.Forwarded++
+	s.mu.Unlock()
+	s.fwd.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, target)))
+	return true
+}
+
+// hold takes the lease of sb, which now runs here, so that the other replicas forward its
+// requests here.
+func (s *Server) hold(sb *sandbox) {
+	if s.fwd != nil && !s.cfg.Store.TryLease(session.KindRunning, sb.id, sb.user) {
+		s.logf("minipy-mcp: E2B sandbox %s: another replica holds its lease", sb.id)
+	}
+}
+
+// unhold gives up the lease of sb, which ended here or is in the store.
+func (s *Server) unhold(sb *sandbox) {
+	if s.fwd != nil {
+		s.cfg.Store.ReleaseLease(session.KindRunning, sb.id)
+	}
+}
+
+// heldHere are the sandboxes whose leases this replica holds, with their users: those in
+// its memory that are not paused into the store.
+func (s *Server) heldHere() map[string]string {
+	s.mu.Lock()
+	all := make([]*sandbox, 0, len(s.sandboxes))
+	for _, sb := range s.sandboxes {
+		all = append(all, sb)
+	}
+	s.mu.Unlock()
+	out := make(map[string]string, len(all))
+	for _, sb := range all {
+		if !sb.storedPaused() {
+			out[sb.id] = sb.user
+		}
+	}
+	return out
+}
+
+// replicaList answers another replica's list: the caller's sandboxes in this replica's
+// memory that are not in the store.
+func (s *Server) replicaList(w http.ResponseWriter, r *http.Request) {
+	if !forwarded(r) {
+		writeError(w, http.StatusNotFound, "not found")
+		return
+	}
+	writeJSON(w, http.StatusOK, s.hereListed(userOf(r)))
+}
+
+// peersListed are the caller's sandboxes that the other replicas have in memory, as each
+// lists them (replicaList); a replica that does not answer within 5 s is left out.
+func (s *Server) peersListed(r *http.Request) []listedSandbox {
+	if s.fwd == nil || forwarded(r) {
+		return nil
+	}
+	peers := s.cfg.Store.Replicas()
+	var mu sync.Mutex
+	var all []listedSandbox
+	var wg sync.WaitGroup
+	for _, addr := range peers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got, err := s.fwd.listAt(r, addr)
+			if err != nil {
+				s.logf("minipy-mcp: listing the sandboxes of the replica at %s: %v", addr, err)
+				return
+			}
+			mu.Lock()
+			all = append(all, got...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return all
+}
+
+// listAt asks the replica at addr for the sandboxes of r's caller (r's API key).
+func (f *forwarder) listAt(r *http.Request, addr string) ([]listedSandbox, error) {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(addr, "/")+replicaListPath, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Host = r.Host
+	req.Header.Set("X-API-KEY", r.Header.Get("X-API-KEY"))
+	f.mark(req)
+	res, err := f.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(res.Body, 16<<20))
+	if err != nil {
+		return nil, err
+	}
+	if res.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s", res.Status, bytes.TrimSpace(body))
+	}
+	var got []listedSandbox
+	return got, json.Unmarshal(body, &got)
+}
+
+// forwardSigned sends the signed file URL r, which names no sandbox and which no sandbox
+// here signed, to the replica whose sandbox did, asking each in turn (replicaSigned): true
+// when one did.
+func (s *Server) forwardSigned(w http.ResponseWriter, r *http.Request) bool {
+	if s.fwd == nil || forwarded(r) {
+		return false
+	}
+	for _, addr := range s.cfg.Store.Replicas() {
+		id, err := s.fwd.signedAt(r, addr)
+		if err != nil || id == "" {
+			continue
+		}
+		target, err := url.Parse(addr)
+		if err != nil {
+			continue
+		}
+		r.Header.Set("E2b-Sandbox-Id", id)
+		r.Header.Set("E2b-Sandbox-Port", strconv.Itoa(EnvdPort))
+		s.mu.Lock()
+		s.stats.Forwarded++
+		s.mu.Unlock()
+		s.fwd.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, target)))
+		return true
+	}
+	return false
+}
+
+// signedAt asks the replica at addr for its sandbox that signed the file URL r: its id, or
+// "" if none of its did.
+func (f *forwarder) signedAt(r *http.Request, addr string) (string, error) {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	q := r.URL.Query()
+	q.Set("method", r.Method)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(addr, "/")+replicaSignedPath+"?"+q.Encode(), nil)
+	if err != nil {
+		return "", err
+	}
+	req.Host = r.Host
+	f.mark(req)
+	res, err := f.client.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer res.Body.Close()
+	var found struct {
+		SandboxID string `json:"sandboxID"`
+	}
+	if res.StatusCode != http.StatusOK {
+		return "", nil
+	}
+	err = json.NewDecoder(io.LimitReader(res.Body, 1<<16)).Decode(&found)
+	return found.SandboxID, err
+}
+
+// replicaSigned answers another replica's search for the sandbox here that signed a file
+// URL (signedAt): its id, or 401. Its searches count as this replica's (rate limited).
+func (s *Server) replicaSigned(w http.ResponseWriter, r *http.Request) {
+	if !forwarded(r) {
+		writeError(w, http.StatusNotFound, "not found")
+		return
+	}
+	q := r.URL.Query()
+	method := q.Get("method")
+	q.Del("method")
+	probe := &http.Request{Method: method, URL: &url.URL{Path: "/files", RawQuery: q.Encode()}}
+	sb, status := s.signedSandbox(probe)
+	if sb == nil {
+		writeError(w, status, "no sandbox here signed it")
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"sandboxID": sb.id})
+}

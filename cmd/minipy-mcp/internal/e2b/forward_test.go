@@ -1,0 +1,177 @@
+package e2b
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/minipy-go/minipy"
+	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/redistest"
+	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/session"
+)
+
+// replicaServer is a server of a store at url that advertises its own address there
+// (Config.Advertise), as a replica behind a round-robin balancer.
+func replicaServer(t *testing.T, storeURL string) (*Server, string) {
+	store, err := session.Open(storeURL, session.StoreOptions{TTL: time.Hour})
+	require.NoError(t, err)
+	t.Cleanup(func() { store.Close() })
+	eng, err := minipy.NewIsolated(minipy.IsolatedConfig{WorkDirPath: Home, Spares: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() { eng.Close() })
+	var s *Server
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.ServeHTTP(w, r) }))
+	s = New(Config{Engine: eng, Store: store, Advertise: "http://" + ts.Listener.Addr().String(),
+		Authenticate: func(key string) (string, bool) { return key, key != "" }})
+	ts.Start()
+	t.Cleanup(func() { ts.Close(); s.Close() })
+	return s, ts.URL
+}
+
+// getFile reads the file at path of sandbox sb (its create answer) through envd at base.
+func getFile(t *testing.T, base string, sb map[string]any, path string) (int, string) {
+	req, err := http.NewRequest("GET", base+"/files?path="+path, nil)
+	require.NoError(t, err)
+	req.Header.Set("E2b-Sandbox-Id", sb["sandboxID"].(string))
+	req.Header.Set("E2b-Sandbox-Port", "49983")
+	req.Header.Set("X-Access-Token", sb["envdAccessToken"].(string))
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// Three replicas share a store; each request lands on any of them, as a round-robin
+// balancer sends it: the one that runs the sandbox answers, through the others (the API,
+// the interpreter's stream, envd's files, the list); a pause puts it in the store, a resume
+// elsewhere moves its holder; a kill from anywhere ends it; another user finds nothing.
+func TestForwardToHolder(t *testing.T) {
+	t.Run("dir", func(t *testing.T) { forwardToHolder(t, t.TempDir()) })
+	t.Run("redis", func(t *testing.T) { forwardToHolder(t, redistest.Start(t).URL()) })
+}
+
+func forwardToHolder(t *testing.T, storeURL string) {
+	a, baseA := replicaServer(t, storeURL)
+	b, baseB := replicaServer(t, storeURL)
+	_, baseC := replicaServer(t, storeURL)
+	code, sb := callAs(t, "ann", "POST", baseA+"/v2/sandboxes", `{"metadata": {"k": "v"}}`)
+	require.Equal(t, http.StatusCreated, code, "%v", sb)
+	id := sb["sandboxID"].(string)
+	assert.Equal(t, "", run(t, baseB, sb, "x = 41\n_ = open('f.txt', 'w').write('hi')"), "run through B, on A")
+	assert.Equal(t, "42", run(t, baseC, sb, "x + 1"), "through C")
+	code, body := getFile(t, baseC, sb, "f.txt")
+	assert.Equal(t, http.StatusOK, code)
+	assert.Equal(t, "hi", body)
+	for _, base := range []string{baseA, baseB, baseC} {
+		assert.Equal(t, map[string]string{id: "running"}, listAs(t, "ann", base), "listed once, from %s", base)
+		assert.Empty(t, listAs(t, "bob", base), "not another user's")
+	}
+	// A signed file URL names no sandbox (E2B_SANDBOX_URL): the replica that gets it finds
+	// the one whose sandbox signed it.
+	exp := strconv.FormatInt(time.Now().Add(time.Minute).Unix(), 10)
+	sig := fileSignature("/home/user/f.txt", "read", "user", sb["envdAccessToken"].(string), exp)
+	signedURL := "/files?path=%2Fhome%2Fuser%2Ff.txt&username=user&signature=" + url.QueryEscape(sig) +
+		"&signature_expiration=" + exp
+	for _, base := range []string{baseB, baseC, baseA} {
+		resp, err := http.Get(base + signedURL)
+		require.NoError(t, err)
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusOK, resp.StatusCode, "%s: %s", base, got)
+		assert.Equal(t, "hi", string(got))
+	}
+	resp, err := http.Get(baseB + strings.Replace(signedURL, "f.txt", "g.txt", 1))
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "a signature of no sandbox's")
+
+	code, info := callAs(t, "ann", "GET", baseB+"/sandboxes/"+id, "")
+	require.Equal(t, http.StatusOK, code, "%v", info)
+	assert.Equal(t, "running", info["state"])
+	code, _ = callAs(t, "bob", "GET", baseB+"/sandboxes/"+id, "")
+	assert.Equal(t, http.StatusNotFound, code, "another user's: the holder says so")
+	code, _ = callAs(t, "ann", "POST", baseC+"/sandboxes/"+id+"/timeout", `{"timeout": 120}`)
+	assert.Equal(t, http.StatusNoContent, code)
+	assert.Positive(t, b.Stats().Forwarded)
+	assert.Zero(t, a.Stats().Forwarded, "A runs it: nothing of it forwarded from A")
+
+	// A run whose request ends is stopped on the holder: the cancellation goes through.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	js, _ := json.Marshal(map[string]string{"code": "import time\ntime.sleep(60)\ny = 1"})
+	req, err := http.NewRequestWithContext(ctx, "POST", baseB+"/execute", strings.NewReader(string(js)))
+	require.NoError(t, err)
+	toInterpreter(req, sb)
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		io.Copy(io.Discard, resp.Body) //nolint:errcheck // (ends with the context)
+		resp.Body.Close()
+	}
+	cancel()
+	start := time.Now()
+	assert.Equal(t, "NameError: name 'y' is not defined", run(t, baseB, sb, "y"))
+	assert.Less(t, time.Since(start), 30*time.Second, "the cancelled run stopped")
+
+	code, body2 := callAs(t, "ann", "POST", baseB+"/sandboxes/"+id+"/pause", "")
+	require.Equal(t, http.StatusNoContent, code, "%v", body2)
+	code, sbC := callAs(t, "ann", "POST", baseC+"/v2/sandboxes/"+id+"/connect", `{"timeout": 60}`)
+	require.Equal(t, http.StatusCreated, code, "%v", sbC)
+	assert.Equal(t, "41", run(t, baseA, sbC, "x"), "resumed on C, reached through A")
+	code, _ = callAs(t, "ann", "DELETE", baseA+"/sandboxes/"+id, "")
+	assert.Equal(t, http.StatusNoContent, code, "killed from A, on C")
+	for _, base := range []string{baseA, baseB, baseC} {
+		assert.Empty(t, listAs(t, "ann", base))
+		assert.True(t, strings.HasPrefix(run(t, base, sbC, "x"), "HTTP 502"), "ended, from %s", base)
+	}
+}
+
+// A request that says it comes from a replica is refused unless its mark verifies under
+// the store's key, for this request, within a minute: a client cannot pass as a replica,
+// nor a replica of another store, nor replay a mark on another request or later.
+func TestForwardMarkRefused(t *testing.T) {
+	s, base := replicaServer(t, t.TempDir())
+	other, _ := replicaServer(t, t.TempDir())
+	valid := func(r *http.Request, ts string) {
+		r.Header.Set(forwardHeader, "x "+ts+" "+base64.RawURLEncoding.EncodeToString(s.fwd.mac("x", ts, r)))
+	}
+	now := strconv.FormatInt(time.Now().Unix(), 10)
+	for name, mark := range map[string]func(r *http.Request){
+		"made up":         func(r *http.Request) { r.Header.Set(forwardHeader, "x 1 AAAA") },
+		"another store's": func(r *http.Request) { other.fwd.mark(r) },
+		"old":             func(r *http.Request) { valid(r, strconv.FormatInt(time.Now().Add(-2*time.Minute).Unix(), 10)) },
+		"another request's": func(r *http.Request) {
+			r.URL.Path = "/sandboxes"
+			valid(r, now)
+			r.URL.Path = replicaListPath
+		},
+	} {
+		req, err := http.NewRequest("GET", base+replicaListPath, nil)
+		require.NoError(t, err)
+		req.Header.Set("X-API-KEY", "ann")
+		mark(req)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusForbidden, resp.StatusCode, name)
+	}
+	req, err := http.NewRequest("GET", base+replicaListPath, nil)
+	require.NoError(t, err)
+	req.Header.Set("X-API-KEY", "ann")
+	valid(req, now)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode, "a valid mark: the test can fail")
+	code, _ := callAs(t, "ann", "GET", base+replicaListPath, "")
+	assert.Equal(t, http.StatusNotFound, code, "the replicas' list is theirs alone")
+}
