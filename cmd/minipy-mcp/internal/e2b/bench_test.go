@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/minipy-go/minipy"
+	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/redistest"
 	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/session"
 	"github.com/minipy-go/minipy/internal/opcount"
 )
@@ -219,4 +220,79 @@ func benchRun(b *testing.B, base string, sb sandboxBody, code, want string) {
 	if !bytes.Contains(out, []byte(want)) || bytes.Contains(out, []byte(`"type":"error"`)) {
 		b.Fatalf("execute %q: %s", code, out)
 	}
+}
+
+// BenchmarkForwardedRun times an execution ("1+1", to its result, over HTTP) sent to the
+// replica that runs the sandbox ("direct") and to another replica sharing its store, which
+// forwards it (Config.Advertise), one of each per iteration, in the same run: ms-added is
+// the forward's cost (the lease and address read from the store, a second HTTP hop on the
+// same host). Counts per run of each kind over the whole process tree (both replicas and
+// the sandbox).
+func BenchmarkForwardedRun(b *testing.B) {
+	for _, kind := range []string{"dir", "redis"} {
+		b.Run(kind, func(b *testing.B) {
+			url := b.TempDir()
+			if kind == "redis" {
+				url = redistest.Start(b).URL()
+			}
+			m, err := opcount.Start()
+			if err != nil {
+				b.Logf("no counts: %v", err)
+			} else {
+				defer m.Close()
+			}
+			_, baseA := benchReplica(b, url)
+			_, baseB := benchReplica(b, url)
+			sb := benchCall(b, baseA, "POST", "/v2/sandboxes", `{}`, http.StatusCreated)
+			benchRun(b, baseB, sb, "1+1", `"text":"2"`) // (the forward's connection made)
+			var direct, forwarded []time.Duration
+			var cd, cf opcount.Counts
+			timed := func(base string, took *[]time.Duration, c *opcount.Counts) {
+				var before opcount.Counts
+				if m != nil {
+					before = m.Read()
+				}
+				start := time.Now()
+				benchRun(b, base, sb, "1+1", `"text":"2"`)
+				*took = append(*took, time.Since(start))
+				if m != nil {
+					*c = c.Add(m.Since(before))
+				}
+			}
+			b.ResetTimer()
+			for range b.N {
+				timed(baseA, &direct, &cd)
+				timed(baseB, &forwarded, &cf)
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(median(direct).Microseconds())/1e3, "ms-direct")
+			b.ReportMetric(float64(median(forwarded).Microseconds())/1e3, "ms-forwarded")
+			b.ReportMetric(float64(median(forwarded)-median(direct))/1e6, "ms-added")
+			if m != nil {
+				b.Logf("direct: %v; forwarded: %v", cd.Per(b.N), cf.Per(b.N))
+				b.ReportMetric(cf.Per(b.N).Syscalls-cd.Per(b.N).Syscalls, "syscalls-added/op")
+				b.ReportMetric(cf.Per(b.N).ContextSwitches-cd.Per(b.N).ContextSwitches, "cs-added/op")
+			}
+		})
+	}
+}
+
+// benchReplica is a server of the store at url advertising its own address, as a replica.
+func benchReplica(b *testing.B, url string) (*Server, string) {
+	store, err := session.Open(url, session.StoreOptions{TTL: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { store.Close() })
+	eng, err := minipy.NewIsolated(minipy.IsolatedConfig{WorkDirPath: Home})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { eng.Close() })
+	var s *Server
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.ServeHTTP(w, r) }))
+	s = New(Config{Engine: eng, Store: store, Advertise: "http://" + ts.Listener.Addr().String()})
+	ts.Start()
+	b.Cleanup(func() { ts.Close(); s.Close() })
+	return s, ts.URL
 }

@@ -57,6 +57,7 @@ const replicaSignedPath = "/.minipy/replica/signed"
 type forwarder struct {
 	store  *session.Store
 	key    []byte
+	addrs  sync.Map // owner -> replicaAddr: each replica's address, read from the store a while ago
 	proxy  *httputil.ReverseProxy
 	client *http.Client
 	stop   context.CancelFunc
@@ -121,6 +122,32 @@ func (f *forwarder) close() {
 	f.client.CloseIdleConnections()
 }
 
+// replicaAddr is a replica's address as read from the store at a time.
+type replicaAddr struct {
+	url *url.URL
+	at  time.Time
+}
+
+// addrOf is the address of replica owner, read from the store at most a third of a lease
+// ago (as often as the replica saves it again): a forward reads the sandbox's lease each
+// time, for a sandbox moves, but not where its holder is, which does not.
+func (f *forwarder) addrOf(owner string) (*url.URL, error) {
+	if v, ok := f.addrs.Load(owner); ok && time.Since(v.(replicaAddr).at) < f.store.LeaseLength()/3 {
+		return v.(replicaAddr).url, nil
+	}
+	addr, err := f.store.ReplicaAddr(owner)
+	if err != nil {
+		f.addrs.Delete(owner)
+		return nil, err
+	}
+	u, err := url.Parse(addr)
+	if err != nil {
+		return nil, err
+	}
+	f.addrs.Store(owner, replicaAddr{url: u, at: time.Now()})
+	return u, nil
+}
+
 // mac is the forward mark's MAC of r, sent by owner at unix time ts.
 func (f *forwarder) mac(owner, ts string, r *http.Request) []byte {
 	m := hmac.New(sha256.New, f.key)
@@ -178,13 +205,9 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, id string) bool
 	if !ok {
 		return false
 	}
-	addr, err := s.cfg.Store.ReplicaAddr(owner)
+	target, err := s.fwd.addrOf(owner)
 	if err != nil {
 		return false // (its holder stopped renewing its address: it died, and its lease goes next)
-	}
-	target, err := url.Parse(addr)
-	if err != nil {
-		return false
 	}
 	s.mu.Lock()
 	s.stats.Forwarded++
