@@ -241,7 +241,7 @@ func parseFlags() *flags {
 	flag.Int64Var(&f.stateMaxBytes, "state-max-bytes", defaultStateMaxBytes, "with -state-dir or -state-store: the largest save (a session's variables and files, a paused sandbox) the store takes, in `bytes`")
 	flag.DurationVar(&f.stateLease, "state-lease", session.DefaultLease, "with -state-dir or -state-store: how long a replica holds a session without renewing it: one killed hard lets its sessions go to another replica after this")
 	flag.DurationVar(&f.stateTTL, "state-ttl", 24*time.Hour, "with -state-dir or -state-store: forget a saved session this long after its last save (0: never)")
-	flag.DurationVar(&f.stateIdle, "state-idle", 30*time.Second, "with -state-dir or -state-store: save a session this long after a call, if no other call came")
+	flag.DurationVar(&f.stateIdle, "state-idle", 30*time.Second, "with -state-dir or -state-store: save a session (-http), or with -advertise a running E2B sandbox, this long after a call, if no other call came: a replica killed hard costs what came since")
 	flag.StringVar(&f.stateKey, "state-key-file", "", "with -state-dir or -state-store: the `file` of the secret (16 bytes or more) that seals saved sessions; replicas sharing the store share it (default: the store's own, made on first use: DIR/.key, Redis's minipy:key)")
 	flag.StringVar(&f.statePrefix, "state-prefix", "", "with -state-dir or -state-store: the `name` of this deployment in a store that others share: its own names, its own Redis keys and key (minipy:NAME:...), and saves that open in no other deployment")
 	flag.Parse()
@@ -274,9 +274,14 @@ func (f *flags) transport() (protocol *os.File, ln, e2bLn net.Listener, toks *se
 	if f.httpAddr == "" {
 		flag.Visit(func(fl *flag.Flag) {
 			switch fl.Name {
-			case "session-timeout", "state-idle", "upstream":
+			case "session-timeout", "upstream":
 				log.Fatalf("minipy-mcp: -%s applies to MCP sessions (-http); -e2b's sandboxes have their own "+
 					"timeouts, and pause into -state-dir (docs/e2b.md)", fl.Name)
+			case "state-idle":
+				if f.advertise == "" {
+					log.Fatalf("minipy-mcp: -state-idle applies to MCP sessions (-http) and, with -advertise, to " +
+						"-e2b's running sandboxes")
+				}
 			}
 		})
 	}
@@ -418,7 +423,7 @@ func (f *flags) serve(ctx context.Context, eng minipy.Engine, icfg minipy.Isolat
 		if err := checkAdvertise(f.advertise, store); err != nil {
 			log.Fatalf("minipy-mcp: %v", err)
 		}
-		ecfg.Advertise = f.advertise
+		ecfg.Advertise, ecfg.StateIdle = f.advertise, f.stateIdle
 		srv := e2b.New(ecfg)
 		countE2B(m, srv)
 		enders = append(enders, func(user string) {

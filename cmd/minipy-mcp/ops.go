@@ -112,6 +112,8 @@ func countE2B(m *session.Metrics, srv *e2b.Server) {
 			func(s e2b.Stats) int { return s.FromSpare }, false},
 		{"minipy_e2b_forwarded_total", "E2B requests forwarded to the replica that runs their sandbox (-advertise).",
 			func(s e2b.Stats) int { return s.Forwarded }, false},
+		{"minipy_e2b_sandboxes_recovered_total", "E2B sandboxes brought back from their idle saves, their replica dead (-advertise).",
+			func(s e2b.Stats) int { return s.Recovered }, false},
 	} {
 		value := func() float64 { return float64(c.get(srv.Stats())) }
 		if c.gauge {

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/session"
 )
 
 // routes sets up the API's and the sandbox ports' handlers.
@@ -94,6 +96,9 @@ func (s *Server) owned(next func(http.ResponseWriter, *http.Request, *sandbox)) 
 		}
 		if sb == nil && s.forward(w, r, id) {
 			return // (another replica runs it)
+		}
+		if sb == nil {
+			sb = s.recoverRunning(id, func(_ storedInfo, meta session.Meta) bool { return meta.User == user })
 		}
 		if sb == nil || sb.user != user {
 			writeError(w, http.StatusNotFound, "sandbox "+echo(r.PathValue("id"))+" not found")
@@ -244,15 +249,23 @@ type listedSandbox struct {
 	EnvdVersion     string            `json:"envdVersion"`
 	EnvdAccessToken string            `json:"envdAccessToken,omitempty"`
 	VolumeMounts    []any             `json:"volumeMounts"`
+	// RestoredFrom is when the idle save was made that the sandbox was brought back from,
+	// its replica dead (idle.go): what came after it is lost. minipy's, not E2B's.
+	RestoredFrom *time.Time `json:"minipyRestoredFrom,omitempty"`
 }
 
 func (s *Server) listed(sb *sandbox) listedSandbox {
 	sb.mu.Lock()
-	end := sb.end
+	end, restored := sb.end, sb.restoredFrom
 	sb.mu.Unlock()
-	return listedSandbox{TemplateID: sb.template, SandboxID: sb.id, ClientID: clientID, StartedAt: sb.started.UTC(),
+	l := listedSandbox{TemplateID: sb.template, SandboxID: sb.id, ClientID: clientID, StartedAt: sb.started.UTC(),
 		EndAt: end.UTC(), CPUCount: s.cfg.CPUCount, MemoryMB: s.cfg.MemoryMB, DiskSizeMB: s.cfg.DiskMB,
 		Metadata: sb.metadata, State: sb.listedState(), EnvdVersion: EnvdVersion, VolumeMounts: []any{}}
+	if !restored.IsZero() {
+		at := restored.UTC()
+		l.RestoredFrom = &at
+	}
+	return l
 }
 
 // listedState is sb's state as E2B lists it: a sandbox being paused or resumed is running.

@@ -67,7 +67,21 @@ type forwarder struct {
 type (
 	targetKey    struct{}
 	forwardedKey struct{}
+	tryKey       struct{}
 )
+
+// forwardTry is a forward's: whether the request can be served here instead when its
+// holder is found dead (replayable: no body, or one held whole), and whether it was
+// (unreached: its holder refused a connection after the forward failed).
+type forwardTry struct {
+	target                *url.URL
+	replayable, unreached bool
+}
+
+// maxReplay is the largest body a forward holds whole, so that the request can still be
+// served here when the holder turns out dead (an execution's code, a connect call); a
+// larger one (an upload) streams through, and fails with its holder.
+const maxReplay = 1<<20 + 64
 
 // newForwarder starts holding s's sandboxes in the store and advertising addr there.
 func newForwarder(s *Server, addr string) *forwarder {
@@ -85,6 +99,11 @@ func newForwarder(s *Server, addr string) *forwarder {
 		Transport:     tr,
 		FlushInterval: -1, // (streams: each write goes on at once)
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if try, ok := r.Context().Value(tryKey{}).(*forwardTry); ok && try.replayable && r.Context().Err() == nil &&
+				!reachable(try.target) {
+				try.unreached = true // (answered by forward)
+				return
+			}
 			if r.Context().Err() == nil {
 				writeError(w, http.StatusBadGateway, "the replica that runs the sandbox did not answer: "+err.Error())
 			}
@@ -209,11 +228,56 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, id string) bool
 	if err != nil {
 		return false // (its holder stopped renewing its address: it died, and its lease goes next)
 	}
-	s.mu.Lock()
-	s.stats.Forwarded++
-	s.mu.Unlock()
-	s.fwd.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, target)))
+	try := &forwardTry{target: target, replayable: true}
+	out := r.WithContext(context.WithValue(context.WithValue(r.Context(), targetKey{}, target), tryKey{}, try))
+	if r.Body != nil && r.Body != http.NoBody {
+		if r.ContentLength >= 0 && r.ContentLength <= maxReplay {
+			body, err := io.ReadAll(io.LimitReader(r.Body, maxReplay+1))
+			if err != nil {
+				writeError(w, http.StatusBadRequest, "the request's body: "+err.Error())
+				return true
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body)) // (for this replica, if the holder is dead)
+			out.Body, out.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		} else {
+			try.replayable = false
+		}
+	}
+	s.fwd.proxy.ServeHTTP(w, out)
+	if !try.unreached {
+		s.mu.Lock()
+		s.stats.Forwarded++
+		s.mu.Unlock()
+		return true
+	}
+	// Its replica does not answer: dead (killed hard, its node lost) unless it renews its
+	// lease. Once the lease has expired, the caller brings the sandbox back here from its
+	// idle save (recoverRunning), and the client's request goes on, later.
+	s.fwd.addrs.Delete(owner)
+	if s.awaitNoHolder(r.Context(), id) {
+		return false
+	}
+	writeError(w, http.StatusBadGateway, "the replica that runs the sandbox does not answer, and still holds it")
 	return true
+}
+
+// awaitNoHolder waits, up to a lease and a second, until no replica holds sandbox id; false
+// if one still does then (or ctx ended).
+func (s *Server) awaitNoHolder(ctx context.Context, id string) bool {
+	end := time.Now().Add(s.cfg.Store.LeaseLength() + time.Second)
+	for {
+		if _, held := s.cfg.Store.Holder(session.KindRunning, id); !held {
+			return true
+		}
+		if time.Now().After(end) {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // hold takes the lease of sb, which now runs here, so that the other replicas forward its
@@ -386,4 +450,19 @@ func (s *Server) replicaSigned(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"sandboxID": sb.id})
+}
+
+// reachable reports whether a connection to target can be made (within 2 s): a forward
+// that failed to a replica that accepts none found it dead.
+func reachable(target *url.URL) bool {
+	port := target.Port()
+	if port == "" {
+		port = map[bool]string{true: "443", false: "80"}[target.Scheme == "https"]
+	}
+	c, err := net.DialTimeout("tcp", net.JoinHostPort(target.Hostname(), port), 2*time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
 }

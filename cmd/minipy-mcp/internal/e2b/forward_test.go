@@ -24,7 +24,16 @@ import (
 // replicaServer is a server of a store at url that advertises its own address there
 // (Config.Advertise), as a replica behind a round-robin balancer.
 func replicaServer(t *testing.T, storeURL string) (*Server, string) {
-	store, err := session.Open(storeURL, session.StoreOptions{TTL: time.Hour})
+	s, base, _ := replicaWith(t, storeURL, 0, 0)
+	return s, base
+}
+
+// replicaWith is replicaServer with leases of lease and idle saves after idle (0: the
+// defaults; none), and a func that kills it hard: its address and leases are no longer
+// renewed, and it answers nothing more; its engine and sandboxes live on, as a replica cut
+// off would.
+func replicaWith(t *testing.T, storeURL string, lease, idle time.Duration) (*Server, string, func()) {
+	store, err := session.Open(storeURL, session.StoreOptions{TTL: time.Hour, Lease: lease})
 	require.NoError(t, err)
 	t.Cleanup(func() { store.Close() })
 	eng, err := minipy.NewIsolated(minipy.IsolatedConfig{WorkDirPath: Home, Spares: -1})
@@ -32,11 +41,67 @@ func replicaServer(t *testing.T, storeURL string) (*Server, string) {
 	t.Cleanup(func() { eng.Close() })
 	var s *Server
 	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.ServeHTTP(w, r) }))
-	s = New(Config{Engine: eng, Store: store, Advertise: "http://" + ts.Listener.Addr().String(),
+	s = New(Config{Engine: eng, Store: store, Advertise: "http://" + ts.Listener.Addr().String(), StateIdle: idle,
 		Authenticate: func(key string) (string, bool) { return key, key != "" }})
 	ts.Start()
 	t.Cleanup(func() { ts.Close(); s.Close() })
-	return s, ts.URL
+	die := func() {
+		s.fwd.stop()
+		s.fwd.done.Wait()
+		ts.CloseClientConnections()
+		ts.Listener.Close()
+	}
+	return s, ts.URL, die
+}
+
+// A replica killed hard: once its lease has expired, the next request for its sandbox on
+// another replica brings the sandbox back there from its last idle save, under the same id
+// and access token, with its variables and files (what came after the save is lost); the
+// dead replica's copy, should it live on cut off, ends at its next save, fenced.
+func TestRecoverFromIdleSave(t *testing.T) {
+	dir := t.TempDir()
+	const lease, idle = 600 * time.Millisecond, 100 * time.Millisecond
+	a, baseA, dieA := replicaWith(t, dir, lease, idle)
+	b, baseB, _ := replicaWith(t, dir, lease, idle)
+	code, sb := callAs(t, "ann", "POST", baseA+"/v2/sandboxes", `{"timeout": 300}`)
+	require.Equal(t, http.StatusCreated, code, "%v", sb)
+	id := sb["sandboxID"].(string)
+	require.Equal(t, "", run(t, baseB, sb, "x = 7\n_ = open('f.txt', 'w').write('kept')"))
+	ran := time.Now()
+	require.Eventually(t, func() bool {
+		meta, err := b.cfg.Store.Stat(session.KindRunning, id)
+		return err == nil && meta.Saved.After(ran) && !a.lookup(id).isDirty()
+	}, 30*time.Second, 20*time.Millisecond, "saved when idle")
+	code, sbInfo := callAs(t, "ann", "GET", baseB+"/sandboxes/"+id, "")
+	require.Equal(t, http.StatusOK, code, "%v", sbInfo)
+
+	dieA()
+	// The first request after the death finds A unreachable, waits for its lease to expire,
+	// and goes on on B.
+	start := time.Now()
+	assert.Equal(t, "(7, 'kept')", run(t, baseB, sb, "x, open('f.txt').read()"), "back on B, the same token")
+	assert.Less(t, time.Since(start), 30*time.Second)
+	code, _ = callAs(t, "bob", "GET", baseB+"/sandboxes/"+id, "")
+	assert.Equal(t, http.StatusNotFound, code, "another user's")
+	assert.Equal(t, 1, b.Stats().Recovered)
+	code, info := callAs(t, "ann", "GET", baseB+"/sandboxes/"+id, "")
+	require.Equal(t, http.StatusOK, code)
+	assert.Equal(t, "running", info["state"])
+	assert.NotEmpty(t, info["minipyRestoredFrom"], "the info says which save it came back from")
+
+	// A's copy, cut off, saves once more: fenced, it ends itself.
+	old := a.lookup(id)
+	require.NotNil(t, old)
+	old.mu.Lock()
+	old.dirty = true
+	old.mu.Unlock()
+	a.idleSave(old)
+	assert.Nil(t, a.lookup(id), "A ended its copy")
+	assert.Equal(t, "(7, 'kept')", run(t, baseB, sb, "x, open('f.txt').read()"), "B's save is B's")
+	code, _ = callAs(t, "ann", "DELETE", baseB+"/sandboxes/"+id, "")
+	assert.Equal(t, http.StatusNoContent, code)
+	_, err := b.cfg.Store.Stat(session.KindRunning, id)
+	assert.Error(t, err, "a kill removes its idle save")
 }
 
 // getFile reads the file at path of sandbox sb (its create answer) through envd at base.

@@ -118,7 +118,7 @@ func (s *Server) pause(sb *sandbox, keepMemory bool) (int, string) {
 	closing := sb.contexts // (those saved, but any removed meanwhile)
 	sb.contexts, sb.state = nil, statePaused
 	if s.cfg.Store != nil {
-		sb.stored, sb.end = true, s.storedEnd(time.Now())
+		sb.stored, sb.from, sb.end = true, session.KindSandbox, s.storedEnd(time.Now())
 	} else {
 		sb.paused, sb.pausedBytes, sb.end = paused, size, time.Now().Add(s.cfg.PausedTTL)
 	}
@@ -128,7 +128,8 @@ func (s *Server) pause(sb *sandbox, keepMemory bool) (int, string) {
 		cc.close()
 	}
 	if s.cfg.Store != nil {
-		s.unhold(sb) // (in the store: any replica resumes it)
+		s.dropRunning(sb) // (its pause's save is newer)
+		s.unhold(sb)      // (in the store: any replica resumes it)
 	}
 	s.logf("minipy-mcp: E2B sandbox %s of user %q paused (%d bytes)", sb.id, sb.user, size)
 	return 0, ""
@@ -199,7 +200,8 @@ func (s *Server) releasePaused(user string, size int64) {
 func (s *Server) resume(sb *sandbox, life time.Duration) (code int, why string) {
 	defer func() {
 		if code == 0 {
-			s.hold(sb) // (it runs here now: the other replicas forward to here)
+			s.hold(sb)  // (it runs here now: the other replicas forward to here)
+			s.touch(sb) // (and its idle saves are here)
 		}
 	}()
 	s.mu.Lock()
@@ -239,7 +241,7 @@ func (s *Server) resume(sb *sandbox, life time.Duration) (code int, why string) 
 			s.holdPausedPlace(sb)
 		}
 		if stored && paused != nil {
-			s.cfg.Store.ReleaseLease(session.KindSandbox, sb.id)
+			s.cfg.Store.ReleaseLease(sb.from, sb.id)
 		}
 		if code == http.StatusNotFound && stored {
 			go s.forget(sb) // (takes sb.mu)
@@ -249,12 +251,13 @@ func (s *Server) resume(sb *sandbox, life time.Duration) (code int, why string) 
 		}
 		return code, why
 	}
-	if stored {
-		s.cfg.Store.Remove(session.KindSandbox, sb.id)
-		s.cfg.Store.ReleaseLease(session.KindSandbox, sb.id)
+	if stored && sb.from != session.KindRunning { // (an idle save stays until the next, under the lease now here)
+		s.cfg.Store.Remove(sb.from, sb.id)
+		s.cfg.Store.ReleaseLease(sb.from, sb.id)
 	}
 	s.releasePaused(sb.user, sb.pausedBytes)
 	sb.contexts, sb.paused, sb.pausedBytes, sb.state, sb.stored, sb.cold = contexts, nil, 0, stateRunning, false, false
+	sb.from = ""
 	sb.end = time.Now().Add(life)
 	sb.timer.Reset(life)
 	s.logf("minipy-mcp: E2B sandbox %s of user %q resumed", sb.id, sb.user)

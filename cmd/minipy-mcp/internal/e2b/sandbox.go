@@ -41,11 +41,17 @@ type sandbox struct {
 	cold        bool                // paused keeping its files alone: its resume is a new boot (pause.go)
 	paused      []pausedContext     // while paused, in memory
 	pausedBytes int64
-	stored      bool                    // paused into Config.Store: its state is there (stored.go)
-	pausedPlace func()                  // while paused: gives back its place under its user's cap (places.go)
-	metrics     []metricSample          // its last samples, oldest first (metrics.go)
-	watchers    map[string]*polledWatch // CreateWatcher's, by id (watch.go)
-	watching    int                     // its watches open, both kinds (watch.go)
+	stored      bool        // paused into Config.Store: its state is there (stored.go)
+	from        string      // ... under this kind: session.KindSandbox, or KindRunning (an idle save, idle.go)
+	dirty       bool        // a request came since its last idle save (idle.go)
+	idle        *time.Timer // its idle save's
+	takenOver   bool        // another replica runs it now: its idle save is that replica's
+	// restoredFrom is when the idle save was made that it was brought back from (idle.go).
+	restoredFrom time.Time
+	pausedPlace  func()                  // while paused: gives back its place under its user's cap (places.go)
+	metrics      []metricSample          // its last samples, oldest first (metrics.go)
+	watchers     map[string]*polledWatch // CreateWatcher's, by id (watch.go)
+	watching     int                     // its watches open, both kinds (watch.go)
 	// tmpl is what the template it started from left (templates.go): its commands' working
 	// directory, and the start command each of its boots runs; nil for a served template.
 	tmpl *templates.Result
@@ -90,9 +96,11 @@ func leaveInflight(ctx context.Context) {
 
 // authorized reports whether r carries the sandbox's access token: envd's header, or the
 // one the code interpreter's client sends.
-func (sb *sandbox) authorized(r *http.Request) bool {
-	return sameSecret(r.Header.Get("X-Access-Token"), sb.token) ||
-		sameSecret(r.Header.Get("E2B-Traffic-Access-Token"), sb.token)
+func (sb *sandbox) authorized(r *http.Request) bool { return tokenIs(r, sb.token) }
+
+// tokenIs reports whether r carries token (in either header the SDKs send it in).
+func tokenIs(r *http.Request, token string) bool {
+	return sameSecret(r.Header.Get("X-Access-Token"), token) || sameSecret(r.Header.Get("E2B-Traffic-Access-Token"), token)
 }
 
 // newSandbox starts a sandbox for user, with its default context; the caller has checked
@@ -146,6 +154,7 @@ func (s *Server) register(sb *sandbox, life time.Duration) (int, string) {
 	sb.timer = time.AfterFunc(life, func() { s.expired(sb) })
 	s.mu.Unlock()
 	s.hold(sb)
+	s.touch(sb) // (its first idle save, unless a request comes first)
 	return 0, ""
 }
 
@@ -273,6 +282,7 @@ func (s *Server) kill(sb *sandbox, why string) bool {
 	for _, cc := range contexts {
 		cc.close()
 	}
+	s.dropRunning(sb)
 	s.unhold(sb)
 	s.logf("minipy-mcp: E2B sandbox %s of user %q ended: %s", sb.id, sb.user, why)
 	return true

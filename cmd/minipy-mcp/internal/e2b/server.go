@@ -130,6 +130,10 @@ type Config struct {
 	// Ops, if set, serves the API's paths that E2B's API does not have: the server's
 	// /healthz, /readyz and /metrics.
 	Ops http.Handler
+	// StateIdle, with Advertise, is how long after a request to a running sandbox ended it
+	// is saved into Store, if no other came (idle.go): a replica that dies hard costs its
+	// sandboxes what came since. 0: never.
+	StateIdle time.Duration
 	// Advertise, with Store, is this replica's URL as the other replicas sharing Store
 	// reach it: each sandbox running here is registered in the store, and a request for a
 	// sandbox that another replica runs is forwarded there (forward.go). "": none.
@@ -258,11 +262,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.api.ServeHTTP(w, r)
 		return
 	}
-	sb := s.lookup(id)
-	if (sb == nil || !sb.running()) && s.forward(w, r, id) {
+	sb, answered := s.runningSandbox(w, r, id)
+	if answered {
 		return
 	}
-	if sb == nil || !sb.running() {
+	if sb == nil {
 		s.notRunning(w, r, id, port)
 		return
 	}
@@ -290,7 +294,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"wait for one to end", maxInflight))
 		return
 	}
-	release := sync.OnceFunc(func() { <-sb.inflight })
+	release := sync.OnceFunc(func() { <-sb.inflight; s.touch(sb) })
 	defer release()
 	r = r.WithContext(context.WithValue(withSandbox(r.Context(), sb), releaseKey{}, release))
 	switch {
@@ -303,6 +307,23 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		writeError(w, http.StatusBadGateway, "port "+echo(port)+" of the sandbox: not a port")
 	}
+}
+
+// runningSandbox is sandbox id, running here for a request to its ports: or the request
+// was forwarded to the replica that runs it (answered), or it is brought back here from
+// its idle save for a caller with its token (its replica died); nil: it does not run.
+func (s *Server) runningSandbox(w http.ResponseWriter, r *http.Request, id string) (sb *sandbox, answered bool) {
+	sb = s.lookup(id)
+	if sb != nil && sb.running() {
+		return sb, false
+	}
+	if s.forward(w, r, id) {
+		return nil, true
+	}
+	if back := s.recoverRunning(id, func(si storedInfo, _ session.Meta) bool { return tokenIs(r, si.Token) }); back != nil {
+		return back, false
+	}
+	return nil, false
 }
 
 // notRunning answers a request to a port of sandbox id, which is not running.
@@ -485,6 +506,8 @@ type Stats struct {
 	// Forwarded are the requests sent on to the replica that runs their sandbox so far
 	// (Config.Advertise).
 	Forwarded int
+	// Recovered are the sandboxes brought back from their idle saves, their replica dead.
+	Recovered int
 	// FromSpare are the sandboxes created from a template's warm spare so far (spares.go),
 	// Spares the spares ready now.
 	FromSpare, Spares int

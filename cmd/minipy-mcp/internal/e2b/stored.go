@@ -37,6 +37,7 @@ type storedInfo struct {
 	Template string            `json:"template"`
 	Metadata map[string]string `json:"metadata"`
 	Started  time.Time         `json:"started"`
+	End      time.Time         `json:"end,omitzero"` // an idle save's: when its time ends (idle.go)
 }
 
 // storedHead is the start of a paused sandbox's blob (a u32 length, then it): what it
@@ -272,12 +273,18 @@ func (s *Server) fromStore(id, user string) *sandbox {
 	if err != nil || meta.User != user || json.Unmarshal(meta.Init, &si) != nil || si.ID != id {
 		return nil
 	}
+	return s.placeStored(id, user, si, session.KindSandbox, s.storedEnd(meta.Saved))
+}
+
+// placeStored gives the sandbox of user that the store holds as si under kind a place in
+// memory, paused, to end at end; or the one placed there meanwhile.
+func (s *Server) placeStored(id, user string, si storedInfo, kind string, end time.Time) *sandbox {
 	token := si.Token
 	if !s.tokens.isFor(id, token) { // (a pause of before the tokens were kept: a fresh one)
 		token = s.tokens.make(id)
 	}
 	sb := &sandbox{id: id, token: token, user: user, template: si.Template, metadata: si.Metadata,
-		started: si.Started, end: s.storedEnd(meta.Saved), state: statePaused, stored: true,
+		started: si.Started, end: end, state: statePaused, stored: true, from: kind,
 		inflight: make(chan struct{}, maxInflight)}
 	if sb.metadata == nil {
 		sb.metadata = map[string]string{}
@@ -336,7 +343,7 @@ func (s *Server) forget(sb *sandbox) {
 // saves stream from the store in their order (close the closer once they are restored),
 // or an HTTP status and why. The claim's lease is the caller's to give up.
 func (s *Server) claimStored(sb *sandbox) ([]pausedContext, io.Closer, int, string) {
-	_, blob, err := s.cfg.Store.ClaimOpen(sb.ctx, session.KindSandbox, sb.id, sb.user)
+	_, blob, err := s.cfg.Store.ClaimOpen(sb.ctx, sb.from, sb.id, sb.user)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, nil, http.StatusNotFound, "sandbox " + sb.id + " not found (resumed or killed elsewhere, or expired)"
@@ -348,7 +355,7 @@ func (s *Server) claimStored(sb *sandbox) ([]pausedContext, io.Closer, int, stri
 	head, paused, err := readStored(blob)
 	if err != nil {
 		blob.Close()
-		s.cfg.Store.ReleaseLease(session.KindSandbox, sb.id)
+		s.cfg.Store.ReleaseLease(sb.from, sb.id)
 		return nil, nil, http.StatusInternalServerError, "the sandbox could not be resumed: " + err.Error()
 	}
 	sb.mu.Lock()
