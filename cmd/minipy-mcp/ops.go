@@ -114,6 +114,8 @@ func countE2B(m *session.Metrics, srv *e2b.Server) {
 			func(s e2b.Stats) int { return s.Forwarded }, false},
 		{"minipy_e2b_sandboxes_recovered_total", "E2B sandboxes brought back from their idle saves, their replica dead (-advertise).",
 			func(s e2b.Stats) int { return s.Recovered }, false},
+		{"minipy_e2b_contexts_restored_total", "E2B code contexts brought back from their sandbox's idle save, their processes dead (-advertise).",
+			func(s e2b.Stats) int { return s.Restored }, false},
 	} {
 		value := func() float64 { return float64(c.get(srv.Stats())) }
 		if c.gauge {

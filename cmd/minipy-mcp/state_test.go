@@ -10,10 +10,12 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/minipy-go/minipy"
+	"github.com/minipy-go/minipy/internal/testproc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -212,4 +214,35 @@ func TestE2BPauseStreams(t *testing.T) {
 	assert.Less(t, grew, int64(32<<20))
 	assert.Equal(t, "True", lastText(alice.execute(sb, "h = hashlib.sha256()\nfor i in range(8):\n"+
 		"    h.update(open('part%d.bin' % i, 'rb').read())\nh.hexdigest() == want")))
+}
+
+// A session whose sandbox's pid 1 dies between calls (killed from outside: its code
+// cannot) comes back from its last save: the next call finds its variables and files as
+// they were saved, and runs, instead of an empty namespace.
+func TestServeSessionPidOneDies(t *testing.T) {
+	dir := t.TempDir()
+	s := startServer(t, "-backend", "isolated", "-tokens", tokenFile(t, "alice:"+tokenAlice), "-state-dir", dir,
+		"-state-idle", "100ms")
+	lb := &switchable{token: tokenAlice}
+	lb.send(s)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "minipy-state-test", Version: "0"}, nil).Connect(
+		context.Background(), &mcp.StreamableClientTransport{Endpoint: s.base + "/mcp", HTTPClient: &http.Client{Transport: lb}},
+		legacy)
+	require.NoError(t, err)
+	defer cs.Close()
+	marker := "marker-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	text, isError := runText(t, cs, map[string]any{"code": "x = 41\n_ = open('note.txt', 'w').write('kept')\n" +
+		"open('/tmp/" + marker + "', 'w').close()"})
+	require.False(t, isError, text)
+	require.Eventually(t, func() bool { return len(savedSessions(t, dir)) == 1 }, 30*time.Second, 20*time.Millisecond,
+		"saved after -state-idle")
+	pid := testproc.SandboxPidOne(marker)
+	require.Positive(t, pid, "the session's sandbox's pid 1")
+	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+	require.Eventually(t, func() bool { return strings.Contains(s.log.String(), "a worker ended between runs") },
+		30*time.Second, 20*time.Millisecond, "the server saw it end")
+	text, isError = runText(t, cs, map[string]any{"code": "x + 1, open('note.txt').read()"})
+	require.False(t, isError, "%s\n%s", text, s.log)
+	assert.Equal(t, "[value]\n(42, 'kept')\n", text)
+	assert.Contains(t, s.log.String(), "was brought back from its save")
 }

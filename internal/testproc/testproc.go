@@ -122,3 +122,28 @@ func marked(pid, self int) (string, bool) {
 	}
 	return fmt.Sprintf("%d %s", pid, bytes.ReplaceAll(bytes.TrimRight(cmdline, "\x00"), []byte{0}, []byte{' '})), true
 }
+
+// SandboxPidOne is the host pid of the pid 1 of the sandbox whose /tmp holds the file
+// marker (as the sandbox's code made it): a test kills it to kill the sandbox whole, as
+// its code cannot. 0 if none.
+func SandboxPidOne(marker string) int {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		status, err := os.ReadFile("/proc/" + e.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(status), "\n") {
+			if f := strings.Fields(line); len(f) > 2 && f[0] == "NSpid:" && f[len(f)-1] == "1" {
+				if _, err := os.Stat("/proc/" + e.Name() + "/root/tmp/" + marker); err == nil {
+					return pid
+				}
+			}
+		}
+	}
+	return 0
+}

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/minipy-go/minipy"
 	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/redistest"
 	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/session"
+	"github.com/minipy-go/minipy/internal/testproc"
 )
 
 // replicaServer is a server of a store at url that advertises its own address there
@@ -32,11 +34,15 @@ func replicaServer(t *testing.T, storeURL string) (*Server, string) {
 // defaults; none), and a func that kills it hard: its address and leases are no longer
 // renewed, and it answers nothing more; its engine and sandboxes live on, as a replica cut
 // off would.
-func replicaWith(t *testing.T, storeURL string, lease, idle time.Duration) (*Server, string, func()) {
+func replicaWith(t *testing.T, storeURL string, lease, idle time.Duration, onIdleDeath ...func(minipy.IdleDeath)) (*Server, string, func()) {
 	store, err := session.Open(storeURL, session.StoreOptions{TTL: time.Hour, Lease: lease})
 	require.NoError(t, err)
 	t.Cleanup(func() { store.Close() })
-	eng, err := minipy.NewIsolated(minipy.IsolatedConfig{WorkDirPath: Home, Spares: -1})
+	cfg := minipy.IsolatedConfig{WorkDirPath: Home, Spares: -1}
+	if len(onIdleDeath) > 0 {
+		cfg.OnIdleDeath = onIdleDeath[0]
+	}
+	eng, err := minipy.NewIsolated(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { eng.Close() })
 	var s *Server
@@ -239,4 +245,33 @@ func TestForwardMarkRefused(t *testing.T) {
 	assert.Equal(t, http.StatusOK, resp.StatusCode, "a valid mark: the test can fail")
 	code, _ := callAs(t, "ann", "GET", base+replicaListPath, "")
 	assert.Equal(t, http.StatusNotFound, code, "the replicas' list is theirs alone")
+}
+
+// A sandbox whose pid 1 dies between runs (killed from outside: the sandbox's code cannot)
+// comes back from its last idle save, as its replica's death would bring it back: the
+// next run finds its variables and files as they were saved, and runs.
+func TestRestoreWhenPidOneDies(t *testing.T) {
+	died := make(chan minipy.IdleDeath, 8)
+	b, base, _ := replicaWith(t, t.TempDir(), 0, 100*time.Millisecond, func(d minipy.IdleDeath) { died <- d })
+	code, sb := callAs(t, "ann", "POST", base+"/v2/sandboxes", `{}`)
+	require.Equal(t, http.StatusCreated, code, "%v", sb)
+	id := sb["sandboxID"].(string)
+	marker := "marker-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	require.Equal(t, "", run(t, base, sb, "x = 5\n_ = open('f.txt', 'w').write('kept')\nopen('/tmp/"+marker+"', 'w').close()"))
+	ran := time.Now()
+	require.Eventually(t, func() bool {
+		meta, err := b.cfg.Store.Stat(session.KindRunning, id)
+		return err == nil && meta.Saved.After(ran) && !b.lookup(id).isDirty()
+	}, 30*time.Second, 20*time.Millisecond, "saved when idle")
+	pid := testproc.SandboxPidOne(marker)
+	require.Positive(t, pid, "the sandbox's pid 1")
+	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+	select { // (the engine learns of it between runs, however long a loaded machine takes)
+	case d := <-died:
+		require.Positive(t, d.Namespaces, "%+v", d)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the engine never saw the sandbox end")
+	}
+	assert.Equal(t, "(5, 'kept')", run(t, base, sb, "x, open('f.txt').read()"))
+	assert.Equal(t, 1, b.Stats().Restored)
 }

@@ -3,9 +3,11 @@ package e2b
 import (
 	"encoding/json"
 	"errors"
+	"io"
 	"slices"
 	"time"
 
+	"github.com/minipy-go/minipy"
 	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/session"
 )
 
@@ -145,4 +147,56 @@ func (sb *sandbox) isDirty() bool {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	return sb.dirty
+}
+
+// stateLost reports a run whose context's process tree ended with nothing to roll back to
+// (its sandbox's pid 1 died): its variables are gone (minipy.ErrStateLost); idle says it
+// ended between runs, so that this run did not start (minipy.WorkerLostError's Idle).
+func stateLost(err error) (idle, lost bool) {
+	var wl *minipy.WorkerLostError
+	if !errors.Is(err, minipy.ErrStateLost) || !errors.As(err, &wl) {
+		return false, false
+	}
+	return wl.Idle, true
+}
+
+// restoreFromIdle brings context cc of sb, whose process tree died, back from
+// sb's last idle save, into its namespace (fresh, empty: the engine started a new worker),
+// as a resume restores it; false when there is no save to bring it back from (no replicas,
+// no save yet, a shell). Its caller holds cc.mu.
+func (s *Server) restoreFromIdle(sb *sandbox, cc *codeContext) bool {
+	if s.fwd == nil || cc.language == langBash {
+		return false
+	}
+	meta, blob, err := s.cfg.Store.Open(session.KindRunning, sb.id)
+	if err != nil {
+		return false
+	}
+	defer blob.Close()
+	_, paused, err := readStored(blob)
+	if err != nil || meta.User != sb.user {
+		return false
+	}
+	for _, p := range paused {
+		save := p.save()
+		if p.id != cc.id {
+			if _, err := io.Copy(io.Discard, save); err != nil {
+				return false
+			}
+			continue
+		}
+		ns := cc.ns.Load()
+		if err := ns.Restore(save); err != nil {
+			s.logf("minipy-mcp: E2B sandbox %s: context %s could not be brought back from its idle save: %v", sb.id, cc.id, err)
+			return false
+		}
+		if _, err := s.setUpFor(sb, ns, p.cwd); err != nil {
+			s.logf("minipy-mcp: E2B sandbox %s: context %s brought back, but not set up: %v", sb.id, cc.id, err)
+		}
+		s.count(&s.stats.Restored)
+		s.logf("minipy-mcp: E2B sandbox %s: context %s, whose processes died, brought back from its idle save of %s",
+			sb.id, cc.id, meta.Saved.Format(time.RFC3339))
+		return true
+	}
+	return false
 }

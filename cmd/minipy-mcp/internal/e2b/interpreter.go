@@ -103,6 +103,12 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	out.send(map[string]any{"type": "number_of_executions", "execution_count": cc.count})
 	res, err := s.run(ctx, cc.ns.Load(), req.Code, req.EnvVars, out)
+	if idle, lost := stateLost(err); lost && s.restoreFromIdle(sb, cc) && idle {
+		// Its sandbox's pid 1 died between runs: back as it was at its last save, it runs
+		// the code, which did not start. (Died during the run, it is back all the same, and
+		// the run's error stands: the code may have run.)
+		res, err = s.run(ctx, cc.ns.Load(), req.Code, req.EnvVars, out)
+	}
 	if ctx.Err() != nil && r.Context().Err() != nil {
 		return // the client went away: nobody reads the rest
 	}

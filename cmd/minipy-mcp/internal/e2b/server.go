@@ -506,8 +506,9 @@ type Stats struct {
 	// Forwarded are the requests sent on to the replica that runs their sandbox so far
 	// (Config.Advertise).
 	Forwarded int
-	// Recovered are the sandboxes brought back from their idle saves, their replica dead.
-	Recovered int
+	// Recovered are the sandboxes brought back from their idle saves, their replica dead;
+	// Restored the code contexts brought back so, their processes dead.
+	Recovered, Restored int
 	// FromSpare are the sandboxes created from a template's warm spare so far (spares.go),
 	// Spares the spares ready now.
 	FromSpare, Spares int

@@ -272,3 +272,39 @@ func saveNamespace(store *session.Store, id string, meta session.Meta, ns *minip
 	}
 	return info, nil
 }
+
+// stateLost reports a run whose namespace's process tree ended with nothing to roll back
+// to (its sandbox's pid 1 died): its variables are gone (minipy.ErrStateLost); idle says it
+// ended between runs, so that this run did not start (minipy.WorkerLostError's Idle).
+func stateLost(err error) (idle, lost bool) {
+	var wl *minipy.WorkerLostError
+	if !errors.Is(err, minipy.ErrStateLost) || !errors.As(err, &wl) {
+		return false, false
+	}
+	return wl.Idle, true
+}
+
+// restoreSaved brings the namespace ns of session id (or handle), whose process tree died
+// and which is empty again, back from the session's last save in the store, for user:
+// false when there is none. A death then costs what came after that save, as a replica's
+// death does.
+func (s *sessions) restoreSaved(ns *minipy.Namespace, id, user string) bool {
+	if s.state == nil || id == "" || ns == nil {
+		return false
+	}
+	meta, blob, err := s.state.Open(session.KindSession, id)
+	if err != nil {
+		return false
+	}
+	defer blob.Close()
+	if meta.User != user {
+		return false
+	}
+	if err := ns.Restore(blob); err != nil {
+		log.Printf("minipy-mcp: -state-dir: a session whose processes died could not be brought back: %v", err)
+		return false
+	}
+	log.Printf("minipy-mcp: -state-dir: a session whose processes died was brought back from its save of %s",
+		meta.Saved.Format(time.RFC3339))
+	return true
+}
