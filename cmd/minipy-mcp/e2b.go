@@ -33,19 +33,20 @@ func checkE2B(eng minipy.Engine, workers int) error {
 	return nil
 }
 
-// checkAdvertise refuses an -advertise that is no URL a replica can reach, or one without
-// a store for the replicas to share.
-func checkAdvertise(addr string, store *session.Store) error {
+// checkAdvertise refuses an -advertise or -advertise-http (flag) that is no URL a replica
+// can reach, or one without a store for the replicas to share.
+func checkAdvertise(flag, addr string, store *session.Store) error {
 	if addr == "" {
 		return nil
 	}
 	if store == nil {
-		return errors.New("-advertise needs -state-dir or -state-store: the replicas find each other's sandboxes there")
+		return fmt.Errorf("%s needs -state-dir or -state-store: the replicas find each other's sandboxes and "+
+			"sessions there", flag)
 	}
 	u, err := url.Parse(addr)
 	if err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" || u.Path != "" && u.Path != "/" ||
 		u.RawQuery != "" || u.User != nil {
-		return fmt.Errorf("-advertise %q: an http(s)://HOST:PORT URL, which the other replicas reach", addr)
+		return fmt.Errorf("%s %q: an http(s)://HOST:PORT URL, which the other replicas reach", flag, addr)
 	}
 	return nil
 }

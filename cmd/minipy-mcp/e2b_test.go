@@ -542,6 +542,10 @@ func TestE2BFlags(t *testing.T) {
 			"-advertise needs -state-dir or -state-store"},
 		{[]string{"-e2b", "127.0.0.1:0", "-backend", "isolated", "-state-dir", t.TempDir(), "-advertise", "10.0.0.5:8081"},
 			"an http(s)://HOST:PORT URL"},
+		{[]string{"-e2b", "127.0.0.1:0", "-backend", "isolated", "-advertise-http", "http://127.0.0.1:1"},
+			"-advertise-http applies to MCP sessions (-http)"},
+		{[]string{"-http", "127.0.0.1:0", "-backend", "isolated", "-advertise-http", "http://127.0.0.1:1"},
+			"-advertise-http needs -state-dir or -state-store"},
 	} {
 		out, err := exec.Command(bin, c.args...).CombinedOutput()
 		require.Error(t, err, "%v", c.args)

@@ -189,6 +189,7 @@ type flags struct {
 	e2bAddr        string
 	e2bMaxTimeout  time.Duration
 	advertise      string
+	advertiseHTTP  string
 	sessionTimeout time.Duration
 	upstreamFile   string
 	tokensFile     string
@@ -226,6 +227,7 @@ func parseFlags() *flags {
 	flag.StringVar(&f.e2bAddr, "e2b", "", "serve E2B's API and sandboxes on `addr` (host:port), beside -http or instead of it: "+
 		"E2B's SDKs run against it with E2B_API_URL and E2B_SANDBOX_URL set to http://addr (docs/e2b.md)")
 	flag.StringVar(&f.advertise, "advertise", "", "with -e2b and -state-dir or -state-store: this replica's `URL` as the other replicas sharing the store reach it (http://10.0.0.5:8081): a request for a sandbox that another replica runs is forwarded there, so that any replica answers for any sandbox behind a round-robin balancer")
+	flag.StringVar(&f.advertiseHTTP, "advertise-http", "", "with -http and -state-dir or -state-store: this replica's MCP `URL` as the other replicas sharing the store reach it (http://10.0.0.5:8080): a request for a session that another live replica holds is forwarded there instead of the session moving through a save and a restore")
 	flag.DurationVar(&f.e2bMaxTimeout, "e2b-max-timeout", e2b.DefaultMaxTimeout, "with -e2b: the longest life a sandbox may ask for (its timeout)")
 	flag.DurationVar(&f.sessionTimeout, "session-timeout", 30*time.Minute, "with -http: close a session (and free its namespace) after this long without a request")
 	flag.StringVar(&f.upstreamFile, "upstream", "", "connect to the MCP servers of this mcpServers JSON `file` and give their tools to the code as Python functions (code mode)")
@@ -260,7 +262,7 @@ func (f *flags) transport() (protocol *os.File, ln, e2bLn net.Listener, toks *se
 			switch fl.Name {
 			case "tokens", "allow-anonymous", "max-sessions", "max-sessions-per-user", "drain-timeout", "session-timeout",
 				"state-dir", "state-store", "state-max-bytes", "state-lease", "state-ttl", "state-idle", "state-key-file", "state-prefix",
-				"e2b-max-timeout", "advertise":
+				"e2b-max-timeout", "advertise", "advertise-http":
 				log.Fatalf("minipy-mcp: -%s applies to -http and -e2b; over stdio the client that started the server is "+
 					"its only user", fl.Name)
 			}
@@ -274,7 +276,7 @@ func (f *flags) transport() (protocol *os.File, ln, e2bLn net.Listener, toks *se
 	if f.httpAddr == "" {
 		flag.Visit(func(fl *flag.Flag) {
 			switch fl.Name {
-			case "session-timeout", "upstream":
+			case "session-timeout", "upstream", "advertise-http":
 				log.Fatalf("minipy-mcp: -%s applies to MCP sessions (-http); -e2b's sandboxes have their own "+
 					"timeouts, and pause into -state-dir (docs/e2b.md)", fl.Name)
 			case "state-idle":
@@ -420,7 +422,7 @@ func (f *flags) serve(ctx context.Context, eng minipy.Engine, icfg minipy.Isolat
 		n++
 		ecfg := f.e2bConfig(eng, toks, g, icfg)
 		ecfg.Store, ecfg.Metrics, ecfg.Ops = store, m, opsHandler(g, m, ready, store)
-		if err := checkAdvertise(f.advertise, store); err != nil {
+		if err := checkAdvertise("-advertise", f.advertise, store); err != nil {
 			log.Fatalf("minipy-mcp: %v", err)
 		}
 		ecfg.Advertise, ecfg.StateIdle = f.advertise, f.stateIdle
@@ -433,10 +435,15 @@ func (f *flags) serve(ctx context.Context, eng minipy.Engine, icfg minipy.Isolat
 		go func() { errs <- serveE2B(ctx, srv, g, lns.e2b, f.drainTimeout, f.connIdle) }()
 	}
 	if lns.http != nil {
+		if err := checkAdvertise("-advertise-http", f.advertiseHTTP, store); err != nil {
+			log.Fatalf("minipy-mcp: %v", err)
+		}
+	}
+	if lns.http != nil {
 		n++
 		front := mcpfront.New(mcpfront.Config{Engine: eng, Options: *opts, Functions: fns, Version: version, Metrics: m,
 			Transport: "tcp", Gate: g, Tokens: toks, MaxResourceSize: f.maxResource, Store: store,
-			StateIdle: f.stateIdle, Handles: true, Idle: f.sessionTimeout, ConnIdle: f.connIdle})
+			StateIdle: f.stateIdle, Handles: true, Idle: f.sessionTimeout, ConnIdle: f.connIdle, Advertise: f.advertiseHTTP})
 		enders = append(enders, func(user string) {
 			log.Printf("minipy-mcp: user %q's MCP sessions: %d ended (saved first, with a store)", user, front.EndUser(user))
 		})

@@ -246,3 +246,61 @@ func TestServeSessionPidOneDies(t *testing.T) {
 	assert.Equal(t, "[value]\n(42, 'kept')\n", text)
 	assert.Contains(t, s.log.String(), "was brought back from its save")
 }
+
+// roundRobin sends each request to the next of its replicas, as a balancer without
+// affinity does, with a bearer token.
+type roundRobin struct {
+	bases []string
+	next  atomic.Int64
+	token string
+}
+
+func (rr *roundRobin) RoundTrip(r *http.Request) (*http.Response, error) {
+	base, _ := url.Parse(rr.bases[int(rr.next.Add(1))%len(rr.bases)])
+	r = r.Clone(r.Context())
+	r.URL.Scheme, r.URL.Host, r.Host = base.Scheme, base.Host, base.Host
+	r.Header.Set("Authorization", "Bearer "+rr.token)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// MCP sessions forward too (-advertise-http): two replicas share a state directory, and a
+// client's requests alternate between them. Each call reaches the replica that holds the
+// session, which keeps what a move would lose (an open file, which a save leaves out), and
+// none moves it; a request that says it comes from a replica without a valid mark is
+// refused.
+func TestServeSessionsForwarded(t *testing.T) {
+	dir := t.TempDir()
+	pa, pb := freePort(t), freePort(t)
+	args := func(port int) []string {
+		addr := "127.0.0.1:" + strconv.Itoa(port)
+		return []string{"-http", addr, "-backend", "isolated", "-tokens", tokenFile(t, "alice:"+tokenAlice),
+			"-state-dir", dir, "-state-idle", "100ms", "-advertise-http", "http://" + addr}
+	}
+	a, b := startServer(t, args(pa)...), startServer(t, args(pb)...)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("A's log:\n%s\nB's log:\n%s", a.log, b.log)
+		}
+	})
+	rr := &roundRobin{bases: []string{a.base, b.base}, token: tokenAlice}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "minipy-forward-test", Version: "0"}, nil).Connect(
+		context.Background(), &mcp.StreamableClientTransport{Endpoint: a.base + "/mcp", HTTPClient: &http.Client{Transport: rr}},
+		legacy)
+	require.NoError(t, err)
+	defer cs.Close()
+	text, isError := runText(t, cs, map[string]any{"code": "f = open('log.txt', 'w')\nn = 1"})
+	require.False(t, isError, text)
+	for i := range 6 {
+		text, isError = runText(t, cs, map[string]any{"code": "f.write('x')\nn += 1\nn"})
+		require.False(t, isError, "call %d: %s", i, text)
+		assert.Equal(t, fmt.Sprintf("[value]\n%d\n", i+2), text, "call %d", i)
+	}
+	req, err := http.NewRequest("POST", b.base+"/mcp", strings.NewReader(`{}`))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+tokenAlice)
+	req.Header.Set("Minipy-Forward", "x 1 AAAA")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusForbidden, resp.StatusCode, "a made-up mark")
+}

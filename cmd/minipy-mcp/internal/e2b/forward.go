@@ -3,11 +3,7 @@ package e2b
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -39,12 +35,6 @@ import (
 // saved, sealed, in the store (session.Store.ReplicaAddr), so one who can write the store
 // but has not its key cannot have a client's key sent elsewhere.
 
-// forwardHeader marks a request that a replica forwarded: "OWNER UNIXTIME MAC".
-const forwardHeader = "Minipy-Forward"
-
-// forwardSkew is how far a forward's time may be from the holder's clock.
-const forwardSkew = time.Minute
-
 // replicaListPath is where a replica lists the caller's sandboxes it has in memory, for
 // another replica's list (forwarded requests only).
 const replicaListPath = "/.minipy/replica/sandboxes"
@@ -56,7 +46,6 @@ const replicaSignedPath = "/.minipy/replica/signed"
 // forwarder forwards requests to the replicas that hold their sandboxes.
 type forwarder struct {
 	store  *session.Store
-	key    []byte
 	addrs  sync.Map // owner -> replicaAddr: each replica's address, read from the store a while ago
 	proxy  *httputil.ReverseProxy
 	client *http.Client
@@ -88,13 +77,13 @@ func newForwarder(s *Server, addr string) *forwarder {
 	store := s.cfg.Store
 	tr := &http.Transport{Proxy: nil, DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
 		MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}
-	f := &forwarder{store: store, key: store.Derive("e2b-forward"), client: &http.Client{Transport: tr}}
+	f := &forwarder{store: store, client: &http.Client{Transport: tr}}
 	f.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(pr.In.Context().Value(targetKey{}).(*url.URL))
 			pr.Out.Host = pr.In.Host // (PORT-ID.domain routes it there too)
 			pr.SetXForwarded()
-			f.mark(pr.Out)
+			store.Mark(pr.Out)
 		},
 		Transport:     tr,
 		FlushInterval: -1, // (streams: each write goes on at once)
@@ -109,7 +98,7 @@ func newForwarder(s *Server, addr string) *forwarder {
 			}
 		},
 	}
-	store.Advertise(addr) //nolint:errcheck // (again at the next tick if the store is away)
+	store.Advertise(session.KindReplica, addr) //nolint:errcheck // (again at the next tick if the store is away)
 	ctx, stop := context.WithCancel(context.Background())
 	f.stop = stop
 	f.done.Add(2)
@@ -126,7 +115,7 @@ func newForwarder(s *Server, addr string) *forwarder {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				store.Advertise(addr) //nolint:errcheck
+				store.Advertise(session.KindReplica, addr) //nolint:errcheck
 			}
 		}
 	}()
@@ -137,7 +126,7 @@ func newForwarder(s *Server, addr string) *forwarder {
 func (f *forwarder) close() {
 	f.stop()
 	f.done.Wait()
-	f.store.Withdraw()
+	f.store.Withdraw(session.KindReplica)
 	f.client.CloseIdleConnections()
 }
 
@@ -154,7 +143,7 @@ func (f *forwarder) addrOf(owner string) (*url.URL, error) {
 	if v, ok := f.addrs.Load(owner); ok && time.Since(v.(replicaAddr).at) < f.store.LeaseLength()/3 {
 		return v.(replicaAddr).url, nil
 	}
-	addr, err := f.store.ReplicaAddr(owner)
+	addr, err := f.store.ReplicaAddr(session.KindReplica, owner)
 	if err != nil {
 		f.addrs.Delete(owner)
 		return nil, err
@@ -167,47 +156,19 @@ func (f *forwarder) addrOf(owner string) (*url.URL, error) {
 	return u, nil
 }
 
-// mac is the forward mark's MAC of r, sent by owner at unix time ts.
-func (f *forwarder) mac(owner, ts string, r *http.Request) []byte {
-	m := hmac.New(sha256.New, f.key)
-	fmt.Fprintf(m, "%s\n%s\n%s\n%s\n%s", owner, ts, r.Method, r.Host, r.URL.RequestURI())
-	return m.Sum(nil)
-}
-
-// mark marks r as forwarded by this replica.
-func (f *forwarder) mark(r *http.Request) {
-	owner, ts := f.store.Owner(), strconv.FormatInt(time.Now().Unix(), 10)
-	r.Header.Set(forwardHeader, owner+" "+ts+" "+base64.RawURLEncoding.EncodeToString(f.mac(owner, ts, r)))
-}
-
-// errBadForward: a forward's mark that does not verify.
-var errBadForward = errors.New("the request's " + forwardHeader + " mark is not a replica's of this server's store")
-
-// verify checks r's forward mark.
-func (f *forwarder) verify(r *http.Request) error {
-	parts := strings.Fields(r.Header.Get(forwardHeader))
-	if f == nil || len(parts) != 3 {
-		return errBadForward
-	}
-	sec, err := strconv.ParseInt(parts[1], 10, 64)
-	got, err2 := base64.RawURLEncoding.DecodeString(parts[2])
-	if err != nil || err2 != nil || time.Since(time.Unix(sec, 0)).Abs() > forwardSkew ||
-		!hmac.Equal(got, f.mac(parts[0], parts[1], r)) {
-		return errBadForward
-	}
-	return nil
-}
-
 // fromReplica checks r's forward mark, if it has one, and says whether it was forwarded
 // (in its context). False with an error: a mark that does not verify.
 func (s *Server) fromReplica(r *http.Request) (*http.Request, error) {
-	if r.Header.Get(forwardHeader) == "" {
+	if r.Header.Get(session.MarkHeader) == "" {
 		return r, nil
 	}
-	if err := s.fwd.verify(r); err != nil {
+	if s.fwd == nil {
+		return r, session.ErrBadMark
+	}
+	if err := s.cfg.Store.VerifyMark(r); err != nil {
 		return r, err
 	}
-	r.Header.Del(forwardHeader)
+	r.Header.Del(session.MarkHeader)
 	return r.WithContext(context.WithValue(r.Context(), forwardedKey{}, true)), nil
 }
 
@@ -329,7 +290,7 @@ func (s *Server) peersListed(r *http.Request) []listedSandbox {
 	if s.fwd == nil || forwarded(r) {
 		return nil
 	}
-	peers := s.cfg.Store.Replicas()
+	peers := s.cfg.Store.Replicas(session.KindReplica)
 	var mu sync.Mutex
 	var all []listedSandbox
 	var wg sync.WaitGroup
@@ -361,7 +322,7 @@ func (f *forwarder) listAt(r *http.Request, addr string) ([]listedSandbox, error
 	}
 	req.Host = r.Host
 	req.Header.Set("X-API-KEY", r.Header.Get("X-API-KEY"))
-	f.mark(req)
+	f.store.Mark(req)
 	res, err := f.client.Do(req)
 	if err != nil {
 		return nil, err
@@ -385,7 +346,7 @@ func (s *Server) forwardSigned(w http.ResponseWriter, r *http.Request) bool {
 	if s.fwd == nil || forwarded(r) {
 		return false
 	}
-	for _, addr := range s.cfg.Store.Replicas() {
+	for _, addr := range s.cfg.Store.Replicas(session.KindReplica) {
 		id, err := s.fwd.signedAt(r, addr)
 		if err != nil || id == "" {
 			continue
@@ -417,7 +378,7 @@ func (f *forwarder) signedAt(r *http.Request, addr string) (string, error) {
 		return "", err
 	}
 	req.Host = r.Host
-	f.mark(req)
+	f.store.Mark(req)
 	res, err := f.client.Do(req)
 	if err != nil {
 		return "", err

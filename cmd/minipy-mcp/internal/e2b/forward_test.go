@@ -2,7 +2,6 @@ package e2b
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -212,17 +211,13 @@ func forwardToHolder(t *testing.T, storeURL string) {
 func TestForwardMarkRefused(t *testing.T) {
 	s, base := replicaServer(t, t.TempDir())
 	other, _ := replicaServer(t, t.TempDir())
-	valid := func(r *http.Request, ts string) {
-		r.Header.Set(forwardHeader, "x "+ts+" "+base64.RawURLEncoding.EncodeToString(s.fwd.mac("x", ts, r)))
-	}
-	now := strconv.FormatInt(time.Now().Unix(), 10)
 	for name, mark := range map[string]func(r *http.Request){
-		"made up":         func(r *http.Request) { r.Header.Set(forwardHeader, "x 1 AAAA") },
-		"another store's": func(r *http.Request) { other.fwd.mark(r) },
-		"old":             func(r *http.Request) { valid(r, strconv.FormatInt(time.Now().Add(-2*time.Minute).Unix(), 10)) },
+		"made up":         func(r *http.Request) { r.Header.Set(session.MarkHeader, "x 1 AAAA") },
+		"another store's": func(r *http.Request) { other.cfg.Store.Mark(r) },
+		"old":             func(r *http.Request) { s.cfg.Store.MarkAt(r, time.Now().Add(-2*time.Minute)) },
 		"another request's": func(r *http.Request) {
 			r.URL.Path = "/sandboxes"
-			valid(r, now)
+			s.cfg.Store.Mark(r)
 			r.URL.Path = replicaListPath
 		},
 	} {
@@ -238,7 +233,7 @@ func TestForwardMarkRefused(t *testing.T) {
 	req, err := http.NewRequest("GET", base+replicaListPath, nil)
 	require.NoError(t, err)
 	req.Header.Set("X-API-KEY", "ann")
-	valid(req, now)
+	s.cfg.Store.Mark(req)
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	resp.Body.Close()

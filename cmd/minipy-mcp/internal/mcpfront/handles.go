@@ -322,3 +322,10 @@ func (s *sessions) resetHandle(ctx context.Context, req *mcp.CallToolRequest, h 
 		Text: "[reset]\nThe namespace is empty: every variable, function, import and file of this session is gone.\n"}},
 		StructuredContent: map[string]any{HandleArg: h}}
 }
+
+// liveHandle reports whether session handle h is in this replica's memory.
+func (s *sessions) liveHandle(h string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.handles[h] != nil
+}

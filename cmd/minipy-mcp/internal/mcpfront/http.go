@@ -35,7 +35,21 @@ func (f *Front) Handler() http.Handler {
 	if f.cfg.Tokens != nil {
 		endpoint = requireTokens(f.cfg.Tokens, endpoint, f.cfg.Metrics.Unauthorized)
 	}
-	return loopguard.Handler(endpoint, f.cfg.Tokens == nil)
+	return loopguard.Handler(f.fromReplicas(endpoint), f.cfg.Tokens == nil)
+}
+
+// fromReplicas refuses a request whose forward mark does not verify (403: a client cannot
+// pass as a replica), and passes the others on, a forwarded one noted (forward.go).
+func (f *Front) fromReplicas(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r, ok := f.fwd.fromReplica(r)
+		if !ok {
+			f.cfg.Metrics.Unauthorized()
+			http.Error(w, "minipy-mcp: "+session.ErrBadMark.Error(), http.StatusForbidden)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // SessionlessRevision is the first MCP revision without protocol sessions (SEP-2567).
@@ -63,6 +77,11 @@ func byRevision(stateful, stateless http.Handler) http.Handler {
 // the sessions close (saved first, with a store) and Serve returns. The front's handles
 // idle out, and with a store its sessions' leases are kept, meanwhile.
 func (f *Front) Serve(ctx context.Context, ln net.Listener, mux *http.ServeMux, drainTimeout time.Duration) error {
+	if f.state != nil && f.cfg.Advertise != "" {
+		f.fwd = newForwarder(f.state.Store, f.cfg.Advertise)
+		f.state.fwd = f.fwd
+		defer f.fwd.close()
+	}
 	mux.Handle("/", f.Handler())
 	go f.sessions.expireHandles(ctx, f.cfg.Idle)
 	if f.state != nil {

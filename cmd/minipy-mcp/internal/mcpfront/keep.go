@@ -70,10 +70,15 @@ func (s *sessions) keepInitialize(next mcp.MethodHandler) mcp.MethodHandler {
 					k.user = extra.TokenInfo.UserID
 				}
 				s.mu.Lock()
-				if _, ok := s.kept[ss.ID()]; !ok { // (a session brought back keeps what it had)
+				_, back := s.kept[ss.ID()]
+				if !back { // (a session brought back keeps what it had)
 					s.kept[ss.ID()] = k
 				}
 				s.mu.Unlock()
+				if !back && s.state != nil && s.state.fwd != nil {
+					// Held from its start: the other replicas forward its next requests here.
+					s.state.TryLease(session.KindSession, ss.ID(), k.user)
+				}
 			}
 		}
 		return next(ctx, method, req)

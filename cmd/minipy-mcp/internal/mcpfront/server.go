@@ -56,6 +56,10 @@ type Config struct {
 	// ConnIdle closes an HTTP connection kept alive this long without a request (0:
 	// session.DefaultConnIdle).
 	ConnIdle time.Duration
+	// Advertise, with Store, is this replica's MCP URL as the other replicas sharing Store
+	// reach it: a request for a session another live replica holds is forwarded there
+	// (forward.go) instead of the session moving here. "": none.
+	Advertise string
 }
 
 // Front is an MCP server over minipy with its sessions.
@@ -63,7 +67,8 @@ type Front struct {
 	cfg      Config
 	server   *mcp.Server
 	sessions *sessions
-	state    *stateDir // or nil
+	state    *stateDir  // or nil
+	fwd      *forwarder // Config.Advertise's; nil: none
 }
 
 // NewServer returns an MCP server with the minipy tool, run on eng with opts (their Globals

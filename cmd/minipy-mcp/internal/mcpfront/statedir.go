@@ -36,6 +36,8 @@ import (
 type stateDir struct {
 	*session.Store
 
+	fwd *forwarder // to the replicas that hold their sessions (Config.Advertise); nil: none
+
 	mu     sync.Mutex
 	forced string // the id GetSessionID gives the session being brought back
 	// bringing serializes bringing a session back (which forces the next session id)
@@ -65,6 +67,9 @@ func (d *stateDir) newSessionID() string {
 func (d *stateDir) bringBack(s *sessions, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get("Mcp-Session-Id")
+		if h := r.Header.Get("Mcp-Param-Session"); id == "" && h != "" && !s.liveHandle(h) && d.fwd.forward(w, r, h) {
+			return // (a session handle another live replica holds)
+		}
 		if id == "" {
 			if r.Header.Get("Mcp-Protocol-Version") < SessionlessRevision { // (may be an initialize)
 				d.bringing.RLock()
@@ -79,6 +84,9 @@ func (d *stateDir) bringBack(s *sessions, next http.Handler) http.Handler {
 			}
 			next.ServeHTTP(w, r)
 			return
+		}
+		if d.fwd.forward(w, r, id) {
+			return // (another live replica holds it)
 		}
 		user := ""
 		if info := auth.TokenInfoFromContext(r.Context()); info != nil {

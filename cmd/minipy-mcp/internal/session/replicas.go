@@ -1,8 +1,15 @@
 package session
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -30,32 +37,33 @@ type replicaInit struct {
 	Addr string `json:"addr"`
 }
 
-// Advertise saves this replica's address (a URL the others reach it at): until it is saved
+// Advertise saves this replica's address of kind (KindReplica: its E2B API's,
+// KindReplicaMCP: its MCP endpoint's; a URL the others reach it at): until it is saved
 // again within a lease, it is current (ReplicaAddr).
-func (d *Store) Advertise(addr string) error {
+func (d *Store) Advertise(kind, addr string) error {
 	init, _ := json.Marshal(replicaInit{Addr: addr})
-	return d.Save(KindReplica, d.owner, Meta{Init: init}, nil)
+	return d.Save(kind, d.owner, Meta{Init: init}, nil)
 }
 
-// Withdraw removes this replica's address (it is closing).
-func (d *Store) Withdraw() { d.Remove(KindReplica, d.owner) }
+// Withdraw removes this replica's address of kind (it is closing).
+func (d *Store) Withdraw(kind string) { d.Remove(kind, d.owner) }
 
 // errStale: a replica's address not saved again within a lease (it stopped, or died).
 var errStale = errors.New("the replica's address is stale")
 
-// ReplicaAddr is the address of replica owner, saved within a lease (Advertise).
-func (d *Store) ReplicaAddr(owner string) (string, error) {
-	meta, err := d.Stat(KindReplica, owner)
+// ReplicaAddr is the address of kind of replica owner, saved within a lease (Advertise).
+func (d *Store) ReplicaAddr(kind, owner string) (string, error) {
+	meta, err := d.Stat(kind, owner)
 	if err != nil {
 		return "", err
 	}
 	return d.addrOf(meta)
 }
 
-// Replicas are the current addresses of the other replicas, by owner.
-func (d *Store) Replicas() map[string]string {
+// Replicas are the current addresses of kind of the other replicas, by owner.
+func (d *Store) Replicas(kind string) map[string]string {
 	out := map[string]string{}
-	for _, one := range d.List(KindReplica) {
+	for _, one := range d.List(kind) {
 		if one.ID == d.owner {
 			continue
 		}
@@ -80,3 +88,49 @@ func (d *Store) addrOf(meta Meta) (string, error) {
 
 // LeaseLength is how long a lease lasts unless renewed (StoreOptions.Lease).
 func (d *Store) LeaseLength() time.Duration { return d.o.Lease }
+
+// The forward's mark: a request a replica forwards to another carries MarkHeader, "OWNER
+// UNIXTIME MAC", the MAC an HMAC of the owner, the time, the method, the host and the
+// request URI under a key derived from the store's. It says only that a replica of this
+// store sent it (so that it is not forwarded again); the client's credentials in it are
+// checked as any request's.
+const MarkHeader = "Minipy-Forward"
+
+// markSkew is how far a mark's time may be from the receiver's clock.
+const markSkew = time.Minute
+
+// ErrBadMark: a forward's mark that does not verify.
+var ErrBadMark = errors.New("the request's " + MarkHeader + " mark is not a replica's of this server's store")
+
+// markMAC is the MAC of r's mark, sent by owner at unix time ts.
+func (d *Store) markMAC(owner, ts string, r *http.Request) []byte {
+	m := hmac.New(sha256.New, d.Derive("replica-forward"))
+	fmt.Fprintf(m, "%s\n%s\n%s\n%s\n%s", owner, ts, r.Method, r.Host, r.URL.RequestURI())
+	return m.Sum(nil)
+}
+
+// Mark marks r as forwarded by this replica, now.
+func (d *Store) Mark(r *http.Request) { d.MarkAt(r, time.Now()) }
+
+// MarkAt marks r as forwarded by this replica at the time at (which VerifyMark refuses
+// past a minute from its clock).
+func (d *Store) MarkAt(r *http.Request, at time.Time) {
+	ts := strconv.FormatInt(at.Unix(), 10)
+	r.Header.Set(MarkHeader, d.owner+" "+ts+" "+base64.RawURLEncoding.EncodeToString(d.markMAC(d.owner, ts, r)))
+}
+
+// VerifyMark checks r's mark: ErrBadMark unless a replica of this store made it for this
+// request (its method, host and URI) within a minute of now.
+func (d *Store) VerifyMark(r *http.Request) error {
+	parts := strings.Fields(r.Header.Get(MarkHeader))
+	if len(parts) != 3 {
+		return ErrBadMark
+	}
+	sec, err := strconv.ParseInt(parts[1], 10, 64)
+	got, err2 := base64.RawURLEncoding.DecodeString(parts[2])
+	if err != nil || err2 != nil || time.Since(time.Unix(sec, 0)).Abs() > markSkew ||
+		!hmac.Equal(got, d.markMAC(parts[0], parts[1], r)) {
+		return ErrBadMark
+	}
+	return nil
+}

@@ -52,14 +52,15 @@ const (
 // The kinds of what a store keeps: a front's sessions are apart from another's even under
 // the same id.
 const (
-	KindSession  = ".session"  // an MCP session or session handle
-	KindSandbox  = ".paused"   // a paused E2B sandbox
-	KindSnapshot = ".snapshot" // an E2B snapshot
-	KindRunning  = ".running"  // an E2B sandbox running on a replica: its lease alone, the holder's (Holder)
-	KindReplica  = ".replica"  // a replica's address, for the others to forward to (Advertise)
+	KindSession    = ".session"     // an MCP session or session handle
+	KindSandbox    = ".paused"      // a paused E2B sandbox
+	KindSnapshot   = ".snapshot"    // an E2B snapshot
+	KindRunning    = ".running"     // an E2B sandbox running on a replica: its lease alone, the holder's (Holder)
+	KindReplica    = ".replica"     // a replica's address of its E2B API, for the others to forward to (Advertise)
+	KindReplicaMCP = ".replica-mcp" // ... of its MCP endpoint
 )
 
-var kinds = []string{KindSession, KindSandbox, KindSnapshot, KindReplica}
+var kinds = []string{KindSession, KindSandbox, KindSnapshot, KindReplica, KindReplicaMCP, KindRunning}
 
 // Meta is what is kept of a session beside its namespace.
 type Meta struct {
