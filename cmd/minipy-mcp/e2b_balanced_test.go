@@ -1,12 +1,19 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,6 +22,7 @@ import (
 
 	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/redistest"
 	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/session"
+	"github.com/minipy-go/minipy/internal/testproc"
 )
 
 // haproxyRoundRobin balances three E2B replicas in round robin, request by request, with
@@ -183,4 +191,168 @@ func TestE2BReplicasKilledInTurn(t *testing.T) {
 	assert.GreaterOrEqual(t, recovered, 1, "brought back on the replica left")
 	code, _ := c.api("DELETE", "/sandboxes/"+sb.SandboxID, nil)
 	assert.Equal(t, http.StatusNoContent, code)
+}
+
+// Chaos with E2B's API past one machine: three replicas share Redis behind HAProxy in
+// round robin (-advertise, -state-idle 150ms, -state-lease 2s) while four sandboxes count
+// their calls; every 1.5-3 s a replica is killed hard (SIGKILL) and started again at its
+// address, or a sandbox's pid 1 is killed. A counter's value that a save held (the idle
+// save after the call, seen in the store before the kill) never comes back smaller; a
+// counter never runs ahead of the calls made (no call counted twice, no two copies of a
+// sandbox); every sandbox ends with its calls answered.
+func TestChaosE2BReplicas(t *testing.T) {
+	const sandboxes, calls, kills = 4, 20, 6
+	r := redistest.Start(t)
+	ports := []int{freePort(t), freePort(t), freePort(t)}
+	start := func(i int) *serverProc {
+		addr := "127.0.0.1:" + strconv.Itoa(ports[i])
+		return startE2BAt(t, addr, "-state-store", r.URL(), "-advertise", "http://"+addr, "-state-idle", "150ms",
+			"-state-lease", "2s")
+	}
+	replicas := []*serverProc{start(0), start(1), start(2)}
+	var logs []*lockedBuffer // (every replica's, the killed ones' too)
+	for _, s := range replicas {
+		logs = append(logs, s.log)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for i, l := range logs {
+				t.Logf("replica log %d:\n%s", i, l)
+			}
+		}
+	})
+	front, stats := freePort(t), freePort(t)
+	startHAProxy(t, fmt.Sprintf(haproxyChecked, front, ports[0], ports[1], ports[2], stats), front)
+	allUp := func() bool { up := upServers(stats); return up["a"] && up["b"] && up["c"] }
+	require.Eventually(t, allUp, 10*time.Second, 50*time.Millisecond, "haproxy sees the replicas")
+	store, err := session.Open(r.URL(), session.StoreOptions{}) // (to see the saves)
+	require.NoError(t, err)
+	defer store.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	var wg, started sync.WaitGroup
+	var failed, answered, killed atomic.Int64
+	markers := make([]string, sandboxes)
+	for i := range sandboxes {
+		c := &e2bClient{t: t, base: "http://127.0.0.1:" + strconv.Itoa(front), key: aliceKey}
+		sb := c.create(map[string]any{"timeout": 600})
+		markers[i] = fmt.Sprintf("chaos-%d-%d", i, time.Now().UnixNano())
+		c.execute(sb, "open('/tmp/"+markers[i]+"', 'w').close()")
+		wg.Add(1)
+		started.Add(1)
+		go func() {
+			defer wg.Done()
+			var once sync.Once
+			defer once.Do(started.Done)
+			chaosSandbox(t, ctx, c, sb, store, i, calls, kills, &killed, &failed, &answered, func() { once.Do(started.Done) })
+		}()
+	}
+	started.Wait() // each saved once: before that, a kill loses it whole, as documented
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	for turn := 0; ; turn++ {
+		select {
+		case <-done:
+			t.Logf("%d kills; %d calls answered, %d failed and tried again", killed.Load(), answered.Load(), failed.Load())
+			assert.Equal(t, int64(kills), killed.Load())
+			assert.GreaterOrEqual(t, answered.Load(), int64(sandboxes*calls))
+			return
+		case <-ctx.Done():
+			t.Fatal("the sandboxes did not finish in time")
+		case <-time.After(time.Duration(1500+rand.IntN(1500)) * time.Millisecond):
+		}
+		if killed.Load() == kills {
+			continue // (the sandboxes end their calls)
+		}
+		killed.Add(1)    // (before: a save that a sandbox counts on must have come before it)
+		if turn%3 == 2 { // a sandbox's pid 1
+			if pid := testproc.SandboxPidOne(markers[rand.IntN(sandboxes)]); pid > 0 {
+				syscall.Kill(pid, syscall.SIGKILL) //nolint:errcheck // (it may have gone with its replica)
+			}
+			continue
+		}
+		i := rand.IntN(len(replicas))
+		replicas[i].kill(t)
+		replicas[i] = start(i)
+		logs = append(logs, replicas[i].log)
+		require.Eventually(t, allUp, 20*time.Second, 50*time.Millisecond, "haproxy sees the replica again")
+	}
+}
+
+// chaosSandbox makes TestChaosE2BReplicas's calls in sandbox sb, at least calls of them and
+// until kills kills have been made; started is called once its first answer has been saved
+// (seen in the store).
+func chaosSandbox(t *testing.T, ctx context.Context, c *e2bClient, sb e2bSandbox, store *session.Store, i, calls,
+	kills int, killed, failed, answered *atomic.Int64, started func()) {
+	rng := rand.New(rand.NewPCG(uint64(i), 69))
+	last, saved, tries := 0, 0, 0 // (as chaosSession's)
+	isStarted := false
+	for done := 0; (done < calls || killed.Load() < int64(kills)) && ctx.Err() == nil; {
+		tries++
+		before := killed.Load()
+		v, why := countCall(c, sb)
+		answeredAt := time.Now()
+		if why != "" {
+			if failed.Add(1) < 40 {
+				t.Logf("sandbox %d: a call failed: %s", i, why)
+			}
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		assert.Greater(t, v, saved, "sandbox %d: a saved value was lost (last %d, saved %d)", i, last, saved)
+		assert.LessOrEqual(t, v, last+tries, "sandbox %d: counted ahead of its calls (last %d, tries %d)", i, last, tries)
+		last, tries = v, 0
+		done++
+		answered.Add(1)
+		if !isStarted || rng.IntN(3) == 0 {
+			if sandboxSavedSince(store, sb.SandboxID, answeredAt, 5*time.Second) && killed.Load() == before {
+				saved = v
+				if !isStarted {
+					isStarted = true
+					started()
+				}
+			}
+		} else {
+			time.Sleep(time.Duration(rng.IntN(100)) * time.Millisecond)
+		}
+	}
+}
+
+// countCall runs the chaos tests' counter in sb and returns its value, or why the call
+// failed (an error, or no value).
+func countCall(c *e2bClient, sb e2bSandbox) (int, string) {
+	body, _ := json.Marshal(map[string]any{"code": "try:\n    c += 1\nexcept NameError:\n    c = 1\nc"})
+	req := c.sandboxRequest(sb, sb.EnvdAccessToken, 49999, "POST", "/execute", bytes.NewReader(body))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return 0, fmt.Sprintf("%s %v %.300s", resp.Status, err, out)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) == nil && m["type"] == "result" {
+			if text, ok := m["text"].(string); ok {
+				if v, err := strconv.Atoi(text); err == nil {
+					return v, ""
+				}
+			}
+		}
+	}
+	return 0, fmt.Sprintf("no value: %.300s", out)
+}
+
+// sandboxSavedSince waits (up to within) for an idle save of sandbox id made after since.
+func sandboxSavedSince(store *session.Store, id string, since time.Time, within time.Duration) bool {
+	for end := time.Now().Add(within); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if meta, err := store.Stat(session.KindRunning, id); err == nil && meta.Saved.After(since) {
+			return true
+		}
+	}
+	return false
 }

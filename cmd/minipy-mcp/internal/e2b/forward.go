@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -64,8 +65,21 @@ type (
 // (unreached: its holder refused a connection after the forward failed).
 type forwardTry struct {
 	target                *url.URL
+	owner                 string // the replica it is for (forwardToHeader)
 	replayable, unreached bool
 }
+
+// forwardToHeader names the replica a forward is for: another process at its address (it
+// died and another started there) answers 421 with misdirectedHeader set, and the
+// forward is then as a holder found dead.
+const (
+	forwardToHeader    = "Minipy-Forward-To"
+	misdirectedHeader  = "Minipy-Misdirected"
+	misdirectedMessage = "this replica is not the one the request was forwarded to (that one is gone)"
+)
+
+// errMisdirected: a forward reached another process than its holder, at the holder's address.
+var errMisdirected = errors.New(misdirectedMessage)
 
 // maxReplay is the largest body a forward holds whole, so that the request can still be
 // served here when the holder turns out dead (an execution's code, a connect call); a
@@ -83,13 +97,22 @@ func newForwarder(s *Server, addr string) *forwarder {
 			pr.SetURL(pr.In.Context().Value(targetKey{}).(*url.URL))
 			pr.Out.Host = pr.In.Host // (PORT-ID.domain routes it there too)
 			pr.SetXForwarded()
+			if try, ok := pr.In.Context().Value(tryKey{}).(*forwardTry); ok {
+				pr.Out.Header.Set(forwardToHeader, try.owner)
+			}
 			store.Mark(pr.Out)
+		},
+		ModifyResponse: func(res *http.Response) error {
+			if res.StatusCode == http.StatusMisdirectedRequest && res.Header.Get(misdirectedHeader) != "" {
+				return errMisdirected // (it did not take the request)
+			}
+			return nil
 		},
 		Transport:     tr,
 		FlushInterval: -1, // (streams: each write goes on at once)
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if try, ok := r.Context().Value(tryKey{}).(*forwardTry); ok && try.replayable && r.Context().Err() == nil &&
-				!reachable(try.target) {
+				(errors.Is(err, errMisdirected) || !reachable(try.target)) {
 				try.unreached = true // (answered by forward)
 				return
 			}
@@ -168,7 +191,11 @@ func (s *Server) fromReplica(r *http.Request) (*http.Request, error) {
 	if err := s.cfg.Store.VerifyMark(r); err != nil {
 		return r, err
 	}
+	if to := r.Header.Get(forwardToHeader); to != "" && to != s.cfg.Store.Owner() {
+		return r, errMisdirected
+	}
 	r.Header.Del(session.MarkHeader)
+	r.Header.Del(forwardToHeader)
 	return r.WithContext(context.WithValue(r.Context(), forwardedKey{}, true)), nil
 }
 
@@ -189,7 +216,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, id string) bool
 	if err != nil {
 		return false // (its holder stopped renewing its address: it died, and its lease goes next)
 	}
-	try := &forwardTry{target: target, replayable: true}
+	try := &forwardTry{target: target, owner: owner, replayable: true}
 	out := r.WithContext(context.WithValue(context.WithValue(r.Context(), targetKey{}, target), tryKey{}, try))
 	if r.Body != nil && r.Body != http.NoBody {
 		if r.ContentLength >= 0 && r.ContentLength <= maxReplay {

@@ -55,7 +55,14 @@ func (s *Server) idleSave(sb *sandbox) {
 	contexts := slices.Clone(sb.contexts)
 	sb.mu.Unlock()
 	_, err := s.storeRunning(sb, contexts)
+	var lost *contextLostError
 	switch {
+	case errors.As(err, &lost):
+		// A context's processes died since its last request (the save found it empty): it
+		// comes back from the last save now, before a run or a save finds it empty.
+		lost.cc.mu.Lock()
+		s.restoreFromIdle(sb, lost.cc)
+		lost.cc.mu.Unlock()
 	case errors.Is(err, session.ErrFenced):
 		sb.mu.Lock()
 		sb.takenOver = true
@@ -200,3 +207,13 @@ func (s *Server) restoreFromIdle(sb *sandbox, cc *codeContext) bool {
 	}
 	return false
 }
+
+// contextLostError: a save found a context whose processes had died (its namespace's
+// state lost, minipy.ErrStateLost).
+type contextLostError struct {
+	cc  *codeContext
+	err error
+}
+
+func (e *contextLostError) Error() string { return "context " + e.cc.id + ": " + e.err.Error() }
+func (e *contextLostError) Unwrap() error { return e.err }

@@ -235,6 +235,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r, err := s.fromReplica(r)
+	if errors.Is(err, errMisdirected) {
+		w.Header().Set(misdirectedHeader, "1")
+		writeError(w, http.StatusMisdirectedRequest, err.Error())
+		return
+	}
 	if err != nil {
 		s.cfg.Metrics.Unauthorized()
 		writeError(w, http.StatusForbidden, err.Error())

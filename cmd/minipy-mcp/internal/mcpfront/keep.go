@@ -141,6 +141,12 @@ func (s *sessions) save(ss *mcp.ServerSession, k *keptSession) {
 	}
 	k.dirty = false
 	info, err := saveNamespace(s.state.Store, ss.ID(), session.Meta{User: k.user, Init: k.init}, ns)
+	if _, lost := stateLost(err); lost {
+		// Its processes died since its last call (the save found its namespace empty): it
+		// comes back from its last save now, before a call or a save finds it empty.
+		s.restoreSaved(ns, ss.ID(), k.user)
+		return
+	}
 	k.saved(err, "a session")
 	if err == nil && len(info.Skipped) > 0 {
 		log.Printf("minipy-mcp: -state-dir: saved a session without %v, which cannot be saved", info.Skipped)
