@@ -199,6 +199,24 @@ func (s *Server) fromReplica(r *http.Request) (*http.Request, error) {
 	return r.WithContext(context.WithValue(r.Context(), forwardedKey{}, true)), nil
 }
 
+// checkReplica answers a request whose forward mark does not verify (403) or that was
+// forwarded to another replica than this one (421, misdirectedHeader): false. Else it
+// gives r, noted as forwarded if it was.
+func (s *Server) checkReplica(w http.ResponseWriter, r *http.Request) (*http.Request, bool) {
+	r, err := s.fromReplica(r)
+	switch {
+	case errors.Is(err, errMisdirected):
+		w.Header().Set(misdirectedHeader, "1")
+		writeError(w, http.StatusMisdirectedRequest, err.Error())
+		return r, false
+	case err != nil:
+		s.cfg.Metrics.Unauthorized()
+		writeError(w, http.StatusForbidden, err.Error())
+		return r, false
+	}
+	return r, true
+}
+
 // forwarded reports whether r came from another replica.
 func forwarded(r *http.Request) bool { v, _ := r.Context().Value(forwardedKey{}).(bool); return v }
 

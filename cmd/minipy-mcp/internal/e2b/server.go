@@ -234,15 +234,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, err.Error())
 		return
 	}
-	r, err := s.fromReplica(r)
-	if errors.Is(err, errMisdirected) {
-		w.Header().Set(misdirectedHeader, "1")
-		writeError(w, http.StatusMisdirectedRequest, err.Error())
-		return
-	}
-	if err != nil {
-		s.cfg.Metrics.Unauthorized()
-		writeError(w, http.StatusForbidden, err.Error())
+	r, ok := s.checkReplica(w, r)
+	if !ok {
 		return
 	}
 	id, port := r.Header.Get("E2b-Sandbox-Id"), r.Header.Get("E2b-Sandbox-Port")
