@@ -20,6 +20,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/redistest"
 	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/session"
 	"github.com/minipy-go/minipy/internal/testproc"
@@ -193,21 +195,41 @@ func TestE2BReplicasKilledInTurn(t *testing.T) {
 	assert.Equal(t, http.StatusNoContent, code)
 }
 
-// Chaos with E2B's API past one machine: three replicas share Redis behind HAProxy in
-// round robin (-advertise, -state-idle 150ms, -state-lease 2s) while four sandboxes count
-// their calls; every 1.5-3 s a replica is killed hard (SIGKILL) and started again at its
-// address, or a sandbox's pid 1 is killed. A counter's value that a save held (the idle
-// save after the call, seen in the store before the kill) never comes back smaller; a
-// counter never runs ahead of the calls made (no call counted twice, no two copies of a
-// sandbox); every sandbox ends with its calls answered.
+// haproxyChaos is haproxyChecked for E2B's API, and the same for MCP's endpoint (the
+// replicas' -http), in round robin too.
+const haproxyChaos = haproxyChecked + `frontend mcp
+    bind 127.0.0.1:%d
+    default_backend mcp
+backend mcp
+    balance roundrobin
+    option redispatch
+    retries 3
+    option httpchk
+    http-check send meth GET uri /healthz ver HTTP/1.1 hdr Host 127.0.0.1
+    http-check expect status 200
+    server a 127.0.0.1:%d check inter 200ms fall 1 rise 1
+    server b 127.0.0.1:%d check inter 200ms fall 1 rise 1
+    server c 127.0.0.1:%d check inter 200ms fall 1 rise 1
+`
+
+// Chaos past one machine, E2B's and MCP's clients together: three replicas share Redis
+// behind HAProxy in round robin, both fronts (-advertise, -advertise-http, -state-idle
+// 150ms, -state-lease 2s), while four sandboxes and two MCP sessions count their calls;
+// every 1.5-3 s a replica is killed hard (SIGKILL) and started again at its addresses, or
+// a sandbox's pid 1 is killed. A counter's value that a save held (the idle save after the
+// call, seen in the store before the kill) never comes back smaller; a counter never runs
+// ahead of the calls made (no call counted twice, no two copies of a sandbox or session);
+// every sandbox and session ends with its calls answered.
 func TestChaosE2BReplicas(t *testing.T) {
-	const sandboxes, calls, kills = 4, 20, 6
+	const sandboxes, sessions, calls, kills = 4, 2, 20, 6
 	r := redistest.Start(t)
 	ports := []int{freePort(t), freePort(t), freePort(t)}
+	mcpPorts := []int{freePort(t), freePort(t), freePort(t)}
+	tokens := tokenFile(t, "alice:"+aliceKey, "alice:"+tokenAlice) // (E2B's key and MCP's token, one user)
 	start := func(i int) *serverProc {
-		addr := "127.0.0.1:" + strconv.Itoa(ports[i])
+		addr, mcpAddr := "127.0.0.1:"+strconv.Itoa(ports[i]), "127.0.0.1:"+strconv.Itoa(mcpPorts[i])
 		return startE2BAt(t, addr, "-state-store", r.URL(), "-advertise", "http://"+addr, "-state-idle", "150ms",
-			"-state-lease", "2s")
+			"-state-lease", "2s", "-http", mcpAddr, "-advertise-http", "http://"+mcpAddr, "-tokens", tokens)
 	}
 	replicas := []*serverProc{start(0), start(1), start(2)}
 	var logs []*lockedBuffer // (every replica's, the killed ones' too)
@@ -221,9 +243,13 @@ func TestChaosE2BReplicas(t *testing.T) {
 			}
 		}
 	})
-	front, stats := freePort(t), freePort(t)
-	startHAProxy(t, fmt.Sprintf(haproxyChecked, front, ports[0], ports[1], ports[2], stats), front)
-	allUp := func() bool { up := upServers(stats); return up["a"] && up["b"] && up["c"] }
+	front, stats, mcpFront := freePort(t), freePort(t), freePort(t)
+	startHAProxy(t, fmt.Sprintf(haproxyChaos, front, ports[0], ports[1], ports[2], stats, mcpFront, mcpPorts[0],
+		mcpPorts[1], mcpPorts[2]), front)
+	allUp := func() bool {
+		up := upServers(stats)
+		return up["a"] && up["b"] && up["c"] && up["mcp/a"] && up["mcp/b"] && up["mcp/c"]
+	}
 	require.Eventually(t, allUp, 10*time.Second, 50*time.Millisecond, "haproxy sees the replicas")
 	store, err := session.Open(r.URL(), session.StoreOptions{}) // (to see the saves)
 	require.NoError(t, err)
@@ -247,6 +273,21 @@ func TestChaosE2BReplicas(t *testing.T) {
 			chaosSandbox(t, ctx, c, sb, store, i, calls, kills, &killed, &failed, &answered, func() { once.Do(started.Done) })
 		}()
 	}
+	for i := range sessions {
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "minipy-chaos-e2b", Version: "0"}, nil).Connect(ctx,
+			&mcp.StreamableClientTransport{Endpoint: fmt.Sprintf("http://127.0.0.1:%d/mcp", mcpFront),
+				HTTPClient: &http.Client{Transport: bearer{token: tokenAlice}}}, legacy)
+		require.NoError(t, err)
+		t.Cleanup(func() { cs.Close() })
+		wg.Add(1)
+		started.Add(1)
+		go func() {
+			defer wg.Done()
+			var once sync.Once
+			defer once.Do(started.Done)
+			chaosSession(t, ctx, cs, store, sandboxes+i, calls, kills, &killed, &failed, &answered, func() { once.Do(started.Done) })
+		}()
+	}
 	started.Wait() // each saved once: before that, a kill loses it whole, as documented
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
@@ -255,7 +296,7 @@ func TestChaosE2BReplicas(t *testing.T) {
 		case <-done:
 			t.Logf("%d kills; %d calls answered, %d failed and tried again", killed.Load(), answered.Load(), failed.Load())
 			assert.Equal(t, int64(kills), killed.Load())
-			assert.GreaterOrEqual(t, answered.Load(), int64(sandboxes*calls))
+			assert.GreaterOrEqual(t, answered.Load(), int64((sandboxes+sessions)*calls))
 			return
 		case <-ctx.Done():
 			t.Fatal("the sandboxes did not finish in time")

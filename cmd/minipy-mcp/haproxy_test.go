@@ -92,7 +92,8 @@ func startHAProxy(t *testing.T, config string, port int) {
 	}, 10*time.Second, 20*time.Millisecond, "haproxy listens")
 }
 
-// upServers reads which servers of the backend the stats page says are UP.
+// upServers reads which servers the stats page says are UP: the backend minipy's by name,
+// another backend's as BACKEND/NAME.
 func upServers(statsPort int) map[string]bool {
 	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/stats;csv", statsPort))
 	if err != nil {
@@ -102,8 +103,12 @@ func upServers(statsPort int) map[string]bool {
 	rows, _ := csv.NewReader(resp.Body).ReadAll()
 	up := map[string]bool{}
 	for _, row := range rows {
-		if len(row) > 17 && row[0] == "minipy" && row[1] != "BACKEND" && row[1] != "FRONTEND" {
-			up[row[1]] = strings.HasPrefix(row[17], "UP")
+		if len(row) > 17 && row[1] != "BACKEND" && row[1] != "FRONTEND" {
+			name := row[1]
+			if row[0] != "minipy" {
+				name = row[0] + "/" + row[1]
+			}
+			up[name] = strings.HasPrefix(row[17], "UP")
 		}
 	}
 	return up
