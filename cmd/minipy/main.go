@@ -45,6 +45,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -310,20 +311,30 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 // closeOnTerminate has SIGTERM and SIGHUP (timeout(1), a closed terminal, a service
 // manager's stop) close eng before the CLI ends with status 128 + the signal: its
 // sandboxes, their cgroups and its private directory go as at a normal exit, where the
-// signal's default action would leave the directory behind. The func it returns stops it.
+// signal's default action would leave the directory behind. The func it returns stops it;
+// once a signal came, it waits for that exit instead (the run the engine's close ended
+// returns first, and its status is not the CLI's).
 func closeOnTerminate(eng minipy.Engine) func() {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGHUP)
 	done := make(chan struct{})
+	var terminating atomic.Bool
 	go func() {
 		select {
 		case sig := <-sigs:
+			terminating.Store(true)
 			eng.Close()
 			os.Exit(128 + int(sig.(syscall.Signal)))
 		case <-done:
 		}
 	}()
-	return func() { signal.Stop(sigs); close(done) }
+	return func() {
+		if terminating.Load() {
+			time.Sleep(time.Minute) // (the exit comes first)
+		}
+		signal.Stop(sigs)
+		close(done)
+	}
 }
 
 // options are the runs' options from --timeout and --max-output. A zero --timeout bounds
