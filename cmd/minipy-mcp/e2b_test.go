@@ -547,9 +547,16 @@ func TestE2BFlags(t *testing.T) {
 		{[]string{"-http", "127.0.0.1:0", "-backend", "isolated", "-advertise-http", "http://127.0.0.1:1"},
 			"-advertise-http needs -state-dir or -state-store"},
 	} {
-		out, err := exec.Command(bin, c.args...).CombinedOutput()
+		cmd := exec.Command(bin, c.args...)
+		tmp := t.TempDir()
+		require.NoError(t, os.Chmod(filepath.Dir(tmp), 0o711))
+		require.NoError(t, os.Chmod(tmp, 0o711))
+		cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+		out, err := cmd.CombinedOutput()
 		require.Error(t, err, "%v", c.args)
 		assert.Contains(t, string(out), c.want, "%v", c.args)
+		left, _ := os.ReadDir(tmp)
+		assert.Empty(t, left, "%v: a refusal after the engine started closes it (its private directory goes)", c.args)
 	}
 }
 

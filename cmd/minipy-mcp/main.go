@@ -403,7 +403,16 @@ func (f *flags) serve(ctx context.Context, eng minipy.Engine, icfg minipy.Isolat
 		limitText(f.maxSessions), limitText(f.maxPerUser))
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	store := f.openStore(ctx, lns.http == nil)
+	// A refusal from here on closes the engine first: its sandboxes, cgroups and private
+	// directory go with it, as at a normal exit.
+	fatal := func(err error) {
+		eng.Close()
+		log.Fatalf("minipy-mcp: %v", err)
+	}
+	store, err := f.openStore(ctx, lns.http == nil)
+	if err != nil {
+		fatal(err)
+	}
 	if store != nil {
 		defer store.Close()
 		countStore(m, store)
@@ -417,13 +426,13 @@ func (f *flags) serve(ctx context.Context, eng minipy.Engine, icfg minipy.Isolat
 	var enders []func(user string) // each front's, for a revoked user
 	if lns.e2b != nil {
 		if err := checkE2B(eng, f.workers); err != nil {
-			log.Fatalf("minipy-mcp: %v", err)
+			fatal(err)
 		}
 		n++
 		ecfg := f.e2bConfig(eng, toks, g, icfg)
 		ecfg.Store, ecfg.Metrics, ecfg.Ops = store, m, opsHandler(g, m, ready, store)
 		if err := checkAdvertise("-advertise", f.advertise, store); err != nil {
-			log.Fatalf("minipy-mcp: %v", err)
+			fatal(err)
 		}
 		ecfg.Advertise, ecfg.StateIdle = f.advertise, f.stateIdle
 		srv := e2b.New(ecfg)
@@ -436,7 +445,7 @@ func (f *flags) serve(ctx context.Context, eng minipy.Engine, icfg minipy.Isolat
 	}
 	if lns.http != nil {
 		if err := checkAdvertise("-advertise-http", f.advertiseHTTP, store); err != nil {
-			log.Fatalf("minipy-mcp: %v", err)
+			fatal(err)
 		}
 	}
 	if lns.http != nil {
@@ -471,20 +480,20 @@ const defaultStateMaxBytes = 512 << 20
 
 // openStore opens -state-dir's or -state-store's store, if one is given. MCP's front keeps
 // it up (leases, sweeps: Front.Serve); without it, it is swept until ctx ends.
-func (f *flags) openStore(ctx context.Context, alone bool) *session.Store {
+func (f *flags) openStore(ctx context.Context, alone bool) (*session.Store, error) {
 	where := f.stateStore
 	switch {
 	case f.stateDir != "" && f.stateStore != "":
-		log.Fatalf("minipy-mcp: give -state-dir or -state-store, not both (-state-dir DIR is -state-store dir://DIR)")
+		return nil, errors.New("give -state-dir or -state-store, not both (-state-dir DIR is -state-store dir://DIR)")
 	case f.stateDir != "":
 		where = "dir://" + f.stateDir
 	case where == "":
-		return nil
+		return nil, nil
 	}
 	store, err := session.Open(where, session.StoreOptions{TTL: f.stateTTL, KeyFile: f.stateKey, Prefix: f.statePrefix,
 		MaxBytes: f.stateMaxBytes, Lease: f.stateLease})
 	if err != nil {
-		log.Fatalf("minipy-mcp: %v", err)
+		return nil, err
 	}
 	shown := where
 	if u, err := url.Parse(where); err == nil {
@@ -494,7 +503,7 @@ func (f *flags) openStore(ctx context.Context, alone bool) *session.Store {
 	if alone {
 		go store.KeepUp(ctx, session.KindSandbox, func() map[string]string { return nil }, func(string) {})
 	}
-	return store
+	return store, nil
 }
 
 func limitText(n int) string {

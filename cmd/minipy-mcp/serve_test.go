@@ -76,6 +76,13 @@ func startServer(t *testing.T, args ...string) *serverProc {
 func startServerAt(t *testing.T, listening *regexp.Regexp, args ...string) *serverProc {
 	t.Helper()
 	cmd := exec.Command(buildServer(t), args...)
+	// Its engine's private directory in a directory of the test's: a server killed hard
+	// (SIGKILL) leaves it behind, which the test's end then removes. (The workers' user
+	// passes through it, as through /tmp.)
+	tmp := t.TempDir()
+	require.NoError(t, os.Chmod(filepath.Dir(tmp), 0o711))
+	require.NoError(t, os.Chmod(tmp, 0o711))
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
