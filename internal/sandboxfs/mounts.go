@@ -287,10 +287,4 @@ func (ts *Trees) Close() {
 
 // newRoot is a Root of the open directory fd whose writes are not the host's WriteFile
 // (a move's).
-func (ts *Trees) newRoot(fd int) *Root {
-	limit := int64(0)
-	if ts.Size > 0 {
-		limit = ts.Size
-	}
-	return &Root{FD: fd, Owner: ts.Owner, Limit: limit}
-}
+func (ts *Trees) newRoot(fd int) *Root { return &Root{FD: fd, Owner: ts.Owner, Limit: ts.Size} }

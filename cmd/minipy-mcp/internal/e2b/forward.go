@@ -89,8 +89,7 @@ const maxReplay = 1<<20 + 64
 // newForwarder starts holding s's sandboxes in the store and advertising addr there.
 func newForwarder(s *Server, addr string) *forwarder {
 	store := s.cfg.Store
-	tr := &http.Transport{Proxy: nil, DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
-		MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}
+	tr := session.ReplicaTransport()
 	f := &forwarder{store: store, client: &http.Client{Transport: tr}}
 	f.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -121,7 +120,6 @@ func newForwarder(s *Server, addr string) *forwarder {
 			}
 		},
 	}
-	store.Advertise(session.KindReplica, addr) //nolint:errcheck // (again at the next tick if the store is away)
 	ctx, stop := context.WithCancel(context.Background())
 	f.stop = stop
 	f.done.Add(2)
@@ -131,16 +129,7 @@ func newForwarder(s *Server, addr string) *forwarder {
 	}()
 	go func() {
 		defer f.done.Done()
-		t := time.NewTicker(store.LeaseLength() / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				store.Advertise(session.KindReplica, addr) //nolint:errcheck
-			}
-		}
+		store.KeepAdvertised(ctx, session.KindReplica, addr)
 	}()
 	return f
 }
@@ -148,8 +137,7 @@ func newForwarder(s *Server, addr string) *forwarder {
 // close stops advertising this replica (its sandboxes' leases go with their ends).
 func (f *forwarder) close() {
 	f.stop()
-	f.done.Wait()
-	f.store.Withdraw(session.KindReplica)
+	f.done.Wait() // (withdrawn)
 	f.client.CloseIdleConnections()
 }
 
@@ -251,9 +239,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, id string) bool
 	}
 	s.fwd.proxy.ServeHTTP(w, out)
 	if !try.unreached {
-		s.mu.Lock()
-		s.stats.Forwarded++
-		s.mu.Unlock()
+		s.count(&s.stats.Forwarded)
 		return true
 	}
 	// Its replica does not answer: dead (killed hard, its node lost) unless it renews its
@@ -402,9 +388,7 @@ func (s *Server) forwardSigned(w http.ResponseWriter, r *http.Request) bool {
 		}
 		r.Header.Set("E2b-Sandbox-Id", id)
 		r.Header.Set("E2b-Sandbox-Port", strconv.Itoa(EnvdPort))
-		s.mu.Lock()
-		s.stats.Forwarded++
-		s.mu.Unlock()
+		s.count(&s.stats.Forwarded)
 		s.fwd.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, target)))
 		return true
 	}

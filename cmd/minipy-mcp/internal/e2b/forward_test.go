@@ -240,6 +240,8 @@ func TestForwardMarkRefused(t *testing.T) {
 	assert.Equal(t, http.StatusOK, resp.StatusCode, "a valid mark: the test can fail")
 	code, _ := callAs(t, "ann", "GET", base+replicaListPath, "")
 	assert.Equal(t, http.StatusNotFound, code, "the replicas' list is theirs alone")
+	code, _ = callAs(t, "ann", "GET", base+replicaSignedPath+"?method=GET&path=x&signature=v1_x", "")
+	assert.Equal(t, http.StatusNotFound, code, "the replicas' search of signed URLs is theirs alone")
 }
 
 // A sandbox whose pid 1 dies between runs (killed from outside: the sandbox's code cannot)

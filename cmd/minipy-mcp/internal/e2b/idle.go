@@ -7,7 +7,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/minipy-go/minipy"
 	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/session"
 )
 
@@ -154,17 +153,6 @@ func (sb *sandbox) isDirty() bool {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	return sb.dirty
-}
-
-// stateLost reports a run whose context's process tree ended with nothing to roll back to
-// (its sandbox's pid 1 died): its variables are gone (minipy.ErrStateLost); idle says it
-// ended between runs, so that this run did not start (minipy.WorkerLostError's Idle).
-func stateLost(err error) (idle, lost bool) {
-	var wl *minipy.WorkerLostError
-	if !errors.Is(err, minipy.ErrStateLost) || !errors.As(err, &wl) {
-		return false, false
-	}
-	return wl.Idle, true
 }
 
 // restoreFromIdle brings context cc of sb, whose process tree died, back from

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/minipy-go/minipy"
+	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/session"
 )
 
 // The code interpreter (port 49999): /execute runs code in a context and streams what it
@@ -103,7 +104,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	out.send(map[string]any{"type": "number_of_executions", "execution_count": cc.count})
 	res, err := s.run(ctx, cc.ns.Load(), req.Code, req.EnvVars, out)
-	if idle, lost := stateLost(err); lost && s.restoreFromIdle(sb, cc) && idle {
+	if idle, lost := session.StateLost(err); lost && s.restoreFromIdle(sb, cc) && idle {
 		// Its sandbox's pid 1 died between runs: back as it was at its last save, it runs
 		// the code, which did not start. (Died during the run, it is back all the same, and
 		// the run's error stands: the code may have run.)

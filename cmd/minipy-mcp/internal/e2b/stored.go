@@ -150,7 +150,7 @@ func (s *Server) storeContexts(kind, id string, meta session.Meta, head storedHe
 			cw := &chunkWriter{w: room}
 			if cc.language != langBash { // (a shell saves nothing: its chunks are none)
 				if _, err := cc.ns.Load().Save(cw); err != nil {
-					if _, lost := stateLost(err); lost {
+					if _, lost := session.StateLost(err); lost {
 						return &contextLostError{cc: cc, err: err}
 					}
 					return err

@@ -13,12 +13,10 @@ package mcpfront
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"sync"
-	"time"
 
 	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/session"
 )
@@ -39,8 +37,7 @@ type forwarder struct {
 
 // newForwarder advertises addr, this replica's MCP address, in store until close.
 func newForwarder(store *session.Store, addr string) *forwarder {
-	tr := &http.Transport{Proxy: nil, DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
-		MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}
+	tr := session.ReplicaTransport()
 	f := &forwarder{store: store}
 	f.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -59,22 +56,12 @@ func newForwarder(store *session.Store, addr string) *forwarder {
 			http.Error(w, "minipy-mcp: the replica that holds the session did not answer: "+err.Error(), http.StatusBadGateway)
 		},
 	}
-	store.Advertise(session.KindReplicaMCP, addr) //nolint:errcheck // (again at the next tick if the store is away)
 	ctx, stop := context.WithCancel(context.Background())
 	f.stop = stop
 	f.done.Add(1)
 	go func() {
 		defer f.done.Done()
-		t := time.NewTicker(store.LeaseLength() / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				store.Advertise(session.KindReplicaMCP, addr) //nolint:errcheck
-			}
-		}
+		store.KeepAdvertised(ctx, session.KindReplicaMCP, addr)
 	}()
 	return f
 }
@@ -82,8 +69,7 @@ func newForwarder(store *session.Store, addr string) *forwarder {
 // close stops advertising this replica.
 func (f *forwarder) close() {
 	f.stop()
-	f.done.Wait()
-	f.store.Withdraw(session.KindReplicaMCP)
+	f.done.Wait() // (withdrawn)
 }
 
 // fromReplica checks r's forward mark, if it has one (false: it does not verify), and

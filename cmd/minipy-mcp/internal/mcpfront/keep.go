@@ -141,7 +141,7 @@ func (s *sessions) save(ss *mcp.ServerSession, k *keptSession) {
 	}
 	k.dirty = false
 	info, err := saveNamespace(s.state.Store, ss.ID(), session.Meta{User: k.user, Init: k.init}, ns)
-	if _, lost := stateLost(err); lost {
+	if _, lost := session.StateLost(err); lost {
 		// Its processes died since its last call (the save found its namespace empty): it
 		// comes back from its last save now, before a call or a save finds it empty.
 		s.restoreSaved(ns, ss.ID(), k.user)
@@ -282,17 +282,6 @@ func saveNamespace(store *session.Store, id string, meta session.Meta, ns *minip
 		return info, fmt.Errorf("%w: %w", errStore, err)
 	}
 	return info, nil
-}
-
-// stateLost reports a run whose namespace's process tree ended with nothing to roll back
-// to (its sandbox's pid 1 died): its variables are gone (minipy.ErrStateLost); idle says it
-// ended between runs, so that this run did not start (minipy.WorkerLostError's Idle).
-func stateLost(err error) (idle, lost bool) {
-	var wl *minipy.WorkerLostError
-	if !errors.Is(err, minipy.ErrStateLost) || !errors.As(err, &wl) {
-		return false, false
-	}
-	return wl.Idle, true
 }
 
 // restoreSaved brings the namespace ns of session id (or handle), whose process tree died

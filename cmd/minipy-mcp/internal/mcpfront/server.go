@@ -366,7 +366,7 @@ func (s *sessions) run(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 	if saved == "" && req.Session != nil {
 		saved = req.Session.ID()
 	}
-	if idle, lost := stateLost(res.Err); lost && s.restoreSaved(opts.Globals, saved, userOf(ctx, req)) && idle {
+	if idle, lost := session.StateLost(res.Err); lost && s.restoreSaved(opts.Globals, saved, userOf(ctx, req)) && idle {
 		// Its sandbox's pid 1 died between runs: back as it was at its last save, it runs
 		// the code, which did not start. (Died during the run, it is back all the same, and
 		// the run's error stands.)

@@ -1,16 +1,20 @@
 package session
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/minipy-go/minipy"
 )
 
 // Replicas that share a store find each other through it: each says where it is reached
@@ -133,4 +137,40 @@ func (d *Store) VerifyMark(r *http.Request) error {
 		return ErrBadMark
 	}
 	return nil
+}
+
+// KeepAdvertised advertises addr as this replica's address of kind now, and again every
+// third of a lease, until ctx ends; then it withdraws it.
+func (d *Store) KeepAdvertised(ctx context.Context, kind, addr string) {
+	d.Advertise(kind, addr) //nolint:errcheck // (again at the next tick if the store is away)
+	t := time.NewTicker(d.o.Lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			d.Withdraw(kind)
+			return
+		case <-t.C:
+			d.Advertise(kind, addr) //nolint:errcheck
+		}
+	}
+}
+
+// ReplicaTransport is the transport a replica forwards to the others with: no proxy from
+// the environment (they are reached directly), a connection in 5 s, connections kept.
+func ReplicaTransport() *http.Transport {
+	return &http.Transport{Proxy: nil, DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+		MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}
+}
+
+// StateLost reports a run's (or a save's) error whose namespace's process tree ended
+// with nothing to roll back to (its sandbox's pid 1 died): its variables are gone
+// (minipy.ErrStateLost); idle says it ended between runs, so that the run did not start
+// (minipy.WorkerLostError's Idle).
+func StateLost(err error) (idle, lost bool) {
+	var wl *minipy.WorkerLostError
+	if !errors.Is(err, minipy.ErrStateLost) || !errors.As(err, &wl) {
+		return false, false
+	}
+	return wl.Idle, true
 }
