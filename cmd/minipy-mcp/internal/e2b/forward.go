@@ -120,24 +120,21 @@ func newForwarder(s *Server, addr string) *forwarder {
 			}
 		},
 	}
+	unadvertise := store.KeepAdvertised(session.KindReplica, addr)
 	ctx, stop := context.WithCancel(context.Background())
-	f.stop = stop
-	f.done.Add(2)
+	f.stop = func() { stop(); unadvertise() }
+	f.done.Add(1)
 	go func() {
 		defer f.done.Done()
 		store.KeepUp(ctx, session.KindRunning, s.heldHere, func(string) {})
-	}()
-	go func() {
-		defer f.done.Done()
-		store.KeepAdvertised(ctx, session.KindReplica, addr)
 	}()
 	return f
 }
 
 // close stops advertising this replica (its sandboxes' leases go with their ends).
 func (f *forwarder) close() {
-	f.stop()
-	f.done.Wait() // (withdrawn)
+	f.stop() // (withdrawn)
+	f.done.Wait()
 	f.client.CloseIdleConnections()
 }
 

@@ -16,7 +16,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"sync"
 
 	"github.com/minipy-go/minipy/cmd/minipy-mcp/internal/session"
 )
@@ -31,8 +30,7 @@ type (
 type forwarder struct {
 	store *session.Store
 	proxy *httputil.ReverseProxy
-	stop  context.CancelFunc
-	done  sync.WaitGroup
+	stop  func() // stops advertising, and withdraws it
 }
 
 // newForwarder advertises addr, this replica's MCP address, in store until close.
@@ -56,20 +54,13 @@ func newForwarder(store *session.Store, addr string) *forwarder {
 			http.Error(w, "minipy-mcp: the replica that holds the session did not answer: "+err.Error(), http.StatusBadGateway)
 		},
 	}
-	ctx, stop := context.WithCancel(context.Background())
-	f.stop = stop
-	f.done.Add(1)
-	go func() {
-		defer f.done.Done()
-		store.KeepAdvertised(ctx, session.KindReplicaMCP, addr)
-	}()
+	f.stop = store.KeepAdvertised(session.KindReplicaMCP, addr)
 	return f
 }
 
 // close stops advertising this replica.
 func (f *forwarder) close() {
-	f.stop()
-	f.done.Wait() // (withdrawn)
+	f.stop() // (withdrawn)
 }
 
 // fromReplica checks r's forward mark, if it has one (false: it does not verify), and

@@ -139,20 +139,30 @@ func (d *Store) VerifyMark(r *http.Request) error {
 	return nil
 }
 
-// KeepAdvertised advertises addr as this replica's address of kind now, and again every
-// third of a lease, until ctx ends; then it withdraws it.
-func (d *Store) KeepAdvertised(ctx context.Context, kind, addr string) {
+// KeepAdvertised advertises addr as this replica's address of kind now, before it returns
+// (the other replicas forward to it from its first request on), and again every third of
+// a lease until stop; stop withdraws it.
+func (d *Store) KeepAdvertised(kind, addr string) (stop func()) {
 	d.Advertise(kind, addr) //nolint:errcheck // (again at the next tick if the store is away)
-	t := time.NewTicker(d.o.Lease / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			d.Withdraw(kind)
-			return
-		case <-t.C:
-			d.Advertise(kind, addr) //nolint:errcheck
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(d.o.Lease / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				d.Advertise(kind, addr) //nolint:errcheck
+			}
 		}
+	}()
+	return func() {
+		cancel()
+		<-done
+		d.Withdraw(kind)
 	}
 }
 

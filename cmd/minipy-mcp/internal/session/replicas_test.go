@@ -1,7 +1,6 @@
 package session
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -19,11 +18,9 @@ func TestKeepAdvertised(t *testing.T) {
 	b, err := Open(dir, StoreOptions{Lease: 300 * time.Millisecond})
 	require.NoError(t, err)
 	defer b.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { a.KeepAdvertised(ctx, KindReplica, "http://10.0.0.5:8081"); close(done) }()
-	require.Eventually(t, func() bool { _, err := b.ReplicaAddr(KindReplica, a.Owner()); return err == nil },
-		10*time.Second, 10*time.Millisecond)
+	stop := a.KeepAdvertised(KindReplica, "http://10.0.0.5:8081")
+	_, err = b.ReplicaAddr(KindReplica, a.Owner())
+	require.NoError(t, err, "advertised before KeepAdvertised returns")
 	first, err := b.Stat(KindReplica, a.Owner())
 	require.NoError(t, err)
 	var addr string
@@ -38,8 +35,7 @@ func TestKeepAdvertised(t *testing.T) {
 	assert.Empty(t, a.Replicas(KindReplica), "not itself")
 	_, err = b.ReplicaAddr(KindReplicaMCP, a.Owner())
 	assert.Error(t, err, "another kind's address is another")
-	cancel()
-	<-done
+	stop()
 	_, err = b.ReplicaAddr(KindReplica, a.Owner())
 	assert.Error(t, err, "withdrawn")
 }
