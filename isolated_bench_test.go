@@ -4,16 +4,15 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/minipy-go/minipy"
+	"github.com/minipy-go/minipy/internal/procstat"
 )
 
 // BenchmarkIsolatedRoundTrip is a warm `1+1` on one worker: frame out, dispatch, frame back;
@@ -244,7 +243,7 @@ func BenchmarkIsolatedIdleNamespaces(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				kb, procs := pssUnder(b, os.Getpid())
+				kb, procs := pssUnder(os.Getpid())
 				runtime.KeepAlive(spaces)
 				b.ReportMetric(float64(kb)/1024, "MB-PSS")
 				b.ReportMetric(float64(procs), "processes")
@@ -255,45 +254,11 @@ func BenchmarkIsolatedIdleNamespaces(b *testing.B) {
 }
 
 // pssUnder sums the PSS (kB) of root's descendants, and counts them.
-func pssUnder(b *testing.B, root int) (kb, n int) {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		b.Fatal(err)
-	}
-	parent := map[int]int{}
-	for _, ent := range entries {
-		pid, err := strconv.Atoi(ent.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		s := string(stat)
-		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(fields) > 1 {
-			parent[pid], _ = strconv.Atoi(fields[1])
-		}
-	}
-	for pid := range parent {
-		p := parent[pid]
-		for p != 0 && p != root {
-			p = parent[p]
-		}
-		if p != root {
-			continue
-		}
-		rollup, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "smaps_rollup"))
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(rollup), "\n") {
-			if f := strings.Fields(line); len(f) > 1 && f[0] == "Pss:" {
-				v, _ := strconv.Atoi(f[1])
-				kb += v
-				n++
-			}
+func pssUnder(root int) (kb, n int) {
+	for _, pid := range procstat.Tree(root)[1:] {
+		if pss := procstat.PSS(pid); pss > 0 {
+			kb += int(pss >> 10)
+			n++
 		}
 	}
 	return kb, n

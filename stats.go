@@ -1,15 +1,12 @@
 package minipy
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/minipy-go/minipy/internal/procstat"
 	"github.com/minipy-go/minipy/internal/worker"
 )
 
@@ -190,7 +187,7 @@ func (e *Isolated) Stats() IsolatedStats {
 		for _, p := range append([]int{root}, tree.Below(root)...) {
 			if !seen[p] {
 				seen[p] = true
-				st.MemoryBytes += pss(p)
+				st.MemoryBytes += procstat.PSS(p)
 			}
 		}
 	}
@@ -206,24 +203,6 @@ func (e *Isolated) templatePID() int {
 		return 0
 	}
 	return e.tmpl.Pid()
-}
-
-// pss is process pid's proportional set size in bytes (0 if it cannot be read: gone, or
-// not ours to read).
-func pss(pid int) int64 {
-	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/smaps_rollup")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	lines := bufio.NewScanner(f)
-	for lines.Scan() {
-		if rest, ok := bytes.CutPrefix(lines.Bytes(), []byte("Pss:")); ok {
-			kb, _ := strconv.ParseInt(string(bytes.TrimSuffix(bytes.TrimSpace(rest), []byte(" kB"))), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
 }
 
 // Ready reports whether a new namespace would get a worker now: nil when the engine is

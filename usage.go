@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/minipy-go/minipy/internal/procstat"
 	"github.com/minipy-go/minipy/internal/sandboxfs"
 )
 
@@ -70,7 +71,7 @@ func (e *Isolated) usage(ns *Namespace) (Usage, error) {
 		if !ok || !cpuOK { // (the processes alive now)
 			for _, p := range w.Processes() {
 				if !ok {
-					u.Memory += pss(p)
+					u.Memory += procstat.PSS(p)
 				}
 				if !cpuOK {
 					u.CPU += cpuTime(p)

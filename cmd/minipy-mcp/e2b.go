@@ -53,7 +53,7 @@ func checkAdvertise(flag, addr string, store *session.Store) error {
 
 // e2bConfig is the E2B server's configuration from the flags.
 func (f *flags) e2bConfig(eng minipy.Engine, toks *session.Tokens, g *session.Gate, cfg minipy.IsolatedConfig) e2b.Config {
-	c := e2b.Config{Engine: eng, Timeout: f.timeout, MaxOutput: f.maxOutput, MaxTimeout: f.e2bMaxTimeout,
+	c := e2b.Config{Engine: eng, Timeout: f.timeout, MaxOutput: f.maxOutput, MaxTimeout: f.e2bMaxTimeout, SleepIdle: f.e2bSleepIdle,
 		CPUCount: runtime.NumCPU(), Logf: log.Printf,
 		Admit: func(user string) (func(), string) {
 			if refusal := g.Hold(user); refusal != "" {
@@ -61,7 +61,7 @@ func (f *flags) e2bConfig(eng minipy.Engine, toks *session.Tokens, g *session.Ga
 			}
 			return func() { g.Release(user) }, ""
 		},
-		HoldPaused: g.HoldUser, RootUser: cfg.RootUser}
+		HoldPaused: g.HoldUser, Full: g.Full, RootUser: cfg.RootUser}
 	if cfg.MemoryLimit > 0 {
 		c.MemoryMB = int(cfg.MemoryLimit >> 20)
 	}

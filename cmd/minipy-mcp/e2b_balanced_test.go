@@ -87,7 +87,7 @@ func startE2BAt(t *testing.T, addr string, args ...string) *serverProc {
 }
 
 // metric reads a counter of the server at base's /metrics.
-func metric(t *testing.T, base, name string) int {
+func metric(t testing.TB, base, name string) int {
 	resp, err := http.Get(base + "/metrics")
 	require.NoError(t, err)
 	defer resp.Body.Close()

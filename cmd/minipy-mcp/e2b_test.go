@@ -36,7 +36,7 @@ const (
 
 // startE2B starts minipy-mcp serving E2B alone, with the tokens of alice and bob (in the
 // file e2bTokens(s)).
-func startE2B(t *testing.T, args ...string) *serverProc {
+func startE2B(t testing.TB, args ...string) *serverProc {
 	t.Helper()
 	toks := filepath.Join(t.TempDir(), "tokens")
 	require.NoError(t, os.WriteFile(toks, []byte("alice:"+aliceKey+"\nbob:"+bobKey+"\n"), 0o600))
@@ -138,7 +138,7 @@ func TestE2BConformance(t *testing.T) {
 
 // runE2BScript runs a script of testdata/e2bclient against s as alice, and returns the
 // JSON object it prints.
-func runE2BScript(t *testing.T, s *serverProc, script string, env ...string) map[string]any {
+func runE2BScript(t testing.TB, s *serverProc, script string, env ...string) map[string]any {
 	t.Helper()
 	dir, err := filepath.Abs(filepath.Join("testdata", "e2bclient"))
 	require.NoError(t, err)
@@ -646,4 +646,17 @@ func testE2BTemplates(t *testing.T, s *serverProc) {
 	assert.Equal(t, []any{false, "default v2"}, got["prodGone"], "a removed tag does not fall back to a build it left")
 	assert.Equal(t, []any{false, true}, got["takenGone"], "nor to a build a newer one took it from")
 	assert.Equal(t, []any{false, false, false}, got["existsAfterDelete"], "a template's delete takes every build")
+}
+
+// Sleeping and autoResume through the unmodified SDK (sleep.mjs): an idle sandbox sleeps,
+// is listed running, and wakes at its next runCode with its variables; one its timeout
+// paused with autoResume wakes at its next runCode.
+func TestE2BSleepWithSDK(t *testing.T) {
+	s := startE2B(t, "-e2b-sleep-idle", "300ms")
+	got := runE2BScript(t, s, "sleep.mjs")
+	assert.Equal(t, map[string]any{
+		"listed": []any{"running"}, "info": "running", "wokenBefore": 0.0, "x": "42", "wokenAfter": 1.0,
+		"running": true, "lifecycle": map[string]any{"onTimeout": "pause", "autoResume": true}, "y": "8",
+		"wokenByTraffic": 1.0,
+	}, got)
 }

@@ -188,6 +188,7 @@ type flags struct {
 	httpAddr       string
 	e2bAddr        string
 	e2bMaxTimeout  time.Duration
+	e2bSleepIdle   time.Duration
 	advertise      string
 	advertiseHTTP  string
 	sessionTimeout time.Duration
@@ -229,6 +230,7 @@ func parseFlags() *flags {
 	flag.StringVar(&f.advertise, "advertise", "", "with -e2b and -state-dir or -state-store: this replica's `URL` as the other replicas sharing the store reach it (http://10.0.0.5:8081): a request for a sandbox that another replica runs is forwarded there, so that any replica answers for any sandbox behind a round-robin balancer")
 	flag.StringVar(&f.advertiseHTTP, "advertise-http", "", "with -http and -state-dir or -state-store: this replica's MCP `URL` as the other replicas sharing the store reach it (http://10.0.0.5:8080): a request for a session that another live replica holds is forwarded there instead of the session moving through a save and a restore")
 	flag.DurationVar(&f.e2bMaxTimeout, "e2b-max-timeout", e2b.DefaultMaxTimeout, "with -e2b: the longest life a sandbox may ask for (its timeout)")
+	flag.DurationVar(&f.e2bSleepIdle, "e2b-sleep-idle", 0, "with -e2b: put a sandbox to sleep after this long without a request (its variables and files saved, its processes freed: in memory, or with -state-dir or -state-store in the store), when it loses nothing by it; its next request wakes it, under the same id (0: never; docs/e2b.md)")
 	flag.DurationVar(&f.sessionTimeout, "session-timeout", 30*time.Minute, "with -http: close a session (and free its namespace) after this long without a request")
 	flag.StringVar(&f.upstreamFile, "upstream", "", "connect to the MCP servers of this mcpServers JSON `file` and give their tools to the code as Python functions (code mode)")
 	flag.StringVar(&f.tokensFile, "tokens", "", "with -http: the clients' bearer tokens, one NAME:TOKEN per line in this `file` (read again on SIGHUP); a session belongs to the user who opened it")

@@ -114,6 +114,14 @@ func countE2B(m *session.Metrics, srv *e2b.Server) {
 			func(s e2b.Stats) int { return s.Forwarded }, false},
 		{"minipy_e2b_sandboxes_recovered_total", "E2B sandboxes brought back from their idle saves, their replica dead (-advertise).",
 			func(s e2b.Stats) int { return s.Recovered }, false},
+		{"minipy_e2b_sandboxes_asleep", "E2B sandboxes asleep (-e2b-sleep-idle): running for their clients, their processes freed.",
+			func(s e2b.Stats) int { return s.Asleep }, true},
+		{"minipy_e2b_sandboxes_slept_total", "E2B sandboxes put to sleep (-e2b-sleep-idle).",
+			func(s e2b.Stats) int { return s.Slept }, false},
+		{"minipy_e2b_sandboxes_slept_for_room_total", "E2B sandboxes put to sleep before their time to make room for another under -max-sessions (-e2b-sleep-idle).",
+			func(s e2b.Stats) int { return s.SleptForRoom }, false},
+		{"minipy_e2b_sandboxes_woken_total", "E2B sandboxes woken from a sleep, or by autoResume.",
+			func(s e2b.Stats) int { return s.Woken }, false},
 		{"minipy_e2b_contexts_restored_total", "E2B code contexts brought back from their sandbox's idle save, their processes dead (-advertise).",
 			func(s e2b.Stats) int { return s.Restored }, false},
 	} {
@@ -124,6 +132,9 @@ func countE2B(m *session.Metrics, srv *e2b.Server) {
 			m.Registry().MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: c.name, Help: c.help}, value))
 		}
 	}
+	m.Registry().MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "minipy_e2b_wake_seconds_total",
+		Help: "The time E2B sandboxes' wakes took, in all (divided by minipy_e2b_sandboxes_woken_total: a wake's mean)."},
+		func() float64 { return srv.Stats().WakeTime.Seconds() }))
 }
 
 // countStore adds the state store's health to the metrics: minipy_state_store_up.

@@ -73,7 +73,7 @@ func startServer(t *testing.T, args ...string) *serverProc {
 
 // startServerAt starts the binary with args and waits until its log says where it listens
 // (the first group of listening, which becomes its base).
-func startServerAt(t *testing.T, listening *regexp.Regexp, args ...string) *serverProc {
+func startServerAt(t testing.TB, listening *regexp.Regexp, args ...string) *serverProc {
 	t.Helper()
 	cmd := exec.Command(buildServer(t), args...)
 	// Its engine's private directory in a directory of the test's: a server killed hard
@@ -115,7 +115,7 @@ func startServerAt(t *testing.T, listening *regexp.Regexp, args ...string) *serv
 
 // stop ends the server (SIGTERM; SIGKILL after 20 s) and checks that none of its
 // processes outlives it.
-func (s *serverProc) stop(t *testing.T) {
+func (s *serverProc) stop(t testing.TB) {
 	select {
 	case <-s.done:
 		return
@@ -140,7 +140,7 @@ func (s *serverProc) stop(t *testing.T) {
 
 // removeCgroupsOf removes the engines' cgroups that the server process pid, which has
 // ended, left (a server killed hard cannot remove them), and returns them.
-func removeCgroupsOf(t *testing.T, pid int) []string {
+func removeCgroupsOf(t testing.TB, pid int) []string {
 	left := worker.LeftCgroups(pid)
 	for _, d := range left {
 		assert.NoError(t, worker.RemoveCgroup(d))

@@ -160,7 +160,7 @@ func TestInProcess(t *testing.T) {
 
 // buildServer builds the command into a temporary directory.
 // buildServer builds the binary once per test run, into a directory TestMain removes.
-func buildServer(t *testing.T) string {
+func buildServer(t testing.TB) string {
 	t.Helper()
 	built.once.Do(func() {
 		dir, err := os.MkdirTemp("", "minipy-mcp-test-")

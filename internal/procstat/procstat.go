@@ -3,6 +3,7 @@
 package procstat
 
 import (
+	"bufio"
 	"bytes"
 	"os"
 	"strconv"
@@ -62,22 +63,48 @@ func schedWait(path string) (time.Duration, bool) {
 func Tree(pid int) []int {
 	out := []int{pid}
 	for i := 0; i < len(out); i++ {
-		dir := "/proc/" + strconv.Itoa(out[i]) + "/task/"
-		tasks, err := os.ReadDir(dir)
+		out = append(out, Children(out[i])...)
+	}
+	return out
+}
+
+// Children are the processes that pid's threads started, as Tree finds them.
+func Children(pid int) []int {
+	var out []int
+	dir := "/proc/" + strconv.Itoa(pid) + "/task/"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	for _, t := range tasks {
+		b, err := os.ReadFile(dir + t.Name() + "/children")
 		if err != nil {
 			continue
 		}
-		for _, t := range tasks {
-			b, err := os.ReadFile(dir + t.Name() + "/children")
-			if err != nil {
-				continue
-			}
-			for _, c := range bytes.Fields(b) {
-				if n, err := strconv.Atoi(string(c)); err == nil {
-					out = append(out, n)
-				}
+		for _, c := range bytes.Fields(b) {
+			if n, err := strconv.Atoi(string(c)); err == nil {
+				out = append(out, n)
 			}
 		}
 	}
 	return out
+}
+
+// PSS is process pid's proportional set size in bytes (a page that n processes share
+// counts 1/n in each), from its smaps_rollup; 0 if it cannot be read (gone, or not ours to
+// read).
+func PSS(pid int) int64 {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/smaps_rollup")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	lines := bufio.NewScanner(f)
+	for lines.Scan() {
+		if rest, ok := bytes.CutPrefix(lines.Bytes(), []byte("Pss:")); ok {
+			kb, _ := strconv.ParseInt(string(bytes.TrimSuffix(bytes.TrimSpace(rest), []byte(" kB"))), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
 }

@@ -19,19 +19,19 @@ func (s *Server) routes() {
 	for _, prefix := range []string{"", "/v2"} {
 		s.api.HandleFunc("POST "+prefix+"/sandboxes", s.authed(s.create))
 		s.api.HandleFunc("GET "+prefix+"/sandboxes", s.authed(s.list))
-		s.api.HandleFunc("POST "+prefix+"/sandboxes/{id}/connect", s.authed(s.owned(s.connect)))
+		s.api.HandleFunc("POST "+prefix+"/sandboxes/{id}/connect", s.authed(s.owned(s.awake(s.connect))))
 	}
 	s.api.HandleFunc("GET "+replicaListPath, s.authed(s.replicaList))
 	s.api.HandleFunc("GET "+replicaSignedPath, s.replicaSigned) // (a signed URL carries no key: the forward's mark is the check)
 	s.api.HandleFunc("GET /sandboxes/{id}", s.authed(s.owned(s.info)))
 	s.api.HandleFunc("DELETE /sandboxes/{id}", s.authed(s.owned(s.remove)))
-	s.api.HandleFunc("POST /sandboxes/{id}/timeout", s.authed(s.owned(s.timeout)))
-	s.api.HandleFunc("PUT /sandboxes/{id}/network", s.authed(s.owned(s.updateNetwork)))
-	s.api.HandleFunc("POST /sandboxes/{id}/pause", s.authed(s.owned(s.pauseRequest)))
+	s.api.HandleFunc("POST /sandboxes/{id}/timeout", s.authed(s.owned(s.awake(s.timeout))))
+	s.api.HandleFunc("PUT /sandboxes/{id}/network", s.authed(s.owned(s.awake(s.updateNetwork))))
+	s.api.HandleFunc("POST /sandboxes/{id}/pause", s.authed(s.owned(s.awake(s.pauseRequest))))
 	// A fork's body is checked before its key, as E2B's schema check (kin-openapi's) runs
 	// before its security check: the SDK's test forks with a made-up key and count 0.
 	s.api.HandleFunc("POST /sandboxes/{id}/fork", s.fork)
-	s.api.HandleFunc("POST /sandboxes/{id}/snapshots", s.authed(s.owned(s.createSnapshot)))
+	s.api.HandleFunc("POST /sandboxes/{id}/snapshots", s.authed(s.owned(s.awake(s.createSnapshot))))
 	s.api.HandleFunc("GET /snapshots", s.authed(s.listSnapshots))
 	s.api.HandleFunc("GET /sandboxes/{id}/metrics", s.authed(s.owned(s.metricsRequest)))
 	s.api.HandleFunc("DELETE /templates/{id}", s.authed(s.deleteSnapshot))
@@ -46,7 +46,7 @@ func (s *Server) routes() {
 	// (GET /templates/{id}/tags, which a pattern of its own would make ambiguous with
 	// /templates/aliases/{alias} for /templates/aliases/tags: that stays the alias "tags")
 	s.api.HandleFunc("GET /templates/{id}/{what}", s.authed(s.listTags))
-	s.api.HandleFunc("POST /sandboxes/{id}/resume", s.authed(s.owned(s.connect))) // (E2B's former resume)
+	s.api.HandleFunc("POST /sandboxes/{id}/resume", s.authed(s.owned(s.awake(s.connect)))) // (E2B's former resume)
 	s.api.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if s.cfg.Ops != nil && r.Method == http.MethodGet && (r.URL.Path == "/healthz" || r.URL.Path == "/readyz" ||
 			r.URL.Path == "/metrics") {
@@ -197,8 +197,9 @@ func (s *Server) checkCreate(req *createRequest) (template string, life time.Dur
 	switch {
 	case len(req.VolumeMounts) > 0:
 		return "", 0, "volumes are not served by minipy: a sandbox's files live in its working directory (docs/e2b.md)"
-	case req.AutoResume != nil && req.AutoResume.Enabled:
-		return "", 0, "autoResume is not served: resume a paused sandbox with Sandbox.connect (docs/e2b.md)"
+	}
+	if why := checkAutoResume(req); why != "" {
+		return "", 0, why
 	}
 	if why := checkEnvs(req.EnvVars); why != "" {
 		return "", 0, why
@@ -252,6 +253,8 @@ type listedSandbox struct {
 	// RestoredFrom is when the idle save was made that the sandbox was brought back from,
 	// its replica dead (idle.go): what came after it is lost. minipy's, not E2B's.
 	RestoredFrom *time.Time `json:"minipyRestoredFrom,omitempty"`
+	// Lifecycle is what its time's end does (E2B's SandboxDetail's; info alone).
+	Lifecycle *lifecycle `json:"lifecycle,omitempty"`
 }
 
 func (s *Server) listed(sb *sandbox) listedSandbox {
@@ -272,7 +275,7 @@ func (s *Server) listed(sb *sandbox) listedSandbox {
 func (sb *sandbox) listedState() string {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
-	if sb.state == statePaused {
+	if sb.state == statePaused && !sb.asleep { // (asleep, it runs for its client: sleep.go)
 		return statePaused
 	}
 	return stateRunning
@@ -281,6 +284,9 @@ func (sb *sandbox) listedState() string {
 func (s *Server) info(w http.ResponseWriter, r *http.Request, sb *sandbox) {
 	l := s.listed(sb)
 	l.EnvdAccessToken = sb.token
+	sb.mu.Lock()
+	l.Lifecycle = lifecycleOf(sb.autoPause, sb.autoResume)
+	sb.mu.Unlock()
 	writeJSON(w, http.StatusOK, l)
 }
 

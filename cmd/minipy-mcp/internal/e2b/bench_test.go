@@ -141,27 +141,7 @@ func reportCreate(b *testing.B, m *opcount.Meter, took, floor []time.Duration, p
 func BenchmarkPauseResume(b *testing.B) {
 	for _, name := range []string{"memory", "store"} {
 		b.Run(name, func(b *testing.B) {
-			m, err := opcount.Start()
-			if err != nil {
-				b.Logf("no counts: %v", err)
-			} else {
-				defer m.Close()
-			}
-			eng, err := minipy.NewIsolated(minipy.IsolatedConfig{WorkDirPath: Home})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer eng.Close()
-			cfg := Config{Engine: eng}
-			if name == "store" {
-				if cfg.Store, err = session.OpenStore(b.TempDir(), time.Hour, ""); err != nil {
-					b.Fatal(err)
-				}
-			}
-			s := New(cfg)
-			srv := httptest.NewServer(s)
-			defer srv.Close()
-			defer s.Close()
+			m, eng, _, srv := benchServer(b, name == "store", Config{})
 			sb := benchCall(b, srv.URL, "POST", "/v2/sandboxes", `{}`, http.StatusCreated)
 			benchRun(b, srv.URL, sb, "x = list(range(100000))\nopen('data.bin', 'wb').write(bytes(1 << 20))", "")
 			var took []time.Duration
@@ -185,6 +165,34 @@ func BenchmarkPauseResume(b *testing.B) {
 			reportCreate(b, m, took, pythonFloor(b, eng), counts.Per(b.N))
 		})
 	}
+}
+
+// benchServer serves cfg over httptest with an isolated engine of its own (and a store's
+// directory, when stored), counting (opcount) from before the engine starts; the
+// benchmark's end ends them all. The meter is nil where the host cannot count.
+func benchServer(b *testing.B, stored bool, cfg Config) (*opcount.Meter, *minipy.Isolated, *Server, *httptest.Server) {
+	m, err := opcount.Start()
+	if err != nil {
+		b.Logf("no counts: %v", err)
+		m = nil
+	} else {
+		b.Cleanup(func() { m.Close() })
+	}
+	eng, err := minipy.NewIsolated(minipy.IsolatedConfig{WorkDirPath: Home})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { eng.Close() })
+	cfg.Engine = eng
+	if stored {
+		if cfg.Store, err = session.OpenStore(b.TempDir(), time.Hour, ""); err != nil {
+			b.Fatal(err)
+		}
+	}
+	s := New(cfg)
+	srv := httptest.NewServer(s)
+	b.Cleanup(func() { srv.Close(); s.Close() })
+	return m, eng, s, srv
 }
 
 // benchCall makes an API call that must answer want, and returns the sandbox it names.
@@ -295,4 +303,48 @@ func benchReplica(b *testing.B, url string) (*Server, string) {
 	ts.Start()
 	b.Cleanup(func() { ts.Close(); s.Close() })
 	return s, ts.URL
+}
+
+// BenchmarkSleepWake times a sleeping sandbox's wake (sleep.go): its first execution
+// ("len(x)", to its result, over HTTP) after a sleep, which restores it into a fresh
+// namespace, and (apart) the sleep itself, in memory and into a store's directory. The
+// sandbox holds `x = list(range(1000))`, as issue 70's; bytes-asleep is what the server (or
+// the store) holds of it asleep. Counts over the whole process tree for the wake, the floor
+// a bare `python3 -c pass`, as BenchmarkCreateToFirstResult's.
+func BenchmarkSleepWake(b *testing.B) {
+	for _, name := range []string{"memory", "store"} {
+		b.Run(name, func(b *testing.B) {
+			m, eng, s, srv := benchServer(b, name == "store", Config{SleepIdle: time.Hour}) // (it puts it to sleep)
+			body := benchCall(b, srv.URL, "POST", "/v2/sandboxes", `{}`, http.StatusCreated)
+			benchRun(b, srv.URL, body, "x = list(range(1000))", "")
+			sb := s.lookup(body.SandboxID)
+			var woke, slept []time.Duration
+			var counts opcount.Counts
+			var asleep int64
+			b.ResetTimer()
+			for range b.N {
+				start := time.Now()
+				s.sleep(sb)
+				slept = append(slept, time.Since(start))
+				if !sb.sleeping() {
+					b.Fatal("it did not sleep")
+				}
+				asleep = s.asleepBytes(sb)
+				var before opcount.Counts
+				if m != nil {
+					before = m.Read()
+				}
+				start = time.Now()
+				benchRun(b, srv.URL, body, "len(x)", `"text":"1000"`)
+				woke = append(woke, time.Since(start))
+				if m != nil {
+					counts = counts.Add(m.Since(before))
+				}
+			}
+			b.StopTimer()
+			reportCreate(b, m, woke, pythonFloor(b, eng), counts.Per(b.N))
+			b.ReportMetric(float64(median(slept).Microseconds())/1e3, "ms-sleep-median")
+			b.ReportMetric(float64(asleep), "bytes-asleep")
+		})
+	}
 }

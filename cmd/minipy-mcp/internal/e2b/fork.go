@@ -64,9 +64,9 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, why)
 		return
 	}
-	s.authed(s.owned(func(w http.ResponseWriter, r *http.Request, sb *sandbox) {
+	s.authed(s.owned(s.awake(func(w http.ResponseWriter, r *http.Request, sb *sandbox) {
 		s.forkAs(w, sb, count, life)
-	}))(w, r)
+	})))(w, r)
 }
 
 // forkAs answers a checked fork of sb: count forks, each to live life.
@@ -78,7 +78,7 @@ func (s *Server) forkAs(w http.ResponseWriter, sb *sandbox, count int, life time
 	sb.mu.Lock()
 	contexts := slices.Clone(sb.contexts)
 	sb.mu.Unlock()
-	saved, _, err := saveContexts(contexts) // (once for all the forks, after the runs in progress)
+	saved, _, err := saveContexts(contexts, false) // (once for all the forks, after the runs in progress)
 	if err != nil {
 		if sb.ctx.Err() != nil {
 			writeError(w, http.StatusNotFound, "sandbox "+sb.id+" was killed")

@@ -23,8 +23,9 @@ import (
 // into the store replaces it.
 
 // touch notes a request to sb that ended (or its start): an idle save follows StateIdle
-// later, unless another request comes first.
+// later, and a sleep SleepIdle later (sleep.go), unless another request comes first.
 func (s *Server) touch(sb *sandbox) {
+	s.armSleep(sb)
 	if s.fwd == nil || s.cfg.StateIdle <= 0 {
 		return
 	}
@@ -85,7 +86,7 @@ func (s *Server) storeRunning(sb *sandbox, contexts []*codeContext) (int64, erro
 	if err != nil {
 		return 0, err
 	}
-	return s.storeContexts(session.KindRunning, sb.id, session.Meta{User: sb.user, Init: info}, head, contexts)
+	return s.storeContexts(session.KindRunning, sb.id, session.Meta{User: sb.user, Init: info}, head, contexts, false)
 }
 
 // dropRunning removes sb's idle save (it ended, or is paused into the store), unless

@@ -76,16 +76,27 @@ func (s *Server) pauseRequest(w http.ResponseWriter, r *http.Request, sb *sandbo
 // failed save leaves sb running. Without keepMemory, its resume is a new boot. It returns
 // an HTTP status and why when it cannot.
 func (s *Server) pause(sb *sandbox, keepMemory bool) (int, string) {
+	code, why, _ := s.pauseAs(sb, keepMemory, false)
+	return code, why
+}
+
+// pauseAs is pause, or (asleep) a sleep (sleep.go): its time goes on, it is listed as
+// running, and its save fails rather than skip a value. The error is the save's.
+func (s *Server) pauseAs(sb *sandbox, keepMemory, asleep bool) (int, string, error) {
 	sb.mu.Lock()
 	if sb.state != stateRunning {
 		state := sb.state
 		sb.mu.Unlock()
 		if state == statePaused {
-			return http.StatusConflict, "sandbox " + sb.id + " is paused already"
+			return http.StatusConflict, "sandbox " + sb.id + " is paused already", nil
 		}
-		return http.StatusConflict, "sandbox " + sb.id + " is being paused or resumed"
+		return http.StatusConflict, "sandbox " + sb.id + " is being paused or resumed", nil
 	}
-	sb.state, sb.cold = stateChanging, !keepMemory
+	if asleep && (len(sb.inflight) > 0 || sb.watching > 0) { // (a request came: sleep.go)
+		sb.mu.Unlock()
+		return http.StatusConflict, "sandbox " + sb.id + " is in use", nil
+	}
+	sb.state, sb.cold, sb.asleep = stateChanging, !keepMemory, asleep
 	contexts := sb.contexts
 	sb.timer.Stop()
 	sb.mu.Unlock()
@@ -93,14 +104,14 @@ func (s *Server) pause(sb *sandbox, keepMemory bool) (int, string) {
 	var size int64
 	var err error
 	if s.cfg.Store != nil {
-		size, err = s.storePaused(sb, contexts)
-	} else if paused, size, err = saveContexts(contexts); err == nil {
+		size, err = s.storePaused(sb, contexts, asleep)
+	} else if paused, size, err = saveContexts(contexts, asleep); err == nil {
 		err = s.reservePaused(sb.user, size)
 	}
 	sb.mu.Lock()
 	if err != nil || sb.dead {
 		defer sb.mu.Unlock()
-		sb.state = stateRunning
+		sb.state, sb.asleep = stateRunning, false
 		if !sb.dead {
 			sb.timer.Reset(time.Until(sb.end))
 		}
@@ -110,17 +121,27 @@ func (s *Server) pause(sb *sandbox, keepMemory bool) (int, string) {
 			} else {
 				s.releasePaused(sb.user, size)
 			}
-			return http.StatusNotFound, "sandbox " + sb.id + " was killed"
+			return http.StatusNotFound, "sandbox " + sb.id + " was killed", nil
 		}
-		return http.StatusInsufficientStorage, "the sandbox could not be paused: " + err.Error()
+		return http.StatusInsufficientStorage, "the sandbox could not be paused: " + err.Error(), err
 	}
 	s.holdPausedPlace(sb)  // (first: the contexts' places go back as they close)
 	closing := sb.contexts // (those saved, but any removed meanwhile)
 	sb.contexts, sb.state = nil, statePaused
+	if asleep {
+		s.count(&s.stats.Slept) // (s.mu after sb.mu)
+	}
 	if s.cfg.Store != nil {
-		sb.stored, sb.from, sb.end = true, session.KindSandbox, s.storedEnd(time.Now())
+		sb.stored, sb.from = true, session.KindSandbox
 	} else {
-		sb.paused, sb.pausedBytes, sb.end = paused, size, time.Now().Add(s.cfg.PausedTTL)
+		sb.paused, sb.pausedBytes = paused, size
+	}
+	switch {
+	case asleep: // (its time goes on)
+	case s.cfg.Store != nil:
+		sb.end = s.storedEnd(time.Now())
+	default:
+		sb.end = time.Now().Add(s.cfg.PausedTTL)
 	}
 	sb.timer.Reset(time.Until(sb.end))
 	sb.mu.Unlock()
@@ -131,12 +152,17 @@ func (s *Server) pause(sb *sandbox, keepMemory bool) (int, string) {
 		s.dropRunning(sb) // (its pause's save is newer)
 		s.unhold(sb)      // (in the store: any replica resumes it)
 	}
-	s.logf("minipy-mcp: E2B sandbox %s of user %q paused (%d bytes)", sb.id, sb.user, size)
-	return 0, ""
+	what := "paused"
+	if asleep {
+		what = "asleep"
+	}
+	s.logf("minipy-mcp: E2B sandbox %s of user %q %s (%d bytes)", sb.id, sb.user, what, size)
+	return 0, "", nil
 }
 
-// saveContexts saves each context, after its run in progress.
-func saveContexts(contexts []*codeContext) ([]pausedContext, int64, error) {
+// saveContexts saves each context, after its run in progress; whole: every value, or it
+// fails (a sleep's: saveWhole).
+func saveContexts(contexts []*codeContext, whole bool) ([]pausedContext, int64, error) {
 	var out []pausedContext
 	var size int64
 	for _, cc := range contexts {
@@ -144,7 +170,7 @@ func saveContexts(contexts []*codeContext) ([]pausedContext, int64, error) {
 		var b bytes.Buffer
 		var err error
 		if cc.language != langBash { // (a shell's memory cannot be saved: bash.go)
-			_, err = cc.ns.Load().Save(&b)
+			err = saveWhole(cc.ns.Load(), &b, whole)
 		}
 		count := cc.count
 		cc.mu.Unlock()
@@ -257,7 +283,7 @@ func (s *Server) resume(sb *sandbox, life time.Duration) (code int, why string) 
 	}
 	s.releasePaused(sb.user, sb.pausedBytes)
 	sb.contexts, sb.paused, sb.pausedBytes, sb.state, sb.stored, sb.cold = contexts, nil, 0, stateRunning, false, false
-	sb.from = ""
+	sb.from, sb.asleep = "", false
 	sb.end = time.Now().Add(life)
 	sb.timer.Reset(life)
 	s.logf("minipy-mcp: E2B sandbox %s of user %q resumed", sb.id, sb.user)
@@ -318,6 +344,10 @@ func (s *Server) restoreContexts(sb *sandbox, paused []pausedContext) ([]*codeCo
 // expired is a sandbox's time ending: a pause if it asked for one (autoPause), else, or
 // when the pause fails or it is paused already, its kill.
 func (s *Server) expired(sb *sandbox) {
+	if sb.asleepNow() {
+		s.sleepEnded(sb)
+		return
+	}
 	sb.mu.Lock()
 	pause := sb.autoPause && sb.state == stateRunning
 	stored := sb.stored && sb.state == statePaused

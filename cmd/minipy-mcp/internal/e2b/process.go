@@ -134,6 +134,13 @@ type commands struct {
 	byID map[uint32]*command
 }
 
+// count is how many commands run.
+func (c *commands) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.byID)
+}
+
 func (c *commands) add(pid uint32, cmd *command) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -34,6 +34,12 @@ type sandbox struct {
 	dead        bool
 	state       string              // stateRunning, statePaused, stateChanging
 	autoPause   bool                // its time's end pauses it (E2B's lifecycle onTimeout: pause)
+	autoResume  bool                // ... and a request to its ports then wakes it (sleep.go)
+	life        time.Duration       // its last timeout, which an autoResume gives it again
+	asleep      bool                // paused by a sleep: running for its client, woken by its next request (sleep.go)
+	sleeper     *time.Timer         // its sleep's (sleep.go)
+	touched     time.Time           // its last request's end: the idlest sleeps first to make room (sleep.go)
+	waking      sync.Mutex          // held by a sleep and a wake: a request waits for a sleep in progress to wake it
 	spare       bool                // a template's warm spare being made: its contexts take no place (spares.go)
 	autoCold    bool                // ... keeping its files alone (onTimeout's keepMemory: false)
 	ports       portRules           // its ports' rules (ports.go)
@@ -108,6 +114,7 @@ func tokenIs(r *http.Request, token string) bool {
 func (s *Server) newSandbox(user, template string, req *createRequest, life time.Duration) (*sandbox, int, string) {
 	sb := s.sandboxFor(user, template, req.Metadata, req.EnvVars, req.AutoPause != nil && *req.AutoPause, life)
 	sb.autoCold = req.AutoPauseMemory != nil && !*req.AutoPauseMemory
+	sb.autoResume = req.AutoResume != nil && req.AutoResume.Enabled
 	sb.ports, sb.egress = req.Network.rules(), req.egress()
 	cc, code, msg := s.newContext(sb, "python", "")
 	if cc == nil {
@@ -129,7 +136,7 @@ func (s *Server) sandboxFor(user, template string, metadata, envs map[string]str
 	id := randomID()
 	sb := &sandbox{id: id, token: s.tokens.make(id), user: user, template: template, metadata: metadata,
 		envs: envs, started: now, end: now.Add(life), state: stateRunning, inflight: make(chan struct{}, maxInflight),
-		autoPause: autoPause}
+		autoPause: autoPause, life: life}
 	if sb.metadata == nil {
 		sb.metadata = map[string]string{}
 	}
@@ -192,11 +199,19 @@ func (s *Server) placeFor(sb *sandbox) (release func(), refusal string) {
 	return s.admit(sb.user)
 }
 
+// With the server's cap full (Config.Full) and sleeps on, the idlest sandboxes that lose
+// nothing by it are put to sleep to make room, before a refusal.
 func (s *Server) admit(user string) (release func(), refusal string) {
 	if s.cfg.Admit == nil {
 		return func() {}, ""
 	}
-	return s.cfg.Admit(user)
+	for tries := 0; ; tries++ {
+		release, refusal = s.cfg.Admit(user)
+		if refusal == "" || tries == maxRoomTries || s.cfg.SleepIdle <= 0 || s.cfg.Full == nil || !s.cfg.Full() ||
+			!s.sleepIdlest() {
+			return release, refusal
+		}
+	}
 }
 
 // setUp gives a new namespace the sandbox's environment variables and its working
@@ -273,6 +288,9 @@ func (s *Server) kill(sb *sandbox, why string) bool {
 	if sb.timer != nil {
 		sb.timer.Stop()
 	}
+	if sb.sleeper != nil {
+		sb.sleeper.Stop()
+	}
 	contexts := sb.contexts
 	sb.contexts, sb.paused = nil, nil
 	s.releasePaused(sb.user, sb.pausedBytes)
@@ -302,7 +320,7 @@ func (sb *sandbox) setLife(life time.Duration) {
 	if sb.dead || sb.state != stateRunning {
 		return
 	}
-	sb.end = time.Now().Add(life)
+	sb.end, sb.life = time.Now().Add(life), life
 	sb.timer.Reset(life)
 }
 

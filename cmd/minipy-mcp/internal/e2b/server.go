@@ -94,6 +94,9 @@ type Config struct {
 	// function that gives its place back; it is never refused (a pause gives back a place
 	// per context, and takes one). Nil: paused sandboxes hold no place.
 	HoldPaused func(user string) (release func())
+	// Full reports whether the server's cap, not a user's, is what Admit refuses now: with
+	// SleepIdle, the idlest sandbox is then put to sleep to make room (sleep.go). Nil: never.
+	Full func() bool
 	// RootUser: the Engine's sandboxes have a root user (minipy.IsolatedConfig.RootUser),
 	// which E2B's user "root" is (commands, files, sudo); without it, "root" is refused.
 	RootUser bool
@@ -134,6 +137,10 @@ type Config struct {
 	// is saved into Store, if no other came (idle.go): a replica that dies hard costs its
 	// sandboxes what came since. 0: never.
 	StateIdle time.Duration
+	// SleepIdle is how long a running sandbox may go without a request before it is put
+	// to sleep (sleep.go): saved, its processes freed, and woken by its next request. 0:
+	// never.
+	SleepIdle time.Duration
 	// Advertise, with Store, is this replica's URL as the other replicas sharing Store
 	// reach it: each sandbox running here is registered in the store, and a request for a
 	// sandbox that another replica runs is forwarded there (forward.go). "": none.
@@ -260,7 +267,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.api.ServeHTTP(w, r)
 		return
 	}
-	sb, answered := s.runningSandbox(w, r, id)
+	sb, answered := s.runningSandbox(w, r, id, port)
 	if answered {
 		return
 	}
@@ -268,6 +275,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.notRunning(w, r, id, port)
 		return
 	}
+	s.serveSandbox(w, r, sb, port)
+}
+
+// serveSandbox serves a request to sb's port, which runs (or ran when it was looked up: a
+// sleep that began meanwhile is woken from).
+func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, sb *sandbox, port string) {
 	own, isOwn := userPort(port)
 	public := isOwn && !sb.portRules().Private // (E2B's: a sandbox's own ports are public unless it said otherwise)
 	signed := !sb.authorized(r) && port == strconv.Itoa(EnvdPort) && sb.signs(r)
@@ -292,6 +305,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"wait for one to end", maxInflight))
 		return
 	}
+	// A sleep begins only without requests in progress (sleep.go): one that began before
+	// this request took its place is woken from, and then none can begin until it ends.
+	if runs, code, why := s.wake(sb, true); !runs {
+		<-sb.inflight
+		if code != 0 {
+			writeError(w, code, why)
+		} else {
+			s.notRunning(w, r, sb.id, port)
+		}
+		return
+	}
 	release := sync.OnceFunc(func() { <-sb.inflight; s.touch(sb) })
 	defer release()
 	r = r.WithContext(context.WithValue(withSandbox(r.Context(), sb), releaseKey{}, release))
@@ -310,16 +334,26 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // runningSandbox is sandbox id, running here for a request to its ports: or the request
 // was forwarded to the replica that runs it (answered), or it is brought back here from
 // its idle save for a caller with its token (its replica died); nil: it does not run.
-func (s *Server) runningSandbox(w http.ResponseWriter, r *http.Request, id string) (sb *sandbox, answered bool) {
+func (s *Server) runningSandbox(w http.ResponseWriter, r *http.Request, id, port string) (sb *sandbox, answered bool) {
 	sb = s.lookup(id)
 	if sb != nil && sb.running() {
 		return sb, false
+	}
+	if sb != nil && s.wakesFor(r, port, sb.token) {
+		if woken, answered := s.wakeAnswering(w, sb); woken != nil || answered {
+			return woken, answered
+		}
 	}
 	if s.forward(w, r, id) {
 		return nil, true
 	}
 	if back := s.recoverRunning(id, func(si storedInfo, _ session.Meta) bool { return tokenIs(r, si.Token) }); back != nil {
 		return back, false
+	}
+	if sb == nil && s.cfg.Store != nil { // (asleep in the store, or paused with autoResume: sleep.go)
+		if sb = s.storedToWake(id, r, port); sb != nil {
+			return s.wakeAnswering(w, sb)
+		}
 	}
 	return nil, false
 }
@@ -474,6 +508,8 @@ func (s *Server) sandboxesOf(user string) []*sandbox {
 // forgotten here, or forgotten if it is there already; else, or when the pause fails,
 // killed (why says why). True: it is in the store.
 func (s *Server) end(sb *sandbox, why string) (stored bool) {
+	sb.waking.Lock() // (after a sleep or a wake in progress)
+	defer sb.waking.Unlock()
 	if s.cfg.Store != nil {
 		if sb.storedPaused() {
 			s.forget(sb)
@@ -510,6 +546,14 @@ type Stats struct {
 	// FromSpare are the sandboxes created from a template's warm spare so far (spares.go),
 	// Spares the spares ready now.
 	FromSpare, Spares int
+	// Asleep are the sandboxes asleep now (sleep.go: counted in Running, not in Paused),
+	// Slept those put to sleep so far, Woken those woken (from a sleep, or by autoResume),
+	// and WakeTime the time their wakes took, in all.
+	Asleep, Slept, Woken int
+	WakeTime             time.Duration
+	// SleptForRoom are the sleeps (of Slept) that made room under the server's cap for
+	// another sandbox (Config.Full).
+	SleptForRoom int
 }
 
 // Stats returns the server's counts.
@@ -530,10 +574,21 @@ func (s *Server) Stats() Stats {
 			st.Paused++
 		default:
 			st.Running++
+			if sb.sleeping() {
+				st.Asleep++
+			}
 		}
 	}
 	if s.cfg.Store != nil {
-		st.Paused += len(s.cfg.Store.List(session.KindSandbox))
+		for _, one := range s.cfg.Store.List(session.KindSandbox) {
+			switch storedState(one) {
+			case stateRunning:
+				st.Running++
+				st.Asleep++
+			case statePaused:
+				st.Paused++
+			}
+		}
 	}
 	return st
 }

@@ -83,7 +83,7 @@ func (s *Server) signedSandbox(r *http.Request) (sb *sandbox, status int) {
 	all := slices.Collect(maps.Values(s.sandboxes))
 	s.mu.Unlock()
 	for _, one := range all {
-		if one.running() && one.signs(r) {
+		if (one.running() || one.asleepNow()) && one.signs(r) { // (asleep: woken as it is served)
 			return one, http.StatusOK
 		}
 	}

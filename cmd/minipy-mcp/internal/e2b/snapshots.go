@@ -130,7 +130,7 @@ func (s *Server) keepSnapshot(sb *sandbox, sn *snapshot, contexts []*codeContext
 			return http.StatusInsufficientStorage, "the snapshot could not be kept: " + err.Error()
 		}
 	} else {
-		sn.saved, sn.size, err = saveContexts(contexts)
+		sn.saved, sn.size, err = saveContexts(contexts, false)
 	}
 	if err != nil {
 		if sb.ctx.Err() != nil {

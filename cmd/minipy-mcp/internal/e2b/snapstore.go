@@ -81,7 +81,7 @@ func (s *Server) storeSnapshot(sb *sandbox, sn *snapshot, contexts []*codeContex
 		return err
 	}
 	head := storedHead{Envs: sn.envs, Template: sn.start, Streamed: true}
-	sn.size, err = s.storeContexts(session.KindSnapshot, sn.id, session.Meta{User: sb.user, Init: info}, head, contexts)
+	sn.size, err = s.storeContexts(session.KindSnapshot, sn.id, session.Meta{User: sb.user, Init: info}, head, contexts, false)
 	return err
 }
 

@@ -37,7 +37,14 @@ type storedInfo struct {
 	Template string            `json:"template"`
 	Metadata map[string]string `json:"metadata"`
 	Started  time.Time         `json:"started"`
-	End      time.Time         `json:"end,omitzero"` // an idle save's: when its time ends (idle.go)
+	End      time.Time         `json:"end,omitzero"` // an idle save's, or a sleep's: when its time ends (idle.go)
+	// Asleep: a sleep's save (sleep.go): the sandbox runs for its client until End, and
+	// the next request wakes it. AutoPause is its time's end (a pause, else its kill), Life
+	// its last timeout, which an autoResume gives it again.
+	Asleep     bool          `json:"asleep,omitempty"`
+	AutoPause  bool          `json:"autoPause,omitempty"`
+	AutoResume bool          `json:"autoResume,omitempty"`
+	Life       time.Duration `json:"life,omitempty"`
 }
 
 // storedHead is the start of a paused sandbox's blob (a u32 length, then it): what it
@@ -92,15 +99,20 @@ func decodeStored(blob []byte) (storedHead, []pausedContext, error) {
 
 // storePaused saves each of sb's contexts into the store, after its run in progress
 // (storeContexts). It returns the bytes saved.
-func (s *Server) storePaused(sb *sandbox, contexts []*codeContext) (int64, error) {
-	info, err := json.Marshal(storedInfo{ID: sb.id, Token: sb.token, Template: sb.template, Metadata: sb.metadata,
-		Started: sb.started})
+// A sleep's (asleep) fails rather than skip a value, and keeps its time's end.
+func (s *Server) storePaused(sb *sandbox, contexts []*codeContext, asleep bool) (int64, error) {
+	si := storedInfo{ID: sb.id, Token: sb.token, Template: sb.template, Metadata: sb.metadata, Started: sb.started,
+		Asleep: asleep, AutoPause: sb.autoPause, AutoResume: sb.autoResume, Life: sb.life}
+	if asleep {
+		si.End = sb.end
+	}
+	info, err := json.Marshal(si)
 	if err != nil {
 		return 0, err
 	}
 	head := storedHead{Envs: sb.envs, AutoPause: sb.autoPause, AutoCold: sb.autoCold, Cold: sb.cold, Ports: sb.ports,
 		Egress: sb.egress, Template: sb.tmpl, Streamed: true}
-	return s.storeContexts(session.KindSandbox, sb.id, session.Meta{User: sb.user, Init: info}, head, contexts)
+	return s.storeContexts(session.KindSandbox, sb.id, session.Meta{User: sb.user, Init: info}, head, contexts, asleep)
 }
 
 // storeContexts seals head, then each of contexts' saves, into the store as id of kind (a
@@ -109,7 +121,9 @@ func (s *Server) storePaused(sb *sandbox, contexts []*codeContext) (int64, error
 // store's paused sandboxes and snapshots together, id's own earlier save aside): each
 // Namespace.Save streams through the store's seal into it, and the server holds a chunk of
 // it at a time. It returns the bytes saved.
-func (s *Server) storeContexts(kind, id string, meta session.Meta, head storedHead, contexts []*codeContext) (int64, error) {
+// With whole, a save that skips a value fails (a sleep's: saveWhole).
+func (s *Server) storeContexts(kind, id string, meta session.Meta, head storedHead, contexts []*codeContext,
+	whole bool) (int64, error) {
 	var held, theirs int64
 	for _, k := range []string{session.KindSandbox, session.KindSnapshot} {
 		for _, one := range s.cfg.Store.List(k) {
@@ -149,7 +163,7 @@ func (s *Server) storeContexts(kind, id string, meta session.Meta, head storedHe
 		for _, cc := range contexts {
 			cw := &chunkWriter{w: room}
 			if cc.language != langBash { // (a shell saves nothing: its chunks are none)
-				if _, err := cc.ns.Load().Save(cw); err != nil {
+				if err := saveWhole(cc.ns.Load(), cw, whole); err != nil {
 					if _, lost := session.StateLost(err); lost {
 						return &contextLostError{cc: cc, err: err}
 					}
@@ -276,7 +290,24 @@ func (s *Server) fromStore(id, user string) *sandbox {
 	if err != nil || meta.User != user || json.Unmarshal(meta.Init, &si) != nil || si.ID != id {
 		return nil
 	}
-	return s.placeStored(id, user, si, session.KindSandbox, s.storedEnd(meta.Saved))
+	return s.placeSandbox(id, user, si, meta.Saved)
+}
+
+// placeSandbox is placeStored for a paused sandbox or a sleeping one (sleep.go), saved at
+// saved; nil for one whose time ended asleep, whose save goes.
+func (s *Server) placeSandbox(id, user string, si storedInfo, saved time.Time) *sandbox {
+	switch si.state(time.Now()) {
+	case "":
+		if s.cfg.Store.TakeLease(context.Background(), session.KindSandbox, id, user, 0) {
+			s.cfg.Store.Remove(session.KindSandbox, id)
+			s.cfg.Store.ReleaseLease(session.KindSandbox, id)
+		}
+		return nil
+	case stateRunning:
+		return s.placeStored(id, user, si, session.KindSandbox, si.End)
+	}
+	si.Asleep = false // (its time ended asleep: a pause)
+	return s.placeStored(id, user, si, session.KindSandbox, s.storedEnd(saved))
 }
 
 // placeStored gives the sandbox of user that the store holds as si under kind a place in
@@ -288,7 +319,8 @@ func (s *Server) placeStored(id, user string, si storedInfo, kind string, end ti
 	}
 	sb := &sandbox{id: id, token: token, user: user, template: si.Template, metadata: si.Metadata,
 		started: si.Started, end: end, state: statePaused, stored: true, from: kind,
-		inflight: make(chan struct{}, maxInflight)}
+		inflight: make(chan struct{}, maxInflight), asleep: si.Asleep, autoPause: si.AutoPause,
+		autoResume: si.AutoResume, life: si.Life}
 	if sb.metadata == nil {
 		sb.metadata = map[string]string{}
 	}
@@ -418,17 +450,25 @@ func (s *Server) removeStored(sb *sandbox) (int, string) {
 // storedSandboxes lists user's sandboxes paused into the store, as the API lists them.
 func (s *Server) storedSandboxes(user string) []listedSandbox {
 	var out []listedSandbox
+	now := time.Now()
 	for _, one := range s.cfg.Store.List(session.KindSandbox) {
 		var si storedInfo
 		if one.User != user || json.Unmarshal(one.Init, &si) != nil {
 			continue
 		}
+		state, end := si.state(now), s.storedEnd(one.Saved)
+		switch state {
+		case "":
+			continue // (it ended asleep)
+		case stateRunning:
+			end = si.End
+		}
 		if si.Metadata == nil {
 			si.Metadata = map[string]string{}
 		}
 		out = append(out, listedSandbox{TemplateID: si.Template, SandboxID: si.ID, ClientID: clientID,
-			StartedAt: si.Started.UTC(), EndAt: s.storedEnd(one.Saved).UTC(), CPUCount: s.cfg.CPUCount,
-			MemoryMB: s.cfg.MemoryMB, DiskSizeMB: s.cfg.DiskMB, Metadata: si.Metadata, State: statePaused,
+			StartedAt: si.Started.UTC(), EndAt: end.UTC(), CPUCount: s.cfg.CPUCount,
+			MemoryMB: s.cfg.MemoryMB, DiskSizeMB: s.cfg.DiskMB, Metadata: si.Metadata, State: state,
 			EnvdVersion: EnvdVersion, VolumeMounts: []any{}})
 	}
 	return out

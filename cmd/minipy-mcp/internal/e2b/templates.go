@@ -350,7 +350,7 @@ func (s *Server) finalize(ctx context.Context, sb *sandbox, b *templates.Build, 
 	sb.mu.Lock()
 	contexts := slices.Clone(sb.contexts)
 	sb.mu.Unlock()
-	saved, _, err := saveContexts(contexts)
+	saved, _, err := saveContexts(contexts, false)
 	var c *sandbox
 	if err == nil {
 		var why string

@@ -115,6 +115,14 @@ func (g *Gate) Hold(user string) (refusal string) {
 	return refusal
 }
 
+// Full reports whether the server's cap (-max-sessions) is what refuses a new place now,
+// not a user's: another session's place freed (an E2B sandbox put to sleep) makes room.
+func (g *Gate) Full() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return !g.draining && g.max > 0 && g.open >= g.max
+}
+
 // HoldUser counts a place of user's that is no session (a paused E2B sandbox: no process,
 // but its user's) under the per-user cap alone; it is never refused. The function it
 // returns gives the place back, once.
