@@ -539,7 +539,9 @@ func (e *Isolated) attempt(ctx context.Context, slot *workerSlot, bindings []*ns
 		res, err = e.lost(slot, w, bindings, nil, res, started)
 		return res, err, false
 	}
+	stopPump := pumpLive(w, rid, live)
 	s := supervise(ctx, h, dl)
+	stopPump()
 	calls.end()
 	live.finish()
 	if s.abandoned {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/minipy-go/minipy/internal/pyrt"
+	"github.com/minipy-go/minipy/internal/worker"
 )
 
 // Live output: what a run prints reaches Options.Stdout and Options.Stderr while it runs.
@@ -25,8 +26,9 @@ import (
 const (
 	liveBacklog   = 1 << 20
 	liveFlushWait = time.Second
-	// liveInterval is how often a worker sends what C code and child processes wrote
-	// (worker.py's _Pump); Python's own writes are sent on the next switch of stream too.
+	// liveInterval is how often the host asks a worker for what C code and child processes
+	// wrote (pumpLive, worker.py's _Pump); Python's own writes are sent on the next switch
+	// of stream too.
 	liveInterval = 10 * time.Millisecond
 )
 
@@ -35,6 +37,34 @@ const (
 	streamStdout = 1
 	streamStderr = 2
 )
+
+// pumpLive asks worker w for run rid's pending live output every liveInterval until stop
+// is called (worker.Pump), when the run has live output: a run shorter than that costs the
+// worker no wake-up for it.
+func pumpLive(w *worker.Worker, rid uint64, live *liveOutput) (stop func()) {
+	if live == nil {
+		return func() {}
+	}
+	var mu sync.Mutex
+	stopped := false
+	var t *time.Timer
+	mu.Lock() // (t is set before its function reads it)
+	t = time.AfterFunc(liveInterval, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			w.Pump(rid)
+			t.Reset(liveInterval)
+		}
+	})
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
+	}
+}
 
 // liveOutput feeds one run's output to its writers.
 type liveOutput struct {

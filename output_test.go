@@ -212,6 +212,17 @@ func TestLiveOutputOfChildProcessesInWorker(t *testing.T) {
 	assert.Equal(t, "err\n", log.text("err"))
 }
 
+// A worker has no thread of its own for live output (the host asks for it, worker.Pump):
+// none besides the main and control threads runs beside the code, live or not.
+func TestLiveOutputNoPumpThread(t *testing.T) {
+	eng := newIsolated(t, minipy.IsolatedConfig{})
+	ns := eng.NewNamespace()
+	opts, _ := liveOpts(ns)
+	r, err := eng.Run(context.Background(), "import threading\nsorted(t.name for t in threading.enumerate())", opts)
+	require.NoError(t, err)
+	assert.Equal(t, []any{"MainThread", "minipy-control"}, r.Value)
+}
+
 // A writer that cannot keep up never stalls the code: output beyond the backlog is dropped
 // from the live feed with a note, the Result keeps it, and Run returns about a second after
 // the run at most.

@@ -118,6 +118,7 @@ const (
 	FrameCall    = 'C' // run event: u64 run id, u64 call id, codec [function id, {arguments}]
 	FrameReply   = 'B' // host -> worker: u64 call id, u8 status (Call*), payload
 	FrameBeat    = 'H' // host -> Command worker: nothing; it ends after a silence (config silence_ms)
+	FramePump    = 'P' // host -> worker: u64 run id: send the run's pending live output (docs/protocol.md)
 )
 
 // The flags of an answer (FrameAnswer). AnswerChanged says the request may have changed
@@ -240,9 +241,10 @@ func prelude() string {
 		fmt.Sprintf("KICK_FD = %d", KickFD),
 		fmt.Sprintf("MAX_DEPTH = %d", MaxDepth),
 		fmt.Sprintf("OMITTED = %q", Omitted),
-		fmt.Sprintf("F_REQUEST, F_KICK, F_READY, F_ANSWER, F_EXIT, F_OUTPUT, F_CALL, F_REPLY, F_BEAT = %s, %s, %s, %s, %s, %s, %s, %s, %s",
+		fmt.Sprintf("F_REQUEST, F_KICK, F_READY, F_ANSWER, F_EXIT, F_OUTPUT, F_CALL, F_REPLY, F_BEAT, F_PUMP = "+
+			"%s, %s, %s, %s, %s, %s, %s, %s, %s, %s",
 			b(FrameRequest), b(FrameKick), b(FrameReady), b(FrameAnswer), b(FrameExit), b(FrameOutput), b(FrameCall),
-			b(FrameReply), b(FrameBeat)),
+			b(FrameReply), b(FrameBeat), b(FramePump)),
 		fmt.Sprintf("CALL_OK, CALL_ERROR, CALL_BAD_ARGS, CALL_STOPPED, CALL_REFUSED, CALL_SHOW = %d, %d, %d, %d, %d, %d",
 			CallOK, CallError, CallBadArgs, CallStopped, CallRefused, CallShow),
 		fmt.Sprintf("IMAGE_TYPES = (%s,)", quoted(ImageTypes)),

@@ -206,22 +206,19 @@ def _reset(mem):
 
 class _Pump:
     """Live output (docs/protocol.md): while a run that asked for it goes on, sends what
-    reached the memory files of fds 1 and 2 since the last time as F_OUTPUT frames, every
-    _INTERVAL from its own thread and at once when a run's Python code switches from one
-    stream to the other. Started before any run, so the kick never takes it for a thread of
-    the code."""
-
-    _INTERVAL = 0.010  # output.go's liveInterval
+    reached the memory files of fds 1 and 2 since the last time as F_OUTPUT frames: when
+    the host asks (F_PUMP, every output.go's liveInterval of a run, read by the control
+    thread), at once when a run's Python code switches from one stream to the other, and at
+    its end. No thread of its own: a run shorter than the interval costs no wake-up, and a
+    worker one thread less."""
 
     def __init__(self, w):
         self.w = w
         self.lock = threading.Lock()
-        self.wake = threading.Event()
         self.active = False
         self.last = 0
         self.run_id = b""
         self.sent = {}
-        threading.Thread(target=self.loop, name="minipy-output", daemon=True).start()
 
     def start(self, run_id):
         with self.lock:
@@ -229,20 +226,19 @@ class _Pump:
             self.sent = {1: 0, 2: 0}
             self.last = 0
             self.active = True
-        self.wake.set()
 
     def stop(self):
         with self.lock:
             self.active = False
-            self.wake.clear()
 
     def switch(self, fd):
         self.send()
         self.last = fd
 
-    def send(self):
+    def send(self, run_id=None):
+        """Sends what is pending, if a run with live output goes on (run_id: that run)."""
         with self.lock:
-            if self.active:
+            if self.active and run_id in (None, self.run_id):
                 self._send()
 
     def insert(self, fd, text):
@@ -262,16 +258,6 @@ class _Pump:
                     break
                 self.sent[fd] += len(data)
                 self.w.write_frame(F_OUTPUT, self.run_id, bytes((fd,)), data)
-
-    def loop(self):
-        tick = threading.Event()  # never set: a sleep that is not the runtime's time.sleep
-        while True:
-            self.wake.wait()
-            tick.wait(self._INTERVAL)
-            try:
-                self.send()
-            except OSError:
-                pass  # the host is gone; the control thread ends the worker
 
 
 class _Worker:
@@ -445,6 +431,11 @@ class _Worker:
                             _rt._state.stage = stage
                         signal.pthread_kill(self.main_ident, self.kick_signal)
                         self.stop_calls()  # after the signal: the main thread's handler raises
+            elif kind == F_PUMP:
+                try:
+                    self.pump.send(body[1:9])
+                except OSError:
+                    pass  # the host is gone: the next read ends the worker
             elif kind == F_REPLY:
                 cid = _RUN_ID.unpack_from(body, 1)[0]
                 with self.lock:

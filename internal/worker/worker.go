@@ -1005,23 +1005,40 @@ func (w *Worker) Kick(rid uint64, stage int) {
 	f = binary.LittleEndian.AppendUint32(f, 10)
 	f = append(f, pyrt.FrameKick)
 	f = binary.LittleEndian.AppendUint64(f, rid)
-	f = append(f, byte(stage))
+	w.control(append(f, byte(stage)), kickWait)
+}
+
+// Pump asks the worker for run rid's pending live output (pyrt.FramePump: what the code's
+// fds 1 and 2 got since the last time, which C code and child processes write there), as
+// the host does every liveInterval of a run with live output. Like Kick it never waits on
+// the worker: a pump that finds the control pipe busy or full is not sent (the next one
+// is).
+func (w *Worker) Pump(rid uint64) {
+	f := make([]byte, 0, 13)
+	f = binary.LittleEndian.AppendUint32(f, 9)
+	f = append(f, pyrt.FramePump)
+	w.control(binary.LittleEndian.AppendUint64(f, rid), 0)
+}
+
+// control writes frame f (a kick, a pump) to the worker's control pipe, trying for at most
+// wait to get its turn and room there, else dropping it.
+func (w *Worker) control(f []byte, wait time.Duration) {
 	if w.kicks == nil {
 		w.Send(f) //nolint:errcheck // a dead worker is noticed by the owner's wait
 		return
 	}
-	until := time.Now().Add(kickWait)
+	until := time.Now().Add(wait)
 	for !w.kmu.TryLock() { // (an honest reply's write ends in a moment)
-		if time.Now().After(until) {
+		if !time.Now().Before(until) {
 			return
 		}
 		time.Sleep(time.Millisecond)
 	}
 	defer w.kmu.Unlock()
-	// (14 bytes, under PIPE_BUF: the kernel writes the frame whole or not at all.)
-	w.kicks.SetWriteDeadline(until)       //nolint:errcheck // a pipe without deadlines blocks, as before
-	w.kicks.Write(f)                      //nolint:errcheck // not sent: the hard stage follows
-	w.kicks.SetWriteDeadline(time.Time{}) //nolint:errcheck // (likewise)
+	// (Under PIPE_BUF: the kernel writes the frame whole or not at all.)
+	w.kicks.SetWriteDeadline(until.Add(time.Millisecond)) //nolint:errcheck // a pipe without deadlines blocks, as before
+	w.kicks.Write(f)                                      //nolint:errcheck // not sent: a kick's hard stage follows, the next pump
+	w.kicks.SetWriteDeadline(time.Time{})                 //nolint:errcheck // (likewise)
 }
 
 // kickWait is how long a kick may wait for the control pipe (a reply being written) and

@@ -196,7 +196,7 @@ func benchServer(b *testing.B, stored bool, cfg Config) (*opcount.Meter, *minipy
 }
 
 // benchCall makes an API call that must answer want, and returns the sandbox it names.
-func benchCall(b *testing.B, base, method, path, body string, want int) sandboxBody {
+func benchCall(b testing.TB, base, method, path, body string, want int) sandboxBody {
 	req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -213,7 +213,7 @@ func benchCall(b *testing.B, base, method, path, body string, want int) sandboxB
 }
 
 // benchRun executes code in sb; its answer must hold want.
-func benchRun(b *testing.B, base string, sb sandboxBody, code, want string) {
+func benchRun(b testing.TB, base string, sb sandboxBody, code, want string) {
 	js, _ := json.Marshal(map[string]string{"code": code})
 	req, _ := http.NewRequest("POST", base+"/execute", bytes.NewReader(js))
 	req.Header.Set("E2b-Sandbox-Id", sb.SandboxID)
