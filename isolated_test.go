@@ -407,6 +407,18 @@ len(procs)`
 	assert.Equal(t, "BlockingIOError", py.Type)
 }
 
+// A sandbox that cannot start for a process limit (here its own: Processes 1 leaves its
+// pid 1 no fork; a host's pid_max or pids.max fails the same way) says which limits those
+// are, not a bare errno.
+func TestIsolatedStartAtProcessLimitSaysSo(t *testing.T) {
+	e, err := minipy.NewIsolated(minipy.IsolatedConfig{Processes: 1})
+	if err == nil {
+		e.Close()
+	}
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "process limit is reached: kernel.pid_max")
+}
+
 func TestIsolatedPrivateWorkdir(t *testing.T) {
 	e1, err := minipy.NewIsolated(minipy.IsolatedConfig{})
 	require.NoError(t, err)

@@ -432,7 +432,7 @@ func (f *flags) serve(ctx context.Context, eng minipy.Engine, icfg minipy.Isolat
 		}
 		n++
 		ecfg := f.e2bConfig(eng, toks, g, icfg)
-		ecfg.Store, ecfg.Metrics, ecfg.Ops = store, m, opsHandler(g, m, ready, store)
+		ecfg.Store, ecfg.Metrics, ecfg.Ops, ecfg.Ready = store, m, opsHandler(g, m, ready, store), ready
 		if err := checkAdvertise("-advertise", f.advertise, store); err != nil {
 			fatal(err)
 		}

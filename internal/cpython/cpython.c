@@ -1020,6 +1020,9 @@ MP_INLINE void mp_say(int64_t *t, long fd, int step, int err) {
 	n = mp_cat(buf, n, 480, why[MP_SS_COUNT + 1]);  // ": [Errno "
 	n = mp_num(buf, n, 500, err);
 	buf[n++] = ']';
+	if (err == EAGAIN) {
+		n = mp_cat(buf, n, 500, why[MP_SS_COUNT + 2]);  // " (the host's process limit ...)"
+	}
 	buf[n++] = '\n';
 	MP_SYS(t, SYS_write, fd, (long)buf, (long)n);
 }

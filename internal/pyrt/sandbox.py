@@ -996,7 +996,7 @@ def _become_tenant(cfg, fds, dirs):
         os.closerange(_LIFE_FD + 1, 1 << 20)  # anything else the template held: not the code's
     except BaseException as exc:
         try:
-            os.write(err_fd[0], ("minipy worker: making the sandbox of a worker forked from the template failed: %s\n"
-                              % exc).encode())
+            hint = _SS_EAGAIN if isinstance(exc, OSError) and exc.errno == 11 else ""  # EAGAIN (template.py)
+            os.write(err_fd[0], ("%s%s%s\n" % (_SS_FAILED, exc, hint)).encode())
         finally:
             os._exit(70)

@@ -279,6 +279,9 @@ _SS_WHY = {
 # The kinds of a name at a sandbox's own root (internal/cpython's MP_RK_*; _root_layout's).
 _RK = {"dir": 0, "link": 1, "copy dir": 2, "copy file": 3}
 _SS_FAILED = "minipy worker: making the sandbox of a worker forked from the template failed: "
+# After an EAGAIN's errno (11), which a fork meets at the host's process limits.
+_SS_EAGAIN = (" (the host's process limit is reached: kernel.pid_max, kernel.threads-max, a cgroup's pids.max or "
+              "RLIMIT_NPROC; docs/deploy.md says what a host needs for N sandboxes)")
 
 
 class _SandboxFork:
@@ -324,8 +327,9 @@ class _SandboxFork:
         t[_FT_S_LISTEN] = C_LISTEN[0]
         paths = (ctypes.c_void_p * 16)(*[self.string(p) for p in covered])
         dirs = (ctypes.c_int64 * 16)(*[1 if os.path.isdir(p) else 0 for p in covered])
-        why = (ctypes.c_void_p * (_SS_COUNT + 2))(*[self.string(_SS_WHY[i]) for i in range(_SS_COUNT)],
-                                                  self.string(_SS_FAILED), self.string(": [Errno "))
+        why = (ctypes.c_void_p * (_SS_COUNT + 3))(*[self.string(_SS_WHY[i]) for i in range(_SS_COUNT)],
+                                                  self.string(_SS_FAILED), self.string(": [Errno "),
+                                                  self.string(_SS_EAGAIN))
         self.keep += [paths, dirs, why]
         t[_FT_S_NCOVERED] = len(covered)
         if _ROOT_NS[0] is not None:

@@ -169,6 +169,10 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, refusedClosed)
 		return
 	}
+	if why := s.unready(r.Context()); why != "" {
+		writeError(w, http.StatusServiceUnavailable, why)
+		return
+	}
 	var sb *sandbox
 	var code int
 	if sn != nil {
@@ -182,6 +186,25 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusCreated, sb.body())
 }
+
+// unready says why the engine cannot start a sandbox now (Config.Ready: its last worker
+// start failed, and so did another, such as at the host's process limit), "" when it can:
+// a create is refused then (503), not answered with a sandbox whose every run fails.
+func (s *Server) unready(ctx context.Context) string {
+	if s.cfg.Ready == nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, readyWait)
+	defer cancel()
+	if err := s.cfg.Ready(ctx); err != nil {
+		return "the server cannot start a sandbox now: " + err.Error()
+	}
+	return ""
+}
+
+// readyWait bounds a create's wait for the engine's check (Config.Ready), when its last
+// worker start failed.
+const readyWait = 10 * time.Second
 
 // checkCreate checks a new sandbox's request: its template and life, or why it is refused.
 func (s *Server) checkCreate(req *createRequest) (template string, life time.Duration, why string) {

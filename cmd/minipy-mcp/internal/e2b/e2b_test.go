@@ -1,11 +1,14 @@
 package e2b
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -322,4 +325,25 @@ func TestForkRefused(t *testing.T) {
 	w := httptest.NewRecorder()
 	s.ServeHTTP(w, r)
 	assert.Equal(t, http.StatusNotFound, w.Code, "another user's sandbox is not found, not forked")
+}
+
+// A create while the engine cannot start a sandbox (Config.Ready: its worker starts fail,
+// such as at the host's process limit) is refused with why (503), not answered with a
+// sandbox whose every run fails; once it can again, creates succeed.
+func TestCreateRefusedWhenUnready(t *testing.T) {
+	var mu sync.Mutex
+	why := errors.New("fork the sandbox's pid 1: [Errno 11] (the host's process limit is reached)")
+	_, base := pauseServer(t, Config{Ready: func(context.Context) error {
+		mu.Lock()
+		defer mu.Unlock()
+		return why
+	}})
+	code, body := call(t, "POST", base+"/v2/sandboxes", `{}`)
+	assert.Equal(t, http.StatusServiceUnavailable, code)
+	assert.Contains(t, body["message"], "process limit is reached")
+	mu.Lock()
+	why = nil
+	mu.Unlock()
+	code, _ = call(t, "POST", base+"/v2/sandboxes", `{}`)
+	assert.Equal(t, http.StatusCreated, code)
 }

@@ -94,6 +94,9 @@ type Config struct {
 	// function that gives its place back; it is never refused (a pause gives back a place
 	// per context, and takes one). Nil: paused sandboxes hold no place.
 	HoldPaused func(user string) (release func())
+	// Ready reports why the engine cannot start a sandbox now (minipy.Isolated.Ready), nil
+	// when it can: a create is refused (503) while it cannot. Nil: never checked.
+	Ready func(ctx context.Context) error
 	// Full reports whether the server's cap, not a user's, is what Admit refuses now: with
 	// SleepIdle, the idlest sandbox is then put to sleep to make room (sleep.go). Nil: never.
 	Full func() bool
