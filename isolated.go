@@ -36,10 +36,12 @@ type Isolated struct {
 	slots    []*workerSlot    // the shared workers; with one worker per namespace, the default's
 	perNS    bool             // Workers 0: each namespace gets a slot of its own
 	nextNS   atomic.Uint32
-	opened   atomic.Int64  // namespaces made and not freed (Stats)
-	startRec startRecord   // worker starts (Stats, Ready)
-	forks    atomic.Uint64 // tokens that pair a Fork's copy with its pipes in the guardian
-	spread   atomic.Uint32
+	opened   atomic.Int64 // namespaces made and not freed (Stats)
+	startRec startRecord  // worker starts (Stats, Ready)
+	// opTimeout bounds a namespace operation but a run (defaultOpTimeout; tests shorten it).
+	opTimeout time.Duration
+	forks     atomic.Uint64 // tokens that pair a Fork's copy with its pipes in the guardian
+	spread    atomic.Uint32
 	// defaultNS is the namespace of runs that pass no Globals (id 1, on the first worker).
 	defaultNS  *nsBinding
 	hostReg    hostRegistry
@@ -100,7 +102,8 @@ func newIsolated(cfg IsolatedConfig, sandbox bool) (*Isolated, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Isolated{cfg: cfg, perNS: cfg.Workers == 0, own: map[*workerSlot]struct{}{}, closeDone: make(chan struct{})}
+	e := &Isolated{cfg: cfg, perNS: cfg.Workers == 0, own: map[*workerSlot]struct{}{}, closeDone: make(chan struct{}),
+		opTimeout: defaultOpTimeout}
 	e.pool.init(cfg)
 	e.watch = e.newFileWatch()
 	if cfg.Egress != nil {
@@ -750,10 +753,9 @@ func (e *Isolated) do(ns *Namespace, op byte, args ...any) (any, error) {
 		}
 		rid := w.NextRun()
 		h := &isolatedRun{w: w, id: rid}
-		reqErr := w.Request(rid, 0, create, req)
-		if reqErr == nil {
-			for !h.wait(-1) { // false only after a stray wake from an earlier run's context
-			}
+		reqErr, stopped := e.sendOp(slot, h, b, create, req)
+		if stopped != nil {
+			return nil, stopped
 		}
 		if h.broke != nil {
 			_, err := e.broken(slot, w, []*nsBinding{b}, h.broke, &Result{}, time.Now())
@@ -777,6 +779,44 @@ func (e *Isolated) do(ns *Namespace, op byte, args ...any) (any, error) {
 		w.Answered()
 		return opReply(h.reply.resp)
 	}
+}
+
+// defaultOpTimeout bounds a namespace operation other than a run (Save, Restore, Get, Set, Names,
+// Fork...): those run the values' own code (pickling's __reduce__, a conversion's __len__),
+// which hostile code can make loop forever, and a host that saves idle sandboxes must not
+// wait on it for ever. Past it the operation is stopped as a run's timeout stops a run: a
+// kick, then the worker killed and rolled back to its last snapshot (or its state lost),
+// and the operation returns an *InterruptedError matching ErrTimeout.
+const defaultOpTimeout = 2 * time.Minute
+
+// sendOp sends operation request req as h (creating the namespaces of create first) and
+// waits for its answer within e.opTimeout: the request's error, or (stopped) the error of
+// an operation that its kicks did not stop (opAbandoned).
+func (e *Isolated) sendOp(slot *workerSlot, h *isolatedRun, b *nsBinding, create []uint32, req []byte) (reqErr, stopped error) {
+	started := time.Now()
+	dl := deadline{at: started.Add(e.opTimeout)}
+	if reqErr = h.w.Request(h.id, e.deadmanAfter(dl), create, req); reqErr != nil {
+		return reqErr, nil
+	}
+	if s := supervise(context.Background(), h, dl); s.abandoned {
+		return nil, e.opAbandoned(slot, h.w, b, s, started)
+	}
+	return nil, nil
+}
+
+// opAbandoned ends a namespace operation that its kicks did not stop (defaultOpTimeout): its
+// worker is killed and rolled back, or its state lost, as an abandoned run's.
+func (e *Isolated) opAbandoned(slot *workerSlot, w *worker.Worker, b *nsBinding, s stop, started time.Time) error {
+	s.abandoned = false // (an InterruptedError of a stopped operation: its worker is dealt with here)
+	intr, _ := s.interrupted(started, nil).(*InterruptedError)
+	bs := []*nsBinding{b}
+	if d, ok := w.KillWorker(deathReportWait); ok && d.Snapshot {
+		_, err := e.rolledBack(slot, w, bs, intr, &Result{}, started)
+		return err
+	}
+	w.Kill()
+	_, err := e.lost(slot, w, bs, intr, &Result{}, started)
+	return err
 }
 
 // fork is Namespace.Fork: the namespace's worker forks a copy of itself, which its

@@ -227,3 +227,8 @@ func SpareTarget(e *Isolated) int {
 	defer e.mu.Unlock()
 	return e.pool.target(time.Now())
 }
+
+// SetOpTimeout shortens how long e lets a namespace operation but a run take.
+func SetOpTimeout(e *Isolated, d time.Duration) {
+	e.opTimeout = d
+}

@@ -117,8 +117,11 @@ func currentStateKey() []byte {
 // open files, sockets, locks, threads) are skipped, and SaveInfo names them and says why.
 // Host functions are the host's: SaveInfo names them, and Restore leaves them to the host.
 //
-// Pickling runs the values' own code (__reduce__, __getstate__) without a deadline, as
-// Get does. Threads and child processes are not saved.
+// Pickling runs the values' own code (__reduce__, __getstate__), as Get does: the isolated
+// engine stops it after two minutes, as a run past its timeout is stopped (the worker
+// kicked, then killed and rolled back), and Save returns an error matching ErrTimeout;
+// every namespace operation is bounded so. The in-process engine has no such bound.
+// Threads and child processes are not saved.
 func (ns *Namespace) Save(w io.Writer) (SaveInfo, error) {
 	v, err := ns.op(pyrt.OpSave)
 	if err != nil {

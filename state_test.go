@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -423,4 +424,35 @@ func TestRestoreDeepTree(t *testing.T) {
 	got, err := target.ReadFile(strings.Repeat("d/", 1000) + "bottom.txt")
 	require.NoError(t, err)
 	assert.Equal(t, "deep", string(got))
+}
+
+// Saving runs the values' own code (__reduce__): a value whose code never returns is
+// stopped as a run past its timeout is (defaultOpTimeout; shortened here), whether it
+// yields to the kick or swallows it: Save returns an error matching ErrTimeout instead of
+// hanging its caller, and the namespace goes on (its worker rolled back).
+func TestSaveOfHostileValueIsStopped(t *testing.T) {
+	for name, loop := range map[string]string{
+		"kicked":   "while True: time.sleep(1)",
+		"swallows": "while True:\n            try:\n                time.sleep(1)\n            except BaseException:\n                pass",
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newIsolated(t, minipy.IsolatedConfig{})
+			minipy.SetOpTimeout(e, 300*time.Millisecond)
+			ns := e.NewNamespace()
+			_, err := e.Run(context.Background(), "import time\nclass Evil:\n    def __reduce__(self):\n        "+loop+
+				"\nevil = Evil()\nx = 41", &minipy.Options{Globals: ns})
+			require.NoError(t, err)
+			done := make(chan error, 1)
+			go func() { _, err := ns.Save(io.Discard); done <- err }()
+			select {
+			case err = <-done:
+			case <-time.After(time.Minute):
+				t.Fatal("Save still waits on the value's code")
+			}
+			require.ErrorIs(t, err, minipy.ErrTimeout)
+			r, err := e.Run(context.Background(), "x + 1", &minipy.Options{Globals: ns})
+			require.NoError(t, err)
+			assert.Equal(t, int64(42), r.Value)
+		})
+	}
 }

@@ -91,6 +91,9 @@ func (s *Server) sleep(sb *sandbox) {
 // admission may take the room a sleep made).
 const maxRoomTries = 4
 
+// roomWait bounds how long an admission waits for one sleep that makes room for it.
+const roomWait = 2 * time.Second
+
 // sleepIdlest puts the running sandbox that has gone longest without a request to sleep,
 // of those that lose nothing by it (the server's cap is full: its places make room);
 // false when none would sleep.
@@ -112,7 +115,19 @@ func (s *Server) sleepIdlest() bool {
 	}
 	slices.SortFunc(idle, func(a, b candidate) int { return a.touched.Compare(b.touched) })
 	for _, c := range idle[:min(len(idle), maxRoomTries)] {
-		s.sleep(c.sb)
+		// Another user's create waits on this sleep: one whose save the values' own code
+		// holds up (until the engine stops it: two minutes for any namespace operation) is left to
+		// go on alone.
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			s.sleep(c.sb)
+		}()
+		select {
+		case <-done:
+		case <-time.After(roomWait):
+			continue
+		}
 		if c.sb.sleeping() {
 			s.count(&s.stats.SleptForRoom)
 			return true
