@@ -3,6 +3,7 @@ package e2b
 import (
 	"encoding/json"
 	"errors"
+	"io"
 	"maps"
 	"net/http"
 	"slices"
@@ -34,18 +35,18 @@ import (
 // (a boot, as connect's resume is: its template's start command runs again). API calls do
 // not wake it (connect resumes it, as any paused sandbox).
 
-// errNotWhole: a sleep's save would skip values (minipy.SaveInfo.Skipped).
-type errNotWhole struct{ names []string }
+// notWholeError: a sleep's save would skip values (minipy.SaveInfo.Skipped).
+type notWholeError struct{ names []string }
 
-func (e *errNotWhole) Error() string {
+func (e *notWholeError) Error() string {
 	return "its variables " + strings.Join(e.names, ", ") + " cannot be saved"
 }
 
 // saveWhole is ns.Save into w, which for a sleep (whole) fails when it skips a value.
-func saveWhole(ns *minipy.Namespace, w interface{ Write([]byte) (int, error) }, whole bool) error {
+func saveWhole(ns *minipy.Namespace, w io.Writer, whole bool) error {
 	info, err := ns.Save(w)
 	if err == nil && whole && len(info.Skipped) > 0 {
-		return &errNotWhole{names: info.Skipped}
+		return &notWholeError{names: info.Skipped}
 	}
 	return err
 }
@@ -79,7 +80,7 @@ func (s *Server) sleep(sb *sandbox) {
 		return
 	}
 	code, why, err := s.pauseAs(sb, true, true)
-	var whole *errNotWhole
+	var whole *notWholeError
 	// (Else it is in use, or holds a value it cannot save: it stays up, and tries again after
 	// its next request.)
 	if code == http.StatusInsufficientStorage && !errors.As(err, &whole) {
@@ -107,17 +108,17 @@ func (s *Server) sleepIdlest() bool {
 	}
 	var idle []candidate
 	for _, sb := range all {
-		sb.mu.Lock()
-		if sb.state == stateRunning && !sb.dead && !sb.spare && len(sb.inflight) == 0 {
+		if s.sleepless(sb) == "" {
+			sb.mu.Lock()
 			idle = append(idle, candidate{sb, sb.touched})
+			sb.mu.Unlock()
 		}
-		sb.mu.Unlock()
 	}
 	slices.SortFunc(idle, func(a, b candidate) int { return a.touched.Compare(b.touched) })
 	for _, c := range idle[:min(len(idle), maxRoomTries)] {
 		// Another user's create waits on this sleep: one whose save the values' own code
-		// holds up (until the engine stops it: two minutes for any namespace operation) is left to
-		// go on alone.
+		// holds up (until the engine stops it: two minutes, for any namespace operation)
+		// is left to go on alone.
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
