@@ -342,7 +342,7 @@ func (s *Server) runningSandbox(w http.ResponseWriter, r *http.Request, id, port
 	if sb != nil && sb.running() {
 		return sb, false
 	}
-	if sb != nil && s.wakesFor(r, port, sb.token) {
+	if sb != nil && s.wakesFor(r, port, sb.token, sb.portRules().Private) {
 		if woken, answered := s.wakeAnswering(w, sb); woken != nil || answered {
 			return woken, answered
 		}

@@ -361,10 +361,10 @@ func storedState(one session.Saved) string {
 
 // wakesFor reports whether request r to port of a sandbox whose access token is token may
 // wake it: it carries the token, or is to one of the sandbox's own ports, which any
-// request reaches (its rules are checked when it is served).
-func (s *Server) wakesFor(r *http.Request, port, token string) bool {
+// request reaches unless they are private (allowPublicTraffic false).
+func (s *Server) wakesFor(r *http.Request, port, token string, private bool) bool {
 	_, own := userPort(port)
-	return own || tokenIs(r, token)
+	return own && !private || tokenIs(r, token)
 }
 
 // storedToWake is the sandbox id that the store holds asleep, or paused with autoResume,
@@ -373,7 +373,7 @@ func (s *Server) storedToWake(id string, r *http.Request, port string) *sandbox 
 	meta, err := s.cfg.Store.Stat(session.KindSandbox, id)
 	var si storedInfo
 	if err != nil || json.Unmarshal(meta.Init, &si) != nil || si.ID != id || !s.tokens.isFor(id, si.Token) ||
-		!s.wakesFor(r, port, si.Token) || !si.Asleep && !si.AutoResume || s.cfg.HasUser != nil && !s.cfg.HasUser(meta.User) {
+		!s.wakesFor(r, port, si.Token, si.PortsPrivate) || !si.Asleep && !si.AutoResume || s.cfg.HasUser != nil && !s.cfg.HasUser(meta.User) {
 		return nil
 	}
 	return s.placeSandbox(id, meta.User, si, meta.Saved)

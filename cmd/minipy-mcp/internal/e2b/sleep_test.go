@@ -267,3 +267,32 @@ func TestSleepMakesRoom(t *testing.T) {
 	code, _ := call(t, "POST", base+"/v2/sandboxes", `{}`)
 	assert.Equal(t, http.StatusTooManyRequests, code, "a user's cap: no sleep makes room")
 }
+
+// A request to one of an asleep sandbox's own ports wakes it without its token when its
+// ports are public (any request reaches them), and only with it when they are private.
+func TestWakeByPortNeedsTokenWhenPrivate(t *testing.T) {
+	s, base := pauseServer(t, Config{SleepIdle: sleepIdle})
+	toPort := func(sb map[string]any, token bool) {
+		req, err := http.NewRequest("GET", base+"/", nil)
+		require.NoError(t, err)
+		req.Header.Set("E2b-Sandbox-Id", sb["sandboxID"].(string))
+		req.Header.Set("E2b-Sandbox-Port", "8000")
+		if token {
+			req.Header.Set("E2B-Traffic-Access-Token", sb["envdAccessToken"].(string))
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+	}
+	code, private := call(t, "POST", base+"/v2/sandboxes", `{"network": {"allowPublicTraffic": false}}`)
+	require.Equal(t, http.StatusCreated, code, "%v", private)
+	code, public := call(t, "POST", base+"/v2/sandboxes", `{}`)
+	require.Equal(t, http.StatusCreated, code, "%v", public)
+	asleepSoon(t, s, 2)
+	toPort(private, false)
+	assert.Zero(t, s.Stats().Woken, "private ports: no token, no wake")
+	toPort(public, false)
+	assert.Equal(t, 1, s.Stats().Woken, "public ports: any request wakes it")
+	toPort(private, true)
+	assert.Equal(t, 2, s.Stats().Woken, "private ports: its token wakes it")
+}

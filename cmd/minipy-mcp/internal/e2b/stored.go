@@ -45,6 +45,9 @@ type storedInfo struct {
 	AutoPause  bool          `json:"autoPause,omitempty"`
 	AutoResume bool          `json:"autoResume,omitempty"`
 	Life       time.Duration `json:"life,omitempty"`
+	// PortsPrivate: its own ports need its token (allowPublicTraffic false), so that a
+	// request without it wakes it not.
+	PortsPrivate bool `json:"portsPrivate,omitempty"`
 }
 
 // storedHead is the start of a paused sandbox's blob (a u32 length, then it): what it
@@ -102,7 +105,7 @@ func decodeStored(blob []byte) (storedHead, []pausedContext, error) {
 // A sleep's (asleep) fails rather than skip a value, and keeps its time's end.
 func (s *Server) storePaused(sb *sandbox, contexts []*codeContext, asleep bool) (int64, error) {
 	si := storedInfo{ID: sb.id, Token: sb.token, Template: sb.template, Metadata: sb.metadata, Started: sb.started,
-		Asleep: asleep, AutoPause: sb.autoPause, AutoResume: sb.autoResume, Life: sb.life}
+		Asleep: asleep, AutoPause: sb.autoPause, AutoResume: sb.autoResume, Life: sb.life, PortsPrivate: sb.ports.Private}
 	if asleep {
 		si.End = sb.end
 	}
@@ -320,7 +323,7 @@ func (s *Server) placeStored(id, user string, si storedInfo, kind string, end ti
 	sb := &sandbox{id: id, token: token, user: user, template: si.Template, metadata: si.Metadata,
 		started: si.Started, end: end, state: statePaused, stored: true, from: kind,
 		inflight: make(chan struct{}, maxInflight), asleep: si.Asleep, autoPause: si.AutoPause,
-		autoResume: si.AutoResume, life: si.Life}
+		autoResume: si.AutoResume, life: si.Life, ports: portRules{Private: si.PortsPrivate}}
 	if sb.metadata == nil {
 		sb.metadata = map[string]string{}
 	}
