@@ -33,7 +33,8 @@ const auto = await Sandbox.create({ timeoutMs: 1_000, lifecycle: { onTimeout: 'p
 await auto.runCode('y = 7')
 await until(async () => (await auto.getInfo()).state === 'paused')
 out.lifecycle = (await auto.getInfo()).lifecycle
+const wokenBefore = await metric('minipy_e2b_sandboxes_woken_total')
 out.y = (await auto.runCode('y + 1')).text
-out.wokenByTraffic = (await metric('minipy_e2b_sandboxes_woken_total')) - out.wokenAfter
+out.wokenByTraffic = (await metric('minipy_e2b_sandboxes_woken_total')) - wokenBefore
 await auto.kill()
 console.log(JSON.stringify(out))
