@@ -548,14 +548,7 @@ func (e *Isolated) attempt(ctx context.Context, slot *workerSlot, bindings []*ns
 	calls.end()
 	live.finish()
 	if s.abandoned {
-		s.abandoned = false // the isolated engine does not leave the code running
-		intr, _ := s.interrupted(started, nil).(*InterruptedError)
-		if d, ok := w.KillWorker(deathReportWait); ok && d.Snapshot {
-			res, err = e.rolledBack(slot, w, bindings, intr, res, started)
-			return res, err, false
-		}
-		w.Kill()
-		res, err = e.lost(slot, w, bindings, intr, res, started)
+		res, err = e.abandoned(slot, w, bindings, s, res, started)
 		return res, err, false
 	}
 	if h.broke != nil {
@@ -781,8 +774,8 @@ func (e *Isolated) do(ns *Namespace, op byte, args ...any) (any, error) {
 	}
 }
 
-// defaultOpTimeout bounds a namespace operation other than a run (Save, Restore, Get, Set, Names,
-// Fork...): those run the values' own code (pickling's __reduce__, a conversion's __len__),
+// defaultOpTimeout bounds a namespace operation other than a run (Save, Restore, Get, Set, Names:
+// each goes through do): those run the values' own code (pickling's __reduce__, a conversion's __len__),
 // which hostile code can make loop forever, and a host that saves idle sandboxes must not
 // wait on it for ever. Past it the operation is stopped as a run's timeout stops a run: a
 // kick, then the worker killed and rolled back to its last snapshot (or its state lost),
@@ -791,7 +784,7 @@ const defaultOpTimeout = 2 * time.Minute
 
 // sendOp sends operation request req as h (creating the namespaces of create first) and
 // waits for its answer within e.opTimeout: the request's error, or (stopped) the error of
-// an operation that its kicks did not stop (opAbandoned).
+// an operation that its kicks did not stop (abandoned).
 func (e *Isolated) sendOp(slot *workerSlot, h *isolatedRun, b *nsBinding, create []uint32, req []byte) (reqErr, stopped error) {
 	started := time.Now()
 	dl := deadline{at: started.Add(e.opTimeout)}
@@ -799,24 +792,23 @@ func (e *Isolated) sendOp(slot *workerSlot, h *isolatedRun, b *nsBinding, create
 		return reqErr, nil
 	}
 	if s := supervise(context.Background(), h, dl); s.abandoned {
-		return nil, e.opAbandoned(slot, h.w, b, s, started)
+		_, stopped = e.abandoned(slot, h.w, []*nsBinding{b}, s, &Result{}, started)
 	}
-	return nil, nil
+	return nil, stopped
 }
 
-// opAbandoned ends a namespace operation that its kicks did not stop (defaultOpTimeout): its
-// worker is killed and rolled back, or its state lost, as an abandoned run's.
-func (e *Isolated) opAbandoned(slot *workerSlot, w *worker.Worker, b *nsBinding, s stop, started time.Time) error {
-	s.abandoned = false // (an InterruptedError of a stopped operation: its worker is dealt with here)
+// abandoned ends a run or an operation that its kicks did not stop: the isolated engine
+// does not leave the code running, its worker is killed and rolled back to its last
+// snapshot, or its state lost.
+func (e *Isolated) abandoned(slot *workerSlot, w *worker.Worker, bindings []*nsBinding, s stop, res *Result,
+	started time.Time) (*Result, error) {
+	s.abandoned = false // (its InterruptedError: the worker is dealt with here)
 	intr, _ := s.interrupted(started, nil).(*InterruptedError)
-	bs := []*nsBinding{b}
 	if d, ok := w.KillWorker(deathReportWait); ok && d.Snapshot {
-		_, err := e.rolledBack(slot, w, bs, intr, &Result{}, started)
-		return err
+		return e.rolledBack(slot, w, bindings, intr, res, started)
 	}
 	w.Kill()
-	_, err := e.lost(slot, w, bs, intr, &Result{}, started)
-	return err
+	return e.lost(slot, w, bindings, intr, res, started)
 }
 
 // fork is Namespace.Fork: the namespace's worker forks a copy of itself, which its

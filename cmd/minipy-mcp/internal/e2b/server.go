@@ -310,14 +310,16 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, sb *sandbo
 	}
 	// A sleep begins only without requests in progress (sleep.go): one that began before
 	// this request took its place is woken from, and then none can begin until it ends.
-	if runs, code, why := s.wake(sb, true); !runs {
-		<-sb.inflight
-		if code != 0 {
-			writeError(w, code, why)
-		} else {
-			s.notRunning(w, r, sb.id, port)
+	if !sb.running() {
+		if runs, code, why := s.wake(sb, true); !runs {
+			<-sb.inflight
+			if code != 0 {
+				writeError(w, code, why)
+			} else {
+				s.notRunning(w, r, sb.id, port)
+			}
+			return
 		}
-		return
 	}
 	release := sync.OnceFunc(func() { <-sb.inflight; s.touch(sb) })
 	defer release()
