@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/minipy-go/minipy"
 	"github.com/minipy-go/minipy/internal/opcount"
+	"github.com/minipy-go/minipy/internal/procstat"
 )
 
 // BenchmarkCounts measures issue 37's goals in what no VM can blur: the context switches,
@@ -46,6 +48,7 @@ func BenchmarkCounts(b *testing.B) {
 		const block = 50
 		var took, echoed, inProcess []time.Duration
 		var counts, floorCounts opcount.Counts
+		var hostCPU, sandboxCPU time.Duration
 		ops := 0
 		for b.Loop() {
 			for range block {
@@ -62,6 +65,7 @@ func BenchmarkCounts(b *testing.B) {
 				echoed = append(echoed, time.Since(start))
 			}
 			floorCounts = floorCounts.Add(m.since(before))
+			host, sandbox := treeCPU(echo.pid)
 			before = m.read()
 			for range block {
 				start := time.Now()
@@ -71,8 +75,12 @@ func BenchmarkCounts(b *testing.B) {
 				took = append(took, time.Since(start))
 			}
 			counts = counts.Add(m.since(before))
+			host2, sandbox2 := treeCPU(echo.pid)
+			hostCPU, sandboxCPU = hostCPU+host2-host, sandboxCPU+sandbox2-sandbox
 			ops += block
 		}
+		b.ReportMetric(float64(hostCPU.Nanoseconds())/1e3/float64(ops), "host-cpu-us/op")
+		b.ReportMetric(float64(sandboxCPU.Nanoseconds())/1e3/float64(ops), "sandbox-cpu-us/op")
 		b.ReportMetric(float64(median(echoed).Nanoseconds())/1e3, "echo-us")
 		b.ReportMetric(float64(median(inProcess).Nanoseconds())/1e3, "inprocess-us")
 		floor := []time.Duration{median(echoed) + median(inProcess)}
@@ -260,6 +268,22 @@ _loop.copied_ahead() if _loop else 0`, &minipy.Options{Globals: ns})
 		b.Fatal(err)
 	}
 	return r.Value.(int64)
+}
+
+// treeCPU is the CPU time this process has had (host) and its descendants but skip
+// (sandbox: the engine's template, guardians and workers) have had: procstat.CPU.
+func treeCPU(skip int) (host, sandbox time.Duration) {
+	self := os.Getpid()
+	for _, pid := range procstat.Tree(self) {
+		switch pid {
+		case self:
+			host = procstat.CPU(pid)
+		case skip:
+		default:
+			sandbox += procstat.CPU(pid)
+		}
+	}
+	return host, sandbox
 }
 
 func report(b *testing.B, m countMeter, took, floor []time.Duration, per, floorPer opcount.PerOp) {

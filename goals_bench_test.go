@@ -158,6 +158,7 @@ func workerPython(b *testing.B, e *minipy.Isolated) string {
 type echoProcess struct {
 	in  io.Writer
 	out *bufio.Reader
+	pid int
 }
 
 func startEcho(b *testing.B, python string) *echoProcess {
@@ -186,7 +187,7 @@ while True:
 		in.Close()
 		cmd.Wait()
 	})
-	return &echoProcess{in: in, out: bufio.NewReader(out)}
+	return &echoProcess{in: in, out: bufio.NewReader(out), pid: cmd.Process.Pid}
 }
 
 func (p *echoProcess) roundTrip(b *testing.B, frame []byte) {

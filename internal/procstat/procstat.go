@@ -42,6 +42,27 @@ func MostWaited(before, after map[int]time.Duration) time.Duration {
 	return most
 }
 
+// CPU is how long the threads of process pid that are still there have run on a CPU (the
+// first field of each one's schedstat), in nanoseconds as the scheduler counts them: 0 if
+// the process is gone.
+func CPU(pid int) time.Duration {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task/"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	var sum time.Duration
+	for _, t := range tasks {
+		if b, err := os.ReadFile(dir + t.Name() + "/schedstat"); err == nil {
+			if f := strings.Fields(string(b)); len(f) > 0 {
+				ns, _ := strconv.ParseInt(f[0], 10, 64)
+				sum += time.Duration(ns)
+			}
+		}
+	}
+	return sum
+}
+
 func schedWait(path string) (time.Duration, bool) {
 	b, err := os.ReadFile(path)
 	if err != nil {

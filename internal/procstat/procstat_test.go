@@ -46,6 +46,24 @@ func TestWaitsGrowWhenProcessesShareACPU(t *testing.T) {
 	assert.Zero(t, MostWaited(before, map[int]time.Duration{}), "only pids in both count")
 }
 
+// A busy process's CPU time grows by about the time it ran; a sleeping one's hardly; a
+// process that is gone has none.
+func TestCPU(t *testing.T) {
+	start := func(script string) *exec.Cmd {
+		c := exec.Command("sh", "-c", script)
+		require.NoError(t, c.Start())
+		t.Cleanup(func() { c.Process.Kill(); c.Wait() }) //nolint:errcheck // killed
+		return c
+	}
+	busy, idle := start("while :; do :; done"), start("sleep 30")
+	b0, i0 := CPU(busy.Process.Pid), CPU(idle.Process.Pid)
+	// Until the busy one has run 200 ms (a loaded machine gives it less of the wall clock).
+	require.Eventually(t, func() bool { return CPU(busy.Process.Pid)-b0 >= 200*time.Millisecond },
+		time.Minute, 10*time.Millisecond)
+	assert.Less(t, CPU(idle.Process.Pid)-i0, 50*time.Millisecond)
+	assert.Zero(t, CPU(1<<30), "no such process")
+}
+
 func TestTree(t *testing.T) {
 	c := exec.Command("sh", "-c", "sleep 30 & sleep 30 & wait")
 	require.NoError(t, c.Start())

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -59,6 +60,8 @@ type Worker struct {
 	// goroutine that waits for the answer: a hop through a reader goroutine and a channel
 	// cost about a third of a warm round trip.
 	out   *os.File
+	outRC syscall.RawConn // out's, for readOut (nil until its first read)
+	fast  bool            // the last wait for out's bytes ended within spinMax: readOut spins
 	rbuf  []byte
 	woken atomic.Bool // Wake was called: the current wait must return
 	limit int         // the payload cap of its answers and host calls (Spec.MaxTransfer)
@@ -229,10 +232,130 @@ func (w *Worker) ReadFrame(deadline time.Time) ([]byte, error) {
 		if w.woken.Swap(false) {
 			return nil, os.ErrDeadlineExceeded
 		}
-		m, err := w.out.Read(w.rbuf[len(w.rbuf):cap(w.rbuf)])
+		m, err := w.readOut(w.rbuf[len(w.rbuf):cap(w.rbuf)], deadline)
 		w.rbuf = w.rbuf[:len(w.rbuf)+m]
 		if err != nil && m == 0 {
 			return nil, err
+		}
+	}
+}
+
+// How the owner waits for the worker's bytes (readOut). On a virtual machine a round
+// trip's cost is mostly waking: a thread that sleeps lets its virtual CPU halt, and waking
+// it takes an interrupt through the hypervisor, tens of microseconds of the waker's CPU,
+// more than a short run itself (the worker's CPU for a `1+1` was 93-114 us answering a
+// host asleep, 76-92 answering one that spins; the round trip fell from 148-179 us to
+// 101-114: BenchmarkCounts/round-trip). So a wait first spins for at most spinMax, while
+// the worker's answers come that fast; then it waits in a poll on the reading goroutine's
+// own thread for at most onThreadWait (a frame then wakes that thread alone, where through
+// the runtime's poller it woke the poller's thread, which woke another to run the reader);
+// then it parks in the runtime's poller, so a host with thousands of runs in flight holds
+// no thread for each. A Wake during a spin or poll is seen at its end.
+const (
+	spinStep     = 4 * time.Microsecond // between two reads of a spin
+	onThreadWait = time.Millisecond
+)
+
+var spinMax = 250 * time.Microsecond // (a variable for tests)
+
+// spinners counts the goroutines spinning in readOut: at most half the Ps spin, so the
+// rest run the host's other goroutines (and there is a CPU for the workers). A host with
+// one P or one CPU never spins: its spin would take the CPU the worker needs.
+var spinners atomic.Int32
+
+// spinsBegun counts the spins readOut began (its tests see which waits spun).
+var spinsBegun atomic.Int64
+
+// spinTurn takes a turn to spin, if there is one (release it with spinners.Add(-1)).
+func spinTurn() bool {
+	most := int32(min(runtime.GOMAXPROCS(0), runtime.NumCPU()) / 2)
+	if spinners.Add(1) > most {
+		spinners.Add(-1)
+		return false
+	}
+	spinsBegun.Add(1)
+	return true
+}
+
+// readOut reads what the worker wrote to its stdout, as w.out.Read does (deadline is the
+// one set on w.out), first spinning and waiting on this thread as the constants above say
+// (within the deadline). It spins only after a wait that ended within spinMax (none before
+// the first: a worker's start takes milliseconds), and a spin that ends with nothing stops
+// the next ones until a wait ends within spinMax again: a worker busy for longer costs one
+// spin a run at most.
+func (w *Worker) readOut(p []byte, deadline time.Time) (int, error) {
+	if w.outRC == nil {
+		rc, err := w.out.SyscallConn()
+		if err != nil {
+			return w.out.Read(p)
+		}
+		w.outRC = rc
+	}
+	start := time.Now()
+	wait, spinning := onThreadWait, spinMax
+	if !deadline.IsZero() {
+		wait, spinning = min(wait, deadline.Sub(start)), min(spinning, deadline.Sub(start))
+	}
+	var n int
+	var rerr error
+	waited := wait <= 0
+	// (syscall.Read, not unix.Read: its race annotations order this read after the writes
+	// that caused it, as os.File's reads did: a host call's reply, then the answer.)
+	err := w.outRC.Read(func(fd uintptr) bool {
+		for {
+			n, rerr = syscall.Read(int(fd), p)
+			if rerr == unix.EINTR {
+				continue
+			}
+			if rerr != unix.EAGAIN {
+				if waited {
+					w.fast = time.Since(start) <= spinMax
+				}
+				return true
+			}
+			if waited {
+				return false
+			}
+			waited = true
+			if w.fast && spinTurn() {
+				got := w.spin(fd, p, &n, &rerr, start.Add(spinning))
+				spinners.Add(-1)
+				if got {
+					return true
+				}
+			}
+			if left := wait - time.Since(start); left > 0 {
+				ts := unix.NsecToTimespec(int64(left))
+				unix.Ppoll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, &ts, nil) //nolint:errcheck // the read says
+			}
+		}
+	})
+	if err != nil {
+		return 0, err
+	}
+	if rerr != nil {
+		return 0, &os.PathError{Op: "read", Path: w.out.Name(), Err: rerr}
+	}
+	if n == 0 && len(p) > 0 {
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// spin reads fd into p until it has bytes (true: *n and *rerr are the read's) or until
+// passes (false, and w.fast is cleared).
+func (w *Worker) spin(fd uintptr, p []byte, n *int, rerr *error, until time.Time) bool {
+	for {
+		next := time.Now().Add(spinStep)
+		for time.Now().Before(next) {
+		}
+		*n, *rerr = syscall.Read(int(fd), p)
+		if *rerr != unix.EAGAIN && *rerr != unix.EINTR {
+			return true
+		}
+		if time.Now().After(until) {
+			w.fast = false
+			return false
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -245,6 +246,64 @@ func TestReadFrame(t *testing.T) {
 		}
 	}
 	require.ErrorIs(t, err, ErrNotProtocol)
+}
+
+// TestReadFrameSpins: a wait for the worker's bytes spins only after a wait that ended
+// within spinMax (a frame written during the spin is read by it); after one that took
+// longer, or a spin that ended with nothing, it does not spin until a wait ends within
+// spinMax again: a worker busy for longer costs one spin a run at most. A host with fewer
+// than two CPUs (or Ps) never spins.
+func TestReadFrameSpins(t *testing.T) {
+	r, wr, err := os.Pipe()
+	require.NoError(t, err)
+	defer r.Close()
+	defer wr.Close()
+	w := Reading(r, DefaultMaxTransfer)
+	frame := frameOf(pyrt.FrameReady, []byte{1})
+	read := func(writeWhen func()) {
+		t.Helper()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			writeWhen()
+			wr.Write(frame) //nolint:errcheck // read below
+		}()
+		body, err := w.ReadFrame(time.Now().Add(time.Minute))
+		require.NoError(t, err)
+		assert.Equal(t, frame[4:], body)
+		<-done
+	}
+	later := func() { time.Sleep(50 * time.Millisecond) }
+	begun := spinsBegun.Load()
+	read(later) // the first wait (a worker's start): no spin
+	assert.Equal(t, begun, spinsBegun.Load())
+	assert.False(t, w.fast)
+
+	defer func(d time.Duration) { spinMax = d }(spinMax) // (restored)
+	spinMax = 10 * time.Second                           // (a wait of 50 ms is fast; however loaded the machine, a write comes during a spin)
+	read(later)
+	assert.Equal(t, begun, spinsBegun.Load(), "no spin after a slow wait")
+	assert.True(t, w.fast, "a wait within spinMax")
+	if min(runtime.GOMAXPROCS(0), runtime.NumCPU()) < 2 {
+		read(later)
+		assert.Equal(t, begun, spinsBegun.Load(), "one CPU or P: no spin")
+		return
+	}
+	read(func() {
+		for spinsBegun.Load() == begun { // until the read spins
+			runtime.Gosched()
+		}
+	})
+	assert.Equal(t, begun+1, spinsBegun.Load())
+	assert.True(t, w.fast, "the frame came during the spin")
+
+	spinMax = time.Millisecond
+	read(later) // a spin that ends with nothing, then the wait
+	assert.Equal(t, begun+2, spinsBegun.Load())
+	assert.False(t, w.fast)
+	read(later)
+	assert.Equal(t, begun+2, spinsBegun.Load(), "no spin after a slow wait")
+	assert.Zero(t, spinners.Load())
 }
 
 // TestKillDescendants: every descendant is killed, and a process held for a start time
