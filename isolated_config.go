@@ -22,12 +22,20 @@ const Unlimited = -1
 // gives none (0): at most this many processes and threads in each sandbox. A fork bomb
 // takes no more of the machine's pids than that (the kernel's default pid_max is 32,768 or
 // more), and it leaves room for what data-science code runs legitimately, which
-// RLIMIT_NPROC counts too: the sandbox's own 5 (the guardian, the worker's three threads,
-// its rollback snapshot), OpenBLAS's thread per core (numpy's BLAS; up to 64), another
+// RLIMIT_NPROC counts too: the sandbox's own 4 (the guardian, the worker's two threads,
+// its rollback snapshot; MinProcesses as a snapshot takes over), OpenBLAS's thread per core (numpy's BLAS; up to 64), another
 // library's pool, and subprocesses. Hosts with more than about 100 cores and several
 // thread pools may need more, or fewer threads per pool (OMP_NUM_THREADS,
 // OPENBLAS_NUM_THREADS in Env).
 const DefaultProcesses = 256
+
+// MinProcesses is the least Processes a sandboxed local worker takes: the sandbox's own
+// tasks when a rollback snapshot takes over from a worker that died (its pid 1, the dead
+// worker until it is reaped, the snapshot now the worker and its control thread, the next
+// snapshot), and one for the code. With fewer a sandbox failed to start, or its next
+// snapshot's fork failed and a later rollback lost the namespace's variables; NewIsolated
+// refuses them.
+const MinProcesses = 6
 
 // IsolatedConfig configures an isolated engine (see NewIsolated). The zero value is one
 // local worker of the default Python, in a sandbox with no network and at most
@@ -330,6 +338,9 @@ type Mount struct {
 var moduleName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
 
 // withDefaults checks cfg and fills in its defaults.
+// processFloor is MinProcesses, but for the test that starts a sandbox below it.
+var processFloor = MinProcesses
+
 func withDefaults(cfg IsolatedConfig) (IsolatedConfig, error) {
 	if cfg.Workers < 0 {
 		return cfg, errors.New("minipy: IsolatedConfig.Workers must not be negative")
@@ -360,6 +371,10 @@ func withDefaults(cfg IsolatedConfig) (IsolatedConfig, error) {
 	case cfg.MaxTransfer < minTransfer || cfg.MaxTransfer > maxTransfer:
 		return cfg, fmt.Errorf("minipy: IsolatedConfig.MaxTransfer must be %d (1 MiB) to %d (1 GiB) bytes, or 0 for "+
 			"DefaultMaxTransfer", minTransfer, maxTransfer)
+	}
+	if len(cfg.Command) == 0 && cfg.Processes > 0 && cfg.Processes < processFloor {
+		return cfg, fmt.Errorf("minipy: IsolatedConfig.Processes must be at least %d (MinProcesses: what a sandbox "+
+			"needs of its own), 0 for DefaultProcesses, or Unlimited; it is %d", processFloor, cfg.Processes)
 	}
 	if cfg.TmpSize < 0 {
 		return cfg, errors.New("minipy: IsolatedConfig.TmpSize must not be negative")

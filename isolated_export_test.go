@@ -26,6 +26,14 @@ func NewIsolatedActingUnsandboxed(cfg IsolatedConfig) (*Isolated, error) {
 	return newIsolated(cfg, false)
 }
 
+// NewIsolatedBelowProcessFloor is NewIsolated that takes a Processes under MinProcesses,
+// for the test of a sandbox that cannot start for a process limit.
+func NewIsolatedBelowProcessFloor(cfg IsolatedConfig) (*Isolated, error) {
+	processFloor = 0
+	defer func() { processFloor = MinProcesses }()
+	return newIsolated(cfg, true)
+}
+
 // LinkedPython is the python executable of the linked libpython: the isolated engine's
 // default worker and the in-process sys.executable.
 var LinkedPython = cpython.LinkedPython

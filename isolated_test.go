@@ -407,16 +407,47 @@ len(procs)`
 	assert.Equal(t, "BlockingIOError", py.Type)
 }
 
-// A sandbox that cannot start for a process limit (here its own: Processes 1 leaves its
-// pid 1 no fork; a host's pid_max or pids.max fails the same way) says which limits those
-// are, not a bare errno.
+// A sandbox that cannot start for a process limit (here its own: Processes 1, which only
+// a test can set, leaves its pid 1 no fork; a host's pid_max or pids.max fails the same
+// way) says which limits those are, not a bare errno.
 func TestIsolatedStartAtProcessLimitSaysSo(t *testing.T) {
-	e, err := minipy.NewIsolated(minipy.IsolatedConfig{Processes: 1})
+	e, err := minipy.NewIsolatedBelowProcessFloor(minipy.IsolatedConfig{Processes: 1})
 	if err == nil {
 		e.Close()
 	}
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "process limit is reached: kernel.pid_max")
+}
+
+// Processes under MinProcesses is refused at NewIsolated, with why: below it a sandbox did
+// not start (2: "failed to start:" and no reason), or a rollback lost the variables (5: the
+// next snapshot's fork failed). At MinProcesses a sandbox starts and rolls back, again and
+// again, and Command workers (whose count is the far side's) are not held to it.
+func TestIsolatedProcessesFloor(t *testing.T) {
+	for _, n := range []int{1, 2, minipy.MinProcesses - 1} {
+		_, err := minipy.NewIsolated(minipy.IsolatedConfig{Processes: n})
+		require.Error(t, err, "Processes %d", n)
+		assert.Contains(t, err.Error(), "MinProcesses")
+	}
+	e := newIsolated(t, minipy.IsolatedConfig{Processes: minipy.MinProcesses})
+	ns := e.NewNamespace()
+	opts := &minipy.Options{Globals: ns}
+	for i := range 3 {
+		_, err := e.Minipy(fmt.Sprintf("kept%d = %d", i, i), opts)
+		require.NoError(t, err)
+		_, err = e.Minipy("import os; os._exit(7)", opts)
+		var lost *minipy.WorkerLostError
+		require.ErrorAs(t, err, &lost)
+		r, err := e.Minipy(fmt.Sprintf("kept%d", i), opts)
+		require.NoError(t, err, "rollback %d", i+1)
+		assert.Equal(t, int64(i), r.Value)
+	}
+	c, err := minipy.NewIsolated(minipy.IsolatedConfig{Processes: 1, Command: []string{"/nonexistent/worker"}, Network: true})
+	if err == nil {
+		c.Close()
+	} else {
+		assert.NotContains(t, err.Error(), "MinProcesses")
+	}
 }
 
 func TestIsolatedPrivateWorkdir(t *testing.T) {
