@@ -34,20 +34,27 @@ func replicaServer(t *testing.T, storeURL string) (*Server, string) {
 // renewed, and it answers nothing more; its engine and sandboxes live on, as a replica cut
 // off would.
 func replicaWith(t *testing.T, storeURL string, lease, idle time.Duration, onIdleDeath ...func(minipy.IdleDeath)) (*Server, string, func()) {
+	return replicaOf(t, storeURL, lease, Config{StateIdle: idle}, onIdleDeath...)
+}
+
+// replicaOf is replicaWith of a server configured as cfg (its engine, store, address and
+// authentication set here).
+func replicaOf(t *testing.T, storeURL string, lease time.Duration, cfg Config, onIdleDeath ...func(minipy.IdleDeath)) (*Server, string, func()) {
 	store, err := session.Open(storeURL, session.StoreOptions{TTL: time.Hour, Lease: lease})
 	require.NoError(t, err)
 	t.Cleanup(func() { store.Close() })
-	cfg := minipy.IsolatedConfig{WorkDirPath: Home, Spares: -1}
+	ecfg := minipy.IsolatedConfig{WorkDirPath: Home, Spares: -1}
 	if len(onIdleDeath) > 0 {
-		cfg.OnIdleDeath = onIdleDeath[0]
+		ecfg.OnIdleDeath = onIdleDeath[0]
 	}
-	eng, err := minipy.NewIsolated(cfg)
+	eng, err := minipy.NewIsolated(ecfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { eng.Close() })
 	var s *Server
 	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.ServeHTTP(w, r) }))
-	s = New(Config{Engine: eng, Store: store, Advertise: "http://" + ts.Listener.Addr().String(), StateIdle: idle,
-		Authenticate: func(key string) (string, bool) { return key, key != "" }})
+	cfg.Engine, cfg.Store, cfg.Advertise = eng, store, "http://"+ts.Listener.Addr().String()
+	cfg.Authenticate = func(key string) (string, bool) { return key, key != "" }
+	s = New(cfg)
 	ts.Start()
 	t.Cleanup(func() { ts.Close(); s.Close() })
 	die := func() {

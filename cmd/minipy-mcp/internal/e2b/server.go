@@ -345,7 +345,7 @@ func (s *Server) runningSandbox(w http.ResponseWriter, r *http.Request, id, port
 		return sb, false
 	}
 	if sb != nil && s.wakesFor(r, port, sb.token, sb.portRules().Private) {
-		if woken, answered := s.wakeAnswering(w, sb); woken != nil || answered {
+		if woken, answered := s.wakeAnswering(w, r, sb); woken != nil || answered {
 			return woken, answered
 		}
 	}
@@ -357,7 +357,7 @@ func (s *Server) runningSandbox(w http.ResponseWriter, r *http.Request, id, port
 	}
 	if sb == nil && s.cfg.Store != nil { // (asleep in the store, or paused with autoResume: sleep.go)
 		if sb = s.storedToWake(id, r, port); sb != nil {
-			return s.wakeAnswering(w, sb)
+			return s.wakeAnswering(w, r, sb)
 		}
 	}
 	return nil, false

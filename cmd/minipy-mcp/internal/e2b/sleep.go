@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -202,25 +203,65 @@ func (s *Server) wake(sb *sandbox, byTraffic bool) (runs bool, code int, why str
 	return true, 0, ""
 }
 
-// wakeAnswering wakes sb for a request to its ports (wake): sb when it runs; when its wake
-// failed, the request answered with why.
-func (s *Server) wakeAnswering(w http.ResponseWriter, sb *sandbox) (woken *sandbox, answered bool) {
+// wakeAnswering wakes sb for request r to its ports (wake): sb when it runs; when its wake
+// failed, the request answered: forwarded to the replica that woke it meanwhile (two
+// replicas asked at once to wake a sandbox asleep in the store: one claims it, and the
+// other's claim finds it gone or held), else with why.
+func (s *Server) wakeAnswering(w http.ResponseWriter, r *http.Request, sb *sandbox) (woken *sandbox, answered bool) {
 	runs, code, why := s.wake(sb, true)
 	switch {
 	case runs:
 		return sb, false
-	case code != 0:
-		writeError(w, code, why)
+	case code == 0:
+		return nil, false
+	case sb.inStore() && s.wokenElsewhere(r.Context(), sb.id) && s.forward(w, r, sb.id):
+		s.forget(sb) // (its place here: it runs there)
 		return nil, true
 	}
-	return nil, false
+	writeError(w, code, why)
+	return nil, true
 }
+
+// wokenElsewhere reports whether another replica runs sandbox id, or does within
+// wokenElsewhereWait (its wake claimed the store's save, then takes the lease that says it
+// runs there); false without replicas, or if ctx ends.
+func (s *Server) wokenElsewhere(ctx context.Context, id string) bool {
+	if s.fwd == nil {
+		return false
+	}
+	end := time.Now().Add(wokenElsewhereWait)
+	for {
+		if owner, held := s.cfg.Store.Holder(session.KindRunning, id); held && owner != s.cfg.Store.Owner() {
+			return true
+		}
+		if time.Now().After(end) {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// wokenElsewhereWait bounds the wait for another replica's wake of a sandbox whose claim
+// this one lost: its restore was done when the claim found the save gone, and its lease
+// follows at once.
+const wokenElsewhereWait = 2 * time.Second
 
 // asleepNow reports whether sb sleeps (or is going to sleep) and runs for its client.
 func (sb *sandbox) asleepNow() bool {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	return sb.asleep && sb.state != stateRunning && !sb.dead
+}
+
+// inStore reports whether sb's save is in the store (paused or asleep there).
+func (sb *sandbox) inStore() bool {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	return sb.stored
 }
 
 // sleeping reports whether sb sleeps: its processes freed.

@@ -296,3 +296,38 @@ func TestWakeByPortNeedsTokenWhenPrivate(t *testing.T) {
 	toPort(private, true)
 	assert.Equal(t, 2, s.Stats().Woken, "private ports: its token wakes it")
 }
+
+// A sandbox asleep in the store that two replicas are asked to wake at once wakes once, on
+// one of them, and the other forwards its request there: both requests are answered, by
+// the same sandbox. (Before, the replica that lost the claim answered 404 or 409; and with
+// a directory store both replicas could take the save's lease, and both woke it: two
+// copies of one sandbox, each running one of the requests.)
+func TestWakeOnTwoReplicasAtOnce(t *testing.T) {
+	t.Run("dir", func(t *testing.T) { wakeOnTwoReplicas(t, t.TempDir()) })
+	t.Run("redis", func(t *testing.T) { wakeOnTwoReplicas(t, redistest.Start(t).URL()) })
+}
+
+func wakeOnTwoReplicas(t *testing.T, url string) {
+	a, baseA, _ := replicaOf(t, url, 0, Config{SleepIdle: sleepIdle})
+	b, baseB, _ := replicaOf(t, url, 0, Config{SleepIdle: sleepIdle})
+	for i := range 3 {
+		code, sb := callAs(t, "ann", "POST", baseA+"/v2/sandboxes", `{"timeout": 600}`)
+		require.Equal(t, http.StatusCreated, code, "%v", sb)
+		require.Equal(t, "", run(t, baseA, sb, fmt.Sprintf("x = %d", i)))
+		asleepSoon(t, a, 1)
+		got := make([]string, 2)
+		var wg sync.WaitGroup
+		for j, base := range []string{baseA, baseB} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				got[j] = run(t, base, sb, "x += 1; x")
+			}()
+		}
+		wg.Wait()
+		assert.ElementsMatch(t, []string{fmt.Sprint(i + 1), fmt.Sprint(i + 2)}, got, "one sandbox, woken once, ran both")
+		assert.Equal(t, i+1, a.Stats().Woken+b.Stats().Woken, "woken once: %+v %+v", a.Stats(), b.Stats())
+		code, _ = callAs(t, "ann", "DELETE", baseA+"/sandboxes/"+sb["sandboxID"].(string), "")
+		require.Equal(t, http.StatusNoContent, code)
+	}
+}

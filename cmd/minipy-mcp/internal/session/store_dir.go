@@ -3,9 +3,9 @@ package session
 // A store in a directory (dir://PATH, -state-dir): a save is NAME (its kind the
 // extension), written through a temporary file, synced and renamed; a lease NAME.lease
 // (JSON), written the same way; a want mark NAME.want. Replicas share it through a file
-// system they all mount. A lease taken by two replicas at once goes to the one whose write
-// is read back; the fence of a save is a check of the lease before it (not atomic with
-// the write: Redis's is).
+// system they all mount. A lease is checked and taken (or given up) under the directory's
+// lock (DIR/.lock, flock): of replicas that race for it, one takes it; the fence of a save
+// is a check of the lease before it (not atomic with the write: Redis's is).
 
 import (
 	"bytes"
@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -138,9 +139,15 @@ func (d *dirBackend) list(kind string) []listed {
 
 func (d *dirBackend) remove(name string) { os.Remove(d.path(name)) }
 
-// tryLease: two replicas that race for an expired lease both write theirs; the one whose
-// write is read back wins.
+// tryLease checks the lease and writes this replica's under the directory's lease lock:
+// of replicas that race for a free or expired lease, one takes it. (Without the lock, each
+// read the lease free, wrote its own and read it back, and two replicas held one sandbox.)
 func (d *dirBackend) tryLease(name, owner, user string, length time.Duration) bool {
+	unlock, err := d.leaseLock()
+	if err != nil {
+		return false
+	}
+	defer unlock()
 	if l, ok := d.readLease(name); ok && l.Owner != owner && time.Now().Before(l.Until) {
 		return false
 	}
@@ -152,6 +159,26 @@ func (d *dirBackend) tryLease(name, owner, user string, length time.Duration) bo
 	return ok && l.Owner == owner
 }
 
+// leaseLock takes the directory's lease lock (flock of DIR/.lock, which every replica
+// sharing the directory takes: across processes, and across machines where the file
+// system's lock manager gives flock, as NFS 4's does); its func gives it up.
+func (d *dirBackend) leaseLock() (unlock func(), err error) {
+	f, err := os.OpenFile(d.path(".lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		if err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != syscall.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { f.Close() }, nil // (the lock goes with the file)
+}
+
 func (d *dirBackend) readLease(name string) (lease, bool) {
 	var l lease
 	data, err := os.ReadFile(d.side(name, ".lease"))
@@ -159,6 +186,11 @@ func (d *dirBackend) readLease(name string) (lease, bool) {
 }
 
 func (d *dirBackend) releaseLease(name, owner string) {
+	unlock, err := d.leaseLock()
+	if err != nil {
+		return // (it expires)
+	}
+	defer unlock()
 	if l, ok := d.readLease(name); ok && l.Owner == owner {
 		os.Remove(d.side(name, ".lease"))
 	}

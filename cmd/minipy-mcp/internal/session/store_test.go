@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -65,6 +68,45 @@ func TestStoreLeases(t *testing.T) {
 	a.ReleaseLease(KindSession, "s2") // not a's: stays b's... and b gave it up
 	_, err = os.Stat(sidePath(dir, KindSession, "s2", ".lease"))
 	assert.True(t, os.IsNotExist(err))
+}
+
+// Replicas that race for a free lease (or an expired one): one of them takes it, however
+// their reads and writes interleave (a directory's once gave it to two, each reading its
+// own write back, and both woke the same sandbox from its save).
+func TestStoreDirLeaseRace(t *testing.T) {
+	dir := t.TempDir()
+	var stores []*Store
+	for range 6 {
+		s, err := OpenStore(dir, time.Hour, "")
+		require.NoError(t, err)
+		stores = append(stores, s)
+	}
+	for round := range 150 {
+		id := fmt.Sprint("s", round)
+		if round%2 == 1 { // (an expired lease of a replica that died)
+			expired, _ := json.Marshal(lease{Owner: "a dead replica", Until: time.Now().Add(-time.Second)})
+			require.NoError(t, os.WriteFile(sidePath(dir, KindSandbox, id, ".lease"), expired, 0o600))
+		}
+		var won atomic.Int32
+		var ready, done sync.WaitGroup
+		ready.Add(len(stores))
+		start := make(chan struct{})
+		for _, s := range stores {
+			done.Add(1)
+			go func() {
+				defer done.Done()
+				ready.Done()
+				<-start
+				if s.TryLease(KindSandbox, id, "u") {
+					won.Add(1)
+				}
+			}()
+		}
+		ready.Wait()
+		close(start)
+		done.Wait()
+		require.Equal(t, int32(1), won.Load(), "round %d: one replica holds the lease", round)
+	}
 }
 
 // Saves expire after the TTL: a load finds none, and the sweep removes old files.
