@@ -1,7 +1,6 @@
 package e2b
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -203,10 +202,8 @@ func (s *Server) wake(sb *sandbox, byTraffic bool) (runs bool, code int, why str
 	return true, 0, ""
 }
 
-// wakeAnswering wakes sb for request r to its ports (wake): sb when it runs; when its wake
-// failed, the request answered: forwarded to the replica that woke it meanwhile (two
-// replicas asked at once to wake a sandbox asleep in the store: one claims it, and the
-// other's claim finds it gone or held), else with why.
+// wakeAnswering wakes sb for request r to its ports (wake): sb when it runs (or the copy
+// that wakeFailed woke); when its wake failed, the request answered.
 func (s *Server) wakeAnswering(w http.ResponseWriter, r *http.Request, sb *sandbox) (woken *sandbox, answered bool) {
 	runs, code, why := s.wake(sb, true)
 	switch {
@@ -214,35 +211,55 @@ func (s *Server) wakeAnswering(w http.ResponseWriter, r *http.Request, sb *sandb
 		return sb, false
 	case code == 0:
 		return nil, false
-	case sb.inStore() && s.wokenElsewhere(r.Context(), sb.id) && s.forward(w, r, sb.id):
-		s.forget(sb) // (its place here: it runs there)
+	}
+	return s.wakeFailed(w, r, sb, code, why, true)
+}
+
+// wakeFailed answers request r for sb, whose wake failed with code and why. When sb was in
+// the store, another replica's wake may have claimed its save (two asked at once): for
+// wokenElsewhereWait, r is forwarded to the replica that runs it, or, should that one have
+// put it to sleep again meanwhile, it is woken here (woken: the caller serves r with it).
+// Else, or then, r is answered with why.
+func (s *Server) wakeFailed(w http.ResponseWriter, r *http.Request, sb *sandbox, code int, why string,
+	byTraffic bool) (woken *sandbox, answered bool) {
+	if !sb.inStore() || s.fwd == nil {
+		writeError(w, code, why)
 		return nil, true
+	}
+	end := time.Now().Add(wokenElsewhereWait)
+	for {
+		if owner, held := s.cfg.Store.Holder(session.KindRunning, sb.id); held && owner != s.cfg.Store.Owner() {
+			if s.forward(w, r, sb.id) {
+				s.forget(sb) // (its place here: it runs there)
+				return nil, true
+			}
+		} else if again := s.storedAgain(sb.id); again != nil {
+			if runs, _, _ := s.wake(again, byTraffic); runs {
+				return again, false
+			}
+		}
+		if time.Now().After(end) {
+			break
+		}
+		select {
+		case <-r.Context().Done():
+			return nil, true
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 	writeError(w, code, why)
 	return nil, true
 }
 
-// wokenElsewhere reports whether another replica runs sandbox id, or does within
-// wokenElsewhereWait (its wake claimed the store's save, then takes the lease that says it
-// runs there); false without replicas, or if ctx ends.
-func (s *Server) wokenElsewhere(ctx context.Context, id string) bool {
-	if s.fwd == nil {
-		return false
+// storedAgain is sandbox id placed here if the store holds it asleep (again), for a
+// request that was let wake it.
+func (s *Server) storedAgain(id string) *sandbox {
+	meta, err := s.cfg.Store.Stat(session.KindSandbox, id)
+	var si storedInfo
+	if err != nil || json.Unmarshal(meta.Init, &si) != nil || si.ID != id || !si.Asleep {
+		return nil
 	}
-	end := time.Now().Add(wokenElsewhereWait)
-	for {
-		if owner, held := s.cfg.Store.Holder(session.KindRunning, id); held && owner != s.cfg.Store.Owner() {
-			return true
-		}
-		if time.Now().After(end) {
-			return false
-		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	return s.placeSandbox(id, meta.User, si, meta.Saved)
 }
 
 // wokenElsewhereWait bounds the wait for another replica's wake of a sandbox whose claim
@@ -300,7 +317,9 @@ func (s *Server) awake(next func(http.ResponseWriter, *http.Request, *sandbox)) 
 		}
 		if sb.asleepNow() {
 			if runs, code, why := s.wake(sb, false); !runs && code != 0 {
-				writeError(w, code, why)
+				if woken, answered := s.wakeFailed(w, r, sb, code, why, false); !answered {
+					next(w, r, woken) // (a copy placed again: sb's inflight and touch are sb's)
+				}
 				return
 			}
 		}

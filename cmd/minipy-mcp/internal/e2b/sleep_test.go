@@ -298,10 +298,10 @@ func TestWakeByPortNeedsTokenWhenPrivate(t *testing.T) {
 }
 
 // A sandbox asleep in the store that two replicas are asked to wake at once wakes once, on
-// one of them, and the other forwards its request there: both requests are answered, by
-// the same sandbox. (Before, the replica that lost the claim answered 404 or 409; and with
-// a directory store both replicas could take the save's lease, and both woke it: two
-// copies of one sandbox, each running one of the requests.)
+// one of them, and the other forwards its request there (a run, or an API call that wakes
+// it): both requests are answered, by the same sandbox. (Before, the replica that lost the
+// claim answered 404 or 409; and with a directory store both replicas could take the
+// save's lease, and both woke it: two copies of one sandbox, each running one request.)
 func TestWakeOnTwoReplicasAtOnce(t *testing.T) {
 	t.Run("dir", func(t *testing.T) { wakeOnTwoReplicas(t, t.TempDir()) })
 	t.Run("redis", func(t *testing.T) { wakeOnTwoReplicas(t, redistest.Start(t).URL()) })
@@ -310,24 +310,39 @@ func TestWakeOnTwoReplicasAtOnce(t *testing.T) {
 func wakeOnTwoReplicas(t *testing.T, url string) {
 	a, baseA, _ := replicaOf(t, url, 0, Config{SleepIdle: sleepIdle})
 	b, baseB, _ := replicaOf(t, url, 0, Config{SleepIdle: sleepIdle})
-	for i := range 3 {
+	for i := range 4 {
 		code, sb := callAs(t, "ann", "POST", baseA+"/v2/sandboxes", `{"timeout": 600}`)
 		require.Equal(t, http.StatusCreated, code, "%v", sb)
+		id := sb["sandboxID"].(string)
 		require.Equal(t, "", run(t, baseA, sb, fmt.Sprintf("x = %d", i)))
 		asleepSoon(t, a, 1)
 		got := make([]string, 2)
 		var wg sync.WaitGroup
-		for j, base := range []string{baseA, baseB} {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				got[j] = run(t, base, sb, "x += 1; x")
-			}()
-		}
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			got[0] = run(t, baseA, sb, "x += 1; x")
+		}()
+		go func() {
+			defer wg.Done()
+			if i%2 == 0 {
+				got[1] = run(t, baseB, sb, "x += 1; x")
+				return
+			}
+			code, body := callAs(t, "ann", "POST", baseB+"/sandboxes/"+id+"/timeout", `{"timeout": 600}`)
+			got[1] = fmt.Sprint(code, body)
+		}()
 		wg.Wait()
-		assert.ElementsMatch(t, []string{fmt.Sprint(i + 1), fmt.Sprint(i + 2)}, got, "one sandbox, woken once, ran both")
-		assert.Equal(t, i+1, a.Stats().Woken+b.Stats().Woken, "woken once: %+v %+v", a.Stats(), b.Stats())
-		code, _ = callAs(t, "ann", "DELETE", baseA+"/sandboxes/"+sb["sandboxID"].(string), "")
+		if i%2 == 0 {
+			assert.ElementsMatch(t, []string{fmt.Sprint(i + 1), fmt.Sprint(i + 2)}, got, "one sandbox, woken once, ran both")
+		} else {
+			assert.Equal(t, []string{fmt.Sprint(i + 1), "204 map[]"}, got, "woken once: the run and the API call")
+			assert.Equal(t, fmt.Sprint(i+1), run(t, baseB, sb, "x"))
+		}
+		// (The values say one copy ran both: two would each have added 1 to the same x. It
+		// may sleep and wake again after them: 200 ms idle.)
+		assert.GreaterOrEqual(t, a.Stats().Woken+b.Stats().Woken, i+1)
+		code, _ = callAs(t, "ann", "DELETE", baseA+"/sandboxes/"+id, "")
 		require.Equal(t, http.StatusNoContent, code)
 	}
 }
