@@ -49,7 +49,10 @@ func isSignedFileURL(r *http.Request) bool {
 }
 
 // signs reports whether sb's access token signed the file URL r.
-func (sb *sandbox) signs(r *http.Request) bool {
+func (sb *sandbox) signs(r *http.Request) bool { return signedWith(r, sb.token) }
+
+// signedWith reports whether access token token signed the file URL r.
+func signedWith(r *http.Request, token string) bool {
 	if !isSignedFileURL(r) {
 		return false
 	}
@@ -58,7 +61,7 @@ func (sb *sandbox) signs(r *http.Request) bool {
 		operation = "write"
 	}
 	q := r.URL.Query()
-	want := fileSignature(q.Get("path"), operation, q.Get("username"), sb.token, q.Get("signature_expiration"))
+	want := fileSignature(q.Get("path"), operation, q.Get("username"), token, q.Get("signature_expiration"))
 	return subtle.ConstantTimeCompare([]byte(q.Get("signature")), []byte(want)) == 1
 }
 

@@ -115,3 +115,57 @@ func TestSignedFileURLSearchesBounded(t *testing.T) {
 	}
 	assert.True(t, limited, "searches are rate limited")
 }
+
+// A signed file URL of a sandbox asleep wakes it, as a request with its token does: at the
+// sandbox's own host, asleep in the server's memory or in a store that no server holds it
+// in (a replica's restart), and at the server's one address (which names no sandbox) once
+// a server holds it; an expired one wakes nothing.
+func TestSignedFileURLWakes(t *testing.T) {
+	atItsHost := func(t *testing.T, base string, sb map[string]any, expires int64) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest("GET", signedURL(base, "note.txt", "read", sb["envdAccessToken"].(string), expires), nil)
+		require.NoError(t, err)
+		req.Header.Set("E2b-Sandbox-Id", sb["sandboxID"].(string))
+		req.Header.Set("E2b-Sandbox-Port", "49983")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		got, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(got)
+	}
+	check := func(t *testing.T, s *Server, base string, sb map[string]any) {
+		t.Helper()
+		code, body := atItsHost(t, base, sb, time.Now().Unix()-60)
+		assert.Equal(t, http.StatusUnauthorized, code, body)
+		assert.Zero(t, s.Stats().Woken, "an expired signature wakes nothing")
+		code, body = atItsHost(t, base, sb, time.Now().Unix()+60)
+		assert.Equal(t, http.StatusOK, code, body)
+		assert.Equal(t, "kept", body)
+		assert.Equal(t, 1, s.Stats().Woken)
+		asleepSoon(t, s, 1)
+		code, body = fetch(t, "GET", signedURL(base, "note.txt", "read", sb["envdAccessToken"].(string), 0), nil)
+		assert.Equal(t, http.StatusOK, code, "at the server's one address: %s", body)
+		assert.Equal(t, "kept", body)
+		assert.Equal(t, 2, s.Stats().Woken)
+	}
+	asleepWithFile := func(t *testing.T, s *Server, base string) map[string]any {
+		code, sb := callAs(t, "ann", "POST", base+"/v2/sandboxes", `{"timeout": 600}`)
+		require.Equal(t, http.StatusCreated, code, "%v", sb)
+		require.Equal(t, "", run(t, base, sb, "_ = open('note.txt', 'w').write('kept')"))
+		asleepSoon(t, s, 1)
+		return sb
+	}
+	t.Run("memory", func(t *testing.T) {
+		s, base := pauseServer(t, Config{SleepIdle: sleepIdle})
+		check(t, s, base, asleepWithFile(t, s, base))
+	})
+	t.Run("store", func(t *testing.T) {
+		dir := t.TempDir()
+		a, baseA := storeServer(t, dir, Config{SleepIdle: sleepIdle})
+		sb := asleepWithFile(t, a, baseA)
+		a.Close()
+		b, baseB := storeServer(t, dir, Config{SleepIdle: sleepIdle})
+		check(t, b, baseB, sb)
+	})
+}

@@ -420,11 +420,13 @@ func storedState(one session.Saved) string {
 }
 
 // wakesFor reports whether request r to port of a sandbox whose access token is token may
-// wake it: it carries the token, or is to one of the sandbox's own ports, which any
-// request reaches unless they are private (allowPublicTraffic false).
+// wake it: it carries the token, or a file URL the token signed that has not expired (to
+// envd's port, as serveSandbox takes it), or is to one of the sandbox's own ports, which
+// any request reaches unless they are private (allowPublicTraffic false).
 func (s *Server) wakesFor(r *http.Request, port, token string, private bool) bool {
 	_, own := userPort(port)
-	return own && !private || tokenIs(r, token)
+	return own && !private || tokenIs(r, token) ||
+		port == strconv.Itoa(EnvdPort) && signedWith(r, token) && !signatureExpired(r, time.Now())
 }
 
 // storedToWake is the sandbox id that the store holds asleep, or paused with autoResume,
