@@ -318,7 +318,13 @@ func (s *Server) awake(next func(http.ResponseWriter, *http.Request, *sandbox)) 
 		if sb.asleepNow() {
 			if runs, code, why := s.wake(sb, false); !runs && code != 0 {
 				if woken, answered := s.wakeFailed(w, r, sb, code, why, false); !answered {
-					next(w, r, woken) // (a copy placed again: sb's inflight and touch are sb's)
+					// (a copy placed again: it holds a place among its requests as sb did)
+					select {
+					case woken.inflight <- struct{}{}:
+						defer func() { <-woken.inflight; s.touch(woken) }()
+					default:
+					}
+					next(w, r, woken)
 				}
 				return
 			}
