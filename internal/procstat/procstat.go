@@ -15,7 +15,7 @@ import (
 // not running, since it started: the second field of its schedstat (CONFIG_SCHED_INFO, on
 // in every distribution's kernel). False if the thread is gone or the kernel does not say.
 func TaskWait(pid, tid int) (time.Duration, bool) {
-	return schedWait("/proc/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(tid) + "/schedstat")
+	return schedstat("/proc/"+strconv.Itoa(pid)+"/task/"+strconv.Itoa(tid)+"/schedstat", 1)
 }
 
 // Waits is TaskWait of the main thread of each of pids that is still there, by pid.
@@ -53,26 +53,24 @@ func CPU(pid int) time.Duration {
 	}
 	var sum time.Duration
 	for _, t := range tasks {
-		if b, err := os.ReadFile(dir + t.Name() + "/schedstat"); err == nil {
-			if f := strings.Fields(string(b)); len(f) > 0 {
-				ns, _ := strconv.ParseInt(f[0], 10, 64)
-				sum += time.Duration(ns)
-			}
-		}
+		ran, _ := schedstat(dir+t.Name()+"/schedstat", 0)
+		sum += ran
 	}
 	return sum
 }
 
-func schedWait(path string) (time.Duration, bool) {
+// schedstat is field i of the schedstat file at path (0: time on a CPU, 1: time waiting
+// on a run queue), in nanoseconds.
+func schedstat(path string, i int) (time.Duration, bool) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0, false
 	}
 	f := strings.Fields(string(b))
-	if len(f) < 2 {
+	if len(f) <= i {
 		return 0, false
 	}
-	ns, err := strconv.ParseInt(f[1], 10, 64)
+	ns, err := strconv.ParseInt(f[i], 10, 64)
 	if err != nil {
 		return 0, false
 	}

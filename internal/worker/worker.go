@@ -62,6 +62,7 @@ type Worker struct {
 	out   *os.File
 	outRC syscall.RawConn // out's, for readOut (nil until its first read)
 	fast  bool            // the last wait for out's bytes ended within spinMax: readOut spins
+	spun  time.Duration   // how long readOut spun since the last request (at most spinMax)
 	rbuf  []byte
 	woken atomic.Bool // Wake was called: the current wait must return
 	limit int         // the payload cap of its answers and host calls (Spec.MaxTransfer)
@@ -282,7 +283,8 @@ func spinTurn() bool {
 // (within the deadline). It spins only after a wait that ended within spinMax (none before
 // the first: a worker's start takes milliseconds), and a spin that ends with nothing stops
 // the next ones until a wait ends within spinMax again: a worker busy for longer costs one
-// spin a run at most.
+// spin a run at most. All a request's spins together last spinMax at most: code that
+// drips its output a byte at a time, each within spinMax, cannot keep the host spinning.
 func (w *Worker) readOut(p []byte, deadline time.Time) (int, error) {
 	if w.outRC == nil {
 		rc, err := w.out.SyscallConn()
@@ -317,8 +319,10 @@ func (w *Worker) readOut(p []byte, deadline time.Time) (int, error) {
 				return false
 			}
 			waited = true
-			if w.fast && spinTurn() {
-				got := w.spin(fd, p, &n, &rerr, start.Add(spinning))
+			if left := min(spinning, spinMax-w.spun); w.fast && left > 0 && spinTurn() {
+				began := time.Now()
+				got := w.spin(fd, p, &n, &rerr, began.Add(left))
+				w.spun += time.Since(began)
 				spinners.Add(-1)
 				if got {
 					return true
@@ -1094,6 +1098,7 @@ func Reading(out *os.File, maxTransfer int) *Worker {
 // ms (0: none), the namespaces to create first, and the request itself (an op and its
 // arguments).
 func (w *Worker) Request(rid uint64, deadman uint32, create []uint32, req []byte) error {
+	w.spun = 0 // (its answer's wait may spin again)
 	f := make([]byte, 0, 4+1+8+4+2+4*len(create)+min(len(req), requestJoinBelow))
 	f = binary.LittleEndian.AppendUint32(f, uint32(1+8+4+2+4*len(create)+len(req)))
 	f = append(f, pyrt.FrameRequest)

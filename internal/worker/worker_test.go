@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"os"
@@ -297,13 +298,51 @@ func TestReadFrameSpins(t *testing.T) {
 	assert.Equal(t, begun+1, spinsBegun.Load())
 	assert.True(t, w.fast, "the frame came during the spin")
 
-	spinMax = time.Millisecond
-	read(later) // a spin that ends with nothing, then the wait
+	spinMax, w.spun = time.Millisecond, 0 // (w.spun: as a new request leaves it)
+	read(later)                           // a spin that ends with nothing, then the wait
 	assert.Equal(t, begun+2, spinsBegun.Load())
 	assert.False(t, w.fast)
 	read(later)
 	assert.Equal(t, begun+2, spinsBegun.Load(), "no spin after a slow wait")
 	assert.Zero(t, spinners.Load())
+}
+
+// TestReadFrameSpinsLittleForDrips: a worker whose code drips its output a byte at a time,
+// each within spinMax (keeping every wait "fast"), cannot keep the host spinning: a
+// request's spins last spinMax in all, and its next request may spin again.
+func TestReadFrameSpinsLittleForDrips(t *testing.T) {
+	r, wr, err := os.Pipe()
+	require.NoError(t, err)
+	defer r.Close()
+	defer wr.Close()
+	in, inW, err := os.Pipe() // (the requests' pipe: read by no one, kept open)
+	require.NoError(t, err)
+	defer in.Close()
+	defer inW.Close()
+	w := Reading(r, DefaultMaxTransfer)
+	w.stdin = inW
+	frame := frameOf(pyrt.FrameReady, bytes.Repeat([]byte{'x'}, 300))
+	drip := func() {
+		t.Helper()
+		w.fast = true // (as the request's answers so far came fast)
+		begun := spinsBegun.Load()
+		go func() {
+			for _, c := range frame {
+				for until := time.Now().Add(50 * time.Microsecond); time.Now().Before(until); {
+				} // (a sleep would take longer than spinMax here: a drip each 50 us)
+				wr.Write([]byte{c}) //nolint:errcheck // read below
+			}
+		}()
+		body, err := w.ReadFrame(time.Now().Add(time.Minute))
+		require.NoError(t, err)
+		assert.Equal(t, frame[4:], body)
+		// (Each byte waited for was a spin of its own without the bound: ~300.)
+		assert.LessOrEqual(t, spinsBegun.Load()-begun, int64(30), "spins for one dripped frame")
+	}
+	drip()
+	require.NoError(t, w.Request(1, 0, nil, []byte{pyrt.OpRun}))
+	assert.Zero(t, w.spun, "a request's answer may spin again")
+	drip()
 }
 
 // TestKillDescendants: every descendant is killed, and a process held for a start time

@@ -117,10 +117,8 @@ func (s *Server) recoverRunning(id string, may func(si storedInfo, meta session.
 	if _, held := s.cfg.Store.Holder(session.KindRunning, id); held {
 		return nil // (alive elsewhere: the forward failed)
 	}
-	meta, err := s.cfg.Store.Stat(session.KindRunning, id)
-	var si storedInfo
-	if err != nil || json.Unmarshal(meta.Init, &si) != nil || si.ID != id || !s.tokens.isFor(id, si.Token) ||
-		!may(si, meta) {
+	meta, si, ok := s.storedOf(session.KindRunning, id)
+	if !ok || !s.tokens.isFor(id, si.Token) || !may(si, meta) {
 		return nil
 	}
 	life := time.Until(si.End)

@@ -254,9 +254,8 @@ func (s *Server) wakeFailed(w http.ResponseWriter, r *http.Request, sb *sandbox,
 // storedAgain is sandbox id placed here if the store holds it asleep (again), for a
 // request that was let wake it.
 func (s *Server) storedAgain(id string) *sandbox {
-	meta, err := s.cfg.Store.Stat(session.KindSandbox, id)
-	var si storedInfo
-	if err != nil || json.Unmarshal(meta.Init, &si) != nil || si.ID != id || !si.Asleep {
+	meta, si, ok := s.storedOf(session.KindSandbox, id)
+	if !ok || !si.Asleep {
 		return nil
 	}
 	return s.placeSandbox(id, meta.User, si, meta.Saved)
@@ -438,10 +437,9 @@ func (s *Server) wakesFor(r *http.Request, port, token string, private bool) boo
 // storedToWake is the sandbox id that the store holds asleep, or paused with autoResume,
 // placed here for request r to port to wake it; nil if there is none.
 func (s *Server) storedToWake(id string, r *http.Request, port string) *sandbox {
-	meta, err := s.cfg.Store.Stat(session.KindSandbox, id)
-	var si storedInfo
-	if err != nil || json.Unmarshal(meta.Init, &si) != nil || si.ID != id || !s.tokens.isFor(id, si.Token) ||
-		!s.wakesFor(r, port, si.Token, si.PortsPrivate) || !si.Asleep && !si.AutoResume || s.cfg.HasUser != nil && !s.cfg.HasUser(meta.User) {
+	meta, si, ok := s.storedOf(session.KindSandbox, id)
+	if !ok || !s.tokens.isFor(id, si.Token) || !s.wakesFor(r, port, si.Token, si.PortsPrivate) ||
+		!si.Asleep && !si.AutoResume || s.cfg.HasUser != nil && !s.cfg.HasUser(meta.User) {
 		return nil
 	}
 	return s.placeSandbox(id, meta.User, si, meta.Saved)

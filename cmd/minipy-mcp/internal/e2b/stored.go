@@ -285,12 +285,20 @@ func (s *Server) storedEnd(saved time.Time) time.Time {
 	return saved.AddDate(1, 0, 0)
 }
 
+// storedOf is what the store holds of sandbox id as kind: its meta and its info; false if
+// nothing, or what is there is not id's.
+func (s *Server) storedOf(kind, id string) (session.Meta, storedInfo, bool) {
+	meta, err := s.cfg.Store.Stat(kind, id)
+	var si storedInfo
+	ok := err == nil && json.Unmarshal(meta.Init, &si) == nil && si.ID == id
+	return meta, si, ok
+}
+
 // fromStore is the paused sandbox id of user's that the store holds, given its place in
 // memory with its access token, or nil.
 func (s *Server) fromStore(id, user string) *sandbox {
-	meta, err := s.cfg.Store.Stat(session.KindSandbox, id)
-	var si storedInfo
-	if err != nil || meta.User != user || json.Unmarshal(meta.Init, &si) != nil || si.ID != id {
+	meta, si, ok := s.storedOf(session.KindSandbox, id)
+	if !ok || meta.User != user {
 		return nil
 	}
 	return s.placeSandbox(id, user, si, meta.Saved)
