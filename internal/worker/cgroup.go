@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // ErrNoCgroup is matched by the error of an engine that cannot make the cgroup it was told
@@ -452,6 +454,11 @@ type cgroup struct {
 	// (TakeOverReserve says why); "" without a memory limit.
 	work, guard string
 	guardian    atomic.Int64 // the guardian's pid (placeGuardian), 0 before
+	// held is the guardian held by a pidfd (holdGuardian), nil before, where the kernel
+	// has none (or no PIDFD_NONBLOCK: Linux 5.10) and once remove took it: the guardian is
+	// pid 1 of the sandbox's pid namespace, so that a SIGKILL to it ends every process
+	// there and its end says when they all have (kill, remove).
+	held atomic.Pointer[os.File]
 
 	final   atomic.Uint64 // the OOM kills counted when it was removed
 	removed atomic.Bool
@@ -548,11 +555,18 @@ func (g *cgroup) place(pid int) error {
 }
 
 // members lists the processes in the group (in any of its hierarchies, and the groups
-// in it: a left group's too, whose work and guard are not known).
+// in it: its work and guard groups, or, for a left group whose are not known, whatever
+// groups its directories hold).
 func (g *cgroup) members() []int {
 	var pids []int
-	for _, d := range g.dirs {
+	for i, d := range g.dirs {
 		pids = appendProcs(pids, d)
+		if g.work != "" { // (made by limit: the memory directory's two, and nothing else anywhere)
+			if i == 0 {
+				pids = appendProcs(appendProcs(pids, g.work), g.guard)
+			}
+			continue
+		}
 		for _, sub := range subgroups(d) {
 			pids = appendProcs(pids, sub)
 		}
@@ -560,8 +574,13 @@ func (g *cgroup) members() []int {
 	return pids
 }
 
+// listings counts appendProcs' reads of a cgroup.procs (its tests see how often a group
+// is listed).
+var listings atomic.Int64
+
 // appendProcs appends the pids that cgroup dir lists and pids does not hold.
 func appendProcs(pids []int, dir string) []int {
+	listings.Add(1)
 	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 	if err != nil {
 		return pids
@@ -620,6 +639,7 @@ func (g *cgroup) placeGuardian() error {
 				return fmt.Errorf("minipy: moving a sandbox's guardian into its cgroup: %w", err)
 			}
 			g.guardian.Store(int64(p))
+			g.holdGuardian(p)
 			return nil
 		}
 	}
@@ -633,6 +653,58 @@ func (g *cgroup) placeGuardian() error {
 		}
 	}
 	return fmt.Errorf("minipy: moving a sandbox's guardian into its cgroup: none of %v is", in)
+}
+
+// holdGuardian holds the guardian p, pid 1 of the sandbox's pid namespace, by a pidfd that
+// Go's poller can wait on (held): only if, once the pidfd is open, p is still pid 1 of its
+// namespace and in the group's guard group (else it ended, and its number may be
+// another's). Nothing where the kernel has no such pidfd.
+func (g *cgroup) holdGuardian(p int) {
+	fd, _, errno := syscall.Syscall(sysPidfdOpen, uintptr(p), pidfdNonblock, 0)
+	if errno != 0 {
+		return
+	}
+	f := os.NewFile(fd, "pidfd") // (close-on-exec, as every pidfd is)
+	if first, ok := pidOneOf(p); !ok || !first || !slices.Contains(appendProcs(nil, g.guard), p) {
+		f.Close()
+		return
+	}
+	if !g.held.CompareAndSwap(nil, f) {
+		f.Close() // (held already: placed once before)
+	}
+}
+
+// pidfdNonblock is PIDFD_NONBLOCK (O_NONBLOCK): a pidfd that Go's poller takes.
+const pidfdNonblock = syscall.O_NONBLOCK
+
+// signalHeld sends sig to the held process f; false if the kernel refused (f closed, say),
+// true if it was sent or the process has ended.
+func signalHeld(f *os.File, sig syscall.Signal) bool {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return false
+	}
+	var errno syscall.Errno
+	if err := rc.Control(func(fd uintptr) {
+		_, _, errno = syscall.Syscall6(sysPidfdSendSignal, fd, uintptr(sig), 0, 0, 0, 0)
+	}); err != nil {
+		return false
+	}
+	return errno == 0 || errno == syscall.ESRCH
+}
+
+// awaitHeld waits until the held process f has ended, or until; false if it has not.
+func awaitHeld(f *os.File, until time.Time) bool {
+	rc, err := f.SyscallConn()
+	if err != nil || f.SetReadDeadline(until) != nil {
+		return false
+	}
+	// (The poller calls again once the pidfd is readable: the process has ended.)
+	return rc.Read(func(fd uintptr) bool {
+		ready := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(ready, 0)
+		return err == nil && n > 0
+	}) == nil
 }
 
 // pidOneOf reports whether process pid is pid 1 of its own pid namespace (the last of
@@ -704,10 +776,12 @@ func (g *cgroup) takeBack() {
 }
 
 // kill sends SIGKILL to everything in the group: at once through cgroup.kill (v2, Linux
-// 5.14+), else to each process it lists, each held by a pidfd opened before the group is
-// listed again, so that a pid reused meanwhile by a process of another group is never
-// signalled. A sandbox's first round kills its guardian, pid 1 of its pid namespace, and
-// the kernel then kills the rest and lets nothing in that namespace fork again.
+// 5.14+); else, once its guardian is held (holdGuardian), to the guardian, pid 1 of the
+// sandbox's pid namespace, where the kernel then kills the rest and lets nothing fork
+// again (what else a group can hold, the template's fork T on its way out, remove finds);
+// else to each process it lists, each held by a pidfd opened before the group is listed
+// again, so that a pid reused meanwhile by a process of another group is never signalled
+// (a sandbox's first round kills its guardian too).
 func (g *cgroup) kill() {
 	if g == nil || g.removed.Load() {
 		return
@@ -716,6 +790,9 @@ func (g *cgroup) kill() {
 		if err := writeCgroup(g.dirs[0], "cgroup.kill", "1"); err == nil {
 			return
 		}
+	}
+	if f := g.held.Load(); f != nil && signalHeld(f, syscall.SIGKILL) {
+		return // (the kernel ends the rest of its pid namespace; remove checks the group)
 	}
 	held := map[int]int{}
 	for _, p := range g.members() {
@@ -756,6 +833,15 @@ func (g *cgroup) remove() error {
 	}
 	g.once.Do(func() {
 		until := time.Now().Add(removeWait)
+		if f := g.held.Swap(nil); f != nil {
+			// Its end is the end of its pid namespace's every process (the kernel ends
+			// pid 1 once the others have been reaped): one look at the group then, not
+			// one every few milliseconds until it is empty.
+			if signalHeld(f, syscall.SIGKILL) {
+				awaitHeld(f, until)
+			}
+			f.Close()
+		}
 		for pause := time.Millisecond; ; pause = min(2*pause, 50*time.Millisecond) {
 			if len(g.members()) == 0 {
 				break

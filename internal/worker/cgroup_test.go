@@ -379,3 +379,78 @@ func TestPidOneOf(t *testing.T) {
 	_, ok = pidOneOf(1 << 30)
 	assert.False(t, ok, "no such process")
 }
+
+// A sandbox's guardian, pid 1 of its pid namespace, is held by a pidfd once it is placed:
+// killing the group kills it, and the kernel the rest of its namespace (a detached
+// sleeper here); removing the group waits for its end and then lists the group once,
+// rather than every few milliseconds until it is empty.
+func TestCgroupRemoveAwaitsHeldGuardian(t *testing.T) {
+	c, err := OpenCgroups(CgroupOptions{MemoryLimit: 64 << 20, Processes: 8})
+	if err != nil {
+		t.Skipf("no cgroup to use: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	for _, end := range []string{"kill", "remove", "outsider"} {
+		t.Run(end, func(t *testing.T) {
+			g, err := c.newGroup()
+			require.NoError(t, err)
+			cmd := exec.Command("sh", "-c", "read go; setsid sleep 300 & wait")
+			cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Setpgid: true}
+			in, err := cmd.StdinPipe()
+			require.NoError(t, err)
+			require.NoError(t, cmd.Start())
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			require.NoError(t, g.place(cmd.Process.Pid))
+			_, err = in.Write([]byte("go\n"))
+			require.NoError(t, err)
+			require.Eventually(t, func() bool { return len(g.members()) == 2 }, 5*time.Second, 10*time.Millisecond,
+				"the guardian and its sleeper")
+			before := listings.Load()
+			members := g.members()
+			oneListing := listings.Load() - before // (each hierarchy's group and the groups in it)
+			require.NoError(t, g.placeGuardian())
+			require.NotNil(t, g.held.Load(), "the guardian is held")
+			if end == "outsider" {
+				// A process in the group outside the guardian's pid namespace (as the
+				// template's fork T is for a moment): the guardian's end does not end it,
+				// and remove finds it.
+				out := exec.Command("sleep", "300")
+				require.NoError(t, out.Start())
+				outDone := make(chan error, 1)
+				go func() { outDone <- out.Wait() }()
+				require.NoError(t, g.place(out.Process.Pid))
+				require.NoError(t, g.remove())
+				<-outDone
+				<-done
+				for _, p := range append(members, out.Process.Pid) {
+					assert.NoError(t, waitGone(p))
+				}
+				for _, d := range g.dirs {
+					assert.NoDirExists(t, d)
+				}
+				return
+			}
+			if end == "kill" {
+				g.kill()
+				<-done
+				for _, p := range members {
+					assert.NoError(t, waitGone(p), "everything in its pid namespace ends with it")
+				}
+			}
+			before = listings.Load()
+			require.NoError(t, g.remove())
+			assert.LessOrEqual(t, listings.Load()-before, oneListing, "one listing of the group, once the guardian has ended")
+			if end == "remove" {
+				<-done
+				for _, p := range members {
+					assert.NoError(t, waitGone(p))
+				}
+			}
+			for _, d := range g.dirs {
+				assert.NoDirExists(t, d)
+			}
+			assert.Nil(t, g.held.Load(), "the pidfd is closed with the group")
+		})
+	}
+}
