@@ -80,6 +80,7 @@ def _prepare_template(cfg, runtime):
     # process on the way (the template, T, the sandbox's pid 1) has.
     _rt.prepare()
     _rt.warm_up()
+    _quiet_snapshot_forks()  # (its filter's patterns compiled once here, not in each worker)
     try:
         _Deadman.prepare()
     except (OSError, AttributeError):

@@ -673,7 +673,7 @@ class _Worker:
         """In a snapshot that has taken over: become the worker on fds."""
         # The objects over the worker's pipes, which the wait closed, are kept: collected,
         # they would close their fd numbers, which the new pipes may have (leave_pipes).
-        _kept.extend((self.rin, self.cin, getattr(self, "fault_file", None)))
+        _kept.extend((self.rin, self.cin))
         self.become(fds)
 
     def py_snapshot(self):
@@ -739,7 +739,7 @@ class _Worker:
         are the worker's own (held here too, they would not end when it does). The objects
         over them are kept, never used again: collected, they would close their fd numbers,
         which the new pipes may have by then."""
-        _kept.extend((self.rin, self.cin, getattr(self, "fault_file", None)))
+        _kept.extend((self.rin, self.cin))
         for fd in (self.in_fd, self.out_fd, self.host_err, self.kick_fd):
             try:
                 os.close(fd)
@@ -880,8 +880,7 @@ class _Worker:
         self.deadman = _deadman()  # (POSIX timers are not inherited by a fork)
         self.main_ident = threading.get_ident()
         _rt._main_ident = self.main_ident
-        self.fault_file = os.fdopen(self.host_err, "w", closefd=False)
-        faulthandler.enable(file=self.fault_file)
+        faulthandler.enable(file=self.host_err)
         # RLIMIT_AS is set by now (the worker started its threads before setting it): small
         # stacks, which these loops need, still fit under it.
         size = threading.stack_size(1 << 18)
@@ -937,10 +936,14 @@ def _quiet_snapshot_forks():
     filter first in warnings.filters ignores it for the worker's own frames (its module,
     _minipy_worker, never the code's), so that a snapshot's fork need not swap the filters
     around it (catch_warnings: ~45 pages of the worker written after each fork, each a
-    copy-on-write fault). Before any code runs."""
+    copy-on-write fault). Before any code runs. The template runs it first (_prepare_template):
+    in its workers it then finds its filter in place and does nothing, where adding it
+    (compiling its two patterns) wrote 45 pages of a worker's start on 3.13, 85 on 3.14."""
     global _FORK_FILTER, _no_context
     import contextlib
 
+    if _no_context is not None and (_FORK_FILTER is None or _fork_warning_ignored()):
+        return  # (done: in the template this worker was forked from)
     _no_context = contextlib.nullcontext()
     if sys.version_info < (3, 12):
         return  # no warning to silence
@@ -1603,8 +1606,7 @@ def _start(w, cfg, runtime):
     # Go side keeps for the crash error.
     import faulthandler
 
-    w.fault_file = os.fdopen(w.host_err, "w")
-    faulthandler.enable(file=w.fault_file)
+    faulthandler.enable(file=w.host_err)  # (the fd: a file object over it is pages each worker writes, for nothing)
     threading.Thread(target=w.control, name="minipy-control", daemon=True).start()
     if cfg.get("silence_ms"):
         threading.Thread(target=w.hear_host, args=(cfg["silence_ms"] / 1000,), name="minipy-silence", daemon=True).start()
