@@ -72,20 +72,29 @@ print("done")`).Output()
 }
 
 // Two Reads back to back count nothing: Since leaves out what reading costs, exactly when
-// both ran on one thread (the least of twenty pairs), within Slack when the goroutine
-// moved between them. The Go runtime's own threads (sysmon, the GC's workers, the race
+// both ran on one thread with nothing between them, within Slack when the goroutine moved
+// between them. The Go runtime's own threads (sysmon, the GC's workers, the race
 // detector's) make calls of their own now and then, which land between two Reads more
-// often the more the machine is loaded, so the median pair is held to Slack, not each.
+// often the more the machine is loaded (in every one of twenty pairs once, with the
+// module's tests beside it under -race), so the median of twenty pairs is held to Slack,
+// not each, and pairs go on until one counts nothing (2,000 at most).
 func TestSinceLeavesOutTheReads(t *testing.T) {
 	m := start(t)
 	var off []int64
-	for range 20 {
+	exact := 0
+	for i := 0; i < 20 || exact == 0 && i < 2000; i++ {
 		d := m.Since(m.Read())
-		off = append(off, max(d.Syscalls, -d.Syscalls))
+		n := max(d.Syscalls, -d.Syscalls)
+		if i < 20 {
+			off = append(off, n)
+		}
+		if n == 0 {
+			exact++
+		}
 	}
 	slices.Sort(off)
 	t.Logf("|Since - 0| over 20 pairs, sorted: %v (Slack %d)", off, m.Slack())
-	assert.Zero(t, off[0])
+	assert.Positive(t, exact, "a pair that counts nothing")
 	assert.LessOrEqual(t, off[len(off)/2], m.Slack())
 	assert.Positive(t, m.Slack())
 }
