@@ -128,19 +128,27 @@ func main() {
 	protocol, ln, e2bLn, toks := f.transport()
 	eng, cfg, plan := f.engine()
 	defer eng.Close()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// The first signal drains (or ends a stdio session): it ends ctx. A second one ends the
+	// process at once (exit status 1), its workers and their directories with it. Both come
+	// on one channel, registered before either can: a channel registered once ctx had ended
+	// missed a second signal sent right after the drain began (TestServeSecondSignal, under
+	// load).
+	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
 	if iso, ok := eng.(*minipy.Isolated); ok && cfg.Egress != nil {
 		reloadEgressOnHUP(ctx, &f.egress, iso)
 	}
 	var forced atomic.Bool
 	go func() {
-		// The first signal drains (or ends a stdio session); a second one ends the process
-		// at once (exit status 1), its workers and their directories with it.
-		<-ctx.Done()
-		again := make(chan os.Signal, 1)
-		signal.Notify(again, os.Interrupt, syscall.SIGTERM)
-		<-again
+		select {
+		case <-signals:
+			stop()
+		case <-ctx.Done():
+			return // (main has returned)
+		}
+		<-signals
 		forced.Store(true)
 		log.Printf("minipy-mcp: a second signal: stopping now")
 		eng.Close()
