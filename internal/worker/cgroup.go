@@ -660,11 +660,11 @@ func (g *cgroup) placeGuardian() error {
 // namespace and in the group's guard group (else it ended, and its number may be
 // another's). Nothing where the kernel has no such pidfd.
 func (g *cgroup) holdGuardian(p int) {
-	fd, _, errno := syscall.Syscall(sysPidfdOpen, uintptr(p), pidfdNonblock, 0)
-	if errno != 0 {
+	fd, err := unix.PidfdOpen(p, unix.PIDFD_NONBLOCK) // (a pidfd Go's poller takes; close-on-exec, as every pidfd is)
+	if err != nil {
 		return
 	}
-	f := os.NewFile(fd, "pidfd") // (close-on-exec, as every pidfd is)
+	f := os.NewFile(uintptr(fd), "pidfd")
 	if first, ok := pidOneOf(p); !ok || !first || !slices.Contains(appendProcs(nil, g.guard), p) {
 		f.Close()
 		return
@@ -674,9 +674,6 @@ func (g *cgroup) holdGuardian(p int) {
 	}
 }
 
-// pidfdNonblock is PIDFD_NONBLOCK (O_NONBLOCK): a pidfd that Go's poller takes.
-const pidfdNonblock = syscall.O_NONBLOCK
-
 // signalHeld sends sig to the held process f; false if the kernel refused (f closed, say),
 // true if it was sent or the process has ended.
 func signalHeld(f *os.File, sig syscall.Signal) bool {
@@ -684,27 +681,26 @@ func signalHeld(f *os.File, sig syscall.Signal) bool {
 	if err != nil {
 		return false
 	}
-	var errno syscall.Errno
-	if err := rc.Control(func(fd uintptr) {
-		_, _, errno = syscall.Syscall6(sysPidfdSendSignal, fd, uintptr(sig), 0, 0, 0, 0)
-	}); err != nil {
+	var sent error
+	if err := rc.Control(func(fd uintptr) { sent = unix.PidfdSendSignal(int(fd), sig, nil, 0) }); err != nil {
 		return false
 	}
-	return errno == 0 || errno == syscall.ESRCH
+	return sent == nil || errors.Is(sent, syscall.ESRCH)
 }
 
-// awaitHeld waits until the held process f has ended, or until; false if it has not.
-func awaitHeld(f *os.File, until time.Time) bool {
+// awaitHeld waits until the held process f has ended, or until (remove then looks at the
+// group either way).
+func awaitHeld(f *os.File, until time.Time) {
 	rc, err := f.SyscallConn()
 	if err != nil || f.SetReadDeadline(until) != nil {
-		return false
+		return
 	}
 	// (The poller calls again once the pidfd is readable: the process has ended.)
-	return rc.Read(func(fd uintptr) bool {
+	rc.Read(func(fd uintptr) bool { //nolint:errcheck // past until: the group is listed as before
 		ready := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
 		n, err := unix.Poll(ready, 0)
 		return err == nil && n > 0
-	}) == nil
+	})
 }
 
 // pidOneOf reports whether process pid is pid 1 of its own pid namespace (the last of
