@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -353,9 +354,7 @@ P = subprocess.Popen(["sleep", %q], start_new_session=True)`, marker))
 			pids, _ = markerProcs(t, marker)
 			assert.Empty(t, pids, "the namespace's processes are gone when Close returns")
 			assert.True(t, goneOrZombie(guardian), "its guardian too")
-			for _, d := range dirs {
-				assert.NoDirExists(t, d, "its cgroup is removed")
-			}
+			assertCgroupEmptied(t, dirs...)
 		})
 	}
 }
@@ -519,7 +518,7 @@ None`, marker))
 			require.NoError(t, ns.Close())
 			pids, _ := markerProcs(t, marker)
 			assert.Empty(t, pids)
-			assert.NoDirExists(t, dirs[0])
+			assertCgroupEmptied(t, dirs[0])
 			engine := minipy.EngineCgroupDirs(e)
 			require.NoError(t, e.Close())
 			assert.NoDirExists(t, engine[0])
@@ -566,4 +565,62 @@ except OSError as e:
 		needCgroup(t, c)
 		assert.Equal(t, true, valueIn(t, c, nil, "import os\nos.close(os.memfd_create('x'))\nTrue"))
 	}
+}
+
+// assertCgroupEmptied asserts that each of a sandbox's cgroup directories is gone, or holds
+// no process, nor do the groups in it: an engine keeps a group its sandbox left empty for
+// its next sandbox (internal/worker's Cgroups).
+func assertCgroupEmptied(t *testing.T, dirs ...string) {
+	t.Helper()
+	for _, d := range dirs {
+		ents, err := os.ReadDir(d)
+		if err != nil {
+			continue
+		}
+		in := []string{d}
+		for _, e := range ents {
+			if e.IsDir() {
+				in = append(in, filepath.Join(d, e.Name()))
+			}
+		}
+		for _, dir := range in {
+			assert.Empty(t, strings.Fields(readTrim(t, filepath.Join(dir, "cgroup.procs"))), "%s holds no process", dir)
+		}
+	}
+}
+
+// A sandbox's cgroup, once its sandbox has ended, is the next sandbox's (kept empty, with
+// its limits: internal/worker's Cgroups): the next starts in it, and what the last did
+// there (an OOM kill) is not said of the next's end.
+func TestCgroupReusedByTheNextSandbox(t *testing.T) {
+	e := newIsolated(t, minipy.IsolatedConfig{MemoryLimit: 128 << 20})
+	needCgroup(t, e)
+	a := e.NewNamespace()
+	valueIn(t, e, a, "1")
+	dirs := minipy.CgroupDirs(a)
+	require.NotEmpty(t, dirs)
+	_, err := runIn(t, e, a, "b = bytearray(1 << 30)")
+	requireMemoryLimit(t, err)
+	require.NoError(t, a.Close())
+	assertCgroupEmptied(t, dirs...)
+
+	// The engine keeps the groups its sandboxes leave, oldest first (its first sandboxes'
+	// may come before a's), each once it has cooled: new sandboxes, each kept open, until
+	// one is in a's.
+	var b *minipy.Namespace
+	for i := 0; i < 8 && b == nil; i++ {
+		time.Sleep(50 * time.Millisecond)
+		ns := e.NewNamespace()
+		defer ns.Close()
+		valueIn(t, e, ns, "1")
+		if got := minipy.CgroupDirs(ns); slices.Equal(got, dirs) {
+			b = ns
+		}
+	}
+	require.NotNil(t, b, "no new sandbox started in a's group")
+	_, err = runIn(t, e, b, "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")
+	var lost *minipy.WorkerLostError
+	require.ErrorAs(t, err, &lost)
+	assert.Equal(t, syscall.SIGKILL, lost.Signal)
+	assert.Empty(t, lost.Limit, "b's worker was not the OOM killer's: a's kill is not b's")
 }

@@ -50,6 +50,10 @@ type IsolatedStats struct {
 	// MemoryBudget is the memory limit of the engine's cgroup, which all its sandboxes share
 	// (IsolatedConfig.MemoryBudget); 0 without a cgroup, or with Unlimited.
 	MemoryBudget int64
+	// CgroupsMade counts the sandboxes' groups the engine made (with its cgroup), and
+	// CgroupsReused the sandboxes that started in a group an earlier sandbox had left,
+	// kept empty with its limits (docs/protocol.md, "Cgroups").
+	CgroupsMade, CgroupsReused uint64
 	// IdleDeaths counts the workers that ended between runs (spares included), and
 	// IdleStateLost those of them whose namespaces lost their variables: no snapshot held
 	// the state of their last run (NoRollback, Command workers, a snapshot killed too). See
@@ -150,6 +154,7 @@ func (e *Isolated) Stats() IsolatedStats {
 	}
 	if c := e.cgroups; c != nil {
 		st.Limits, st.Cgroup, st.MemoryBudget = LimitsCgroupV1, c.Path, c.Budget
+		st.CgroupsMade, st.CgroupsReused = c.Made(), c.Reused()
 		if c.Version == 2 {
 			st.Limits = LimitsCgroupV2
 		}

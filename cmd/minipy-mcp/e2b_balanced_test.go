@@ -93,7 +93,7 @@ func metric(t testing.TB, base, name string) int {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
-	m := regexp.MustCompile(`(?m)^` + name + ` (\d+)`).FindStringSubmatch(string(b))
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\d+)`).FindStringSubmatch(string(b))
 	require.NotNil(t, m, "%s in:\n%s", name, strings.TrimSpace(string(b)))
 	n, _ := strconv.Atoi(m[1])
 	return n

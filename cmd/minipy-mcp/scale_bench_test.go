@@ -62,6 +62,8 @@ func BenchmarkE2BScale(b *testing.B) {
 		b.ReportMetric(float64(metric(b, s.base, "minipy_e2b_sandboxes_asleep")), "asleep")
 		b.ReportMetric(float64(metric(b, s.base, "minipy_e2b_sandboxes_woken_total")), "woken")
 		b.ReportMetric(float64(metric(b, s.base, "minipy_e2b_sandboxes_slept_for_room_total")), "slept-for-room")
+		b.ReportMetric(float64(metric(b, s.base, `minipy_cgroups_total{how="made"}`)), "cgroups-made")
+		b.ReportMetric(float64(metric(b, s.base, `minipy_cgroups_total{how="reused"}`)), "cgroups-reused")
 		b.Logf("%d sandboxes in %v: %v", n, took.Round(time.Millisecond), got)
 		s.stop(b)
 	}

@@ -681,6 +681,10 @@ func TestServeHundredSessions(t *testing.T) {
 	assert.LessOrEqual(t, gauge(m, "minipy_spares"), 32.0, "the adaptive pool's ceiling")
 	assert.GreaterOrEqual(t, counter(m, "minipy_spare_takes_total", "result", "hit")+
 		counter(m, "minipy_spare_takes_total", "result", "miss"), float64(n), "each session took a spare or found none")
+	if made := counter(m, "minipy_cgroups_total", "how", "made"); made > 0 { // (a server with a cgroup)
+		assert.GreaterOrEqual(t, made+counter(m, "minipy_cgroups_total", "how", "reused"), float64(n),
+			"each session's sandbox got a cgroup")
+	}
 	assert.Equal(t, float64(3*n), counter(m, "minipy_runs_total", "outcome", "ok"))
 }
 

@@ -28,10 +28,11 @@ var ErrNoCgroup = errors.New("minipy: no cgroup for the workers")
 // Cgroups is an engine's cgroup: a directory made for it in the cgroup2 hierarchy, or in
 // both the memory and the pids hierarchies of cgroup v1, under which each sandbox (a
 // guardian and everything in it: the worker, its rollback snapshots, its Fork copies and
-// what the code starts) gets a group of its own, made as its worker starts and removed
-// when its guardian has ended. A group's memory limit (memory.max, memory.limit_in_bytes)
-// counts what RLIMIT_AS cannot: shared memory, memfd, the tmpfs files of /tmp, /dev/shm
-// and the working directory that its processes write; its pids.max counts every process
+// what the code starts) gets a group of its own as its worker starts, emptied when its
+// guardian has ended, then kept for a next sandbox or removed (Cgroups.spare). A group's
+// memory limit (memory.max, memory.limit_in_bytes) counts what RLIMIT_AS cannot: shared
+// memory, memfd, the tmpfs files of /tmp, /dev/shm and the working directory that its
+// processes write; its pids.max counts every process
 // and thread, whoever the user. With a memory limit, a group's memory directory holds two
 // groups of its own, the work's and the guardian's (TakeOverReserve). Killing a group
 // kills everything in it (cgroup.kill on v2, else every process it and they list),
@@ -53,7 +54,33 @@ type Cgroups struct {
 	mu     sync.Mutex
 	closed bool
 	seq    uint64
+	// spare are groups that sandboxes have left, empty, with their limits still set, for
+	// the next sandboxes to start in (oldest first; reuseGroups at most): making a group
+	// and removing it are most of its cost (mkdir and rmdir of three memory cgroups and a
+	// pids one on v1), and a memory cgroup removed while a page is still charged to it
+	// lives on in the kernel until that page is freed.
+	spare []*cgroup
+	// made and reused count the groups newGroup made and those it took from spare.
+	made, reused atomic.Int64
 }
+
+// reuseGroups bounds the empty groups an engine keeps for its next sandboxes.
+const reuseGroups = 64
+
+// reuseCharge bounds the memory still charged to an empty group for the group to be
+// reused: the next sandbox would have that much less of its limit, and its usage would
+// count it. What its last sandbox's kernel objects hold is freed a moment after it ends
+// (0.1-1.8 MB charged as its guardian has ended, a few hundred kB 20 ms later): a group
+// over the bound is left to cool (reuseCool) while new groups are made, then removed if it
+// is still over (a page of a file it read first is charged to it until the page is freed).
+const reuseCharge = 1 << 20
+
+// reuseCool is how long a group over reuseCharge may cool among the spare ones.
+const reuseCool = time.Second
+
+// reuseLooks bounds the spare groups newGroup looks at (oldest first): each look reads the
+// group's usage.
+const reuseLooks = 4
 
 // CgroupOptions say where an engine makes its cgroup and what its sandboxes' groups allow.
 type CgroupOptions struct {
@@ -361,6 +388,7 @@ func (c *Cgroups) Dirs() []string { return slices.Clone(c.dirs) }
 func (c *Cgroups) Close() error {
 	c.mu.Lock()
 	c.closed = true
+	c.spare = nil // (their directories are among those removed below)
 	c.mu.Unlock()
 	var errs []error
 	for attempt := 0; attempt < 3; attempt++ {
@@ -401,15 +429,77 @@ func (c *Cgroups) group(name string) *cgroup {
 	return g
 }
 
-// newGroup makes the group of a sandbox that is starting, with its limits.
+// newGroup gives a sandbox that is starting its group, with its limits: one that an
+// earlier sandbox left empty (spare) and that has cooled (charged), else a new one.
 func (c *Cgroups) newGroup() (*cgroup, error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("%w: the engine's cgroup is closed", ErrNoCgroup)
+	}
+	look := c.spare[:min(len(c.spare), reuseLooks)]
+	c.spare = c.spare[len(look):]
+	c.mu.Unlock()
+	var cooling []*cgroup
+	var g *cgroup
+	for _, old := range look {
+		switch {
+		case g != nil:
+			cooling = append(cooling, old)
+		case c.charged(old.dirs[0]) <= reuseCharge:
+			c.reused.Add(1)
+			g = &cgroup{c: c, dirs: old.dirs, work: old.work, guard: old.guard, made: true,
+				oomBase: old.oomBase + old.final.Load()}
+		case time.Since(old.kept) < reuseCool:
+			cooling = append(cooling, old)
+		default:
+			old.rmdirs() //nolint:errcheck // as remove's: an rmdir that fails leaves an empty group, which Close removes
+		}
+	}
+	if len(cooling) > 0 {
+		c.mu.Lock()
+		if c.closed {
+			cooling = nil // (Close removes their directories)
+		}
+		c.spare = append(cooling, c.spare...)
+		c.mu.Unlock()
+	}
+	if g != nil {
+		return g, nil
+	}
+	// (Made with c.mu held: Close, which takes it to set closed, then removes every group
+	// it finds, finds this one.)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		return nil, fmt.Errorf("%w: the engine's cgroup is closed", ErrNoCgroup)
 	}
 	c.seq++
-	g := c.group("s" + strconv.FormatUint(c.seq, 10))
+	return c.makeGroup("s" + strconv.FormatUint(c.seq, 10))
+}
+
+// charged is the memory charged to the memory cgroup dir and the groups in it (v1's
+// usage_in_bytes counts those below it), or more than reuseCharge if it cannot be read;
+// 0 without a memory controller.
+func (c *Cgroups) charged(dir string) int64 {
+	if c.bare {
+		return 0
+	}
+	file := "memory.current"
+	if c.Version == 1 {
+		file = "memory.usage_in_bytes"
+	}
+	n, ok := readInt(filepath.Join(dir, file))
+	if !ok {
+		return reuseCharge + 1
+	}
+	return n
+}
+
+// makeGroup makes the group name, with its limits (c.mu held).
+func (c *Cgroups) makeGroup(name string) (*cgroup, error) {
+	g := c.group(name)
+	g.made = true
 	for i, d := range g.dirs {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			g.dirs = g.dirs[:i]
@@ -421,7 +511,31 @@ func (c *Cgroups) newGroup() (*cgroup, error) {
 		g.rmdirs()
 		return nil, fmt.Errorf("minipy: setting a worker's cgroup limits: %w", err)
 	}
+	c.made.Add(1)
 	return g, nil
+}
+
+// Made is the number of sandboxes' groups the engine has made; Reused, the number of
+// sandboxes that started in a group an earlier one left (kept empty, with its limits).
+func (c *Cgroups) Made() uint64 { return uint64(c.made.Load()) }
+
+// Reused: see Made.
+func (c *Cgroups) Reused() uint64 { return uint64(c.reused.Load()) }
+
+// keep puts g, empty, among the groups the next sandboxes start in, unless the engine is
+// closing or keeps enough; false if it did not.
+func (c *Cgroups) keep(g *cgroup) bool {
+	if !g.made {
+		return false // (a group Close or RemoveCgroup found: its work and guard groups are not known)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || len(c.spare) >= reuseGroups {
+		return false
+	}
+	g.kept = time.Now()
+	c.spare = append(c.spare, g)
+	return true
 }
 
 // procsDirs are the directories whose cgroup.procs a sandbox's process joins: the work
@@ -460,10 +574,37 @@ type cgroup struct {
 	// there and its end says when they all have (kill, remove).
 	held atomic.Pointer[os.File]
 
+	// made is set on a group that newGroup gave: its limits and its work and guard groups
+	// are known, and it may be kept for another sandbox once empty (Cgroups.keep).
+	made bool
+	// oomBase is the OOM kills its directories had counted when it became this sandbox's
+	// (the earlier sandboxes' in a reused group): oomCount counts from there.
+	oomBase uint64
+	kept    time.Time // when it was kept for another sandbox (Cgroups.keep)
+
+	// gone is held for reading by the methods that read or write the group's files while
+	// it is the sandbox's, and for writing by remove as it sets removed: once removed, the
+	// group may be another sandbox's (Cgroups.spare), and nothing done through this value
+	// may list, move or kill that sandbox's processes, nor read its usage.
+	gone    sync.RWMutex
 	final   atomic.Uint64 // the OOM kills counted when it was removed
-	removed atomic.Bool
+	removed atomic.Bool   // emptied, then removed or kept for another sandbox
 	once    sync.Once
 	err     error // remove's
+}
+
+// mine takes gone for reading and reports whether the group is still the sandbox's
+// (then the caller releases gone).
+func (g *cgroup) mine() bool {
+	if g == nil {
+		return false
+	}
+	g.gone.RLock()
+	if g.removed.Load() {
+		g.gone.RUnlock()
+		return false
+	}
+	return true
 }
 
 // limit writes the group's limits: memory (swap included, so that shared memory cannot go
@@ -532,6 +673,10 @@ func writeMemoryLimit(version int, dir string, bytes int64) error {
 // writes "0" to them joins the group (the kernel checks the opener's credentials, the
 // host's, not the writer's).
 func (g *cgroup) procsFiles() ([]*os.File, error) {
+	if !g.mine() {
+		return nil, fmt.Errorf("%w: the sandbox's cgroup is gone", ErrNoCgroup)
+	}
+	defer g.gone.RUnlock()
 	var fs []*os.File
 	for _, d := range g.procsDirs() {
 		f, err := os.OpenFile(filepath.Join(d, "cgroup.procs"), os.O_WRONLY, 0)
@@ -546,6 +691,10 @@ func (g *cgroup) procsFiles() ([]*os.File, error) {
 
 // place moves process pid (and the threads it has) into the group (its work group).
 func (g *cgroup) place(pid int) error {
+	if !g.mine() {
+		return fmt.Errorf("%w: the sandbox's cgroup is gone", ErrNoCgroup)
+	}
+	defer g.gone.RUnlock()
 	for _, d := range g.procsDirs() {
 		if err := writeCgroup(d, "cgroup.procs", strconv.Itoa(pid)); err != nil {
 			return fmt.Errorf("minipy: moving a worker into its cgroup: %w", err)
@@ -556,8 +705,17 @@ func (g *cgroup) place(pid int) error {
 
 // members lists the processes in the group (in any of its hierarchies, and the groups
 // in it: its work and guard groups, or, for a left group whose are not known, whatever
-// groups its directories hold).
+// groups its directories hold); none once removed.
 func (g *cgroup) members() []int {
+	if !g.mine() {
+		return nil
+	}
+	defer g.gone.RUnlock()
+	return g.list()
+}
+
+// list is members, with gone held or by remove (which alone sets removed).
+func (g *cgroup) list() []int {
 	var pids []int
 	for i, d := range g.dirs {
 		pids = appendProcs(pids, d)
@@ -572,6 +730,32 @@ func (g *cgroup) members() []int {
 		}
 	}
 	return pids
+}
+
+// empty reports whether the group holds no process, from one counter rather than a
+// listing of each of its directories (on v1, reading a cgroup.procs builds, sorts and
+// caches a list of its pids, which a kernel worker frees later): v1's pids.current (every
+// process of a sandbox is in its pids group: each joins it with its memory group, or is
+// born there, and nothing moves it out), v2's cgroup.events, "populated 0" (for its groups
+// too). false where it cannot tell: the caller lists the group then.
+func (g *cgroup) empty() bool {
+	if g.c.Version == 1 {
+		if len(g.dirs) != 2 {
+			return false // (a left group RemoveCgroup found: its hierarchy is not known)
+		}
+		n, ok := readInt(filepath.Join(g.dirs[1], "pids.current"))
+		return ok && n == 0
+	}
+	b, err := os.ReadFile(filepath.Join(g.dirs[0], "cgroup.events"))
+	if err != nil {
+		return false
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "populated "); ok {
+			return v == "0"
+		}
+	}
+	return false
 }
 
 // listings counts appendProcs' reads of a cgroup.procs (its tests see how often a group
@@ -611,6 +795,10 @@ func (g *cgroup) workProcs() (*os.File, error) {
 	if g == nil || g.work == "" {
 		return nil, nil
 	}
+	if !g.mine() {
+		return nil, fmt.Errorf("%w: the sandbox's cgroup is gone", ErrNoCgroup)
+	}
+	defer g.gone.RUnlock()
 	f, err := os.OpenFile(filepath.Join(g.work, "cgroup.procs"), os.O_WRONLY, 0)
 	if err != nil {
 		return nil, fmt.Errorf("minipy: opening a sandbox's cgroup: %w", err)
@@ -629,6 +817,10 @@ func (g *cgroup) placeGuardian() error {
 	if g == nil || g.guard == "" {
 		return nil
 	}
+	if !g.mine() {
+		return fmt.Errorf("%w: the sandbox's cgroup is gone", ErrNoCgroup)
+	}
+	defer g.gone.RUnlock()
 	in := appendProcs(nil, g.work)
 	for _, p := range in {
 		if first, ok := pidOneOf(p); ok {
@@ -658,7 +850,7 @@ func (g *cgroup) placeGuardian() error {
 // holdGuardian holds the guardian p, pid 1 of the sandbox's pid namespace, by a pidfd that
 // Go's poller can wait on (held): only if, once the pidfd is open, p is still pid 1 of its
 // namespace and in the group's guard group (else it ended, and its number may be
-// another's). Nothing where the kernel has no such pidfd.
+// another's). Nothing where the kernel has no such pidfd. (With gone held: placeGuardian's.)
 func (g *cgroup) holdGuardian(p int) {
 	fd, err := unix.PidfdOpen(p, unix.PIDFD_NONBLOCK) // (a pidfd Go's poller takes; close-on-exec, as every pidfd is)
 	if err != nil {
@@ -741,9 +933,10 @@ func parentOf(pid int) (int, bool) {
 // snapshot takes over with TakeOverReserve's room (with it, for that moment, the other
 // processes of the sandbox: its Fork copies and commands); takeBack ends it.
 func (g *cgroup) lendReserve() {
-	if g == nil || g.guard == "" {
+	if g == nil || g.guard == "" || !g.mine() {
 		return
 	}
+	defer g.gone.RUnlock()
 	for _, p := range appendProcs(nil, g.work) {
 		writeCgroup(g.guard, "cgroup.procs", strconv.Itoa(p)) //nolint:errcheck // may have ended
 	}
@@ -753,9 +946,10 @@ func (g *cgroup) lendReserve() {
 // after a rollback's take-over: again while it finds any (a process moved may have forked
 // meanwhile; pids.max bounds them).
 func (g *cgroup) takeBack() {
-	if g == nil || g.guard == "" {
+	if g == nil || g.guard == "" || !g.mine() {
 		return
 	}
+	defer g.gone.RUnlock()
 	keep := int(g.guardian.Load())
 	for round := 0; round < 10; round++ {
 		moved := false
@@ -779,9 +973,15 @@ func (g *cgroup) takeBack() {
 // again, so that a pid reused meanwhile by a process of another group is never signalled
 // (a sandbox's first round kills its guardian too).
 func (g *cgroup) kill() {
-	if g == nil || g.removed.Load() {
+	if !g.mine() {
 		return
 	}
+	defer g.gone.RUnlock()
+	g.killAll()
+}
+
+// killAll is kill, with gone held or by remove.
+func (g *cgroup) killAll() {
 	if g.c.Version == 2 {
 		if err := writeCgroup(g.dirs[0], "cgroup.kill", "1"); err == nil {
 			return
@@ -791,7 +991,7 @@ func (g *cgroup) kill() {
 		return // (the kernel ends the rest of its pid namespace; remove checks the group)
 	}
 	held := map[int]int{}
-	for _, p := range g.members() {
+	for _, p := range g.list() {
 		fd, _, errno := syscall.Syscall(sysPidfdOpen, uintptr(p), 0, 0)
 		switch errno {
 		case 0:
@@ -801,7 +1001,7 @@ func (g *cgroup) kill() {
 			held[p] = -1 // (a kernel before 5.3: checked again below, then killed by pid)
 		}
 	}
-	for _, p := range g.members() {
+	for _, p := range g.list() {
 		if fd, ok := held[p]; ok {
 			if fd >= 0 {
 				syscall.Syscall6(sysPidfdSendSignal, uintptr(fd), uintptr(syscall.SIGKILL), 0, 0, 0, 0) //nolint:errcheck // may have ended
@@ -821,8 +1021,8 @@ func (g *cgroup) kill() {
 const removeWait = 5 * time.Second
 
 // remove kills what is left in the group, waits (removeWait at most) until it holds no
-// process, notes its OOM kills and removes its directories; once (later calls return the
-// first's error).
+// process, notes its OOM kills, and keeps it for another sandbox (Cgroups.keep) or
+// removes its directories; once (later calls return the first's error).
 func (g *cgroup) remove() error {
 	if g == nil {
 		return nil
@@ -839,18 +1039,26 @@ func (g *cgroup) remove() error {
 			f.Close()
 		}
 		for pause := time.Millisecond; ; pause = min(2*pause, 50*time.Millisecond) {
-			if len(g.members()) == 0 {
+			if g.empty() || len(g.list()) == 0 {
 				break
 			}
 			if time.Now().After(until) {
-				g.err = fmt.Errorf("minipy: a worker's cgroup %s still holds processes %v", g.dirs[0], g.members())
+				g.err = fmt.Errorf("minipy: a worker's cgroup %s still holds processes %v", g.dirs[0], g.list())
 				return
 			}
-			g.kill()
+			g.killAll()
 			time.Sleep(pause)
 		}
-		g.final.Store(g.oomCount())
+		// Empty: nothing of this sandbox's can join it again (what could, its processes and
+		// its template's fork T, has ended; its cgroup.procs fds were theirs), so it may be
+		// another sandbox's from here on.
+		g.gone.Lock()
+		g.final.Store(g.ooms())
 		g.removed.Store(true)
+		g.gone.Unlock()
+		if g.c.keep(g) {
+			return
+		}
 		g.err = g.rmdirs()
 	})
 	return g.err
@@ -896,9 +1104,15 @@ func (g *cgroup) oomCount() uint64 {
 	if g == nil {
 		return 0
 	}
-	if g.removed.Load() {
+	if !g.mine() {
 		return g.final.Load()
 	}
+	defer g.gone.RUnlock()
+	return g.ooms()
+}
+
+// ooms is oomCount, with gone held or by remove.
+func (g *cgroup) ooms() uint64 {
 	if g.c.bare {
 		return 0
 	}
@@ -915,7 +1129,10 @@ func (g *cgroup) oomCount() uint64 {
 			n += oomKills(filepath.Join(sub, file))
 		}
 	}
-	return n
+	if n < g.oomBase { // (counts never fall; a group's directories are never made again under its name)
+		return 0
+	}
+	return n - g.oomBase
 }
 
 // oomKills reads the "oom_kill N" line of a memory cgroup's file (0 if none).

@@ -149,9 +149,7 @@ func TestCgroupGroupKillRemove(t *testing.T) {
 		assert.NoError(t, waitGone(p))
 	}
 	require.NoError(t, g.remove())
-	for _, d := range g.dirs {
-		assert.NoDirExists(t, d)
-	}
+	assertEmptied(t, g.dirs...)
 	g.kill() // removed: nothing to do
 	assert.Zero(t, g.oomCount())
 
@@ -188,9 +186,7 @@ func TestLaunchIntoCgroup(t *testing.T) {
 	assert.False(t, w.OOMKilled())
 	w.Kill()
 	w.AwaitExit()
-	for _, dir := range dirs {
-		assert.NoDirExists(t, dir, "removed when the worker ended")
-	}
+	assertEmptied(t, dirs...)
 	assert.False(t, s.DenyShm(), "a cgroup counts shared memory")
 }
 
@@ -228,28 +224,51 @@ func TestCgroupNil(t *testing.T) {
 	assert.NoError(t, rmdirCgroup(filepath.Join(t.TempDir(), "gone")))
 }
 
-// BenchmarkCgroupGroup: what a sandbox's group costs its start and its end (made with its
-// limits, its cgroup.procs opened for the template's fork, removed empty).
+// BenchmarkCgroupGroup: what a sandbox's group costs its start and its end (its
+// cgroup.procs opened for the template's fork, then emptied): "reused", a group an earlier
+// sandbox left (Cgroups.spare: a server's steady state), against "made", one made with its
+// limits and removed.
 func BenchmarkCgroupGroup(b *testing.B) {
 	c, err := OpenCgroups(CgroupOptions{MemoryLimit: 256 << 20, Processes: 64})
 	if err != nil {
 		b.Skipf("no cgroup: %v", err)
 	}
 	defer c.Close()
-	for b.Loop() {
-		g, err := c.newGroup()
-		if err != nil {
-			b.Fatal(err)
-		}
+	open := func(g *cgroup) {
 		fs, err := g.procsFiles()
 		if err != nil {
 			b.Fatal(err)
 		}
 		closeFiles(fs...)
-		if err := g.remove(); err != nil {
-			b.Fatal(err)
-		}
 	}
+	b.Run("reused", func(b *testing.B) {
+		for b.Loop() {
+			g, err := c.newGroup()
+			if err != nil {
+				b.Fatal(err)
+			}
+			open(g)
+			if err := g.remove(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("made", func(b *testing.B) {
+		n := 0
+		for b.Loop() {
+			n++
+			c.mu.Lock()
+			g, err := c.makeGroup("bench" + strconv.Itoa(n))
+			c.mu.Unlock()
+			if err != nil {
+				b.Fatal(err)
+			}
+			open(g)
+			if err := g.rmdirs(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 // HostMemory's cgroup part: the lowest limit on this process's cgroup and those above it,
@@ -406,9 +425,8 @@ func TestCgroupRemoveAwaitsHeldGuardian(t *testing.T) {
 			require.NoError(t, err)
 			require.Eventually(t, func() bool { return len(g.members()) == 2 }, 5*time.Second, 10*time.Millisecond,
 				"the guardian and its sleeper")
-			before := listings.Load()
 			members := g.members()
-			oneListing := listings.Load() - before // (each hierarchy's group and the groups in it)
+			assert.False(t, g.empty())
 			require.NoError(t, g.placeGuardian())
 			require.NotNil(t, g.held.Load(), "the guardian is held")
 			if end == "outsider" {
@@ -426,9 +444,7 @@ func TestCgroupRemoveAwaitsHeldGuardian(t *testing.T) {
 				for _, p := range append(members, out.Process.Pid) {
 					assert.NoError(t, waitGone(p))
 				}
-				for _, d := range g.dirs {
-					assert.NoDirExists(t, d)
-				}
+				assertEmptied(t, g.dirs...)
 				return
 			}
 			if end == "kill" {
@@ -438,19 +454,121 @@ func TestCgroupRemoveAwaitsHeldGuardian(t *testing.T) {
 					assert.NoError(t, waitGone(p), "everything in its pid namespace ends with it")
 				}
 			}
-			before = listings.Load()
+			before := listings.Load()
 			require.NoError(t, g.remove())
-			assert.LessOrEqual(t, listings.Load()-before, oneListing, "one listing of the group, once the guardian has ended")
+			assert.Zero(t, listings.Load()-before, "no listing of the group once the guardian has ended: its count says it is empty")
 			if end == "remove" {
 				<-done
 				for _, p := range members {
 					assert.NoError(t, waitGone(p))
 				}
 			}
-			for _, d := range g.dirs {
-				assert.NoDirExists(t, d)
-			}
+			assertEmptied(t, g.dirs...)
 			assert.Nil(t, g.held.Load(), "the pidfd is closed with the group")
 		})
 	}
+}
+
+// assertEmptied asserts that each cgroup directory is gone, or holds no process, nor do the
+// groups in it (a removed group is kept for the next sandbox: Cgroups.spare).
+func assertEmptied(t *testing.T, dirs ...string) {
+	t.Helper()
+	for _, d := range dirs {
+		if _, err := os.Stat(d); err != nil {
+			continue
+		}
+		for _, dir := range append([]string{d}, subgroups(d)...) {
+			assert.Empty(t, strings.Fields(readFile(t, filepath.Join(dir, "cgroup.procs"))), "%s holds no process", dir)
+		}
+	}
+}
+
+// A group its sandbox left empty is the next sandbox's, with its limits; nothing done
+// through the first sandbox's group reaches the second's processes; its OOM kills are not
+// the next sandbox's; one that still has memory charged to it is removed instead.
+func TestCgroupReuse(t *testing.T) {
+	c := needCgroupV1(t)
+	made, reused := c.made.Load(), c.reused.Load()
+	a, err := c.newGroup()
+	require.NoError(t, err)
+	// An OOM kill in a's work group (64 MiB).
+	hog := exec.Command("/usr/bin/python3", "-c", "import sys; sys.stdin.read(1); b = bytearray(200 << 20)")
+	in, err := hog.StdinPipe()
+	require.NoError(t, err)
+	require.NoError(t, hog.Start())
+	require.NoError(t, a.place(hog.Process.Pid))
+	in.Write([]byte("x")) //nolint:errcheck // it may be killed before it reads
+	err = hog.Wait()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit)
+	require.Equal(t, syscall.SIGKILL, exit.Sys().(syscall.WaitStatus).Signal(), "the OOM killer's")
+	require.Equal(t, uint64(1), a.oomCount())
+	require.NoError(t, a.remove())
+	assert.Equal(t, uint64(1), a.oomCount(), "what it counted when it was removed")
+
+	b, err := c.newGroup()
+	require.NoError(t, err)
+	assert.Equal(t, a.dirs, b.dirs, "a's group, reused")
+	assert.Equal(t, made+1, c.made.Load())
+	assert.Equal(t, reused+1, c.reused.Load())
+	assert.Zero(t, b.oomCount(), "a's OOM kill is not b's")
+	assert.Equal(t, strconv.Itoa(64<<20), strings.TrimSpace(readFile(t, filepath.Join(b.work, "memory.limit_in_bytes"))))
+	assert.Equal(t, "8", strings.TrimSpace(readFile(t, filepath.Join(b.dirs[1], "pids.max"))))
+
+	// b's process, which a's group value must not reach.
+	cmd := exec.Command("sleep", "300")
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	require.NoError(t, b.place(cmd.Process.Pid))
+	assert.Empty(t, a.members(), "a lists nothing of b's")
+	a.kill()
+	a.lendReserve()
+	a.takeBack()
+	assert.ErrorIs(t, a.place(os.Getpid()), ErrNoCgroup)
+	assert.ErrorIs(t, a.placeGuardian(), ErrNoCgroup)
+	_, err = a.workProcs()
+	assert.ErrorIs(t, err, ErrNoCgroup)
+	_, _, _, ok := (&Worker{cg: a}).CgroupUsage()
+	assert.False(t, ok, "nor reads b's usage")
+	select {
+	case <-done:
+		t.Fatal("a's kill reached b's process")
+	case <-time.After(100 * time.Millisecond):
+	}
+	assert.Equal(t, []int{cmd.Process.Pid}, b.members())
+	require.NoError(t, b.remove())
+	<-done
+
+	// A group whose sandbox left memory charged to it (a file's pages, written from it)
+	// cools while new groups are made, then, still charged, is removed.
+	d, err := c.newGroup()
+	require.NoError(t, err)
+	file := filepath.Join(t.TempDir(), "pages")
+	dd := exec.Command("sh", "-c", "read go; head -c 4194304 /dev/zero > "+file)
+	in, err = dd.StdinPipe()
+	require.NoError(t, err)
+	require.NoError(t, dd.Start())
+	require.NoError(t, d.place(dd.Process.Pid))
+	in.Write([]byte("go\n")) //nolint:errcheck // read
+	require.NoError(t, dd.Wait())
+	require.Greater(t, c.charged(d.dirs[0]), int64(reuseCharge))
+	require.NoError(t, d.remove())
+	e, err := c.newGroup()
+	require.NoError(t, err)
+	assert.NotEqual(t, d.dirs, e.dirs, "a new group while d's cools")
+	for _, dir := range d.dirs {
+		assert.DirExists(t, dir, "cooling")
+	}
+	c.mu.Lock()
+	d.kept = d.kept.Add(-2 * reuseCool)
+	c.mu.Unlock()
+	f, err := c.newGroup()
+	require.NoError(t, err)
+	assert.NotEqual(t, d.dirs, f.dirs)
+	for _, dir := range d.dirs {
+		assert.NoDirExists(t, dir, "removed: charged past its cooling")
+	}
+	require.NoError(t, e.remove())
+	require.NoError(t, f.remove())
 }

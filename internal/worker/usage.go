@@ -16,9 +16,10 @@ import (
 // its memory only, cpu 0 and cpuOK false).
 func (w *Worker) CgroupUsage() (cpu time.Duration, memory int64, cpuOK, ok bool) {
 	g := w.cg
-	if g == nil || g.c.bare || g.removed.Load() {
+	if g == nil || g.c.bare || !g.mine() {
 		return 0, 0, false, false
 	}
+	defer g.gone.RUnlock()
 	dir := g.dirs[0]
 	if g.c.Version == 1 {
 		memory, ok = readInt(filepath.Join(dir, "memory.usage_in_bytes"))

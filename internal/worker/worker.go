@@ -509,7 +509,8 @@ func (w *Worker) Kill() {
 func (w *Worker) OOMKilled() bool { return w.cg.oomCount() > w.oomBase }
 
 // CgroupDirs are the directories of the worker's sandbox's cgroup (v2: one; v1: memory's,
-// then pids'), none without one.
+// then pids'), none without one. Once the sandbox has ended they may be another's: an
+// emptied group is kept for a next sandbox (Cgroups.spare).
 func (w *Worker) CgroupDirs() []string {
 	if w.cg == nil {
 		return nil

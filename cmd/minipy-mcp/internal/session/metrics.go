@@ -192,6 +192,9 @@ var (
 	descSpareTakes = prometheus.NewDesc("minipy_spare_takes_total",
 		"New sessions by what they found: hit (a spare whose start had ended), miss (none, or one still "+
 			"starting: the session's first call waited for the rest of a sandbox's start).", []string{"result"}, nil)
+	descCgroups = prometheus.NewDesc("minipy_cgroups_total",
+		"Sandboxes' cgroups by how each sandbox got its own: made (a new group, with its limits) or reused (a "+
+			"group an earlier sandbox left, kept empty with its limits).", []string{"how"}, nil)
 	descDeaths = prometheus.NewDesc("minipy_process_deaths_total",
 		"Processes of the isolated engine that ended between runs, not ended by the server (killed from outside, "+
 			"the OOM killer, a crash), by kind: template, spare, worker, snapshot (nothing lost: replaced, or a "+
@@ -206,7 +209,7 @@ var (
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descSessions, descDraining, descNamespaces, descWorkers, descProcesses,
-		descMemory, descStarts, descIdleDeaths, descDeaths, descEgress, descEgressBytes, descSpares, descSpareTakes} {
+		descMemory, descStarts, descIdleDeaths, descDeaths, descEgress, descEgressBytes, descSpares, descSpareTakes, descCgroups} {
 		ch <- d
 	}
 }
@@ -227,6 +230,8 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descSpares, prometheus.GaugeValue, float64(st.Spares))
 	ch <- prometheus.MustNewConstMetric(descSpareTakes, prometheus.CounterValue, float64(st.SpareHits), "hit")
 	ch <- prometheus.MustNewConstMetric(descSpareTakes, prometheus.CounterValue, float64(st.SpareMisses), "miss")
+	ch <- prometheus.MustNewConstMetric(descCgroups, prometheus.CounterValue, float64(st.CgroupsMade), "made")
+	ch <- prometheus.MustNewConstMetric(descCgroups, prometheus.CounterValue, float64(st.CgroupsReused), "reused")
 	ch <- prometheus.MustNewConstMetric(descStarts, prometheus.CounterValue, float64(st.Starts-st.StartFailures), "ok")
 	ch <- prometheus.MustNewConstMetric(descStarts, prometheus.CounterValue, float64(st.StartFailures), "failed")
 	ch <- prometheus.MustNewConstMetric(descIdleDeaths, prometheus.CounterValue, float64(st.IdleDeaths-st.IdleStateLost), "kept")
