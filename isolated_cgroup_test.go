@@ -624,3 +624,35 @@ func TestCgroupReusedByTheNextSandbox(t *testing.T) {
 	assert.Equal(t, syscall.SIGKILL, lost.Signal)
 	assert.Empty(t, lost.Limit, "b's worker was not the OOM killer's: a's kill is not b's")
 }
+
+// What a sandbox leaves charged to its cgroup (the page cache of a file it wrote to a
+// writable Mount, which outlives it) is not the next sandbox's: its group is not reused
+// while so charged (it cools, then is removed), and each next sandbox starts with little
+// memory of its own counted.
+func TestCgroupReuseLeavesNothingCharged(t *testing.T) {
+	out := t.TempDir()
+	e := newIsolated(t, minipy.IsolatedConfig{MemoryLimit: 512 << 20,
+		Mounts: []minipy.Mount{{Source: out, Target: "/out", Writable: true}}})
+	needCgroup(t, e)
+	a := e.NewNamespace()
+	valueIn(t, e, a, `with open("/out/left", "wb") as f:
+    for _ in range(200):
+        f.write(b"x" * (1 << 20))
+None`)
+	dirs := minipy.CgroupDirs(a)
+	require.NotEmpty(t, dirs)
+	require.NoError(t, a.Close())
+	// Past the group's cooling (a second), each in a group of its own.
+	for start := time.Now(); time.Since(start) < 1500*time.Millisecond; time.Sleep(100 * time.Millisecond) {
+		ns := e.NewNamespace()
+		defer ns.Close()
+		valueIn(t, e, ns, "1")
+		assert.NotEqual(t, dirs, minipy.CgroupDirs(ns), "a's group, with 200 MiB charged")
+		u, err := ns.Usage()
+		require.NoError(t, err)
+		assert.Less(t, u.Memory, int64(100<<20), "what a new sandbox holds: none of a's")
+	}
+	for _, d := range dirs {
+		assert.NoDirExists(t, d, "removed, still charged after its cooling")
+	}
+}
