@@ -68,14 +68,16 @@ type Cgroups struct {
 const reuseGroups = 64
 
 // reuseCharge bounds the memory still charged to an empty group for the group to be
-// reused: the next sandbox would have that much less of its limit, and its usage would
-// count it. What its last sandbox's kernel objects hold is freed a moment after it ends
-// (0.1-1.8 MB charged as its guardian has ended, a few hundred kB 20 ms later): a group
-// over the bound is left to cool (reuseCool) while new groups are made, then removed if it
-// is still over (a page of a file it read first is charged to it until the page is freed).
+// reused (and no task of its may be counted still: Cgroups.tasks): the next sandbox would
+// have that much less of its limit, and its usage would count it. What its last sandbox's
+// kernel objects hold is freed a moment after it ends (0.1-1.8 MB charged as its guardian
+// has ended, a few hundred kB 20 ms later): a group over the bound is left to cool
+// (reuseCool) while new groups are made, then removed if it is still over (a page of a file
+// it wrote or read first is charged to it until the page is freed).
 const reuseCharge = 1 << 20
 
-// reuseCool is how long a group over reuseCharge may cool among the spare ones.
+// reuseCool is how long a group over reuseCharge, or with a task counted, may cool among
+// the spare ones.
 const reuseCool = time.Second
 
 // reuseLooks bounds the spare groups newGroup looks at (oldest first): each look reads the
@@ -446,7 +448,7 @@ func (c *Cgroups) newGroup() (*cgroup, error) {
 		switch {
 		case g != nil:
 			cooling = append(cooling, old)
-		case c.charged(old.dirs[0]) <= reuseCharge:
+		case c.tasks(old) == 0 && c.charged(old.dirs[0]) <= reuseCharge:
 			c.reused.Add(1)
 			g = &cgroup{c: c, dirs: old.dirs, work: old.work, guard: old.guard, made: true,
 				oomBase: old.oomBase + old.final.Load()}
@@ -476,6 +478,22 @@ func (c *Cgroups) newGroup() (*cgroup, error) {
 	}
 	c.seq++
 	return c.makeGroup("s" + strconv.FormatUint(c.seq, 10))
+}
+
+// tasks is the number of tasks the pids controller counts in group g: a process that has
+// exited still counts until its parent reaps it (a sandbox's pid 1, which the template
+// reaps a moment after it ends), and would take one of the next sandbox's Processes
+// (cgroup.procs lists it no more); 0 without a pids controller, more than 0 if it cannot be
+// read.
+func (c *Cgroups) tasks(g *cgroup) int64 {
+	if c.bare {
+		return 0
+	}
+	n, ok := readInt(filepath.Join(g.dirs[len(g.dirs)-1], "pids.current"))
+	if !ok {
+		return 1
+	}
+	return n
 }
 
 // charged is the memory charged to the memory cgroup dir and the groups in it (v1's
@@ -737,7 +755,9 @@ func (g *cgroup) list() []int {
 // caches a list of its pids, which a kernel worker frees later): v1's pids.current (every
 // process of a sandbox is in its pids group: each joins it with its memory group, or is
 // born there, and nothing moves it out), v2's cgroup.events, "populated 0" (for its groups
-// too). false where it cannot tell: the caller lists the group then.
+// too). false where it cannot tell, or where v1 counts a process that has exited and that
+// its parent has not reaped yet (the sandbox's pid 1, until the template reaps it): the
+// caller lists the group then, which lists no such process.
 func (g *cgroup) empty() bool {
 	if g.c.Version == 1 {
 		if len(g.dirs) != 2 {
