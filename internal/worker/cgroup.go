@@ -25,6 +25,9 @@ import (
 // to use (IsolatedConfig.Cgroup), and by Stats' reason for running without one.
 var ErrNoCgroup = errors.New("minipy: no cgroup for the workers")
 
+// errGroupGone is what a group's value says once its sandbox has left it (cgroup.mine).
+var errGroupGone = fmt.Errorf("%w: the sandbox's cgroup is gone", ErrNoCgroup)
+
 // Cgroups is an engine's cgroup: a directory made for it in the cgroup2 hierarchy, or in
 // both the memory and the pids hierarchies of cgroup v1, under which each sandbox (a
 // guardian and everything in it: the worker, its rollback snapshots, its Fork copies and
@@ -448,7 +451,7 @@ func (c *Cgroups) newGroup() (*cgroup, error) {
 		switch {
 		case g != nil:
 			cooling = append(cooling, old)
-		case c.tasks(old) == 0 && c.charged(old.dirs[0]) <= reuseCharge:
+		case c.tasks(old) == 0 && c.charged(old) <= reuseCharge:
 			c.reused.Add(1)
 			g = &cgroup{c: c, dirs: old.dirs, work: old.work, guard: old.guard, made: true,
 				oomBase: old.oomBase + old.final.Load()}
@@ -496,10 +499,10 @@ func (c *Cgroups) tasks(g *cgroup) int64 {
 	return n
 }
 
-// charged is the memory charged to the memory cgroup dir and the groups in it (v1's
-// usage_in_bytes counts those below it), or more than reuseCharge if it cannot be read;
-// 0 without a memory controller.
-func (c *Cgroups) charged(dir string) int64 {
+// charged is the memory charged to group g and the groups in it (v1's usage_in_bytes
+// counts those below it), or more than reuseCharge if it cannot be read; 0 without a
+// memory controller.
+func (c *Cgroups) charged(g *cgroup) int64 {
 	if c.bare {
 		return 0
 	}
@@ -507,7 +510,7 @@ func (c *Cgroups) charged(dir string) int64 {
 	if c.Version == 1 {
 		file = "memory.usage_in_bytes"
 	}
-	n, ok := readInt(filepath.Join(dir, file))
+	n, ok := readInt(filepath.Join(g.dirs[0], file))
 	if !ok {
 		return reuseCharge + 1
 	}
@@ -692,7 +695,7 @@ func writeMemoryLimit(version int, dir string, bytes int64) error {
 // host's, not the writer's).
 func (g *cgroup) procsFiles() ([]*os.File, error) {
 	if !g.mine() {
-		return nil, fmt.Errorf("%w: the sandbox's cgroup is gone", ErrNoCgroup)
+		return nil, errGroupGone
 	}
 	defer g.gone.RUnlock()
 	var fs []*os.File
@@ -710,7 +713,7 @@ func (g *cgroup) procsFiles() ([]*os.File, error) {
 // place moves process pid (and the threads it has) into the group (its work group).
 func (g *cgroup) place(pid int) error {
 	if !g.mine() {
-		return fmt.Errorf("%w: the sandbox's cgroup is gone", ErrNoCgroup)
+		return errGroupGone
 	}
 	defer g.gone.RUnlock()
 	for _, d := range g.procsDirs() {
@@ -760,11 +763,8 @@ func (g *cgroup) list() []int {
 // caller lists the group then, which lists no such process.
 func (g *cgroup) empty() bool {
 	if g.c.Version == 1 {
-		if len(g.dirs) != 2 {
-			return false // (a left group RemoveCgroup found: its hierarchy is not known)
-		}
-		n, ok := readInt(filepath.Join(g.dirs[1], "pids.current"))
-		return ok && n == 0
+		// (a left group RemoveCgroup found: its hierarchy is not known)
+		return len(g.dirs) == 2 && !g.c.bare && g.c.tasks(g) == 0
 	}
 	b, err := os.ReadFile(filepath.Join(g.dirs[0], "cgroup.events"))
 	if err != nil {
@@ -816,7 +816,7 @@ func (g *cgroup) workProcs() (*os.File, error) {
 		return nil, nil
 	}
 	if !g.mine() {
-		return nil, fmt.Errorf("%w: the sandbox's cgroup is gone", ErrNoCgroup)
+		return nil, errGroupGone
 	}
 	defer g.gone.RUnlock()
 	f, err := os.OpenFile(filepath.Join(g.work, "cgroup.procs"), os.O_WRONLY, 0)
@@ -838,7 +838,7 @@ func (g *cgroup) placeGuardian() error {
 		return nil
 	}
 	if !g.mine() {
-		return fmt.Errorf("%w: the sandbox's cgroup is gone", ErrNoCgroup)
+		return errGroupGone
 	}
 	defer g.gone.RUnlock()
 	in := appendProcs(nil, g.work)

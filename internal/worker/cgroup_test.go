@@ -587,7 +587,7 @@ func TestCgroupReuse(t *testing.T) {
 	require.NoError(t, d.place(dd.Process.Pid))
 	in.Write([]byte("go\n")) //nolint:errcheck // read
 	require.NoError(t, dd.Wait())
-	require.Greater(t, c.charged(d.dirs[0]), int64(reuseCharge))
+	require.Greater(t, c.charged(d), int64(reuseCharge))
 	require.NoError(t, d.remove())
 	e, err := c.newGroup()
 	require.NoError(t, err)
